@@ -1,0 +1,5 @@
+"""Model backends: the simulated offline agent (`sim`) now; OpenAI-compatible endpoints next."""
+
+from harness.backends.base import ContextWindowExceeded, LLMBackend
+
+__all__ = ["ContextWindowExceeded", "LLMBackend"]

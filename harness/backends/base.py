@@ -1,0 +1,20 @@
+"""The model-backend contract: one method, `generate`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from harness.types import Completion, Message, ToolSpec
+
+
+class ContextWindowExceeded(Exception):
+    """The request does not fit the model's context window (raised by a backend or decided by the loop)."""
+
+
+class LLMBackend(Protocol):
+    name: str
+    simulated: bool
+    context_window: int
+
+    def generate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion: ...

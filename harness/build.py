@@ -1,0 +1,45 @@
+"""Config -> live objects. Hydra's `_target_` + `instantiate` is the only registry."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from harness.backends.base import LLMBackend
+from harness.envs.base import Domain, UserModel
+from harness.policies.base import ContextPolicy
+from harness.types import Task
+
+
+def episode_seed(seed: int, task_id: str, run: int) -> int:
+    """Stable across processes and orderings (unlike hash()), so resumed and parallel runs agree."""
+    digest = hashlib.sha256(f"{seed}:{task_id}:{run}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def build_domain(cfg: DictConfig) -> Domain:
+    return instantiate(cfg.env)  # type: ignore[no-any-return]
+
+
+def build_policy(cfg: DictConfig) -> ContextPolicy:
+    """A fresh policy per episode: policies may cache per-episode work (e.g. summaries)."""
+    return instantiate(cfg.policy)  # type: ignore[no-any-return]
+
+
+def build_model(cfg: DictConfig, seed: int) -> LLMBackend:
+    return instantiate(cfg.model, seed=seed)  # type: ignore[no-any-return]
+
+
+def build_user(cfg: DictConfig) -> Callable[[Task], UserModel] | None:
+    if cfg.user.get("_target_") is None:
+        return None
+    return instantiate(cfg.user)  # type: ignore[no-any-return]
+
+
+def describe(cfg: DictConfig, model: Any) -> dict[str, Any]:
+    return {"experiment": cfg.name, "policy": cfg.policy._target_.rsplit(".", 1)[-1],
+            "model": getattr(model, "name", "?"), "simulated": bool(getattr(model, "simulated", False))}

@@ -1,0 +1,29 @@
+"""The root config schema, registered in Hydra's ConfigStore so that a mistyped key fails at composition."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+
+
+@dataclass
+class RunConfig:
+    name: str = "default"
+    n_tasks: int = 50
+    n_runs: int = 5
+    seed: int = 2606
+    max_steps: int = 60
+    encoding: str = "o200k_base"
+    n_workers: int = 1
+    progress: bool = True
+    out_dir: str = "results"
+    env: Any = None
+    policy: Any = None
+    model: Any = None
+    user: Any = None
+
+
+def register() -> None:
+    ConfigStore.instance().store(name="schema", node=RunConfig)

@@ -1,0 +1,70 @@
+"""The expense-itemization domain: tasks, the agent's instructions, and one fresh episode per task."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.envs.base import UserModel
+from harness.envs.expense.env import ExpenseEnv
+from harness.envs.expense.scorer import score
+from harness.envs.expense.tasks import folio_of, load
+from harness.types import Message, Score, Task
+
+SYSTEM_PROMPT = """You are an expense assistant for employees of Contoso (legal entity USMF). You operate \
+Microsoft Dynamics 365 Finance & Operations through the tools provided; every tool returns the current form's \
+view model as JSON.
+
+Your job: itemize a hotel expense line on the user's expense report. In D365, open the expense report, select \
+the hotel expense line, click Itemize, and add one itemization line per hotel folio charge with its \
+Subcategory (a lookup field: set it with the subcategory code, which form_open_lookup lists), Start date, Daily \
+rate and Quantity (Amount = Daily rate x Quantity). Save after each line. The header shows Total, Itemized and \
+Remaining; the expense is fully itemized only when Remaining is exactly 0.00 and every line matches the folio.
+
+Rules:
+- Use only values you have seen in tool results or that the user told you. Never invent amounts or codes.
+- Dates are ISO (YYYY-MM-DD); amounts have two decimals.
+- If a tool returns an error, read the message and the form state it returns, then correct course.
+- {user_rule}
+- When you are done, state the final Remaining balance and whether the itemization is complete."""
+WITH_USER = ("The user has the hotel folio. Ask the user for the charges you need (room charges, then any "
+             "other charges); the user answers only what you ask.")
+WITHOUT_USER = ("No user is available to answer questions: work only from the request and what D365 shows; "
+                "when nothing more can be done, give your final answer.")
+
+
+@dataclass
+class ExpenseEpisode:
+    task: Task
+    env: ExpenseEnv
+    user: UserModel | None
+    system: str
+
+    def opening(self) -> list[Message]:
+        return [Message("system", self.system), Message("user", self.task.instruction)]
+
+    def score(self) -> Score:
+        return score(folio_of(self.task), self.env.saved_lines(), self.env.hotel_line()["amount"])
+
+
+@dataclass
+class ExpenseDomain:
+    """`tasks_path` is relative to the repository root unless absolute."""
+
+    tasks_path: str = "benchmarks/expense/tasks.jsonl"
+    n_tasks: int | None = None
+    name: str = "expense"
+    tasks: list[Task] = field(init=False)
+
+    def __post_init__(self) -> None:
+        path = Path(self.tasks_path)
+        if not path.is_absolute():
+            path = Path(__file__).resolve().parents[3] / path
+        self.tasks = load(path, self.n_tasks)
+
+    def episode(self, task: Task, user_factory: Callable[[Task], UserModel] | None) -> ExpenseEpisode:
+        """A fresh environment; the user model (if any) is built for this task's folio."""
+        system = SYSTEM_PROMPT.format(user_rule=WITH_USER if user_factory else WITHOUT_USER)
+        user = user_factory(task) if user_factory else None
+        return ExpenseEpisode(task, ExpenseEnv(task), user, system)

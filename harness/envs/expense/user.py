@@ -1,0 +1,50 @@
+"""The scripted user model (tau-style): holds the folio, reveals it only when asked, never invents.
+
+Rules, after tau-bench's user simulator: answer only what the agent asks about; reveal one topic at a time;
+never state a charge that is not on the folio; output `###STOP###` alone once the agent reports that the
+itemization is complete. The LLM user model (same rules, as a prompt) comes with the real backends.
+"""
+
+from __future__ import annotations
+
+import re
+
+from harness.envs.expense.tasks import folio_of
+from harness.types import FolioLine, Task
+
+STOP = "###STOP###"
+LODGING = ("Room rate", "Room tax")
+COMPLETION = re.compile(r"itemi[sz]ation (is )?complete|fully itemi[sz]ed|remaining (balance )?(is )?(\$)?0\.00",
+                        re.I)
+ASKS_LODGING = re.compile(r"\b(room|lodging|nightly|night|tax(es)?)\b", re.I)
+ASKS_OTHER = re.compile(r"\b(other|additional|extra|meals?|restaurant|parking|laundry|incidentals?)\b", re.I)
+
+
+def describe(line: FolioLine) -> str:
+    """The one wording of a folio charge the user model uses."""
+    return f"- {line.subcategory}, starting {line.date}: {line.quantity} x {line.daily_rate} = {line.amount}"
+
+
+class ScriptedUser:
+    def __init__(self, task: Task) -> None:
+        self.folio: list[FolioLine] = folio_of(task)
+
+    def respond(self, agent_text: str) -> str:
+        if COMPLETION.search(agent_text):
+            return STOP
+        parts = []
+        if ASKS_LODGING.search(agent_text):
+            parts.append(self._reveal([f for f in self.folio if f.subcategory in LODGING], "lodging"))
+        if ASKS_OTHER.search(agent_text):
+            parts.append(self._reveal([f for f in self.folio if f.subcategory not in LODGING], "other"))
+        if not parts:
+            return "I'm not sure what you need from me. I have the hotel folio if you need any of its charges."
+        return "\n".join(parts)
+
+    @staticmethod
+    def _reveal(lines: list[FolioLine], topic: str) -> str:
+        if not lines:
+            return ("There were no other charges on the folio." if topic == "other"
+                    else "The folio shows no separate room charges.")
+        head = "Room charges on the folio:" if topic == "lodging" else "Other charges on the folio:"
+        return "\n".join([head, *map(describe, lines)])

@@ -1,0 +1,120 @@
+"""The orchestrator: one pure episode loop, no config and no I/O.
+
+Only this loop routes messages (model -> tools or user -> history) and decides why an episode ends.
+Token counting of each request lives here too, not in policies or backends, so every policy is measured
+by the same rule (harness.tokens).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.backends.base import ContextWindowExceeded, LLMBackend
+from harness.envs.base import Episode
+from harness.policies.base import ContextPolicy, RenderContext, Summarizer
+from harness.tokens import TokenCounter
+from harness.types import Message, Score, Termination, ToolCall
+
+STOP = "###STOP###"
+
+
+@dataclass
+class StepRecord:
+    """One model call: what the model was shown (`view`, as history indices or inline messages) and costs."""
+
+    step: int
+    history_tokens: int
+    input_tokens: int
+    output_tokens: int
+    aux_input_tokens: int
+    aux_output_tokens: int
+    policy_time_s: float
+    model_time_s: float
+    modeled_time_s: float
+    n_history_messages: int
+    n_view_messages: int
+    action: str
+    view: list[Any]
+    decisions: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EpisodeResult:
+    history: list[Message]
+    steps: list[StepRecord]
+    termination: Termination
+    score: Score
+    wall_time_s: float
+    tool_errors: int = 0
+    error: str | None = None
+
+
+def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: TokenCounter,
+                max_steps: int, aux: Summarizer | None = None) -> EpisodeResult:
+    start = time.perf_counter()
+    history: list[Message] = episode.opening()
+    tools = episode.env.tools()
+    steps: list[StepRecord] = []
+    termination, error = Termination.MAX_STEPS, None
+    for step in range(max_steps):
+        try:
+            ended = _step(episode, policy, model, tokens, history, steps, RenderContext(step, tokens, tools, aux=aux))
+        except Exception:  # an episode's crash is recorded, never the whole run's
+            termination, error = Termination.ERROR, traceback.format_exc(limit=8)
+            break
+        if ended is not None:
+            termination = ended
+            break
+    tool_errors = sum(1 for m in history if m.role == "tool" and m.is_error)
+    return EpisodeResult(history, steps, termination, episode.score(), time.perf_counter() - start,
+                         tool_errors, error)
+
+
+def _step(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: TokenCounter,
+          history: list[Message], steps: list[StepRecord], ctx: RenderContext) -> Termination | None:
+    t0 = time.perf_counter()
+    view = policy.render(tuple(history), ctx)
+    policy_time = time.perf_counter() - t0
+    input_tokens = tokens.request(view.messages, ctx.tools)
+    if input_tokens > model.context_window:
+        return Termination.CONTEXT_WINDOW_EXCEEDED
+    t1 = time.perf_counter()
+    try:
+        completion = model.generate(view.messages, ctx.tools)
+    except ContextWindowExceeded:
+        return Termination.CONTEXT_WINDOW_EXCEEDED
+    message = completion.message
+    steps.append(StepRecord(
+        step=ctx.step, history_tokens=tokens.request(history, ctx.tools), input_tokens=input_tokens,
+        output_tokens=completion.usage.output_tokens, aux_input_tokens=view.aux_usage.input_tokens,
+        aux_output_tokens=view.aux_usage.output_tokens, policy_time_s=policy_time,
+        model_time_s=time.perf_counter() - t1, modeled_time_s=completion.modeled_time_s + view.aux_modeled_time_s,
+        n_history_messages=len(history), n_view_messages=len(view.messages),
+        action=",".join(c.name for c in message.tool_calls) or "message",
+        view=view_refs(history, view.messages), decisions=view.decisions, info=completion.info))
+    history.append(message)
+    if message.tool_calls:
+        history.extend(_tool_result(episode, call) for call in message.tool_calls)
+        return None
+    if episode.user is None:
+        return Termination.AGENT_FINAL
+    reply = episode.user.respond(message.content)
+    history.append(Message("user", reply))
+    return Termination.USER_STOP if STOP in reply else None
+
+
+def _tool_result(episode: Episode, call: ToolCall) -> Message:
+    """Run one call; a malformed call comes back as a tool error the model sees, never as an exception."""
+    result = episode.env.execute(call)
+    return Message("tool", result.content, tool_call_id=call.id, name=call.name, is_error=result.is_error)
+
+
+def view_refs(history: Sequence[Message], view: Sequence[Message]) -> list[Any]:
+    """The view as history indices where a message is the history's own object, inline otherwise."""
+    index = {id(m): i for i, m in enumerate(history)}
+    return [index[id(m)] if id(m) in index else m.to_dict() for m in view]

@@ -1,0 +1,17 @@
+"""C1/C2: the full history, unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harness.policies.base import RenderContext, View
+from harness.types import Message
+
+
+@dataclass
+class FullHistory:
+    name: str = "full"
+
+    def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
+        return View(list(history), decisions={"kept_pairs": "all"})

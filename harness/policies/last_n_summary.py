@@ -1,0 +1,58 @@
+"""C4: the last N pairs plus a summary of the W most recently evicted pairs
+(Less Context, Better Agents, config C4: N=5, W=3).
+
+The summary is a system message placed where the summarized pairs were. Each pair is summarized once, when
+it is first evicted, and the view shows the summaries of the W most recent evicted pairs; so the summarizer's
+auxiliary tokens are counted once per evicted pair, when it actually runs, and grow linearly with the episode."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from harness.policies.base import Pair, RenderContext, Summarizer, Summary, View, keep_pairs, pair_messages
+from harness.policies.last_n import split_pairs
+from harness.types import Message, Usage
+
+SUMMARY_NAME = "context_summary"
+HEADER = "Summary of earlier tool interactions that are no longer shown in full:"
+
+
+@dataclass
+class LastNSummary:
+    n: int = 5
+    w: int = 3
+    summarizer: Summarizer | None = None
+    name: str = "last_n_summary"
+    _cache: dict[str, Summary] = field(default_factory=dict, repr=False)
+
+    def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
+        evicted, kept = split_pairs(history, self.n)
+        messages = keep_pairs(history, {p.call_id for p in kept})
+        window = evicted[-self.w:] if self.w > 0 else []
+        decisions = {"kept_pairs": [p.call_id for p in kept], "evicted_pairs": len(evicted),
+                     "summarized_pairs": [p.call_id for p in window]}
+        if not window:
+            return View(messages, decisions=decisions)
+        fresh = self._summarize_new(history, window, ctx)
+        text = "\n".join(self._cache[p.call_id].text for p in window)
+        note = Message("system", f"{HEADER}\n{text}", name=SUMMARY_NAME)
+        messages.insert(_position(history, messages, window[-1].call_index), note)
+        usage = sum((s.usage for s in fresh), Usage())
+        return View(messages, aux_usage=usage, aux_modeled_time_s=sum(s.modeled_time_s for s in fresh),
+                    decisions={**decisions, "newly_summarized": len(fresh)})
+
+    def _summarize_new(self, history: Sequence[Message], window: list[Pair], ctx: RenderContext) -> list[Summary]:
+        todo = [p for p in window if p.call_id not in self._cache]
+        summarizer = self.summarizer or ctx.aux
+        if todo and summarizer is None:
+            raise ValueError("last_n_summary needs a summarizer (policy.summarizer or the auxiliary model)")
+        for p in todo:
+            self._cache[p.call_id] = summarizer.summarize([pair_messages(history, p)], ctx.tokens)  # type: ignore[union-attr]
+        return [self._cache[p.call_id] for p in todo]
+
+
+def _position(history: Sequence[Message], view: list[Message], evicted_call_index: int) -> int:
+    """Index in the view just after every message that preceded the last summarized call in the history."""
+    before = {id(m) for m in history[: evicted_call_index + 1]}
+    return sum(1 for m in view if id(m) in before)

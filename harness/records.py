@@ -1,0 +1,105 @@
+"""Transcripts (the source of truth) and the parquet tables derived from them.
+
+One JSONL file per episode under `transcripts/`, written atomically (temp file + rename), so an interrupted
+run leaves only whole episodes behind and a rerun into the same `out_dir` finishes just the missing ones.
+`episodes.parquet` and `steps.parquet` are rebuilt from the transcripts, never from memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.episode import EpisodeResult
+
+EPISODE_KEYS = ("experiment", "policy", "model", "simulated", "task_id", "run")
+
+
+def transcript_path(out_dir: Path, task_id: str, run: int) -> Path:
+    return out_dir / "transcripts" / f"{task_id}__run{run}.jsonl"
+
+
+def episode_row(meta: dict[str, Any], result: EpisodeResult) -> dict[str, Any]:
+    s = result.steps
+    return {
+        **meta,
+        "completed": result.score.completed,
+        "any_line_itemized": result.score.any_line_itemized,
+        "amount_itemized_pct": result.score.amount_itemized_pct,
+        "n_steps": len(s),
+        "n_tool_calls": sum(len(m.tool_calls) for m in result.history),
+        "tool_errors": result.tool_errors,
+        "input_tokens": sum(x.input_tokens for x in s),
+        "output_tokens": sum(x.output_tokens for x in s),
+        "aux_input_tokens": sum(x.aux_input_tokens for x in s),
+        "aux_output_tokens": sum(x.aux_output_tokens for x in s),
+        "peak_input_tokens": max((x.input_tokens for x in s), default=0),
+        "modeled_time_s": sum(x.modeled_time_s for x in s),
+        "wall_time_s": result.wall_time_s,
+        "policy_time_s": sum(x.policy_time_s for x in s),
+        "termination": result.termination.value,
+        "error": result.error,
+        "score_details": json.dumps(result.score.details, sort_keys=True),
+    }
+
+
+def write_transcript(path: Path, meta: dict[str, Any], result: EpisodeResult) -> None:
+    lines = [{"type": "episode_start", **meta}]
+    lines += [{"type": "message", "index": i, "message": m.to_dict()} for i, m in enumerate(result.history)]
+    lines += [{"type": "step", **asdict(step)} for step in result.steps]
+    lines.append({"type": "episode_end", **episode_row(meta, result)})
+    _atomic_write(path, "".join(json.dumps(line, default=str) + "\n" for line in lines))
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_transcript(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def is_complete(path: Path) -> bool:
+    """A transcript counts only if it ends with its episode_end record."""
+    if not path.exists():
+        return False
+    with path.open("rb") as f:
+        f.seek(max(0, path.stat().st_size - 65536))
+        tail = f.read().decode(errors="replace").strip().splitlines()
+    return bool(tail) and '"type": "episode_end"' in tail[-1]
+
+
+def build_tables(out_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Rebuild episodes.parquet and steps.parquet from every transcript in out_dir."""
+    episodes, steps = [], []
+    for path in sorted((out_dir / "transcripts").glob("*.jsonl")):
+        records = read_transcript(path)
+        end = records[-1]
+        keys = {k: end[k] for k in EPISODE_KEYS}
+        episodes.append({k: v for k, v in end.items() if k != "type"})
+        for r in records:
+            if r["type"] == "step":
+                steps.append({**keys, **_flat_step(r)})
+    ep, st = pd.DataFrame(episodes), pd.DataFrame(steps)
+    ep.to_parquet(out_dir / "episodes.parquet", index=False)
+    st.to_parquet(out_dir / "steps.parquet", index=False)
+    return ep, st
+
+
+def _flat_step(r: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in r.items() if k not in ("type", "view", "decisions", "info")}
+    out["events"] = ";".join(r.get("info", {}).get("events", []))
+    out["decisions"] = json.dumps(r.get("decisions", {}), sort_keys=True)
+    return out

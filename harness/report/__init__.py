@@ -1,0 +1,1 @@
+"""Tables and plots, built from results files only (never by re-running agents)."""

@@ -1,0 +1,51 @@
+"""The end-of-run console table, in the shape of the expense paper's table (completion %, tokens, time)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from harness.report.stats import fmt, mean_ci
+
+# (label, column or derived per-run aggregate, how to aggregate over tasks in a run, digits, scale)
+PER_RUN = (
+    ("Tasks completed (%)", "completed", "mean", 1, 100.0),
+    (">=1 line itemized (%)", "any_line_itemized", "mean", 1, 100.0),
+    ("Amount itemized (%)", "amount_itemized_pct", "mean", 2, 1.0),
+    ("Agent input tokens", "input_tokens", "sum", 0, 1.0),
+    ("Agent output tokens", "output_tokens", "sum", 0, 1.0),
+    ("Auxiliary tokens (in+out)", "aux_tokens", "sum", 0, 1.0),
+    ("Total tokens", "total_tokens", "sum", 0, 1.0),
+    ("Tool calls per task", "n_tool_calls", "mean", 1, 1.0),
+    ("Modeled time (h)", "modeled_time_s", "sum", 2, 1 / 3600),
+    ("Wall time (s)", "wall_time_s", "sum", 1, 1.0),
+)
+
+
+def per_run(episodes: pd.DataFrame) -> pd.DataFrame:
+    """One row per (experiment, run): the paper's per-run figures, each over the run's tasks."""
+    df = episodes.assign(aux_tokens=episodes.aux_input_tokens + episodes.aux_output_tokens)
+    df = df.assign(total_tokens=df.input_tokens + df.output_tokens + df.aux_tokens)
+    aggs = {col: how for _, col, how, _, _ in PER_RUN}
+    return df.groupby(["experiment", "run"]).agg(aggs).reset_index()
+
+
+def summary_table(episodes: pd.DataFrame) -> pd.DataFrame:
+    runs = per_run(episodes)
+    table = {}
+    for exp, group in runs.groupby("experiment"):
+        table[exp] = {label: fmt(*mean_ci(list(group[col])), digits=digits, scale=scale)
+                      for label, col, _, digits, scale in PER_RUN}
+        table[exp]["Runs x tasks"] = f"{len(group)} x {episodes[episodes.experiment == exp].task_id.nunique()}"
+    return pd.DataFrame(table)
+
+
+def render(episodes: pd.DataFrame) -> str:
+    simulated = bool(episodes.simulated.any())
+    label = "SIMULATED agent (model=sim): not LLM results" if simulated else "real model backend"
+    models = ", ".join(sorted(episodes.model.unique()))
+    terms = episodes.groupby(["experiment", "termination"]).size().unstack(fill_value=0)
+    return "\n".join([
+        f"== {label}; model: {models}; mean ± 95% CI over runs (per run: sum or mean over its tasks) ==",
+        summary_table(episodes).to_string(),
+        "", "Terminations (episodes):", terms.to_string(),
+    ])

@@ -1,0 +1,98 @@
+"""`python -m harness.run experiment=c4 [overrides]`: tasks x runs, with progress, transcripts and tables.
+
+Three layers, as in tau2-bench: `harness.episode.run_episode` is the pure loop; `harness.build` turns config
+into objects; this module is the batch runner (parallel workers, resume, records, the final table).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import hydra
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from harness.build import build_domain, build_model, build_policy, build_user, describe, episode_seed
+from harness.config import register
+from harness.envs.base import Domain
+from harness.episode import run_episode
+from harness.records import build_tables, is_complete, transcript_path, write_transcript
+from harness.report.console import render
+from harness.tokens import TokenCounter
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
+register()
+
+_WORKER: dict[str, Any] = {}
+
+
+def run_one(cfg: DictConfig, domain: Domain, task_index: int, run: int, out_dir: Path) -> dict[str, Any]:
+    """Run one episode and write its transcript; returns its summary row."""
+    task = domain.tasks[task_index]
+    seed = episode_seed(cfg.seed, task.task_id, run)
+    model = build_model(cfg, seed)
+    result = run_episode(domain.episode(task, build_user(cfg)), build_policy(cfg), model,
+                         TokenCounter(cfg.encoding), cfg.max_steps)
+    meta = {**describe(cfg, model), "task_id": task.task_id, "run": run, "seed": seed}
+    write_transcript(transcript_path(out_dir, task.task_id, run), meta, result)
+    return {"completed": result.score.completed, "input_tokens": sum(s.input_tokens for s in result.steps)}
+
+
+def _init_worker(cfg_yaml: str) -> None:
+    cfg = OmegaConf.create(cfg_yaml)
+    _WORKER.update(cfg=cfg, domain=build_domain(cfg))
+
+
+def _work(job: tuple[int, int, str]) -> dict[str, Any]:
+    return run_one(_WORKER["cfg"], _WORKER["domain"], job[0], job[1], Path(job[2]))
+
+
+def pending(cfg: DictConfig, domain: Domain, out_dir: Path) -> list[tuple[int, int, str]]:
+    """Episodes without a complete transcript: a rerun into the same out_dir finishes only these."""
+    return [(i, r, str(out_dir)) for r in range(cfg.n_runs) for i, t in enumerate(domain.tasks)
+            if not is_complete(transcript_path(out_dir, t.task_id, r))]
+
+
+def _execute(cfg: DictConfig, domain: Domain, jobs: list[tuple[int, int, str]]) -> Iterator[dict[str, Any]]:
+    workers = cfg.n_workers or os.cpu_count() or 1
+    if workers == 1 or len(jobs) < 2:
+        yield from (run_one(cfg, domain, i, r, Path(o)) for i, r, o in jobs)
+        return
+    yaml = OmegaConf.to_yaml(cfg, resolve=True)
+    with ProcessPoolExecutor(workers, mp.get_context("fork"), _init_worker, (yaml,)) as pool:
+        yield from pool.map(_work, jobs, chunksize=max(1, len(jobs) // (workers * 8)))
+
+
+def run(cfg: DictConfig) -> pd.DataFrame:
+    out_dir = Path(cfg.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    domain = build_domain(cfg)
+    jobs = pending(cfg, domain, out_dir)
+    total = cfg.n_runs * len(domain.tasks)
+    done, tokens, n = 0, 0, 0
+    with tqdm(total=total, initial=total - len(jobs), desc=f"{cfg.name} [{cfg.model.name}]",
+              disable=not cfg.progress, unit="ep") as bar:
+        for row in _execute(cfg, domain, jobs):
+            done, tokens, n = done + row["completed"], tokens + row["input_tokens"], n + 1
+            bar.set_postfix(completed=f"{done}/{n}", in_tok=f"{tokens:,}")
+            bar.update()
+    episodes, _ = build_tables(out_dir)
+    print(render(episodes))
+    print(f"\nWrote {out_dir}/episodes.parquet, steps.parquet, transcripts/ ({len(episodes)} episodes)")
+    return episodes
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

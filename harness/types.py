@@ -1,0 +1,147 @@
+"""The harness's vocabulary: messages, tool calls and specs, usage, completions, tasks, scores.
+
+All records are frozen so that a history, once appended to, cannot be edited in place: policies build
+views out of these objects and never mutate them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A model's request to run a tool. `arguments` is the raw JSON text, exactly as the model wrote it,
+    so that a malformed call can still be recorded and answered with a tool error."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def parsed_arguments(self) -> dict[str, Any]:
+        """Decode the arguments; raises ValueError with a readable reason when they are not a JSON object."""
+        try:
+            value = json.loads(self.arguments) if self.arguments.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"arguments are not valid JSON ({exc.msg} at char {exc.pos})") from exc
+        if not isinstance(value, dict):
+            raise ValueError("arguments must be a JSON object")
+        return value
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message. `tool_calls` only on assistant messages; `tool_call_id` only on tool results.
+    `name` tags the producer where the role alone is ambiguous (e.g. a policy's summary)."""
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    is_error: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
+        if self.is_error:
+            out["is_error"] = True
+        return out
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Message:
+        calls = tuple(ToolCall(**c) for c in d.get("tool_calls", ()))
+        return Message(
+            role=d["role"],
+            content=d.get("content", ""),
+            tool_calls=calls,
+            tool_call_id=d.get("tool_call_id"),
+            name=d.get("name"),
+            is_error=d.get("is_error", False),
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class ToolSpec:
+    """A tool as offered to the model (OpenAI function-calling shape). Compared and hashed by identity:
+    specs are defined once per domain, and their JSON-schema dicts are not hashable."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+    def to_openai(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What a model backend returns for one call."""
+
+    message: Message
+    usage: Usage
+    modeled_time_s: float = 0.0  # latency model's estimate (simulated backends); 0 when not modeled
+    info: dict[str, Any] = field(default_factory=dict)  # backend notes for the transcript (e.g. sim noise)
+
+
+@dataclass(frozen=True)
+class FolioLine:
+    """One charge on a hotel folio, which is also one itemization line the agent must enter."""
+
+    subcategory: str  # display name, e.g. "Room rate"
+    date: str  # ISO date
+    daily_rate: str  # decimal string, 2 places
+    quantity: int
+    amount: str  # decimal string, 2 places (= daily_rate * quantity)
+
+
+@dataclass(frozen=True)
+class Task:
+    """A benchmark task: the user's request plus everything the environment and user model need."""
+
+    task_id: str
+    instruction: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Score:
+    completed: bool
+    any_line_itemized: bool
+    amount_itemized_pct: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Termination(StrEnum):
+    """Why an episode ended; only the orchestrator (harness.episode) decides this."""
+
+    USER_STOP = "user_stop"
+    AGENT_FINAL = "agent_final"
+    MAX_STEPS = "max_steps"
+    CONTEXT_WINDOW_EXCEEDED = "context_window_exceeded"
+    ERROR = "error"
