@@ -69,7 +69,7 @@ def _execute(cfg: DictConfig, domain: Domain, jobs: list[tuple[int, int, str]]) 
         yield from pool.map(_work, jobs, chunksize=max(1, len(jobs) // (workers * 8)))
 
 
-def run(cfg: DictConfig) -> pd.DataFrame:
+def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
@@ -84,8 +84,9 @@ def run(cfg: DictConfig) -> pd.DataFrame:
             bar.set_postfix(completed=f"{done}/{n}", in_tok=f"{tokens:,}")
             bar.update()
     episodes, _ = build_tables(out_dir)
-    print(render(episodes))
-    print(f"\nWrote {out_dir}/episodes.parquet, steps.parquet, transcripts/ ({len(episodes)} episodes)")
+    if verbose:
+        print(render(episodes))
+        print(f"\nWrote {out_dir}/episodes.parquet, steps.parquet, transcripts/ ({len(episodes)} episodes)")
     return episodes
 
 

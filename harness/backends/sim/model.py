@@ -23,12 +23,14 @@ from harness.types import Completion, FolioLine, Message, ToolCall, ToolSpec, Us
 
 @dataclass(frozen=True)
 class NoiseConfig:
+    """Meaning and rationale of each parameter: configs/model/sim.yaml (the values used by runs)."""
+
     enabled: bool = True
-    confusion_per_conflicting_snapshot: float = 0.03
-    confusion_max: float = 0.5
-    degradation_onset_tokens: int = 8000
-    degradation_per_1k_tokens: float = 0.004
-    degradation_max: float = 0.5
+    confusion_per_conflicting_snapshot: float = 0.01
+    confusion_max: float = 0.3
+    degradation_onset_tokens: int = 16000
+    degradation_per_1k_tokens: float = 0.002
+    degradation_max: float = 0.3
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Speed benchmarks (make bench): figures and ratios printed, never asserted."""
