@@ -22,22 +22,22 @@ def episode_seed(seed: int, task_id: str, run: int) -> int:
 
 
 def build_domain(cfg: DictConfig) -> Domain:
-    return instantiate(cfg.env)  # type: ignore[no-any-return]
+    return instantiate(cfg.env)
 
 
 def build_policy(cfg: DictConfig) -> ContextPolicy:
     """A fresh policy per episode: policies may cache per-episode work (e.g. summaries)."""
-    return instantiate(cfg.policy)  # type: ignore[no-any-return]
+    return instantiate(cfg.policy)
 
 
 def build_model(cfg: DictConfig, seed: int) -> LLMBackend:
-    return instantiate(cfg.model, seed=seed)  # type: ignore[no-any-return]
+    return instantiate(cfg.model, seed=seed)
 
 
 def build_user(cfg: DictConfig) -> Callable[[Task], UserModel] | None:
     if cfg.user.get("_target_") is None:
         return None
-    return instantiate(cfg.user)  # type: ignore[no-any-return]
+    return instantiate(cfg.user)
 
 
 def describe(cfg: DictConfig, model: Any) -> dict[str, Any]:

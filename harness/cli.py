@@ -26,7 +26,7 @@ def valid_keys(cfg: DictConfig, dotted: str) -> list[str]:
     """The keys that exist at the level where `dotted` was meant to go."""
     parent = dotted.lstrip("+~").rsplit(".", 1)[0] if "." in dotted else ""
     node = OmegaConf.select(cfg, parent) if parent else cfg
-    return sorted(node.keys()) if isinstance(node, DictConfig) else []
+    return sorted(str(k) for k in node) if isinstance(node, DictConfig) else []
 
 
 def explain(overrides: list[str], error: Exception) -> str:

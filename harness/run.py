@@ -46,6 +46,7 @@ def run_one(cfg: DictConfig, domain: Domain, task_index: int, run: int, out_dir:
 
 def _init_worker(cfg_yaml: str) -> None:
     cfg = OmegaConf.create(cfg_yaml)
+    assert isinstance(cfg, DictConfig)
     _WORKER.update(cfg=cfg, domain=build_domain(cfg))
 
 

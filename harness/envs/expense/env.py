@@ -171,7 +171,7 @@ class ExpenseEnv:
         except (TypeError, ValueError) as exc:
             raise ToolError("rowNumber must be an integer (1-based)") from exc
         count = {ExpenseListForm: lambda f: min(len(f.rows()), 10), ReportForm: lambda f: len(f.report["lines"]),
-                 ItemizeForm: lambda f: len(f.rows)}[type(form)](form)  # type: ignore[index]
+                 ItemizeForm: lambda f: len(f.rows)}[type(form)](form)
         if not 1 <= number <= count:
             raise ToolError(f"Row {number} does not exist; the grid shows {count} row(s).")
         form.selected = number - 1
