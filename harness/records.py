@@ -78,7 +78,10 @@ def is_complete(path: Path) -> bool:
     with path.open("rb") as f:
         f.seek(max(0, path.stat().st_size - 65536))
         tail = f.read().decode(errors="replace").strip().splitlines()
-    return bool(tail) and '"type": "episode_end"' in tail[-1]
+    try:
+        return bool(tail) and json.loads(tail[-1]).get("type") == "episode_end"
+    except json.JSONDecodeError:
+        return False
 
 
 def build_tables(out_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:

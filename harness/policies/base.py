@@ -69,19 +69,24 @@ def tool_pairs(history: Sequence[Message]) -> list[Pair]:
 
 def keep_pairs(history: Sequence[Message], keep: set[str]) -> list[Message]:
     """The history with only the tool pairs in `keep`; every other message unchanged (same objects)."""
-    out: list[Message] = []
-    for m in history:
+    return [m for _, m in keep_pairs_indexed(history, keep)]
+
+
+def keep_pairs_indexed(history: Sequence[Message], keep: set[str]) -> list[tuple[int, Message]]:
+    """As keep_pairs, each kept message with the history index it comes from (copies included)."""
+    out: list[tuple[int, Message]] = []
+    for i, m in enumerate(history):
         if m.role == "tool":
             if m.tool_call_id in keep:
-                out.append(m)
+                out.append((i, m))
         elif m.tool_calls:
             calls = tuple(c for c in m.tool_calls if c.id in keep)
             if len(calls) == len(m.tool_calls):
-                out.append(m)
+                out.append((i, m))
             elif calls or m.content:
-                out.append(Message(m.role, m.content, calls, m.tool_call_id, m.name))
+                out.append((i, Message(m.role, m.content, calls, m.tool_call_id, m.name)))
         else:
-            out.append(m)
+            out.append((i, m))
     return out
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness.policies.base import Pair, RenderContext, Summarizer, Summary, View, keep_pairs, pair_messages
+from harness.policies.base import Pair, RenderContext, Summarizer, Summary, View, keep_pairs_indexed, pair_messages
 from harness.policies.last_n import split_pairs
 from harness.types import Message, Usage
 
@@ -28,7 +28,8 @@ class LastNSummary:
 
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
         evicted, kept = split_pairs(history, self.n)
-        messages = keep_pairs(history, {p.call_id for p in kept})
+        indexed = keep_pairs_indexed(history, {p.call_id for p in kept})
+        messages = [m for _, m in indexed]
         window = evicted[-self.w:] if self.w > 0 else []
         decisions = {"kept_pairs": [p.call_id for p in kept], "evicted_pairs": len(evicted),
                      "summarized_pairs": [p.call_id for p in window]}
@@ -37,7 +38,7 @@ class LastNSummary:
         fresh = self._summarize_new(history, window, ctx)
         text = "\n".join(self._cache[p.call_id].text for p in window)
         note = Message("system", f"{HEADER}\n{text}", name=SUMMARY_NAME)
-        messages.insert(_position(history, messages, window[-1].call_index), note)
+        messages.insert(_position(indexed, window[-1].call_index), note)
         usage = sum((s.usage for s in fresh), Usage())
         return View(messages, aux_usage=usage, aux_modeled_time_s=sum(s.modeled_time_s for s in fresh),
                     decisions={**decisions, "newly_summarized": len(fresh)})
@@ -52,7 +53,8 @@ class LastNSummary:
         return [self._cache[p.call_id] for p in todo]
 
 
-def _position(history: Sequence[Message], view: list[Message], evicted_call_index: int) -> int:
-    """Index in the view just after every message that preceded the last summarized call in the history."""
-    before = {id(m) for m in history[: evicted_call_index + 1]}
-    return sum(1 for m in view if id(m) in before)
+def _position(indexed: list[tuple[int, Message]], call_index: int) -> int:
+    """Where the summarized calls were: after every kept message that preceded the last summarized call, and
+    after that call's own message if only its text remains (if it still holds kept calls, before it, so that
+    those calls stay next to their results)."""
+    return sum(1 for i, m in indexed if i < call_index or (i == call_index and not m.tool_calls))

@@ -52,10 +52,9 @@ class ExtractiveSummarizer:
         if result is None:
             return f"{head} -> no result"
         try:
-            payload = json.loads(result.content)
-        except json.JSONDecodeError:
+            return f"{head} -> " + "; ".join(self._facts(json.loads(result.content)))
+        except (json.JSONDecodeError, TypeError, KeyError, AttributeError):  # not the shapes it knows: raw text
             return f"{head} -> {result.content[:200]}"
-        return f"{head} -> " + "; ".join(self._facts(payload))
 
     def _facts(self, payload: Any) -> list[str]:
         if not isinstance(payload, dict):

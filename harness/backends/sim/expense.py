@@ -162,6 +162,8 @@ def _strict_bad(rows: list[dict[str, Any]], folio: list[FolioLine]) -> tuple[lis
 
 def _on_itemize(b: Belief, snap: Snapshot, noise: Noise) -> Action:
     folio, rows = _known_folio(b), _rows(snap)
+    if not folio:  # without a user, the room details were on the report's Hotel tab, now out of view
+        return call("form_close_form", discardChanges=False)
     missing, extra = _cover(rows, folio)
     sel = next((r for r in rows if r["_sel"]), None)
     if sel is not None and not (sel.get("SubCategory") and sel.get("Amount")):

@@ -64,7 +64,8 @@ class ExpenseEnv:
         try:
             args = call.parsed_arguments()
             return ToolResult(handler(args))
-        except (ToolError, ValueError) as exc:
+        except (ToolError, ValueError, TypeError, ArithmeticError) as exc:
+            # Argument types the schema rules out still arrive from real models: they get the server's error.
             return ToolResult(v.response("Error", self._view(), f"{call.name}: {exc}"), True)
 
     def hotel_line(self) -> dict[str, Any]:
@@ -166,10 +167,7 @@ class ExpenseEnv:
 
     def _form_select_grid_row(self, args: dict[str, Any]) -> str:
         form = self._form()
-        try:
-            number = int(self._require(args, "rowNumber"))
-        except (TypeError, ValueError) as exc:
-            raise ToolError("rowNumber must be an integer (1-based)") from exc
+        number = _integer(self._require(args, "rowNumber"), "rowNumber")
         count = {ExpenseListForm: lambda f: min(len(f.rows()), 10), ReportForm: lambda f: len(f.report["lines"]),
                  ItemizeForm: lambda f: len(f.rows)}[type(form)](form)
         if not 1 <= number <= count:
@@ -286,7 +284,7 @@ class ExpenseEnv:
         if not isinstance(filt, dict):
             raise ToolError("filter must be an object of field -> value")
         rows = [r for r in rows if all(str(r.get(k, "")).lower() == str(val).lower() for k, val in filt.items())]
-        top = int(args.get("top", 50))
+        top = _integer(args.get("top") or 50, "top")
         return v.response("Success", None, f"{len(rows)} record(s).", EntitySetName=name, Records=rows[:top])
 
     def _entity_rows(self, name: str) -> list[dict[str, Any]]:
@@ -303,11 +301,20 @@ class ExpenseEnv:
         raise ToolError(f"Entity '{name}' not found. Use data_find_entity_type.")
 
 
+def _integer(value: Any, name: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ToolError(f"{name} must be an integer; got {value!r}") from exc
+
+
 def _decimal(value: Any, control: str) -> Decimal:
     try:
         d = Decimal(str(value).replace(",", ""))
     except InvalidOperation as exc:
         raise ToolError(f"Value '{value}' is not a valid number for {control}.") from exc
+    if not d.is_finite():
+        raise ToolError(f"Value '{value}' is not a valid number for {control}.")
     if d <= 0 or d != d.quantize(Decimal("0.01")):
         raise ToolError(f"{control} must be a positive amount with at most two decimals; got '{value}'.")
     return d.quantize(Decimal("0.01"))

@@ -39,7 +39,8 @@ class ExpenseListForm:
             col, value = self.filter
             rows = [r for r in rows if value.lower() in str(r.get(col, "")).lower()]
         key, desc = self.sort
-        return sorted(rows, key=lambda r: str(r.get(key, "")), reverse=desc)
+        numeric = key == "TotalAmount"
+        return sorted(rows, key=lambda r: Decimal(r[key]) if numeric else str(r.get(key, "")), reverse=desc)
 
     def _row(self, r: dict[str, Any]) -> dict[str, Any]:
         total = sum(Decimal(line["amount"]) for line in r["lines"]) if r["lines"] else Decimal(r["total"])

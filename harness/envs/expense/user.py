@@ -14,8 +14,8 @@ from harness.types import FolioLine, Task
 
 STOP = "###STOP###"
 LODGING = ("Room rate", "Room tax")
-COMPLETION = re.compile(r"itemi[sz]ation (is )?complete|fully itemi[sz]ed|remaining (balance )?(is )?(\$)?0\.00",
-                        re.I)
+COMPLETION = re.compile(r"itemi[sz]ation (is )?complete|(?<!not )fully itemi[sz]ed|"
+                        r"remaining (balance )?(is )?(\$)?0\.00", re.I)
 ASKS_LODGING = re.compile(r"\b(room|lodging|nightly|night|tax(es)?)\b", re.I)
 ASKS_OTHER = re.compile(r"\b(other|additional|extra|meals?|restaurant|parking|laundry|incidentals?)\b", re.I)
 
