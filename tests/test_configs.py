@@ -1,0 +1,115 @@
+"""Hydra composition of every experiment and instantiation through harness.build."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _support import CONFIG_DIR
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf import DictConfig
+
+from harness import build
+from harness.backends.sim import SimModel
+from harness.config import register
+from harness.envs.expense.domain import ExpenseDomain
+from harness.envs.expense.user import ScriptedUser
+from harness.policies import ExtractiveSummarizer, FullHistory, LastN, LastNSummary
+
+register()
+EXPERIMENTS = ("c1", "c2", "c3", "c4")
+
+
+@pytest.fixture
+def hydra_ctx() -> Iterator[None]:
+    assert Path(CONFIG_DIR).is_absolute()
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        yield
+
+
+def load(*overrides: str, out_dir: str = "/tmp/unused-out-dir") -> DictConfig:
+    return compose(config_name="config", overrides=[*overrides, f"out_dir={out_dir}"])
+
+
+@pytest.mark.usefixtures("hydra_ctx")
+@pytest.mark.parametrize("exp", EXPERIMENTS)
+def test_every_experiment_composes_and_instantiates(exp: str) -> None:
+    cfg = load(f"experiment={exp}", "n_tasks=4")
+    assert cfg.name == exp
+    domain = build.build_domain(cfg)
+    assert isinstance(domain, ExpenseDomain) and len(domain.tasks) == 4
+    policy = build.build_policy(cfg)
+    model = build.build_model(cfg, seed=123)
+    assert isinstance(model, SimModel) and model.simulated and model.context_window == 128000
+    assert model.noise.enabled is True and model.tokens.encoding == "o200k_base"
+    user_factory = build.build_user(cfg)
+    if exp == "c1":
+        assert user_factory is None
+    else:
+        assert user_factory is not None and isinstance(user_factory(domain.tasks[0]), ScriptedUser)
+    expected = {"c1": FullHistory, "c2": FullHistory, "c3": LastN, "c4": LastNSummary}[exp]
+    assert type(policy) is expected
+    assert build.describe(cfg, model) == {"experiment": exp, "policy": expected.__name__, "model": "sim",
+                                          "simulated": True}
+
+
+@pytest.mark.usefixtures("hydra_ctx")
+def test_policy_parameters() -> None:
+    c3 = build.build_policy(load("experiment=c3"))
+    assert isinstance(c3, LastN) and c3.n == 5
+    c4 = build.build_policy(load("experiment=c4"))
+    assert isinstance(c4, LastNSummary) and (c4.n, c4.w) == (5, 3)
+    assert isinstance(c4.summarizer, ExtractiveSummarizer) and c4.summarizer.max_rows == 12
+    # fresh objects per call: C4 caches summaries per episode
+    assert build.build_policy(load("experiment=c4")) is not c4
+    tuned = build.build_policy(load("experiment=c4", "policy.n=2", "policy.w=1"))
+    assert (tuned.n, tuned.w) == (2, 1)  # type: ignore[attr-defined]
+
+
+@pytest.mark.usefixtures("hydra_ctx")
+def test_defaults_without_an_experiment() -> None:
+    cfg = load()
+    assert (cfg.name, cfg.n_tasks, cfg.n_runs, cfg.seed, cfg.max_steps, cfg.encoding) == (
+        "default", 50, 5, 2606, 60, "o200k_base")
+    assert isinstance(build.build_policy(cfg), FullHistory) and build.build_user(cfg) is not None
+
+
+@pytest.mark.usefixtures("hydra_ctx")
+def test_overrides_flow_into_objects() -> None:
+    cfg = load("experiment=c2", "encoding=cl100k_base", "model.noise.enabled=false", "model.context_window=5000")
+    model = build.build_model(cfg, seed=1)
+    assert model.tokens.encoding == "cl100k_base"
+    assert model.noise.enabled is False and model.context_window == 5000
+
+
+@pytest.mark.usefixtures("hydra_ctx")
+def test_unknown_experiment_lists_the_valid_ones() -> None:
+    with pytest.raises(MissingConfigException) as info:
+        load("experiment=c9")
+    msg = str(info.value)
+    assert "c9" in msg
+    for exp in EXPERIMENTS:
+        assert f"\t{exp}" in msg
+
+
+@pytest.mark.usefixtures("hydra_ctx")
+@pytest.mark.parametrize("override", ["n_taks=3", "foo=1", "policy.nn=3"])
+def test_unknown_key_override_raises(override: str) -> None:
+    with pytest.raises(ConfigCompositionException):
+        load("experiment=c3", override)
+
+
+@pytest.mark.usefixtures("hydra_ctx")
+def test_schema_types_are_enforced() -> None:
+    with pytest.raises(ConfigCompositionException):
+        load("n_tasks=many")
+
+
+def test_episode_seed_is_stable_and_distinct() -> None:
+    assert build.episode_seed(2606, "hotel-001", 0) == build.episode_seed(2606, "hotel-001", 0)
+    seeds = {build.episode_seed(2606, f"hotel-{i:03d}", r) for i in range(1, 51) for r in range(5)}
+    assert len(seeds) == 250
+    assert build.episode_seed(1, "hotel-001", 0) != build.episode_seed(2, "hotel-001", 0)
+    assert build.episode_seed(2606, "hotel-001", 0) == 14346753717851622664  # fixed: sha256, not hash()

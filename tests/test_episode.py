@@ -1,0 +1,187 @@
+"""harness.episode.run_episode: routing, termination reasons, errors as results, step accounting."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from _support import ScriptedModel, calls, say, task
+
+from harness.backends.base import ContextWindowExceeded
+from harness.backends.sim import SimModel
+from harness.envs.expense.domain import ExpenseDomain
+from harness.envs.expense.toolspecs import TOOL_SPECS
+from harness.envs.expense.user import ScriptedUser
+from harness.episode import STOP, run_episode, view_refs
+from harness.policies import ExtractiveSummarizer, FullHistory, LastN, LastNSummary
+from harness.tokens import TokenCounter
+from harness.types import Message, Termination
+
+DOMAIN = ExpenseDomain(n_tasks=3)
+TOKENS = TokenCounter()
+T = task(0)
+
+
+def run(model, user: bool = True, policy=None, max_steps: int = 20, aux=None):  # type: ignore[no-untyped-def]
+    return run_episode(DOMAIN.episode(T, ScriptedUser if user else None), policy or FullHistory(), model, TOKENS,
+                       max_steps, aux=aux)
+
+
+def test_user_stop() -> None:
+    model = ScriptedModel([say("What were the room charges?"), say("The itemization is complete.")])
+    r = run(model)
+    assert r.termination is Termination.USER_STOP
+    assert [m.role for m in r.history] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert r.history[3].content.startswith("Room charges on the folio:")
+    assert r.history[-1].content == STOP
+    assert len(r.steps) == 2 and r.error is None
+    assert not r.score.completed  # the user stops on the claim; the score reads the environment
+
+
+def test_agent_final_without_a_user() -> None:
+    r = run(ScriptedModel([say("I cannot do more.")]), user=False)
+    assert r.termination is Termination.AGENT_FINAL
+    assert r.history[-1] == Message("assistant", "I cannot do more.")
+    assert len(r.steps) == 1
+
+
+def test_user_reply_that_is_not_stop_continues() -> None:
+    model = ScriptedModel([say("Hello?"), say("Hello again?"), say("Fully itemized.")])
+    r = run(model)
+    assert r.termination is Termination.USER_STOP and len(r.steps) == 3
+
+
+def test_max_steps() -> None:
+    r = run(SimModel(seed=0, noise={"enabled": False}), max_steps=3)
+    assert r.termination is Termination.MAX_STEPS
+    assert len(r.steps) == 3 and [s.step for s in r.steps] == [0, 1, 2]
+    assert r.error is None
+
+
+def test_max_steps_zero_makes_no_call() -> None:
+    model = ScriptedModel([])
+    r = run(model, max_steps=0)
+    assert r.termination is Termination.MAX_STEPS and r.steps == [] and model.seen == []
+
+
+def test_context_window_exceeded_by_the_request() -> None:
+    model = SimModel(seed=0, context_window=100, noise={"enabled": False})
+    r = run(model)
+    assert r.termination is Termination.CONTEXT_WINDOW_EXCEEDED
+    assert r.steps == [] and len(r.history) == 2
+    assert model.calls == 0  # decided before calling the model
+
+
+def test_context_window_checked_against_the_view_not_the_history() -> None:
+    """With a pruning policy the same window admits the call that the full history would not."""
+    script = [calls((f"c{i}", "form_find_menu_item", '{"menuItemFilter": "expense"}')) for i in range(6)]
+    full = run(ScriptedModel(list(script) + [say("done")], context_window=4000), user=False)
+    assert full.termination is Termination.CONTEXT_WINDOW_EXCEEDED
+    pruned = run(ScriptedModel(list(script) + [say("done")], context_window=4000), user=False, policy=LastN(1))
+    assert pruned.termination is Termination.AGENT_FINAL
+    assert max(s.input_tokens for s in pruned.steps) <= 4000 < max(s.history_tokens for s in pruned.steps)
+
+
+def test_context_window_exceeded_raised_by_the_backend() -> None:
+    r = run(ScriptedModel([say("What were the room charges?"), ContextWindowExceeded("too long")]))
+    assert r.termination is Termination.CONTEXT_WINDOW_EXCEEDED
+    assert len(r.steps) == 1 and r.error is None
+
+
+def test_model_exception_is_an_error_result_not_a_raise() -> None:
+    r = run(ScriptedModel([say("What were the room charges?"), RuntimeError("backend exploded")]))
+    assert r.termination is Termination.ERROR
+    assert r.error is not None and "RuntimeError" in r.error and "backend exploded" in r.error
+    assert len(r.steps) == 1 and len(r.history) == 4
+    assert r.score.completed is False
+    # and the next episode runs normally
+    assert run(ScriptedModel([say("Fully itemized.")])).termination is Termination.USER_STOP
+
+
+def test_policy_exception_is_an_error_result() -> None:
+    class Broken:
+        name = "broken"
+
+        def render(self, history, ctx):  # type: ignore[no-untyped-def]
+            raise KeyError("boom")
+
+    r = run(ScriptedModel([say("x")]), policy=Broken())
+    assert r.termination is Termination.ERROR and "KeyError" in (r.error or "")
+
+
+def test_malformed_tool_call_gets_a_tool_error_and_the_episode_continues() -> None:
+    model = ScriptedModel([calls(("call_1", "form_open_menu_item", "{not json")),
+                           calls(("call_2", "form_open_menu_item", '{"name": "TrvExpenses"}')),
+                           say("Stopping here.")])
+    r = run(model, user=False)
+    assert r.termination is Termination.AGENT_FINAL and len(r.steps) == 3
+    err = r.history[3]
+    assert (err.role, err.tool_call_id, err.name, err.is_error) == ("tool", "call_1", "form_open_menu_item", True)
+    assert json.loads(err.content)["Status"] == "Error" and "not valid JSON" in err.content
+    ok = r.history[5]
+    assert ok.role == "tool" and not ok.is_error and json.loads(ok.content)["Form"]["FormName"] == "TrvExpenses"
+    assert r.tool_errors == 1
+    # the model saw its error on the next call
+    assert model.seen[1][-1] is err
+
+
+def test_unknown_tool_and_multiple_calls_in_one_message() -> None:
+    model = ScriptedModel([calls(("a", "no_such_tool", "{}"), ("b", "form_open_menu_item", '{"name": "TrvExpenses"}'),
+                                 ("c", "form_find_controls", '{"controlSearchTerm": "Details"}')),
+                           say("ok")])
+    r = run(model, user=False)
+    results = [m for m in r.history if m.role == "tool"]
+    assert [m.tool_call_id for m in results] == ["a", "b", "c"]
+    assert [m.is_error for m in results] == [True, False, False]
+    assert r.tool_errors == 1
+    assert r.steps[0].action == "no_such_tool,form_open_menu_item,form_find_controls"
+    assert r.steps[1].action == "message"
+
+
+def test_step_records_match_what_the_model_saw() -> None:
+    model = ScriptedModel([calls((f"c{i}", "form_find_menu_item", '{"menuItemFilter": "expense"}'))
+                           for i in range(4)] + [say("done")])
+    r = run(model, user=False, policy=LastN(2))
+    for step, seen in zip(r.steps, model.seen, strict=True):
+        assert step.input_tokens == TOKENS.request(seen, TOOL_SPECS)
+        assert step.n_view_messages == len(seen)
+        assert step.output_tokens == 3 and step.modeled_time_s == 0.5
+        prefix = r.history[: step.n_history_messages]
+        assert step.history_tokens == TOKENS.request(prefix, TOOL_SPECS)
+        assert step.view == [prefix.index(m) for m in seen]  # every view message is a history object
+    assert r.steps[-1].decisions["evicted_pairs"] == 2
+    assert r.steps[-1].input_tokens < r.steps[-1].history_tokens
+
+
+def test_view_refs_inline_non_history_messages() -> None:
+    history = [Message("system", "s"), Message("user", "u")]
+    note = Message("system", "summary", name="context_summary")
+    assert view_refs(history, [history[0], note, history[1]]) == [0, note.to_dict(), 1]
+
+
+def test_aux_summarizer_and_its_cost_are_recorded() -> None:
+    script = [calls((f"c{i}", "form_find_menu_item", '{"menuItemFilter": "expense"}')) for i in range(4)]
+    model = ScriptedModel([*script, say("done")])
+    r = run(model, user=False, policy=LastNSummary(1, 2), aux=ExtractiveSummarizer())
+    aux = [s.aux_input_tokens for s in r.steps]
+    assert aux[0] == aux[1] == 0  # nothing evicted yet
+    assert all(a > 0 for a in aux[2:])  # one pair newly evicted at each later step
+    assert any(isinstance(ref, dict) and ref["name"] == "context_summary" for ref in r.steps[-1].view)
+    assert r.steps[-1].modeled_time_s > 0.5
+
+
+def test_history_is_append_only_across_steps() -> None:
+    """What the model saw at step k is unchanged in the final history (no policy edits leak back)."""
+    r = run(SimModel(seed=0, noise={"enabled": False}), policy=LastNSummary(2, 2, ExtractiveSummarizer()),
+            max_steps=12)
+    snapshot = [m.to_dict() for m in r.history]
+    for s in r.steps:
+        assert all(snapshot[i] == r.history[i].to_dict() for i in s.view if isinstance(i, int))
+    assert r.history[:2] == DOMAIN.episode(T, ScriptedUser).opening()
+
+
+@pytest.mark.parametrize("user", [True, False])
+def test_opening_names_the_user_rule(user: bool) -> None:
+    system = DOMAIN.episode(T, ScriptedUser if user else None).opening()[0].content
+    assert ("No user is available" in system) is (not user)
+    assert ("Ask the user for the charges" in system) is user

@@ -1,0 +1,99 @@
+"""The scripted (tau-style) user model."""
+
+from __future__ import annotations
+
+import pytest
+from _support import has_all_types, only_room_rate, task_where, tasks
+
+from harness.backends.sim.expense import ASK_LODGING, ASK_OTHER
+from harness.envs.expense.tasks import folio_of
+from harness.envs.expense.user import LODGING, STOP, ScriptedUser, describe
+from harness.types import FolioLine, Task
+
+QUESTIONS = [ASK_LODGING, ASK_OTHER, "What was the nightly room rate?", "Were there any taxes?",
+             "Any parking, laundry or meals at the restaurant?", "Anything additional or extra?",
+             "What were the room charges and the other charges?", "Hello?", ""]
+
+
+def lines_of(reply: str) -> list[str]:
+    return [ln for ln in reply.splitlines() if ln.startswith("- ")]
+
+
+def test_describe_wording() -> None:
+    line = FolioLine("Room tax", "2026-03-02", "25.10", 1, "25.10")
+    assert describe(line) == "- Room tax, starting 2026-03-02: 1 x 25.10 = 25.10"
+
+
+@pytest.mark.parametrize("question", [ASK_LODGING, "What was the nightly room rate and tax?"])
+def test_lodging_question_gets_only_lodging_lines(question: str) -> None:
+    t = task_where(has_all_types)
+    reply = ScriptedUser(t).respond(question)
+    lodging = [describe(f) for f in folio_of(t) if f.subcategory in LODGING]
+    assert reply == "\n".join(["Room charges on the folio:", *lodging])
+    assert all(f.subcategory in LODGING for f in folio_of(t) if describe(f) in reply)
+
+
+def test_other_question_gets_the_rest() -> None:
+    t = task_where(has_all_types)
+    reply = ScriptedUser(t).respond(ASK_OTHER)
+    other = [describe(f) for f in folio_of(t) if f.subcategory not in LODGING]
+    assert reply == "\n".join(["Other charges on the folio:", *other])
+    assert {"Hotel restaurant", "Parking", "Laundry"} <= {ln.split(",")[0][2:] for ln in lines_of(reply)}
+
+
+def test_other_question_with_no_other_charges() -> None:
+    t = task_where(only_room_rate)
+    reply = ScriptedUser(t).respond(ASK_OTHER)
+    assert "no other charges" in reply
+    assert lines_of(reply) == []
+    assert ScriptedUser(t).respond(ASK_LODGING) == "Room charges on the folio:\n" + describe(folio_of(t)[0])
+
+
+def test_both_topics_in_one_question() -> None:
+    t = task_where(has_all_types)
+    reply = ScriptedUser(t).respond("What were the room charges and the other charges?")
+    assert sorted(lines_of(reply)) == sorted(describe(f) for f in folio_of(t))
+
+
+def test_unrelated_question_reveals_nothing() -> None:
+    reply = ScriptedUser(tasks()[0]).respond("Hello?")
+    assert lines_of(reply) == [] and reply != STOP
+
+
+@pytest.mark.parametrize("index", range(50))
+def test_never_reveals_charges_not_on_the_folio(index: int) -> None:
+    t: Task = tasks()[index]
+    user = ScriptedUser(t)
+    allowed = {describe(f) for f in folio_of(t)}
+    revealed: set[str] = set()
+    for q in QUESTIONS:
+        reply = user.respond(q)
+        assert set(lines_of(reply)) <= allowed
+        revealed |= set(lines_of(reply))
+    assert revealed == allowed  # and asking both topics reveals the whole folio
+
+
+@pytest.mark.parametrize("text", [
+    "The itemization is complete: 6 itemization line(s) saved and the Remaining balance is 0.00.",
+    "Itemisation complete.",
+    "The hotel expense is now fully itemized.",
+    "Done. Remaining balance is $0.00.",
+])
+def test_stop_on_completion(text: str) -> None:
+    assert ScriptedUser(tasks()[0]).respond(text) == STOP == "###STOP###"
+
+
+@pytest.mark.parametrize("text", [
+    "I itemized 1 line(s), but the Remaining balance is 758.35. I do not have the details of the other folio "
+    "charges, so the itemization is not finished.",
+    "the itemization is not finished",
+    "Remaining balance is 10.00.",
+    "Remaining is 100.00",
+])
+def test_no_stop_when_not_finished(text: str) -> None:
+    assert STOP not in ScriptedUser(tasks()[0]).respond(text)
+
+
+def test_no_stop_on_negated_completion() -> None:
+    reply = ScriptedUser(tasks()[0]).respond("The hotel expense is not fully itemized yet; 120.50 remains.")
+    assert STOP not in reply
