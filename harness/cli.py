@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.run import CONFIG_DIR, main
 
-GROUPS = ("experiment", "env", "policy", "model", "user")
+GROUPS = ("experiment", "env", "policy", "model", "user", "summarizer")
 
 
 def choices(group: str) -> list[str]:

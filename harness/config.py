@@ -17,12 +17,14 @@ class RunConfig:
     max_steps: int = 60
     encoding: str = "o200k_base"
     n_workers: int = 1
+    concurrency: int = 8
     progress: bool = True
     out_dir: str = "results"
     env: Any = None
     policy: Any = None
     model: Any = None
     user: Any = None
+    summarizer: Any = None
 
 
 def register() -> None:

@@ -7,19 +7,22 @@ by the same rule (harness.tokens).
 
 from __future__ import annotations
 
+import logging
 import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.backends.base import ContextWindowExceeded, LLMBackend
+from harness.backends.base import ContextWindowExceeded, InfraError, LLMBackend
 from harness.envs.base import Episode
 from harness.policies.base import ContextPolicy, RenderContext, Summarizer
 from harness.tokens import TokenCounter
-from harness.types import Message, Score, Termination, ToolCall
+from harness.types import Message, Score, Termination, ToolCall, ToolSpec, Usage
 
 STOP = "###STOP###"
+log = logging.getLogger("harness.episode")
+MISMATCH_TOKENS, MISMATCH_FRACTION = 50, 0.10  # API vs local input count: log beyond both
 
 
 @dataclass
@@ -28,7 +31,8 @@ class StepRecord:
 
     step: int
     history_tokens: int
-    input_tokens: int
+    input_tokens: int  # as the backend reports it (the API's usage; the local count for sim)
+    local_input_tokens: int  # harness.tokens' count of the same request
     output_tokens: int
     aux_input_tokens: int
     aux_output_tokens: int
@@ -38,6 +42,10 @@ class StepRecord:
     n_history_messages: int
     n_view_messages: int
     action: str
+    cached: bool
+    cost_usd: float
+    retries: int
+    usage_mismatch: bool
     view: list[Any]
     decisions: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
@@ -51,6 +59,8 @@ class EpisodeResult:
     score: Score
     wall_time_s: float
     tool_errors: int = 0
+    malformed_tool_calls: int = 0
+    user_usage: Usage = field(default_factory=Usage)
     error: str | None = None
 
 
@@ -64,6 +74,9 @@ def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, toke
     for step in range(max_steps):
         try:
             ended = _step(episode, policy, model, tokens, history, steps, RenderContext(step, tokens, tools, aux=aux))
+        except InfraError as exc:  # the endpoint, not the agent, failed
+            termination, error = Termination.INFRA_ERROR, f"{type(exc).__name__}: {exc}"
+            break
         except Exception:  # an episode's crash is recorded, never the whole run's
             termination, error = Termination.ERROR, traceback.format_exc(limit=8)
             break
@@ -71,8 +84,21 @@ def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, toke
             termination = ended
             break
     tool_errors = sum(1 for m in history if m.role == "tool" and m.is_error)
+    malformed = sum(1 for m in history for c in m.tool_calls if is_malformed(c, tools))
+    user_usage = getattr(episode.user, "usage", Usage())
     return EpisodeResult(history, steps, termination, episode.score(), time.perf_counter() - start,
-                         tool_errors, error)
+                         tool_errors, malformed, user_usage, error)
+
+
+def is_malformed(call: ToolCall, tools: Sequence[ToolSpec]) -> bool:
+    """A call the model could not have meant: unknown tool, or arguments that are not a JSON object."""
+    if call.name not in {t.name for t in tools}:
+        return True
+    try:
+        call.parsed_arguments()
+    except ValueError:
+        return True
+    return False
 
 
 def _step(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: TokenCounter,
@@ -89,13 +115,20 @@ def _step(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: To
     except ContextWindowExceeded:
         return Termination.CONTEXT_WINDOW_EXCEEDED
     message = completion.message
+    reported = completion.usage.input_tokens or input_tokens
+    mismatch = _usage_mismatch(reported, input_tokens, completion.usage.input_tokens > 0)
+    if mismatch and not any(s.usage_mismatch for s in steps):  # once per episode: the cause is systematic
+        log.warning("step %d: API reports %d input tokens, local count %d (model tokenizer or framing differs)",
+                    ctx.step, reported, input_tokens)
     steps.append(StepRecord(
-        step=ctx.step, history_tokens=tokens.request(history, ctx.tools), input_tokens=input_tokens,
-        output_tokens=completion.usage.output_tokens, aux_input_tokens=view.aux_usage.input_tokens,
-        aux_output_tokens=view.aux_usage.output_tokens, policy_time_s=policy_time,
+        step=ctx.step, history_tokens=tokens.request(history, ctx.tools), input_tokens=reported,
+        local_input_tokens=input_tokens, output_tokens=completion.usage.output_tokens,
+        aux_input_tokens=view.aux_usage.input_tokens, aux_output_tokens=view.aux_usage.output_tokens,
+        policy_time_s=policy_time,
         model_time_s=time.perf_counter() - t1, modeled_time_s=completion.modeled_time_s + view.aux_modeled_time_s,
         n_history_messages=len(history), n_view_messages=len(view.messages),
-        action=",".join(c.name for c in message.tool_calls) or "message",
+        action=",".join(c.name for c in message.tool_calls) or "message", cached=completion.cached,
+        cost_usd=completion.cost_usd, retries=len(completion.info.get("retries", [])), usage_mismatch=mismatch,
         view=view_refs(history, view.messages), decisions=view.decisions, info=completion.info))
     history.append(message)
     if message.tool_calls:
@@ -106,6 +139,11 @@ def _step(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: To
     reply = episode.user.respond(message.content)
     history.append(Message("user", reply))
     return Termination.USER_STOP if STOP in reply else None
+
+
+def _usage_mismatch(reported: int, local: int, from_api: bool) -> bool:
+    diff = abs(reported - local)
+    return from_api and diff > MISMATCH_TOKENS and diff > MISMATCH_FRACTION * local
 
 
 def _tool_result(episode: Episode, call: ToolCall) -> Message:

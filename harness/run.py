@@ -6,10 +6,11 @@ into objects; this module is the batch runner (parallel workers, resume, records
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import os
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,8 @@ def run_one(cfg: DictConfig, domain: Domain, task_index: int, run: int, out_dir:
                          TokenCounter(cfg.encoding), cfg.max_steps)
     meta = {**describe(cfg, model), "task_id": task.task_id, "run": run, "seed": seed}
     write_transcript(transcript_path(out_dir, task.task_id, run), meta, result)
-    return {"completed": result.score.completed, "input_tokens": sum(s.input_tokens for s in result.steps)}
+    return {"completed": result.score.completed, "input_tokens": sum(s.input_tokens for s in result.steps),
+            "cost_usd": sum(s.cost_usd for s in result.steps)}
 
 
 def _init_worker(cfg_yaml: str) -> None:
@@ -61,6 +63,15 @@ def pending(cfg: DictConfig, domain: Domain, out_dir: Path) -> list[tuple[int, i
 
 
 def _execute(cfg: DictConfig, domain: Domain, jobs: list[tuple[int, int, str]]) -> Iterator[dict[str, Any]]:
+    if cfg.model.get("executor") == "thread":  # network-bound backends: threads share one connection pool
+        pool = ThreadPoolExecutor(max(1, cfg.concurrency))
+        try:
+            futures = [pool.submit(run_one, cfg, domain, i, r, Path(o)) for i, r, o in jobs]
+            for future in as_completed(futures):
+                yield future.result()
+        finally:  # on Ctrl-C: start nothing new; running episodes finish and write their transcripts
+            pool.shutdown(wait=True, cancel_futures=True)
+        return
     workers = cfg.n_workers or os.cpu_count() or 1
     if workers == 1 or len(jobs) < 2:
         yield from (run_one(cfg, domain, i, r, Path(o)) for i, r, o in jobs)
@@ -77,13 +88,18 @@ def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
     domain = build_domain(cfg)
     jobs = pending(cfg, domain, out_dir)
     total = cfg.n_runs * len(domain.tasks)
-    done, tokens, n = 0, 0, 0
+    done, tokens, cost, n = 0, 0, 0.0, 0
     with tqdm(total=total, initial=total - len(jobs), desc=f"{cfg.name} [{cfg.model.name}]",
               disable=not cfg.progress, unit="ep") as bar:
-        for row in _execute(cfg, domain, jobs):
-            done, tokens, n = done + row["completed"], tokens + row["input_tokens"], n + 1
-            bar.set_postfix(completed=f"{done}/{n}", in_tok=f"{tokens:,}")
-            bar.update()
+        try:
+            for row in _execute(cfg, domain, jobs):
+                done, tokens, n = done + row["completed"], tokens + row["input_tokens"], n + 1
+                cost += row["cost_usd"] if row["cost_usd"] == row["cost_usd"] else 0.0  # NaN: unknown price
+                bar.set_postfix(completed=f"{done}/{n}", in_tok=f"{tokens:,}", cost=f"${cost:,.2f}")
+                bar.update()
+        except KeyboardInterrupt:
+            print(f"\nInterrupted after {n} new episodes; run the same command again to finish the rest.")
+            raise
     episodes, _ = build_tables(out_dir)
     if verbose:
         print(render(episodes))
@@ -93,6 +109,8 @@ def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def main(cfg: DictConfig) -> None:
+    for noisy in ("httpx", "openai"):  # one INFO line per HTTP request would drown the run log
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     run(cfg)
 
 

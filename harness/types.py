@@ -106,7 +106,9 @@ class Completion:
     message: Message
     usage: Usage
     modeled_time_s: float = 0.0  # latency model's estimate (simulated backends); 0 when not modeled
-    info: dict[str, Any] = field(default_factory=dict)  # backend notes for the transcript (e.g. sim noise)
+    cached: bool = False  # replayed from the response cache: nothing was spent
+    cost_usd: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)  # backend notes for the transcript (noise, retries)
 
 
 @dataclass(frozen=True)
@@ -145,3 +147,4 @@ class Termination(StrEnum):
     MAX_STEPS = "max_steps"
     CONTEXT_WINDOW_EXCEEDED = "context_window_exceeded"
     ERROR = "error"
+    INFRA_ERROR = "infra_error"  # the model endpoint failed after every retry: not a task failure

@@ -143,14 +143,16 @@ def test_step_records_match_what_the_model_saw() -> None:
                            for i in range(4)] + [say("done")])
     r = run(model, user=False, policy=LastN(2))
     for step, seen in zip(r.steps, model.seen, strict=True):
-        assert step.input_tokens == TOKENS.request(seen, TOOL_SPECS)
+        assert step.local_input_tokens == TOKENS.request(seen, TOOL_SPECS)
+        assert step.input_tokens == 7  # what the backend reports (an API's usage) is what the tables sum
+        assert step.usage_mismatch  # 7 vs the local count: flagged (and logged once)
         assert step.n_view_messages == len(seen)
         assert step.output_tokens == 3 and step.modeled_time_s == 0.5
         prefix = r.history[: step.n_history_messages]
         assert step.history_tokens == TOKENS.request(prefix, TOOL_SPECS)
         assert step.view == [prefix.index(m) for m in seen]  # every view message is a history object
     assert r.steps[-1].decisions["evicted_pairs"] == 2
-    assert r.steps[-1].input_tokens < r.steps[-1].history_tokens
+    assert r.steps[-1].local_input_tokens < r.steps[-1].history_tokens
 
 
 def test_view_refs_inline_non_history_messages() -> None:

@@ -1,5 +1,5 @@
 """Model backends: the simulated offline agent (`sim`) now; OpenAI-compatible endpoints next."""
 
-from harness.backends.base import ContextWindowExceeded, LLMBackend
+from harness.backends.base import ContextWindowExceeded, InfraError, LLMBackend
 
-__all__ = ["ContextWindowExceeded", "LLMBackend"]
+__all__ = ["ContextWindowExceeded", "InfraError", "LLMBackend"]

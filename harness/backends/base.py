@@ -8,6 +8,10 @@ from typing import Protocol
 from harness.types import Completion, Message, ToolSpec
 
 
+class InfraError(Exception):
+    """The model endpoint kept failing after every retry, or refused the credentials: not a task failure."""
+
+
 class ContextWindowExceeded(Exception):
     """The request does not fit the model's context window (raised by a backend or decided by the loop)."""
 

@@ -24,6 +24,26 @@ KEY_FIELDS = re.compile(r"(Number|RecId|Id|Code|Status|Total|Itemized|Remaining|
                         r"SubCategory|Category|Merchant|Name)$")
 
 
+LLM_PROMPT = ("You condense tool calls and results for an agent that can no longer see them. Keep every "
+              "identifier, code, amount, date and status exactly as written; drop layout and metadata. Answer with "
+              "one short line per tool call, at most {max_words} words in all.")
+
+
+@dataclass
+class LLMSummarizer:
+    """The summarizer as a model call (the paper's C4), through any backend; usage and time as reported."""
+
+    backend: Any
+    max_words: int = 120
+
+    def summarize(self, pairs: Sequence[tuple[Message, Message | None]], tokens: TokenCounter) -> Summary:
+        shown = "\n\n".join(f"CALL {c.tool_calls[0].name}({c.tool_calls[0].arguments})\n"
+                             f"RESULT {r.content if r else '(none)'}" for c, r in pairs)
+        request = [Message("system", LLM_PROMPT.format(max_words=self.max_words)), Message("user", shown)]
+        completion = self.backend.generate(request, [])
+        return Summary(completion.message.content.strip(), completion.usage, completion.modeled_time_s)
+
+
 @dataclass(frozen=True)
 class SummaryLatency:
     overhead_s: float = 0.6

@@ -2,30 +2,42 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from harness.report.stats import fmt, mean_ci
 
 # (label, column or derived per-run aggregate, how to aggregate over tasks in a run, digits, scale)
+# Task metrics are over episodes the endpoint did not fail (infra failures are counted apart, as the paper does).
 PER_RUN = (
-    ("Tasks completed (%)", "completed", "mean", 1, 100.0),
-    (">=1 line itemized (%)", "any_line_itemized", "mean", 1, 100.0),
-    ("Amount itemized (%)", "amount_itemized_pct", "mean", 2, 1.0),
+    ("Tasks completed (%)", "task_completed", "mean", 1, 100.0),
+    (">=1 line itemized (%)", "task_any_line", "mean", 1, 100.0),
+    ("Amount itemized (%)", "task_amount_pct", "mean", 2, 1.0),
     ("Agent input tokens", "input_tokens", "sum", 0, 1.0),
     ("Agent output tokens", "output_tokens", "sum", 0, 1.0),
     ("Auxiliary tokens (in+out)", "aux_tokens", "sum", 0, 1.0),
+    ("User-model tokens (in+out)", "user_tokens", "sum", 0, 1.0),
     ("Total tokens", "total_tokens", "sum", 0, 1.0),
     ("Tool calls per task", "n_tool_calls", "mean", 1, 1.0),
-    ("Modeled time (h)", "modeled_time_s", "sum", 2, 1 / 3600),
+    ("Model time (h; modeled for sim)", "modeled_time_s", "sum", 2, 1 / 3600),
     ("Wall time (s)", "wall_time_s", "sum", 1, 1.0),
+    ("Cost (USD, not cached)", "cost_usd", "sum", 2, 1.0),
+    ("Infra failures (episodes)", "infra", "sum", 0, 1.0),
 )
 
 
 def per_run(episodes: pd.DataFrame) -> pd.DataFrame:
     """One row per (experiment, run): the paper's per-run figures, each over the run's tasks."""
-    df = episodes.assign(aux_tokens=episodes.aux_input_tokens + episodes.aux_output_tokens)
-    df = df.assign(total_tokens=df.input_tokens + df.output_tokens + df.aux_tokens)
-    aggs = {col: how for _, col, how, _, _ in PER_RUN}
+    infra = episodes.termination == "infra_error"
+    df = episodes.assign(aux_tokens=episodes.aux_input_tokens + episodes.aux_output_tokens, infra=infra,
+                         task_completed=episodes.completed.astype(float).mask(infra),
+                         task_any_line=episodes.any_line_itemized.astype(float).mask(infra),
+                         task_amount_pct=episodes.amount_itemized_pct.mask(infra))
+    df = df.assign(total_tokens=df.input_tokens + df.output_tokens + df.aux_tokens,
+                   user_tokens=df.user_input_tokens + df.user_output_tokens)
+    aggs: dict[str, Any] = {col: how for _, col, how, _, _ in PER_RUN}
+    aggs["cost_usd"] = lambda s: s.sum() if s.notna().all() else float("nan")  # an unknown price is not free
     return df.groupby(["experiment", "run"]).agg(aggs).reset_index()
 
 

@@ -87,7 +87,7 @@ class SimModel:
 
     def __init__(self, name: str = "sim", context_window: int = 128_000, seed: int = 0,
                  encoding: str = "o200k_base", noise: dict[str, Any] | None = None,
-                 latency: dict[str, Any] | None = None) -> None:
+                 latency: dict[str, Any] | None = None, executor: str = "process") -> None:
         self.name, self.context_window = name, context_window
         self.noise = NoiseConfig(**(noise or {}))
         self.latency = LatencyConfig(**(latency or {}))

@@ -8,9 +8,10 @@ itemization is complete. The LLM user model (same rules, as a prompt) comes with
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from harness.envs.expense.tasks import folio_of
-from harness.types import FolioLine, Task
+from harness.types import FolioLine, Message, Task, Usage
 
 STOP = "###STOP###"
 LODGING = ("Room rate", "Room tax")
@@ -48,3 +49,41 @@ class ScriptedUser:
                     else "The folio shows no separate room charges.")
         head = "Room charges on the folio:" if topic == "lodging" else "Other charges on the folio:"
         return "\n".join([head, *map(describe, lines)])
+
+
+LLM_USER_PROMPT = """You are a user interacting with an agent that is itemizing a hotel expense for you in \
+Microsoft Dynamics 365.
+
+Instruction: {instruction}
+
+Rules:
+- Just generate one line at a time to simulate the user's message.
+- Reveal the folio details gradually and only when the agent asks for them: give only the charges asked about.
+- Never invent information that is not on the folio below. If asked for something not on it, say you don't have it.
+- Do not repeat the instruction verbatim; use your own words.
+- When the agent reports that the itemization is complete, output only ###STOP### and nothing else.
+
+Your hotel folio (every charge, exact amounts):
+{folio}"""
+
+
+class LLMUser:
+    """The tau-style user model played by a language model (the paper: GPT-4.1), through any backend.
+
+    It keeps its own side of the conversation (its replies as assistant turns, the agent's as user turns);
+    its token usage is accumulated in `usage` and reported apart from the agent's."""
+
+    def __init__(self, task: Task, backend: Any) -> None:
+        self.backend = backend
+        folio = "\n".join(describe(f) for f in folio_of(task))
+        system = LLM_USER_PROMPT.format(instruction=task.instruction, folio=folio)
+        self.messages = [Message("system", system), Message("assistant", task.instruction)]
+        self.usage = Usage()
+
+    def respond(self, agent_text: str) -> str:
+        self.messages.append(Message("user", agent_text))
+        completion = self.backend.generate(self.messages, [])
+        self.usage = self.usage + completion.usage
+        reply = completion.message.content.strip() or "Could you say that again?"
+        self.messages.append(Message("assistant", reply))
+        return STOP if STOP in reply else reply

@@ -1,0 +1,121 @@
+"""An OpenAI-compatible HTTP endpoint on loopback whose "model" is the simulated agent.
+
+It lets the real client (`model=openai`) be exercised end to end offline and fast — real HTTP, real JSON, real
+tool-call parsing — for the resume, replay, secret and fault tests and for `make bench` (with a fixed added
+latency). Each request is answered from its messages alone; the noise seed is derived from the request, so a
+given request always gets the same answer. Responses are SIMULATED, like `model=sim`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from harness.backends.sim.model import SimModel
+from harness.tokens import TokenCounter
+from harness.types import Message, ToolCall, ToolSpec
+
+MODEL_ID = "sim-served"
+
+
+def from_openai(m: dict[str, Any]) -> Message:
+    calls = tuple(ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
+                  for c in m.get("tool_calls") or [])
+    return Message(m["role"], m.get("content") or "", calls, m.get("tool_call_id"))
+
+
+def answer(body: dict[str, Any], noise: dict[str, Any] | None, tokens: TokenCounter) -> dict[str, Any]:
+    messages = [from_openai(m) for m in body["messages"]]
+    tools = [ToolSpec(t["function"]["name"], t["function"].get("description", ""), t["function"]["parameters"])
+             for t in body.get("tools", [])]
+    seed = int(hashlib.sha256(json.dumps(body["messages"], sort_keys=True).encode()).hexdigest()[:12], 16)
+    completion = SimModel(seed=seed, noise=noise).generate(messages, tools)
+    msg = completion.message
+    out: dict[str, Any] = {"role": "assistant", "content": msg.content or None}
+    if msg.tool_calls:
+        out["tool_calls"] = [{"id": c.id + f"_{len(messages)}", "type": "function",
+                              "function": {"name": c.name, "arguments": c.arguments}} for c in msg.tool_calls]
+    return {"id": f"chatcmpl-{seed:x}", "object": "chat.completion", "created": 0, "model": MODEL_ID,
+            "choices": [{"index": 0, "message": out, "finish_reason": "tool_calls" if msg.tool_calls else "stop"}],
+            "usage": {"prompt_tokens": completion.usage.input_tokens,
+                      "completion_tokens": completion.usage.output_tokens,
+                      "total_tokens": completion.usage.input_tokens + completion.usage.output_tokens}}
+
+
+class SimServer:
+    """Context manager: `with SimServer(latency_s=0.2) as s: s.base_url`."""
+
+    def __init__(self, port: int = 0, latency_s: float = 0.0, noise: dict[str, Any] | None = None) -> None:
+        self.latency_s, self.noise = latency_s, noise
+        self.requests = 0
+        self.last_authorization: str | None = None  # for tests that check the key was sent (and nowhere else)
+        self._lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> SimServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        owner, tokens = self, TokenCounter()
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+            def _send(self, code: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self._send(200, {"object": "list", "data": [{"id": MODEL_ID, "object": "model"}]})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                with owner._lock:
+                    owner.requests += 1
+                    owner.last_authorization = self.headers.get("Authorization")
+                if owner.latency_s:
+                    time.sleep(owner.latency_s)
+                self._send(200, answer(body, owner.noise, tokens))
+
+        return Handler
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=8766)
+    parser.add_argument("--latency", type=float, default=0.0)
+    args = parser.parse_args()
+    with SimServer(args.port, args.latency) as server:
+        print(f"SIMULATED OpenAI-compatible endpoint at {server.base_url} (model {MODEL_ID}); Ctrl-C stops it")
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""model=openai through real HTTP, offline: against the sim-served endpoint (harness.backends.sim_server).
+
+Replay, secrets, faults, malformed calls and resume each have a test that fails without the behaviour."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_dir
+
+from harness.backends.openai_compat import OpenAICompatible, RetryPolicy, parse_message, to_openai
+from harness.backends.ratelimit import RateLimiter
+from harness.backends.sim_server import SimServer
+from harness.config import register
+from harness.run import CONFIG_DIR, run
+from harness.testing.fault_proxy import Fault, FaultProxy
+from harness.types import Message, ToolCall
+
+ROOT = Path(CONFIG_DIR).parent
+register()
+
+
+def openai_cfg(base_url: str, out: Path, *extra: str):  # type: ignore[no-untyped-def]
+    overrides = ["experiment=c3", "model=openai", "model.model=sim-served", f"model.base_url={base_url}",
+                 "model.api_key_env=null", "model.cache_dir=null", "n_tasks=2", "n_runs=1", f"out_dir={out}",
+                 "progress=false", "concurrency=2", *extra]
+    with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+        return compose("config", overrides)
+
+
+@pytest.fixture(scope="module")
+def server():  # type: ignore[no-untyped-def]
+    with SimServer() as s:
+        yield s
+
+
+def test_messages_round_trip_the_openai_format() -> None:
+    call = ToolCall("c1", "form_save_form", "{}")
+    assert to_openai(Message("assistant", "", (call,))) == {
+        "role": "assistant", "content": None,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "form_save_form", "arguments": "{}"}}]}
+    assert to_openai(Message("tool", "ok", tool_call_id="c1")) == {"role": "tool", "tool_call_id": "c1",
+                                                                    "content": "ok"}
+    raw = {"choices": [{"message": {"content": None, "tool_calls": [
+        {"id": "x", "function": {"name": "form_save_form", "arguments": "{not json"}}]}}]}
+    assert parse_message(raw).tool_calls == (ToolCall("x", "form_save_form", "{not json"),)  # kept raw
+
+
+def test_duplicate_tool_call_ids_from_a_server_are_made_unique() -> None:
+    backend = OpenAICompatible(api_key_env=None)
+    raw = {"choices": [{"message": {"tool_calls": [{"id": "call_0", "function": {"name": "f", "arguments": "{}"}}]}}]}
+    first = backend._completion(raw, cached=False, retries=[], seconds=0.0)
+    second = backend._completion(raw, cached=False, retries=[], seconds=0.0)
+    assert first.message.tool_calls[0].id != second.message.tool_calls[0].id
+
+
+def test_retry_delay_honours_retry_after_and_backs_off_with_bounded_jitter() -> None:
+    policy, rng = RetryPolicy(base_delay_s=1.0, max_delay_s=30.0, jitter=0.25), random.Random(0)
+    assert policy.delay(0, 7.0, rng) == 7.0
+    for attempt in range(6):
+        base = min(30.0, 2.0**attempt)
+        assert 0.75 * base <= policy.delay(attempt, None, rng) <= 1.25 * base
+
+
+def test_rate_limiter_makes_requests_wait_once_the_minute_budget_is_spent() -> None:
+    limiter = RateLimiter(rpm=60, tpm=1000)
+    assert limiter.acquire(400) == 0.0 and limiter.acquire(400) == 0.0
+    assert limiter._wait_needed(400) > 0  # the token bucket is short: the next call must wait
+    assert RateLimiter(rpm=None, tpm=None)._wait_needed(10**9) == 0
+
+
+def test_run_through_http_writes_the_tables_with_api_usage(server: SimServer, tmp_path: Path) -> None:
+    episodes = run(openai_cfg(server.base_url, tmp_path / "r"), verbose=False)
+    assert len(episodes) == 2 and episodes.completed.all()
+    assert episodes.simulated.all()  # a sim-served endpoint is labelled simulated too
+    steps = pd.read_parquet(tmp_path / "r" / "steps.parquet")
+    assert (steps.input_tokens > 0).all() and not steps.cached.any()
+
+
+def test_replay_from_cache_costs_nothing_and_gives_identical_results(server: SimServer, tmp_path: Path) -> None:
+    cache = f"model.cache_dir={tmp_path / 'cache'}"
+    first = run(openai_cfg(server.base_url, tmp_path / "a", cache), verbose=False)
+    before = server.requests
+    second = run(openai_cfg(server.base_url, tmp_path / "b", cache), verbose=False)
+    assert server.requests == before  # not one request reached the endpoint
+    cols = ["task_id", "completed", "input_tokens", "output_tokens", "n_tool_calls"]
+    pd.testing.assert_frame_equal(first[cols].sort_values("task_id").reset_index(drop=True),
+                                  second[cols].sort_values("task_id").reset_index(drop=True))
+    assert (second.cached_calls == second.n_steps).all()
+    assert (second.spent_input_tokens == 0).all() and (first.spent_input_tokens > 0).all()
+
+
+def test_the_api_key_never_reaches_any_file(server: SimServer, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "sk-test-SECRET-4f2c9a17"
+    monkeypatch.setenv("HARNESS_TEST_KEY", secret)
+    out, cache = tmp_path / "r", tmp_path / "cache"
+    run(openai_cfg(server.base_url, out, "model.api_key_env=HARNESS_TEST_KEY", f"model.cache_dir={cache}"),
+        verbose=False)
+    assert server.last_authorization == f"Bearer {secret}"  # the key was really used
+    files = [p for p in [*out.rglob("*"), *cache.rglob("*")] if p.is_file()]
+    assert len(files) > 5
+    assert not [p for p in files if secret.encode() in p.read_bytes()]
+
+
+def test_a_missing_key_variable_is_an_infra_failure_not_a_crash(server: SimServer, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HARNESS_UNSET_KEY", raising=False)
+    episodes = run(openai_cfg(server.base_url, tmp_path / "r", "model.api_key_env=HARNESS_UNSET_KEY"),
+                   verbose=False)
+    assert (episodes.termination == "infra_error").all()
+    assert episodes.error.str.contains("HARNESS_UNSET_KEY").all()
+
+
+def test_429_500_and_stall_are_retried_and_the_run_completes(server: SimServer, tmp_path: Path) -> None:
+    faults = [Fault("429", retry_after=1.0), Fault("500"), Fault("stall", seconds=2.0)]
+    with FaultProxy(server.base_url.removesuffix("/v1"), faults) as proxy:
+        episodes = run(openai_cfg(proxy.base_url, tmp_path / "r", "n_tasks=1", "model.timeout_s=0.5",
+                                  "model.retry.base_delay_s=0.05"), verbose=False)
+        log = proxy.log
+    assert episodes.completed.all() and (episodes.termination == "user_stop").all()
+    assert episodes.retries.sum() == 3  # one per fault, logged in the steps
+    assert [e.fault for e in log[:4]] == ["429", "500", "stall", None]
+    assert log[1].t - log[0].t >= 1.0  # Retry-After was honoured
+
+
+def test_retries_exhausted_end_the_episode_as_infra_failure_kept_apart(server: SimServer, tmp_path: Path) -> None:
+    with FaultProxy(server.base_url.removesuffix("/v1"), [Fault("500")] * 3) as proxy:
+        episodes = run(openai_cfg(proxy.base_url, tmp_path / "r", "n_tasks=1", "model.retry.max_retries=2",
+                                  "model.retry.base_delay_s=0.01"), verbose=False)
+    assert list(episodes.termination) == ["infra_error"]
+    from harness.report.console import per_run
+    assert per_run(episodes).task_completed.isna().all()  # not counted as a task failure
+
+
+def test_malformed_tool_call_is_a_tool_error_the_model_sees(server: SimServer, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    real_parse = parse_message
+    state = {"n": 0}
+
+    def garble_first(raw):  # type: ignore[no-untyped-def]
+        msg = real_parse(raw)
+        state["n"] += 1
+        if state["n"] == 3 and msg.tool_calls:  # the third completion's call arrives with broken JSON
+            c = msg.tool_calls[0]
+            return Message("assistant", msg.content, (ToolCall(c.id, c.name, c.arguments[:-1]),))
+        return msg
+
+    monkeypatch.setattr("harness.backends.openai_compat.parse_message", garble_first)
+    episodes = run(openai_cfg(server.base_url, tmp_path / "r", "n_tasks=1", "concurrency=1"), verbose=False)
+    assert episodes.malformed_tool_calls.sum() == 1
+    records = [json.loads(x) for x in next((tmp_path / "r" / "transcripts").glob("*.jsonl")).read_text().splitlines()]
+    errors = [r["message"] for r in records if r["type"] == "message" and r["message"].get("is_error")]
+    assert errors and "not valid JSON" in errors[0]["content"]
+    assert episodes.completed.all()  # the agent saw the error and carried on
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_killed_run_resumes_without_losing_or_duplicating_rows(tmp_path: Path, sig: signal.Signals) -> None:
+    out = tmp_path / "r"
+    with SimServer(latency_s=0.02) as slow:
+        cmd = [sys.executable, "-m", "harness.cli", "experiment=c3", "model=openai", "model.model=sim-served",
+               f"model.base_url={slow.base_url}", "model.api_key_env=null", "model.cache_dir=null", "n_tasks=6",
+               "n_runs=1", "concurrency=1", f"out_dir={out}", "progress=false"]
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while len(list((out / "transcripts").glob("*.jsonl"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+        done = {p.name: p.stat().st_mtime_ns for p in (out / "transcripts").glob("*.jsonl")}
+        assert 2 <= len(done) < 6, "the kill must land mid-run"
+        requests_before = slow.requests
+        subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        episodes = pd.read_parquet(out / "episodes.parquet")
+    assert len(episodes) == 6 and not episodes.duplicated(["task_id", "run"]).any()
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "transcripts").glob("*.jsonl")
+            if p.name in done} == done  # finished episodes were not redone
+    assert slow.requests - requests_before < requests_before * 6 / len(done)  # only the missing ones ran
+    assert not list((out / "transcripts").glob(".*.tmp"))  # no partial file left behind as a transcript
+
+
+def test_no_environment_variable_leaks_into_the_config_file(tmp_path: Path, server: SimServer) -> None:
+    os.environ.setdefault("HARNESS_TEST_KEY2", "sk-other-secret-99")
+    run(openai_cfg(server.base_url, tmp_path / "r", "model.api_key_env=HARNESS_TEST_KEY2"), verbose=False)
+    text = (tmp_path / "r" / "config.yaml").read_text()
+    assert "HARNESS_TEST_KEY2" in text and "sk-other-secret-99" not in text  # the name, never the value
