@@ -63,14 +63,8 @@ def pending(cfg: DictConfig, domain: Domain, out_dir: Path) -> list[tuple[int, i
 
 
 def _execute(cfg: DictConfig, domain: Domain, jobs: list[tuple[int, int, str]]) -> Iterator[dict[str, Any]]:
-    if cfg.model.get("executor") == "thread":  # network-bound backends: threads share one connection pool
-        pool = ThreadPoolExecutor(max(1, cfg.concurrency))
-        try:
-            futures = [pool.submit(run_one, cfg, domain, i, r, Path(o)) for i, r, o in jobs]
-            for future in as_completed(futures):
-                yield future.result()
-        finally:  # on Ctrl-C: start nothing new; running episodes finish and write their transcripts
-            pool.shutdown(wait=True, cancel_futures=True)
+    if cfg.model.get("executor") == "thread":
+        yield from _threaded(cfg, domain, jobs)
         return
     workers = cfg.n_workers or os.cpu_count() or 1
     if workers == 1 or len(jobs) < 2:
@@ -79,6 +73,17 @@ def _execute(cfg: DictConfig, domain: Domain, jobs: list[tuple[int, int, str]]) 
     yaml = OmegaConf.to_yaml(cfg, resolve=True)
     with ProcessPoolExecutor(workers, mp.get_context("fork"), _init_worker, (yaml,)) as pool:
         yield from pool.map(_work, jobs, chunksize=max(1, len(jobs) // (workers * 8)))
+
+
+def _threaded(cfg: DictConfig, domain: Domain, jobs: list[tuple[int, int, str]]) -> Iterator[dict[str, Any]]:
+    """Network-bound backends: threads sharing one connection pool and one rate limiter."""
+    pool = ThreadPoolExecutor(max(1, cfg.concurrency))
+    try:
+        futures = [pool.submit(run_one, cfg, domain, i, r, Path(o)) for i, r, o in jobs]
+        for future in as_completed(futures):
+            yield future.result()
+    finally:  # on Ctrl-C: start nothing new; running episodes finish and write their transcripts
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
