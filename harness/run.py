@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import threading
+import traceback
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -63,10 +65,13 @@ def pending(cfg: DictConfig, domain: Domain, out_dir: Path) -> list[tuple[int, i
 
 
 def _execute(cfg: DictConfig, domain: Domain, jobs: list[tuple[int, int, str]]) -> Iterator[dict[str, Any]]:
-    if cfg.model.get("executor") == "thread":
-        yield from _threaded(cfg, domain, jobs)
-        return
     workers = cfg.n_workers or os.cpu_count() or 1
+    if cfg.model.get("executor") == "thread":
+        if workers > 1 and cfg.concurrency >= 4 * workers and len(jobs) > workers:
+            yield from _hybrid(cfg, jobs, workers)
+        else:
+            yield from _threaded(cfg, domain, jobs)
+        return
     if workers == 1 or len(jobs) < 2:
         yield from (run_one(cfg, domain, i, r, Path(o)) for i, r, o in jobs)
         return
@@ -84,6 +89,55 @@ def _threaded(cfg: DictConfig, domain: Domain, jobs: list[tuple[int, int, str]])
             yield future.result()
     finally:  # on Ctrl-C: start nothing new; running episodes finish and write their transcripts
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _hybrid(cfg: DictConfig, jobs: list[tuple[int, int, str]], procs: int) -> Iterator[dict[str, Any]]:
+    """Many concurrent episodes: `procs` processes, each running its share of the threads, because one
+    interpreter's lock caps a process at one core of client work (JSON, HTTP, policies, the environment).
+    The rate limits are split evenly between the processes."""
+    ctx = mp.get_context("fork")
+    todo, done = ctx.Queue(), ctx.Queue()
+    per_proc = -(-cfg.concurrency // procs)
+    for job in jobs:
+        todo.put(job)
+    for _ in range(procs * per_proc):
+        todo.put(None)  # one stop sign per thread
+    yaml = OmegaConf.to_yaml(cfg, resolve=True)
+    workers = [ctx.Process(target=_hybrid_worker, args=(yaml, procs, per_proc, todo, done)) for _ in range(procs)]
+    for w in workers:
+        w.start()
+    try:
+        for _ in jobs:
+            row = done.get()
+            if "crash" in row:
+                raise RuntimeError(f"an episode worker crashed:\n{row['crash']}")
+            yield row
+    finally:  # on Ctrl-C or a crash: stop the workers; unfinished episodes have no transcript and are redone
+        for w in workers:
+            w.terminate() if w.is_alive() else None
+            w.join()
+
+
+def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any) -> None:
+    cfg = OmegaConf.create(cfg_yaml)
+    assert isinstance(cfg, DictConfig)
+    for key in ("rpm", "tpm"):
+        if cfg.model.get("rate_limit", {}).get(key):
+            cfg.model.rate_limit[key] = cfg.model.rate_limit[key] / procs
+    domain = build_domain(cfg)
+
+    def loop() -> None:
+        while (job := todo.get()) is not None:
+            try:
+                done.put(run_one(cfg, domain, job[0], job[1], Path(job[2])))
+            except Exception:
+                done.put({"crash": traceback.format_exc()})
+
+    pool = [threading.Thread(target=loop) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
 
 
 def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:

@@ -46,7 +46,7 @@ def server():  # type: ignore[no-untyped-def]
 def test_messages_round_trip_the_openai_format() -> None:
     call = ToolCall("c1", "form_save_form", "{}")
     assert to_openai(Message("assistant", "", (call,))) == {
-        "role": "assistant", "content": None,
+        "role": "assistant", "content": "",
         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "form_save_form", "arguments": "{}"}}]}
     assert to_openai(Message("tool", "ok", tool_call_id="c1")) == {"role": "tool", "tool_call_id": "c1",
                                                                     "content": "ok"}

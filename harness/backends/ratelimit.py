@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -53,6 +54,7 @@ class RateLimiter:
 
 _SHARED: dict[tuple[str, str], RateLimiter] = {}
 _SHARED_LOCK = threading.Lock()
+os.register_at_fork(after_in_child=_SHARED.clear)  # a forked worker gets its own share of the limits
 
 
 def shared_limiter(key: tuple[str, str], rpm: float | None, tpm: float | None) -> RateLimiter:

@@ -53,6 +53,7 @@ class SimServer:
     def __init__(self, port: int = 0, latency_s: float = 0.0, noise: dict[str, Any] | None = None) -> None:
         self.latency_s, self.noise = latency_s, noise
         self.requests = 0
+        self.busy_s = 0.0  # time spent computing answers (excluding the added latency)
         self.last_authorization: str | None = None  # for tests that check the key was sent (and nowhere else)
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
@@ -76,6 +77,7 @@ class SimServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out at once: no 40 ms delayed-ACK stall
 
             def log_message(self, *args: Any) -> None:  # quiet
                 pass
@@ -98,7 +100,11 @@ class SimServer:
                     owner.last_authorization = self.headers.get("Authorization")
                 if owner.latency_s:
                     time.sleep(owner.latency_s)
-                self._send(200, answer(body, owner.noise, tokens))
+                start = time.perf_counter()
+                payload = answer(body, owner.noise, tokens)
+                with owner._lock:
+                    owner.busy_s += time.perf_counter() - start
+                self._send(200, payload)
 
         return Handler
 
