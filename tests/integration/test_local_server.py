@@ -1,0 +1,110 @@
+"""The real model server (llama.cpp + SmolLM2-135M on CPU) through the real `openai` client.
+
+Prompts are short and max_tokens small: the model is slow on 2 cores (~170 prompt tokens/s). Its answers are weak,
+so only the shape of the responses is asserted, except where a grammar makes the output certain (a forced tool).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from harness.testing.fault_proxy import Fault, FaultProxy
+from harness.testing.local_server import DEFAULT_ALIAS, LocalServer, LocalServerError, free_port, get_json, model_path
+
+WEATHER_TOOL: Any = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+# chatml-function-calling shows the tools to the model only inside a system message.
+MESSAGES: Any = [{"role": "system", "content": "You are a helpful assistant."},
+                 {"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def client(base_url: str, max_retries: int = 0) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url, api_key="sk-local", timeout=120, max_retries=max_retries)
+
+
+def assert_usage(usage: Any) -> None:
+    for n in (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens):
+        assert isinstance(n, int) and n > 0
+
+
+def test_model_path_points_at_the_bundled_gguf(llama_installed: None) -> None:
+    path = model_path()
+    assert path.is_file() and path.suffix == ".gguf" and path.stat().st_size > 50_000_000
+
+
+def test_free_port_is_bindable() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", free_port()))
+
+
+def test_models_lists_the_served_model(local_server: LocalServer) -> None:
+    models = get_json(f"{local_server.base_url}/models")
+    assert local_server.model == DEFAULT_ALIAS
+    assert [m["id"] for m in models["data"]] == [DEFAULT_ALIAS]
+    assert local_server.base_url == f"http://127.0.0.1:{local_server.port}/v1"
+
+
+def test_chat_completion_without_tools(local_server: LocalServer) -> None:
+    r = client(local_server.base_url).chat.completions.create(
+        model=local_server.model, messages=[{"role": "user", "content": "Say hi."}], max_tokens=8, temperature=0)
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert isinstance(r.choices[0].message.content, str)
+    assert_usage(r.usage)
+    assert r.usage is not None and r.usage.completion_tokens <= 8
+
+
+def test_forced_tool_choice_returns_a_tool_call(local_server: LocalServer) -> None:
+    """A named tool_choice makes the server constrain the arguments to the tool's JSON schema: certain to parse."""
+    r = client(local_server.base_url).chat.completions.create(
+        model=local_server.model, messages=MESSAGES, tools=[WEATHER_TOOL], max_tokens=32, temperature=0,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    calls = choice.message.tool_calls or []
+    assert len(calls) == 1 and calls[0].type == "function" and calls[0].id.startswith("call_")
+    assert calls[0].function.name == "get_weather"
+    assert isinstance(json.loads(calls[0].function.arguments)["city"], str)
+    assert_usage(r.usage)
+
+
+def test_auto_tool_choice_returns_a_valid_response(local_server: LocalServer) -> None:
+    """tool_choice="auto" must be sent explicitly: llama_cpp.server ignores `tools` when tool_choice is absent."""
+    r = client(local_server.base_url).chat.completions.create(
+        model=local_server.model, messages=MESSAGES, tools=[WEATHER_TOOL], tool_choice="auto", max_tokens=32,
+        temperature=0, seed=1, top_p=0.9)
+    choice = r.choices[0]
+    if choice.message.tool_calls:
+        assert choice.finish_reason == "tool_calls"
+        assert {c.function.name for c in choice.message.tool_calls} <= {"get_weather"}  # type: ignore[union-attr]
+    else:
+        assert isinstance(choice.message.content, str)
+    assert_usage(r.usage)
+
+
+def test_retry_after_429_through_the_fault_proxy(local_server: LocalServer) -> None:
+    """The openai SDK's own retry honours the proxy's Retry-After, then reaches the real model."""
+    with FaultProxy(local_server.base_url, [Fault("429", retry_after=0.3)]) as proxy:
+        r = client(proxy.base_url, max_retries=1).chat.completions.create(
+            model=local_server.model, messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+        log = proxy.log
+    assert r.choices[0].message.content is not None
+    assert [(e.fault, e.status) for e in log] == [("429", 429), (None, 200)]
+    assert log[1].t - log[0].t >= 0.3
+
+
+def test_start_failure_reports_the_log_tail(llama_installed: None, tmp_path: Path) -> None:
+    bogus = tmp_path / "not-a-model.gguf"
+    bogus.write_bytes(b"not a gguf file")
+    server = LocalServer(free_port(), model=bogus, startup_timeout_s=60, log_path=tmp_path / "server.log")
+    started = time.monotonic()
+    with pytest.raises(LocalServerError, match="exited with"), server:
+        pass
+    assert time.monotonic() - started < 60 and not server.running()
