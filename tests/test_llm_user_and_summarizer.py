@@ -1,0 +1,44 @@
+"""The LLM user model and the LLM summarizer, driven by a scripted backend (no network)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from harness.envs.expense.tasks import generate
+from harness.envs.expense.user import STOP, LLMUser
+from harness.policies.summarizers import LLMSummarizer
+from harness.tokens import TokenCounter
+from harness.types import Completion, Message, ToolCall, ToolSpec, Usage
+
+
+class Scripted:
+    def __init__(self, replies: list[str]) -> None:
+        self.replies, self.seen = replies, []  # type: ignore[var-annotated]
+
+    def generate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion:
+        self.seen.append(list(messages))
+        return Completion(Message("assistant", self.replies.pop(0)), Usage(100, 7), modeled_time_s=0.3)
+
+
+def test_llm_user_holds_the_folio_plays_the_user_side_and_stops() -> None:
+    task = generate()[0]
+    backend = Scripted(["The room was 240.88 a night.", "Great, thanks! ###STOP###"])
+    user = LLMUser(task, backend)
+    assert user.respond("What were the room charges?") == "The room was 240.88 a night."
+    assert user.respond("The itemization is complete.") == STOP
+    system, first, *_ = backend.seen[0]
+    assert system.role == "system" and "240.88" in system.content and "###STOP###" in system.content
+    assert first == Message("assistant", task.instruction)  # its own opening request, as the assistant side
+    assert [m.role for m in backend.seen[1][2:]] == ["user", "assistant", "user"]  # roles flipped
+    assert user.usage == Usage(200, 14)  # accumulated apart from the agent's
+
+
+def test_llm_summarizer_sends_the_pairs_and_reports_usage_and_time() -> None:
+    backend = Scripted(["- form_save_form -> Remaining=0.00"])
+    call = Message("assistant", "", (ToolCall("c1", "form_save_form", "{}"),))
+    result = Message("tool", '{"Status": "Success", "Remaining": "0.00"}', tool_call_id="c1")
+    summary = LLMSummarizer(backend).summarize([(call, result)], TokenCounter())
+    assert summary.text == "- form_save_form -> Remaining=0.00"
+    assert summary.usage == Usage(100, 7) and summary.modeled_time_s == 0.3
+    shown = backend.seen[0][1].content
+    assert "form_save_form" in shown and '"Remaining": "0.00"' in shown
