@@ -25,6 +25,7 @@ class RunConfig:
     model: Any = None
     user: Any = None
     summarizer: Any = None
+    budget: Any = None
 
 
 def register() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from harness.backends.base import ContextWindowExceeded, InfraError, LLMBackend
 from harness.envs.base import Episode
 from harness.policies.base import ContextPolicy, RenderContext, Summarizer
+from harness.policies.budget import fit_to_budget
 from harness.tokens import TokenCounter
 from harness.types import Message, Score, Termination, ToolCall, ToolSpec, Usage
 
@@ -41,6 +42,10 @@ class StepRecord:
     modeled_time_s: float
     n_history_messages: int
     n_view_messages: int
+    view_compressible_tokens: int  # the view minus the fixed opening messages (and tools): what budgets bound
+    budget: int | None
+    over_budget: bool
+    budget_evicted_pairs: int
     action: str
     cached: bool
     cost_usd: float
@@ -65,15 +70,17 @@ class EpisodeResult:
 
 
 def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: TokenCounter,
-                max_steps: int, aux: Summarizer | None = None) -> EpisodeResult:
+                max_steps: int, aux: Summarizer | None = None, budget: int | None = None) -> EpisodeResult:
     start = time.perf_counter()
     history: list[Message] = episode.opening()
+    n_fixed = len(history)
     tools = episode.env.tools()
     steps: list[StepRecord] = []
     termination, error = Termination.MAX_STEPS, None
     for step in range(max_steps):
         try:
-            ended = _step(episode, policy, model, tokens, history, steps, RenderContext(step, tokens, tools, aux=aux))
+            ctx = RenderContext(step, tokens, tools, budget=budget, aux=aux, n_fixed=n_fixed)
+            ended = _step(episode, policy, model, tokens, history, steps, ctx)
         except InfraError as exc:  # the endpoint, not the agent, failed
             termination, error = Termination.INFRA_ERROR, f"{type(exc).__name__}: {exc}"
             break
@@ -105,6 +112,10 @@ def _step(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: To
           history: list[Message], steps: list[StepRecord], ctx: RenderContext) -> Termination | None:
     t0 = time.perf_counter()
     view = policy.render(tuple(history), ctx)
+    native = getattr(policy, "manages_budget", False)
+    fit = fit_to_budget(view.messages, ctx.n_fixed, None if native else ctx.budget, tokens)
+    over = fit.over_budget or (native and ctx.budget is not None and fit.compressible_tokens > ctx.budget)
+    view.messages = fit.messages
     policy_time = time.perf_counter() - t0
     input_tokens = tokens.request(view.messages, ctx.tools)
     if input_tokens > model.context_window:
@@ -127,6 +138,8 @@ def _step(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: To
         policy_time_s=policy_time,
         model_time_s=time.perf_counter() - t1, modeled_time_s=completion.modeled_time_s + view.aux_modeled_time_s,
         n_history_messages=len(history), n_view_messages=len(view.messages),
+        view_compressible_tokens=fit.compressible_tokens, budget=ctx.budget, over_budget=over,
+        budget_evicted_pairs=fit.evicted_pairs,
         action=",".join(c.name for c in message.tool_calls) or "message", cached=completion.cached,
         cost_usd=completion.cost_usd, retries=len(completion.info.get("retries", [])), usage_mismatch=mismatch,
         view=view_refs(history, view.messages), decisions=view.decisions, info=completion.info))

@@ -18,7 +18,7 @@ import pandas as pd
 
 from harness.episode import EpisodeResult
 
-EPISODE_KEYS = ("experiment", "policy", "model", "simulated", "task_id", "run")
+EPISODE_KEYS = ("experiment", "policy", "model", "simulated", "task_id", "run", "budget_fraction")
 
 
 def transcript_path(out_dir: Path, task_id: str, run: int) -> Path:
@@ -49,6 +49,8 @@ def episode_row(meta: dict[str, Any], result: EpisodeResult) -> dict[str, Any]:
         "aux_input_tokens": sum(x.aux_input_tokens for x in s),
         "aux_output_tokens": sum(x.aux_output_tokens for x in s),
         "peak_input_tokens": max((x.input_tokens for x in s), default=0),
+        "peak_compressible_tokens": max((x.view_compressible_tokens for x in s), default=0),
+        "over_budget_steps": sum(x.over_budget for x in s),
         "modeled_time_s": sum(x.modeled_time_s for x in s),
         "wall_time_s": result.wall_time_s,
         "policy_time_s": sum(x.policy_time_s for x in s),

@@ -25,6 +25,7 @@ from harness.build import build_domain, build_model, build_policy, build_user, d
 from harness.config import register
 from harness.envs.base import Domain
 from harness.episode import run_episode
+from harness.policies.budget import budget_tokens
 from harness.records import build_tables, is_complete, transcript_path, write_transcript
 from harness.report.console import render
 from harness.tokens import TokenCounter
@@ -40,9 +41,11 @@ def run_one(cfg: DictConfig, domain: Domain, task_index: int, run: int, out_dir:
     task = domain.tasks[task_index]
     seed = episode_seed(cfg.seed, task.task_id, run)
     model = build_model(cfg, seed)
+    budget = budget_tokens(cfg.budget.reference_tokens, cfg.budget.fraction)
     result = run_episode(domain.episode(task, build_user(cfg)), build_policy(cfg), model,
-                         TokenCounter(cfg.encoding), cfg.max_steps)
-    meta = {**describe(cfg, model), "task_id": task.task_id, "run": run, "seed": seed}
+                         TokenCounter(cfg.encoding), cfg.max_steps, budget=budget)
+    meta = {**describe(cfg, model), "task_id": task.task_id, "run": run, "seed": seed,
+            "budget_fraction": cfg.budget.fraction, "budget_tokens": budget}
     write_transcript(transcript_path(out_dir, task.task_id, run), meta, result)
     return {"completed": result.score.completed, "input_tokens": sum(s.input_tokens for s in result.steps),
             "cost_usd": sum(s.cost_usd for s in result.steps)}

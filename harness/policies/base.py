@@ -33,8 +33,9 @@ class RenderContext:
     step: int
     tokens: TokenCounter
     tools: Sequence[ToolSpec] = ()
-    budget: int | None = None  # compressible-history token budget, when a sweep sets one
+    budget: int | None = None  # compressible-history token budget (harness.policies.budget), when set
     aux: Summarizer | None = None
+    n_fixed: int = 2  # the opening messages (instructions, task description): fixed, never compressible
 
 
 @dataclass

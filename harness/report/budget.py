@@ -1,0 +1,32 @@
+"""The budget reference (WAAC B.3) from a Vanilla run: `python -m harness.report.budget RUN_DIR`.
+
+Reference = median over tasks of each task's peak visible-history tokens (compressible part of the view, i.e.
+without the fixed instructions, task description and tool definitions) under full history. A task's peak is
+the median over its runs of the per-episode maximum."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+
+def reference_tokens(episodes: pd.DataFrame) -> int:
+    if episodes.empty:
+        raise ValueError("no episodes to take a budget reference from")
+    if not (episodes.policy == "FullHistory").all():
+        raise ValueError("the budget reference must come from a Vanilla (full-history) run")
+    per_task = episodes.groupby("task_id").peak_compressible_tokens.median()
+    return int(per_task.median())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("run_dir", type=Path)
+    args = parser.parse_args()
+    print(reference_tokens(pd.read_parquet(args.run_dir / "episodes.parquet")))
+
+
+if __name__ == "__main__":
+    main()
