@@ -1,0 +1,102 @@
+"""`make plots`: figures regenerated from results files only (PNG and PDF under results/figures/).
+
+- completion_vs_budget: completion per budget tier, one line per policy (the WAAC paper's Figure 3 shape),
+  from the newest budget sweep;
+- completion_vs_tokens: completion against agent input tokens per run, one marker per experiment (Pareto view);
+- visible_tokens_by_step: mean visible-context tokens (the model's input) at each step, one line per experiment.
+WAAC's field-decisions-per-step figure needs WAAC transcripts: not generated yet. Simulated results say so in
+every title.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from harness.report.console import per_run  # noqa: E402
+from harness.report.tables import EXPENSE, ROOT, find_runs, label  # noqa: E402
+
+
+def _save(fig: plt.Figure, out: Path, name: str) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.png", out / f"{name}.pdf"]
+    for p in paths:
+        fig.savefig(p, bbox_inches="tight", dpi=130)
+    plt.close(fig)
+    return paths
+
+
+def completion_vs_budget(sweep: pd.DataFrame, out: Path) -> list[Path]:
+    runs = per_run(sweep.assign(experiment=sweep.policy + "|" + sweep.budget_fraction.astype(str)))
+    runs[["policy", "tier"]] = runs.experiment.str.split("|", expand=True)
+    runs["tier"] = runs.tier.astype(float) * 100
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for policy, g in runs.groupby("policy"):
+        means = g.groupby("tier").task_completed.mean() * 100
+        ax.plot(means.index, means.values, marker="o", label=policy)
+    ax.set(xlabel="Context budget (% of Vanilla peak reference)", ylabel="Tasks completed (%)",
+           title=f"Completion vs budget — {label(sweep)}")
+    ax.invert_xaxis()
+    ax.legend()
+    return _save(fig, out, "completion_vs_budget")
+
+
+def completion_vs_tokens(episodes: pd.DataFrame, out: Path) -> list[Path]:
+    runs = per_run(episodes)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for exp, g in runs.groupby("experiment"):
+        ax.scatter(g.input_tokens, g.task_completed * 100, label=exp.upper(), alpha=0.8)
+    ax.set(xlabel="Agent input tokens per run", ylabel="Tasks completed (%)",
+           title=f"Completion vs tokens (one point per run) — {label(episodes)}")
+    ax.legend()
+    return _save(fig, out, "completion_vs_tokens")
+
+
+def visible_tokens_by_step(steps: pd.DataFrame, simulated: bool, out: Path) -> list[Path]:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for exp, g in steps.groupby("experiment"):
+        mean = g.groupby("step").input_tokens.mean()
+        ax.plot(mean.index, mean.values, label=exp.upper())
+    tag = "SIMULATED (model=sim), not LLM results" if simulated else "real model backend"
+    ax.set(xlabel="Step (model call)", ylabel="Visible context (input tokens)",
+           title=f"Visible context over an episode — {tag}")
+    ax.legend()
+    return _save(fig, out, "visible_tokens_by_step")
+
+
+def newest_sweep(results: Path, kind: str = "budget") -> pd.DataFrame:
+    merged = sorted((results / "sweeps").glob(f"{kind}*/**/merged.parquet"), key=lambda p: p.stat().st_mtime)
+    return pd.read_parquet(merged[-1]) if merged else pd.DataFrame()
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", type=Path, default=ROOT / "results")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    out = args.out or args.results / "figures"
+    runs = {k: v for k, v in find_runs(args.results).items() if k in EXPENSE}
+    written: list[Path] = []
+    if runs:
+        episodes = pd.concat([pd.read_parquet(p / "episodes.parquet") for p in runs.values()], ignore_index=True)
+        steps = pd.concat([pd.read_parquet(p / "steps.parquet") for p in runs.values()], ignore_index=True)
+        written += completion_vs_tokens(episodes, out)
+        written += visible_tokens_by_step(steps, bool(episodes.simulated.any()), out)
+    sweep = newest_sweep(args.results)
+    if not sweep.empty:
+        written += completion_vs_budget(sweep, out)
+    for path in written:
+        print(f"wrote {path}")
+    if not written:
+        print(f"no runs found under {args.results}: run e.g. `make run CONFIG=c3` first")
+    return written
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""`make tables`: the papers' tables regenerated from results/**/episodes.parquet only (never re-running agents).
+
+- `expense_c1_c4`: the expense paper's C1-C4 table: each cell our mean ± 95% CI over runs, beside it the
+  paper's published value (benchmarks/papers/less_context_better_agents.yaml), then the ratios the paper
+  highlights, ours next to theirs.
+- `budget_sweep`: completion and agent input tokens per policy x budget tier, from budget-sweep folders.
+By default the newest run of each experiment is used; `--run c3=results/c3/<stamp>` picks another.
+Outputs Markdown, CSV and LaTeX under results/tables/. Simulated results are labelled in every output.
+The WAAC paper's Tables 1-4 and 6 need WAAC and the PinchBench/Odysseys adapters: not generated yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from harness.report.console import per_run
+from harness.report.stats import fmt, mean_ci
+
+ROOT = Path(__file__).resolve().parents[2]
+PAPER = ROOT / "benchmarks" / "papers" / "less_context_better_agents.yaml"
+EXPENSE = ("c1", "c2", "c3", "c4")
+# (row label, per-run column, digits, scale, key in the paper's values)
+ROWS = (
+    ("Tasks completed (%)", "task_completed", 1, 100.0, "completed_pct"),
+    (">=1 line itemized (%)", "task_any_line", 1, 100.0, "any_line_itemized_pct"),
+    ("Amount itemized (%)", "task_amount_pct", 2, 1.0, "amount_itemized_pct"),
+    ("Total tokens", "total_tokens", 0, 1.0, "total_tokens"),
+    ("Time (h)", "modeled_time_s", 2, 1 / 3600, "time_h"),
+)
+
+
+def find_runs(results: Path) -> dict[str, Path]:
+    """Newest run directory per experiment (by its config.yaml's modification time), sweeps excluded."""
+    newest: dict[str, tuple[float, Path]] = {}
+    for parquet in results.rglob("episodes.parquet"):
+        run_dir = parquet.parent
+        if "sweeps" in run_dir.relative_to(results).parts:
+            continue
+        names = pd.read_parquet(parquet, columns=["experiment"]).experiment.unique()
+        stamp = (run_dir / "config.yaml").stat().st_mtime if (run_dir / "config.yaml").exists() else 0.0
+        for name in names:
+            if name not in newest or stamp > newest[name][0]:
+                newest[name] = (stamp, run_dir)
+    return {name: path for name, (_, path) in newest.items()}
+
+
+def load(runs: dict[str, Path], names: Iterable[str]) -> pd.DataFrame:
+    frames = [pd.read_parquet(runs[n] / "episodes.parquet").query("experiment == @n") for n in names if n in runs]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def expense_table(episodes: pd.DataFrame, paper: dict[str, Any]) -> pd.DataFrame:
+    runs = per_run(episodes)
+    table: dict[str, dict[str, str]] = {}
+    for name in EXPENSE:
+        mine = runs[runs.experiment == name]
+        theirs = paper["configs"].get(name, {})
+        table[f"{name.upper()} ours"] = {label: fmt(*mean_ci(list(mine[col])), digits, scale) if len(mine) else "–"
+                                         for label, col, digits, scale, _ in ROWS}
+        table[f"{name.upper()} paper"] = {label: _paper(theirs.get(key), digits) for label, _, digits, _, key in ROWS}
+    return pd.DataFrame(table)
+
+
+def ratio_table(episodes: pd.DataFrame, paper: dict[str, Any]) -> pd.DataFrame:
+    runs = per_run(episodes).groupby("experiment")
+    mean = {name: g.mean(numeric_only=True) for name, g in runs}
+
+    def pct(a: str, b: str, col: str) -> float | None:
+        return 100 * (1 - mean[a][col] / mean[b][col]) if a in mean and b in mean else None
+
+    def pp(a: str, b: str) -> float | None:
+        return 100 * (mean[a]["task_completed"] - mean[b]["task_completed"]) if a in mean and b in mean else None
+
+    ours = {"token_reduction_c3_vs_c2_pct": pct("c3", "c2", "total_tokens"),
+            "time_reduction_c3_vs_c2_pct": pct("c3", "c2", "modeled_time_s"),
+            "completion_gain_c4_vs_c2_pp": pp("c4", "c2"), "completion_gain_c4_vs_c3_pp": pp("c4", "c3"),
+            "token_increase_c4_vs_c3_pct": -pct("c4", "c3", "total_tokens") if pct("c4", "c3", "total_tokens")
+            is not None else None}
+    return pd.DataFrame({"ours": {k: _paper(v, 1) for k, v in ours.items()},
+                         "paper": {k: _paper(paper["ratios"].get(k), 1) for k in ours}})
+
+
+def budget_table(results: Path) -> pd.DataFrame:
+    frames = [pd.read_parquet(p) for p in sorted((results / "sweeps").glob("budget*/**/merged.parquet"))]
+    if not frames:
+        return pd.DataFrame()
+    episodes = pd.concat(frames[-1:], ignore_index=True)  # the newest budget sweep
+    runs = per_run(episodes.assign(experiment=episodes.policy + " @ " + episodes.budget_fraction.astype(str)))
+    rows = {}
+    for exp, g in runs.groupby("experiment"):
+        policy, tier = exp.split(" @ ")
+        rows[(policy, float(tier))] = {"completed (%)": fmt(*mean_ci(list(g.task_completed)), 1, 100.0),
+                                       "agent input tokens": fmt(*mean_ci(list(g.input_tokens)), 0)}
+    over = episodes.groupby(["policy", "budget_fraction"]).over_budget_steps.sum()
+    table = pd.DataFrame(rows).T
+    table["over-budget steps"] = [int(over.get(k, 0)) for k in table.index]
+    return table.rename_axis(["policy", "budget"]).sort_index(ascending=[True, False])
+
+
+def _paper(value: Any, digits: int) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def write(table: pd.DataFrame, out: Path, name: str, caption: str) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.md", out / f"{name}.csv", out / f"{name}.tex"]
+    paths[0].write_text(f"**{caption}**\n\n{table.to_markdown()}\n")
+    table.to_csv(paths[1])
+    paths[2].write_text(table.to_latex(caption=caption.replace("%", r"\%").replace("±", r"$\pm$"),
+                                       label=f"tab:{name}").replace("±", r"$\pm$"))
+    return paths
+
+
+def label(episodes: pd.DataFrame) -> str:
+    return "SIMULATED (model=sim), not LLM results" if episodes.simulated.any() else "real model backend"
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", type=Path, default=ROOT / "results")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--run", action="append", default=[], help="EXPERIMENT=RUN_DIR (repeatable)")
+    args = parser.parse_args(argv)
+    out = args.out or args.results / "tables"
+    runs = {**find_runs(args.results), **{k: Path(v) for k, v in (r.split("=", 1) for r in args.run)}}
+    paper = yaml.safe_load(PAPER.read_text())
+    written: list[Path] = []
+    episodes = load(runs, EXPENSE)
+    if not episodes.empty:
+        cap = f"Less Context, Better Agents C1-C4: ours ({label(episodes)}; mean ± 95% CI over runs) vs paper"
+        written += write(expense_table(episodes, paper), out, "expense_c1_c4", cap)
+        written += write(ratio_table(episodes, paper), out, "expense_ratios", f"Ratios: ours ({label(episodes)}) vs paper")
+    sweep = budget_table(args.results)
+    if not sweep.empty:
+        written += write(sweep, out, "budget_sweep", "Budget sweep (tiers of the Vanilla peak reference; "
+                         "mean ± 95% CI over runs)")
+    for path in written:
+        print(f"wrote {path}")
+    if not written:
+        print(f"no runs found under {args.results}: run e.g. `make run CONFIG=c3` first")
+    return written
+
+
+if __name__ == "__main__":
+    main()
