@@ -5,12 +5,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 CONFIG ?= c4
+SWEEP ?= budget
 ARGS ?=
 
 .DEFAULT_GOAL := help
 PORT ?= 8765
 LOCAL_STAMP := $(VENV)/.local-model-stamp
-.PHONY: help setup run test test-unit test-integration serve-local serve-sim lint bench clean
+.PHONY: help setup run sweep tables plots test test-unit test-integration serve-local serve-sim lint bench clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-17s %s\n", $$1, $$2}'
@@ -35,6 +36,15 @@ $(LOCAL_STAMP): $(STAMP)
 
 run: $(STAMP) ## Run an experiment: CONFIG=c1|c2|c3|c4 (default c4), ARGS='hydra overrides'
 	$(PY) -m harness.cli experiment=$(CONFIG) $(ARGS)
+
+sweep: $(STAMP) ## Hydra multirun: SWEEP=budget|n_w, ARGS='n_tasks=5 n_runs=1'; one folder + merged table
+	$(PY) -m harness.sweep $(SWEEP) $(ARGS)
+
+tables: $(STAMP) ## Regenerate the papers' tables from results/ (Markdown, CSV, LaTeX in results/tables/)
+	$(PY) -m harness.report.tables $(ARGS)
+
+plots: $(STAMP) ## Regenerate the figures from results/ (PNG and PDF in results/figures/)
+	$(PY) -m harness.report.plots $(ARGS)
 
 test: $(STAMP) $(LOCAL_STAMP) ## Run every test, the local-model integration tests included (offline)
 	$(PY) -m pytest

@@ -1,0 +1,47 @@
+"""Merging a Hydra multirun: every job's episodes into one `merged.parquet` and a table beside them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from harness.report.console import summary_table
+
+
+def merge(sweep_dir: Path) -> pd.DataFrame:
+    frames = []
+    for overrides in sorted(sweep_dir.glob("*/.hydra/overrides.yaml")):  # the jobs, not e.g. the reference run
+        parquet = overrides.parent.parent / "episodes.parquet"
+        if not parquet.parent.name.isdigit() or not parquet.exists():  # Hydra names job folders by number
+            continue
+        swept = " ".join(yaml.safe_load(overrides.read_text()) or [])
+        frames.append(pd.read_parquet(parquet).assign(job=parquet.parent.name, job_overrides=swept))
+    if not frames:
+        return pd.DataFrame()
+    merged = pd.concat(frames, ignore_index=True)
+    merged.to_parquet(sweep_dir / "merged.parquet", index=False)
+    labelled = merged.assign(experiment=_varying(merged.job_overrides))
+    simulated = "SIMULATED (model=sim), not LLM results; " if merged.simulated.any() else ""
+    table = summary_table(labelled).T.sort_index()
+    (sweep_dir / "merged_table.txt").write_text(f"{simulated}mean ± 95% CI over runs\n{table.to_string()}\n")
+    return merged
+
+
+def _varying(overrides: pd.Series) -> pd.Series:
+    """Only the overrides that differ between jobs, so the table's columns read as the swept values."""
+    split = overrides.str.split(" ")
+    common = set.intersection(*(set(s) for s in split))
+    return split.apply(lambda items: " ".join(i for i in items if i not in common))
+
+
+class MergeResults(Callback):
+    """Hydra callback: after the last job, merge the sweep folder's results."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        merged = merge(Path(config.hydra.sweep.dir))
+        print(f"merged {len(merged)} episodes into {Path(config.hydra.sweep.dir) / 'merged.parquet'}")

@@ -1,0 +1,56 @@
+"""`make sweep SWEEP=budget|n_w ARGS='...'`: Hydra multiruns, one folder per sweep with a merged table.
+
+- budget: first a Vanilla run (full history, user model) measures the reference (median of per-task peak
+  visible-history tokens, WAAC B.3) in the sweep folder; then every policy x tier runs with that reference.
+- n_w: C4's N x W sensitivity (the expense paper).
+Jobs run in parallel through Hydra's joblib launcher; add `hydra/launcher=ray` (and e.g.
+`+hydra.launcher.ray.init.num_cpus=2`) to run them on a Ray instance instead. Sweeps over WAAC variants and
+continuous workflows arrive with those issues.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from harness.report.budget import reference_tokens
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEPS = ("budget", "n_w")
+
+
+def multirun(sweep: str, sweep_dir: Path, args: list[str]) -> None:
+    base = "experiment=c4" if sweep == "n_w" else "experiment=c2"
+    cmd = [sys.executable, "-m", "harness.run", "-m", base, f"+sweep={sweep}", f"hydra.sweep.dir={sweep_dir}", *args]
+    subprocess.run(cmd, cwd=ROOT, check=True)
+
+
+def vanilla_reference(sweep_dir: Path, args: list[str]) -> int:
+    out = sweep_dir / "vanilla_reference"
+    cmd = [sys.executable, "-m", "harness.cli", "experiment=c2", f"out_dir={out}", "progress=false", *args]
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    return reference_tokens(pd.read_parquet(out / "episodes.parquet"))
+
+
+def main(argv: list[str] | None = None) -> Path:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in SWEEPS:
+        sys.exit(f"usage: make sweep SWEEP=<{'|'.join(SWEEPS)}> [ARGS='overrides']; "
+                 "the WAAC ablation and workflow-size sweeps need WAAC and the benchmark adapters (open issues)")
+    sweep, args = argv[0], argv[1:]
+    sweep_dir = ROOT / "results" / "sweeps" / sweep / time.strftime("%Y-%m-%d_%H-%M-%S")
+    if sweep == "budget":
+        ref = vanilla_reference(sweep_dir, [a for a in args if not a.startswith("hydra")])
+        print(f"budget reference (median per-task peak visible history under Vanilla): {ref} tokens")
+        args = [f"budget.reference_tokens={ref}", *args]
+    multirun(sweep, sweep_dir, args)
+    print(f"sweep folder: {sweep_dir} (merged.parquet, merged_table.txt); `make tables` and `make plots` read it")
+    return sweep_dir
+
+
+if __name__ == "__main__":
+    main()

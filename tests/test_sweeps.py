@@ -1,0 +1,35 @@
+"""Sweeps through Hydra multirun: locally with the joblib launcher and on a local Ray instance."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def multirun(tmp: Path, *args: str) -> pd.DataFrame:
+    cmd = [sys.executable, "-m", "harness.run", "-m", "experiment=c4", "n_tasks=1", "n_runs=1", "policy.n=1,5",
+           f"hydra.sweep.dir={tmp}", *args]
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, timeout=600)
+    return pd.read_parquet(tmp / "merged.parquet")
+
+
+def test_two_job_sweep_with_the_joblib_launcher_merges_its_results(tmp_path: Path) -> None:
+    merged = multirun(tmp_path, "+sweep=n_w", "policy.w=1")
+    assert sorted(merged.job) == ["0", "1"] and len(merged) == 2
+    assert {"policy.n=1", "policy.n=5"} <= {o for s in merged.job_overrides for o in s.split()}
+    assert (tmp_path / "merged_table.txt").read_text().startswith("SIMULATED")
+    assert (tmp_path / "0" / "transcripts").is_dir() and (tmp_path / "1" / "episodes.parquet").exists()
+
+
+def test_two_job_sweep_on_a_local_ray_instance(tmp_path: Path) -> None:
+    merged = multirun(tmp_path, "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
+                      "out_dir=${hydra:runtime.output_dir}", "n_workers=1", "progress=false",
+                      "+hydra.callbacks.merge._target_=harness.report.sweep.MergeResults")
+    assert sorted(merged.job) == ["0", "1"]
+    steps_per_job = merged.groupby("job").n_steps.first()
+    assert (steps_per_job > 0).all()
