@@ -98,3 +98,13 @@ def test_the_notebook_runs_on_the_fixture(monkeypatch: pytest.MonkeyPatch) -> No
     table = namespace["table"]
     assert isinstance(table, pd.DataFrame) and table.loc["Tasks completed (%)", "C2 ours"] == "75.0 ± 317.7"
     assert os.environ["HARNESS_RESULTS"] == str(FIXTURE)
+
+
+def test_decision_counts_read_pair_decisions_and_field_levels() -> None:
+    steps = pd.DataFrame({"experiment": ["c4", "c4", "waac"], "step": [0, 1, 0], "decisions": [
+        '{"kept_pairs": [], "evicted_pairs": 0, "summarized_pairs": []}',
+        '{"kept_pairs": ["a", "b"], "evicted_pairs": 3, "summarized_pairs": ["c"]}',
+        '{"levels": {"EXACT": 4, "SUMMARY": 1, "POINTER": 2, "DROP": 7}}']})
+    counts = plots.decision_counts(steps).set_index(["experiment", "step"])
+    assert counts.loc[("c4", 1), ["kept", "summarized", "dropped"]].tolist() == [2, 1, 2]
+    assert counts.loc[("waac", 0), ["EXACT", "SUMMARY", "POINTER", "DROP"]].tolist() == [4, 1, 2, 7]

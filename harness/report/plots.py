@@ -3,14 +3,16 @@
 - completion_vs_budget: completion per budget tier, one line per policy (the WAAC paper's Figure 3 shape),
   from the newest budget sweep;
 - completion_vs_tokens: completion against agent input tokens per run, one marker per experiment (Pareto view);
-- visible_tokens_by_step: mean visible-context tokens (the model's input) at each step, one line per experiment.
-WAAC's field-decisions-per-step figure needs WAAC transcripts: not generated yet. Simulated results say so in
-every title.
+- visible_tokens_by_step: mean visible-context tokens (the model's input) at each step, one line per experiment;
+- decisions_by_step: what each policy decided at each step (tool pairs kept / summarized / dropped; fields per
+  level for policies that log `levels`, as WAAC will).
+Simulated results say so in every title.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import matplotlib
@@ -37,9 +39,11 @@ def completion_vs_budget(sweep: pd.DataFrame, out: Path) -> list[Path]:
     runs[["policy", "tier"]] = runs.experiment.str.split("|", expand=True)
     runs["tier"] = runs.tier.astype(float) * 100
     fig, ax = plt.subplots(figsize=(6, 4))
-    for policy, g in runs.groupby("policy"):
+    styles = zip(("o", "s", "^", "D", "v", "P"), ("-", "--", ":", "-.", "-", "--"), strict=False)
+    for (policy, g), (marker, line) in zip(runs.groupby("policy"), styles, strict=False):
         means = g.groupby("tier").task_completed.mean() * 100
-        ax.plot(means.index, means.values, marker="o", label=policy)
+        ax.plot(means.index, means.values, marker=marker, linestyle=line, label=policy, alpha=0.85)
+    ax.set_ylim(0, 105)  # overlapping lines stay visible through their markers and styles
     ax.set(xlabel="Context budget (% of Vanilla peak reference)", ylabel="Tasks completed (%)",
            title=f"Completion vs budget — {label(sweep)}")
     ax.invert_xaxis()
@@ -70,6 +74,38 @@ def visible_tokens_by_step(steps: pd.DataFrame, simulated: bool, out: Path) -> l
     return _save(fig, out, "visible_tokens_by_step")
 
 
+def decision_counts(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per step, what the policy decided: tool pairs kept whole, summarized, dropped; and, for field-level
+    policies that log `levels` (WAAC), the number of fields at each level."""
+    rows = []
+    for exp, step, raw in steps[["experiment", "step", "decisions"]].itertuples(index=False):
+        d = json.loads(raw) if isinstance(raw, str) else {}
+        if isinstance(d.get("levels"), dict):
+            rows.append({"experiment": exp, "step": step, **{k: float(v) for k, v in d["levels"].items()}})
+        elif isinstance(d.get("kept_pairs"), list):
+            summarized = len(d.get("summarized_pairs", []))
+            rows.append({"experiment": exp, "step": step, "kept": len(d["kept_pairs"]), "summarized": summarized,
+                         "dropped": d.get("evicted_pairs", 0) - summarized})
+    return pd.DataFrame(rows)
+
+
+def decisions_by_step(steps: pd.DataFrame, simulated: bool, out: Path) -> list[Path]:
+    counts = decision_counts(steps)
+    if counts.empty:
+        return []
+    groups = list(counts.groupby("experiment"))
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.5 * len(groups), 3.6), squeeze=False, sharey=True)
+    for ax, (exp, g) in zip(axes[0], groups, strict=True):
+        mean = g.drop(columns="experiment").groupby("step").mean().dropna(axis=1, how="all")
+        ax.stackplot(mean.index, mean.T.values, labels=list(mean.columns))
+        ax.set(title=exp.upper(), xlabel="Step")
+    axes[0][0].set_ylabel("Tool pairs (or fields) per level")
+    axes[0][-1].legend(loc="upper left")
+    tag = "SIMULATED (model=sim), not LLM results" if simulated else "real model backend"
+    fig.suptitle(f"Policy decisions per step — {tag}")
+    return _save(fig, out, "decisions_by_step")
+
+
 def newest_sweep(results: Path, kind: str = "budget") -> pd.DataFrame:
     merged = sorted((results / "sweeps").glob(f"{kind}*/**/merged.parquet"), key=lambda p: p.stat().st_mtime)
     return pd.read_parquet(merged[-1]) if merged else pd.DataFrame()
@@ -88,6 +124,8 @@ def main(argv: list[str] | None = None) -> list[Path]:
         steps = pd.concat([pd.read_parquet(p / "steps.parquet") for p in runs.values()], ignore_index=True)
         written += completion_vs_tokens(episodes, out)
         written += visible_tokens_by_step(steps, bool(episodes.simulated.any()), out)
+        if "decisions" in steps:
+            written += decisions_by_step(steps, bool(episodes.simulated.any()), out)
     sweep = newest_sweep(args.results)
     if not sweep.empty:
         written += completion_vs_budget(sweep, out)
