@@ -52,8 +52,7 @@ def summary_table(episodes: pd.DataFrame) -> pd.DataFrame:
 
 
 def render(episodes: pd.DataFrame) -> str:
-    simulated = bool(episodes.simulated.any())
-    label = "SIMULATED agent (model=sim): not LLM results" if simulated else "real model backend"
+    label = "SIMULATED agent (model=sim): not LLM results" if episodes.simulated.any() else "real model backend"
     models = ", ".join(sorted(episodes.model.unique()))
     terms = episodes.groupby(["experiment", "termination"]).size().unstack(fill_value=0)
     return "\n".join([

@@ -22,7 +22,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.report.console import per_run  # noqa: E402
-from harness.report.tables import EXPENSE, ROOT, find_runs, label  # noqa: E402
+from harness.report.tables import (  # noqa: E402
+    EXPENSE,
+    ROOT,
+    announce,
+    find_runs,
+    label,
+    newest_sweep,
+    simulated_label,
+)
 
 
 def _save(fig: plt.Figure, out: Path, name: str) -> list[Path]:
@@ -67,9 +75,8 @@ def visible_tokens_by_step(steps: pd.DataFrame, simulated: bool, out: Path) -> l
     for exp, g in steps.groupby("experiment"):
         mean = g.groupby("step").input_tokens.mean()
         ax.plot(mean.index, mean.values, label=exp.upper())
-    tag = "SIMULATED (model=sim), not LLM results" if simulated else "real model backend"
     ax.set(xlabel="Step (model call)", ylabel="Visible context (input tokens)",
-           title=f"Visible context over an episode — {tag}")
+           title=f"Visible context over an episode — {simulated_label(simulated)}")
     ax.legend()
     return _save(fig, out, "visible_tokens_by_step")
 
@@ -101,14 +108,8 @@ def decisions_by_step(steps: pd.DataFrame, simulated: bool, out: Path) -> list[P
         ax.set(title=exp.upper(), xlabel="Step")
     axes[0][0].set_ylabel("Tool pairs (or fields) per level")
     axes[0][-1].legend(loc="upper left")
-    tag = "SIMULATED (model=sim), not LLM results" if simulated else "real model backend"
-    fig.suptitle(f"Policy decisions per step — {tag}")
+    fig.suptitle(f"Policy decisions per step — {simulated_label(simulated)}")
     return _save(fig, out, "decisions_by_step")
-
-
-def newest_sweep(results: Path, kind: str = "budget") -> pd.DataFrame:
-    merged = sorted((results / "sweeps").glob(f"{kind}*/**/merged.parquet"), key=lambda p: p.stat().st_mtime)
-    return pd.read_parquet(merged[-1]) if merged else pd.DataFrame()
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
@@ -129,11 +130,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     sweep = newest_sweep(args.results)
     if not sweep.empty:
         written += completion_vs_budget(sweep, out)
-    for path in written:
-        print(f"wrote {path}")
-    if not written:
-        print(f"no runs found under {args.results}: run e.g. `make run CONFIG=c3` first")
-    return written
+    return announce(written, args.results)
 
 
 if __name__ == "__main__":

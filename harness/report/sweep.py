@@ -11,6 +11,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from harness.report.console import summary_table
+from harness.report.tables import label
 
 
 def merge(sweep_dir: Path) -> pd.DataFrame:
@@ -26,9 +27,8 @@ def merge(sweep_dir: Path) -> pd.DataFrame:
     merged = pd.concat(frames, ignore_index=True)
     merged.to_parquet(sweep_dir / "merged.parquet", index=False)
     labelled = merged.assign(experiment=_varying(merged.job_overrides))
-    simulated = "SIMULATED (model=sim), not LLM results; " if merged.simulated.any() else ""
     table = summary_table(labelled).T.sort_index()
-    (sweep_dir / "merged_table.txt").write_text(f"{simulated}mean ± 95% CI over runs\n{table.to_string()}\n")
+    (sweep_dir / "merged_table.txt").write_text(f"{label(merged)}; mean ± 95% CI over runs\n{table.to_string()}\n")
     return merged
 
 

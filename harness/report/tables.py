@@ -89,11 +89,16 @@ def ratio_table(episodes: pd.DataFrame, paper: dict[str, Any]) -> pd.DataFrame:
                          "paper": {k: _paper(paper["ratios"].get(k), 1) for k in ours}})
 
 
+def newest_sweep(results: Path, kind: str = "budget") -> pd.DataFrame:
+    """The merged episodes of the newest sweep of a kind (sweep folders are named by their start time)."""
+    merged = sorted((results / "sweeps").glob(f"{kind}/*/merged.parquet"))
+    return pd.read_parquet(merged[-1]) if merged else pd.DataFrame()
+
+
 def budget_table(results: Path) -> pd.DataFrame:
-    frames = [pd.read_parquet(p) for p in sorted((results / "sweeps").glob("budget*/**/merged.parquet"))]
-    if not frames:
-        return pd.DataFrame()
-    episodes = pd.concat(frames[-1:], ignore_index=True)  # the newest budget sweep
+    episodes = newest_sweep(results)
+    if episodes.empty:
+        return episodes
     runs = per_run(episodes.assign(experiment=episodes.policy + " @ " + episodes.budget_fraction.astype(str)))
     rows = {}
     for exp, g in runs.groupby("experiment"):
@@ -120,8 +125,20 @@ def write(table: pd.DataFrame, out: Path, name: str, caption: str) -> list[Path]
     return paths
 
 
+def simulated_label(simulated: bool) -> str:
+    return "SIMULATED (model=sim), not LLM results" if simulated else "real model backend"
+
+
 def label(episodes: pd.DataFrame) -> str:
-    return "SIMULATED (model=sim), not LLM results" if episodes.simulated.any() else "real model backend"
+    return simulated_label(bool(episodes.simulated.any()))
+
+
+def announce(written: list[Path], results: Path) -> list[Path]:
+    for path in written:
+        print(f"wrote {path}")
+    if not written:
+        print(f"no runs found under {results}: run e.g. `make run CONFIG=c3` first")
+    return written
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
@@ -144,11 +161,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     if not sweep.empty:
         written += write(sweep, out, "budget_sweep", "Budget sweep (tiers of the Vanilla peak reference; "
                          "mean ± 95% CI over runs)")
-    for path in written:
-        print(f"wrote {path}")
-    if not written:
-        print(f"no runs found under {args.results}: run e.g. `make run CONFIG=c3` first")
-    return written
+    return announce(written, args.results)
 
 
 if __name__ == "__main__":
