@@ -49,6 +49,7 @@ class StepRecord:
     action: str
     cached: bool
     cost_usd: float
+    aux_cost_usd: float
     retries: int
     usage_mismatch: bool
     view: list[Any]
@@ -66,6 +67,7 @@ class EpisodeResult:
     tool_errors: int = 0
     malformed_tool_calls: int = 0
     user_usage: Usage = field(default_factory=Usage)
+    user_cost_usd: float = 0.0
     error: str | None = None
 
 
@@ -94,7 +96,7 @@ def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, toke
     malformed = sum(1 for m in history for c in m.tool_calls if is_malformed(c, tools))
     user_usage = getattr(episode.user, "usage", Usage())
     return EpisodeResult(history, steps, termination, episode.score(), time.perf_counter() - start,
-                         tool_errors, malformed, user_usage, error)
+                         tool_errors, malformed, user_usage, getattr(episode.user, "cost_usd", 0.0), error)
 
 
 def is_malformed(call: ToolCall, tools: Sequence[ToolSpec]) -> bool:
@@ -118,7 +120,8 @@ def _step(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: To
     view.messages = fit.messages
     policy_time = time.perf_counter() - t0
     input_tokens = tokens.request(view.messages, ctx.tools)
-    if input_tokens > model.context_window:
+    reserve = getattr(model, "max_output_tokens", 0)  # output space is reserved, as providers count it
+    if input_tokens + reserve > model.context_window:
         return Termination.CONTEXT_WINDOW_EXCEEDED
     t1 = time.perf_counter()
     try:
@@ -141,7 +144,8 @@ def _step(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: To
         view_compressible_tokens=fit.compressible_tokens, budget=ctx.budget, over_budget=over,
         budget_evicted_pairs=fit.evicted_pairs,
         action=",".join(c.name for c in message.tool_calls) or "message", cached=completion.cached,
-        cost_usd=completion.cost_usd, retries=len(completion.info.get("retries", [])), usage_mismatch=mismatch,
+        cost_usd=completion.cost_usd, aux_cost_usd=view.aux_cost_usd,
+        retries=len(completion.info.get("retries", [])), usage_mismatch=mismatch,
         view=view_refs(history, view.messages), decisions=view.decisions, info=completion.info))
     history.append(message)
     if message.tool_calls:

@@ -43,7 +43,10 @@ def episode_row(meta: dict[str, Any], result: EpisodeResult) -> dict[str, Any]:
         "spent_output_tokens": sum(x.output_tokens for x in s if not x.cached),
         "cached_calls": sum(x.cached for x in s),
         "retries": sum(x.retries for x in s),
-        "cost_usd": sum(x.cost_usd for x in s),
+        "agent_cost_usd": sum(x.cost_usd for x in s),
+        "aux_cost_usd": sum(x.aux_cost_usd for x in s),
+        "user_cost_usd": result.user_cost_usd,
+        "cost_usd": sum(x.cost_usd + x.aux_cost_usd for x in s) + result.user_cost_usd,  # NaN if a price is unknown
         "user_input_tokens": result.user_usage.input_tokens,
         "user_output_tokens": result.user_usage.output_tokens,
         "aux_input_tokens": sum(x.aux_input_tokens for x in s),

@@ -6,9 +6,12 @@ into objects; this module is the batch runner (parallel workers, resume, records
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import multiprocessing as mp
 import os
+import queue
 import threading
 import traceback
 from collections.abc import Iterator
@@ -48,7 +51,7 @@ def run_one(cfg: DictConfig, domain: Domain, task_index: int, run: int, out_dir:
             "budget_fraction": cfg.budget.fraction, "budget_tokens": budget}
     write_transcript(transcript_path(out_dir, task.task_id, run), meta, result)
     return {"completed": result.score.completed, "input_tokens": sum(s.input_tokens for s in result.steps),
-            "cost_usd": sum(s.cost_usd for s in result.steps)}
+            "cost_usd": sum(s.cost_usd + s.aux_cost_usd for s in result.steps) + result.user_cost_usd}
 
 
 def _init_worker(cfg_yaml: str) -> None:
@@ -65,6 +68,27 @@ def pending(cfg: DictConfig, domain: Domain, out_dir: Path) -> list[tuple[int, i
     """Episodes without a complete transcript: a rerun into the same out_dir finishes only these."""
     return [(i, r, str(out_dir)) for r in range(cfg.n_runs) for i, t in enumerate(domain.tasks)
             if not is_complete(transcript_path(out_dir, t.task_id, r))]
+
+
+# Settings that change no episode's outcome: a resumed run may differ in these and nothing else.
+NEUTRAL = ("out_dir", "progress", "n_workers", "concurrency", "n_tasks", "n_runs")
+
+
+def fingerprint(cfg: DictConfig) -> str:
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(resolved, dict)
+    relevant = {k: v for k, v in resolved.items() if k not in NEUTRAL}
+    relevant["env"] = {k: v for k, v in relevant.get("env", {}).items() if k != "n_tasks"}
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def check_resume(out_dir: Path, print_: str) -> None:
+    """Refuse to mix episodes of different configurations in one out_dir."""
+    marker = out_dir / "fingerprint.txt"
+    if marker.exists() and marker.read_text().strip() != print_:
+        raise SystemExit(f"{out_dir} holds episodes of a different configuration (fingerprint "
+                         f"{marker.read_text().strip()} != {print_}); choose another out_dir")
+    marker.write_text(print_ + "\n")
 
 
 def _execute(cfg: DictConfig, domain: Domain, jobs: list[tuple[int, int, str]]) -> Iterator[dict[str, Any]]:
@@ -111,7 +135,7 @@ def _hybrid(cfg: DictConfig, jobs: list[tuple[int, int, str]], procs: int) -> It
         w.start()
     try:
         for _ in jobs:
-            row = done.get()
+            row = _next_result(done, workers)
             if "crash" in row:
                 raise RuntimeError(f"an episode worker crashed:\n{row['crash']}")
             yield row
@@ -119,6 +143,17 @@ def _hybrid(cfg: DictConfig, jobs: list[tuple[int, int, str]], procs: int) -> It
         for w in workers:
             w.terminate() if w.is_alive() else None
             w.join()
+
+
+def _next_result(done: Any, workers: list[Any]) -> dict[str, Any]:
+    """The next finished episode; fails instead of waiting forever if every worker process has died."""
+    while True:
+        try:
+            return dict(done.get(timeout=5))
+        except queue.Empty:
+            if not any(w.is_alive() for w in workers):
+                codes = [w.exitcode for w in workers]
+                raise RuntimeError(f"all episode worker processes exited (codes {codes}) before finishing") from None
 
 
 def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any) -> None:
@@ -133,8 +168,9 @@ def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any
         while (job := todo.get()) is not None:
             try:
                 done.put(run_one(cfg, domain, job[0], job[1], Path(job[2])))
-            except Exception:
+            except BaseException:  # even KeyboardInterrupt/SystemExit: the parent must hear of it, not hang
                 done.put({"crash": traceback.format_exc()})
+                raise
 
     pool = [threading.Thread(target=loop) for _ in range(threads)]
     for t in pool:
@@ -146,6 +182,7 @@ def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any
 def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    check_resume(out_dir, fingerprint(cfg))
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     domain = build_domain(cfg)
     jobs = pending(cfg, domain, out_dir)
@@ -160,7 +197,8 @@ def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
                 bar.set_postfix(completed=f"{done}/{n}", in_tok=f"{tokens:,}", cost=f"${cost:,.2f}")
                 bar.update()
         except KeyboardInterrupt:
-            print(f"\nInterrupted after {n} new episodes; run the same command again to finish the rest.")
+            print(f"\nInterrupted after {n} new episodes; to finish the rest, run the same command with "
+                  f"out_dir={out_dir}")
             raise
     episodes, _ = build_tables(out_dir)
     if verbose:

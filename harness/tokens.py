@@ -5,7 +5,8 @@ Content is counted exactly with a real BPE (`o200k_base` by default, `cl100k_bas
 
 Framing rule (documented once, used everywhere), after OpenAI's published chat-format accounting:
 - every message costs `PER_MESSAGE` (3) tokens of framing, plus its role (1 token), plus its content;
-- a `name` costs its tokens plus 1;
+- a `name` costs its tokens plus 1 (not on tool results: the harness names them for readers, the chat
+  format does not send it);
 - each tool call costs `PER_TOOL_CALL` (3) plus the tokens of its function name and of its raw arguments;
 - a request costs `REPLY_PRIMING` (3) for the assistant reply header;
 - the tool definitions cost the tokens of their canonical JSON (sorted keys, compact separators), plus
@@ -61,7 +62,7 @@ class TokenCounter:
         if cached is not None:
             return cached
         n = PER_MESSAGE + PER_ROLE + self.text(msg.content)
-        if msg.name:
+        if msg.name and msg.role != "tool":
             n += PER_NAME + self.text(msg.name)
         for call in msg.tool_calls:
             n += PER_TOOL_CALL + self.text(call.name) + self.text(call.arguments)

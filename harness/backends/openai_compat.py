@@ -32,6 +32,9 @@ from harness.tokens import TokenCounter
 from harness.types import Completion, Message, ToolCall, ToolSpec, Usage
 
 log = logging.getLogger("harness.backends")
+SIM_SERVED = "sim-served"  # the model id harness.backends.sim_server reports: its answers are simulated
+CONTEXT_MARKERS = ("context_length_exceeded", "exceed_context_size", "maximum context length",
+                   "context window", "exceeds the available context size", "context length")
 T = TypeVar("T")
 RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError)
 
@@ -58,6 +61,13 @@ def to_openai(m: Message) -> dict[str, Any]:
         out["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                              for c in m.tool_calls]
     return out
+
+
+def is_context_overflow(exc: openai.APIStatusError) -> bool:
+    """Providers say it differently: OpenAI's error code, vLLM's and llama.cpp's messages."""
+    code = getattr(exc, "code", None) or ""
+    text = f"{code} {exc}".lower()
+    return any(marker in text for marker in CONTEXT_MARKERS)
 
 
 def retry_after_seconds(exc: Exception) -> float | None:
@@ -90,8 +100,9 @@ class OpenAICompatible:
     base_url: str = "https://api.openai.com/v1"
     api_key_env: str | None = "OPENAI_API_KEY"
     name: str | None = None
-    temperature: float = 0.0
-    top_p: float = 1.0
+    temperature: float | None = 0.0  # None: not sent (reasoning models such as gpt-5 accept only their default)
+    top_p: float | None = 1.0
+    max_tokens_param: str = "max_tokens"  # "max_completion_tokens" for OpenAI's reasoning models
     max_output_tokens: int = 8192
     context_window: int = 400_000
     timeout_s: float = 120.0
@@ -108,7 +119,7 @@ class OpenAICompatible:
 
     def __post_init__(self) -> None:
         self.name = self.name or self.model
-        self.simulated = self.simulated or self.model == "sim-served"
+        self.simulated = self.simulated or self.model == SIM_SERVED
         self.retry_policy = RetryPolicy(**self.retry)
         self.cache = ResponseCache(self.cache_dir) if self.cache_dir else None
         self.limiter = shared_limiter((self.base_url, self.model), self.rate_limit.get("rpm"),
@@ -134,8 +145,10 @@ class OpenAICompatible:
 
     def request(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "messages": [to_openai(m) for m in messages],
-                                "temperature": self.temperature, "top_p": self.top_p,
-                                "max_tokens": self.max_output_tokens}
+                                self.max_tokens_param: self.max_output_tokens}
+        for key in ("temperature", "top_p"):
+            if getattr(self, key) is not None:
+                body[key] = getattr(self, key)
         if tools:
             body["tools"] = [t.to_openai() for t in tools]
             body["tool_choice"] = "auto"  # OpenAI's default; llama.cpp's server ignores tools without it
@@ -147,13 +160,14 @@ class OpenAICompatible:
         body = self.request(messages, tools)
         key = cache_key({"request": body, "seed": self.seed, "extra_body": self.extra_body})
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
-            return self._completion(hit, cached=True, retries=[], seconds=0.0)
+            return self._completion(hit, cached=True, retries=[], seconds=float(hit.get("_harness_latency_s", 0.0)))
         self.limiter.acquire(self.tokens.request(messages, tools) + self.max_output_tokens)
         start, retries = time.perf_counter(), list[dict[str, Any]]()
         raw = self._with_retries(lambda: self._call(body), retries)
-        if self.cache is not None:
-            self.cache.put(key, raw)
-        return self._completion(raw, cached=False, retries=retries, seconds=time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        if self.cache is not None:  # with the measured latency, so a replay reports the same model time
+            self.cache.put(key, {**raw, "_harness_latency_s": seconds})
+        return self._completion(raw, cached=False, retries=retries, seconds=seconds)
 
     def _call(self, body: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -161,12 +175,15 @@ class OpenAICompatible:
             # long history); errors, retries-after headers and parsing are the SDK's own.
             response = self.client().post("/chat/completions", body={**body, **self.extra_body},
                                           cast_to=ChatCompletion)
-        except openai.BadRequestError as exc:
-            if "context" in str(exc).lower() and ("length" in str(exc).lower() or "window" in str(exc).lower()):
+        except openai.APIStatusError as exc:
+            if exc.status_code in (400, 413) and is_context_overflow(exc):
                 raise ContextWindowExceeded(str(exc)) from exc
-            raise
-        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise InfraError(f"the endpoint refused the credentials: {type(exc).__name__}") from exc
+            if exc.status_code >= 500 or exc.status_code == 429:
+                raise  # retryable: handled by _with_retries
+            # Any other refusal (bad parameter, unknown model, credentials) is the endpoint's or the config's
+            # fault, not the agent's: an infrastructure failure, kept apart from task failures.
+            raise InfraError(f"the endpoint refused the request ({exc.status_code} {type(exc).__name__}): "
+                             f"{str(exc)[:300]}") from exc
         return response.model_dump(exclude_none=True)
 
     def _with_retries(self, call: Callable[[], T], retries: list[dict[str, Any]]) -> T:
@@ -192,16 +209,18 @@ class OpenAICompatible:
             info["retries"] = retries
         if not usage:
             info["usage_missing"] = True
-        return Completion(message, tokens, modeled_time_s=0.0 if cached else seconds, cached=cached,
+        self.simulated = self.simulated or raw.get("model") == SIM_SERVED  # whatever name the config used
+        return Completion(message, tokens, modeled_time_s=seconds, cached=cached,
                           cost_usd=0.0 if cached else self.cost(tokens), info=info)
 
     def _unique_ids(self, message: Message) -> Message:
         """Some servers reuse tool-call ids across turns ("call_0"); pairing needs them unique per episode."""
         calls = []
         for c in message.tool_calls:
-            new_id = c.id
+            new_id, n = c.id, 0
             while new_id in self._seen_ids:
-                new_id = f"{c.id}_{len(self._seen_ids)}"
+                n += 1
+                new_id = f"{c.id}_{n}"
             self._seen_ids.add(new_id)
             calls.append(ToolCall(new_id, c.name, c.arguments))
         return Message("assistant", message.content, tuple(calls))

@@ -26,6 +26,7 @@ class Summary:
     text: str
     usage: Usage
     modeled_time_s: float = 0.0
+    cost_usd: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class View:
     messages: list[Message]
     aux_usage: Usage = field(default_factory=Usage)
     aux_modeled_time_s: float = 0.0
+    aux_cost_usd: float = 0.0
     decisions: dict[str, Any] = field(default_factory=dict)
 
 

@@ -41,6 +41,7 @@ class LastNSummary:
         messages.insert(_position(indexed, window[-1].call_index), note)
         usage = sum((s.usage for s in fresh), Usage())
         return View(messages, aux_usage=usage, aux_modeled_time_s=sum(s.modeled_time_s for s in fresh),
+                    aux_cost_usd=sum(s.cost_usd for s in fresh),
                     decisions={**decisions, "newly_summarized": len(fresh)})
 
     def _summarize_new(self, history: Sequence[Message], window: list[Pair], ctx: RenderContext) -> list[Summary]:

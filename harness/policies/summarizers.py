@@ -41,7 +41,8 @@ class LLMSummarizer:
                              f"RESULT {r.content if r else '(none)'}" for c, r in pairs)
         request = [Message("system", LLM_PROMPT.format(max_words=self.max_words)), Message("user", shown)]
         completion = self.backend.generate(request, [])
-        return Summary(completion.message.content.strip(), completion.usage, completion.modeled_time_s)
+        return Summary(completion.message.content.strip(), completion.usage, completion.modeled_time_s,
+                       completion.cost_usd)
 
 
 @dataclass(frozen=True)

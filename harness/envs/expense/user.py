@@ -79,11 +79,13 @@ class LLMUser:
         system = LLM_USER_PROMPT.format(instruction=task.instruction, folio=folio)
         self.messages = [Message("system", system), Message("assistant", task.instruction)]
         self.usage = Usage()
+        self.cost_usd = 0.0
 
     def respond(self, agent_text: str) -> str:
         self.messages.append(Message("user", agent_text))
         completion = self.backend.generate(self.messages, [])
         self.usage = self.usage + completion.usage
+        self.cost_usd += completion.cost_usd
         reply = completion.message.content.strip() or "Could you say that again?"
         self.messages.append(Message("assistant", reply))
         return STOP if STOP in reply else reply
