@@ -113,3 +113,18 @@ def test_episode_seed_is_stable_and_distinct() -> None:
     assert len(seeds) == 250
     assert build.episode_seed(1, "hotel-001", 0) != build.episode_seed(2, "hotel-001", 0)
     assert build.episode_seed(2606, "hotel-001", 0) == 14346753717851622664  # fixed: sha256, not hash()
+
+
+def test_the_readme_real_model_command_composes_with_its_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from harness.build import build_policy, build_user
+    from harness.run import CONFIG_DIR
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", ["experiment=c4", "model=openai", "model.model=gpt-5", "user=llm",
+                                 "user.backend.model=gpt-4.1", "summarizer=llm", "out_dir=/tmp/x"])
+    assert build_user(cfg).keywords["backend"].model == "gpt-4.1"  # type: ignore[union-attr]
+    assert build_policy(cfg).summarizer.backend.model == "gpt-4.1-mini"  # type: ignore[attr-defined]
+    assert cfg.model.max_tokens_param == "max_completion_tokens"

@@ -172,13 +172,26 @@ def test_aux_summarizer_and_its_cost_are_recorded() -> None:
     assert r.steps[-1].modeled_time_s > 0.5
 
 
+class Recording(SimModel):
+    """The sim agent, keeping a deep copy of every view exactly as it was sent."""
+
+    def __init__(self) -> None:
+        super().__init__(seed=0, noise={"enabled": False})
+        self.sent: list[list[dict]] = []  # type: ignore[type-arg]
+
+    def generate(self, messages, tools):  # type: ignore[no-untyped-def]
+        self.sent.append([m.to_dict() for m in messages])
+        return super().generate(messages, tools)
+
+
 def test_history_is_append_only_across_steps() -> None:
-    """What the model saw at step k is unchanged in the final history (no policy edits leak back)."""
-    r = run(SimModel(seed=0, noise={"enabled": False}), policy=LastNSummary(2, 2, ExtractiveSummarizer()),
-            max_steps=12)
-    snapshot = [m.to_dict() for m in r.history]
-    for s in r.steps:
-        assert all(snapshot[i] == r.history[i].to_dict() for i in s.view if isinstance(i, int))
+    """Every history message the model saw at step k is still, unchanged, at its index in the final history."""
+    model = Recording()
+    r = run(model, policy=LastNSummary(2, 2, ExtractiveSummarizer()), max_steps=12)
+    for s, sent in zip(r.steps, model.sent, strict=True):
+        for ref, shown in zip(s.view, sent, strict=True):
+            if isinstance(ref, int):
+                assert r.history[ref].to_dict() == shown
     assert r.history[:2] == DOMAIN.episode(T, ScriptedUser).opening()
 
 

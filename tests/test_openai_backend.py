@@ -92,7 +92,7 @@ def test_replay_from_cache_costs_nothing_and_gives_identical_results(server: Sim
     before = server.requests
     second = run(openai_cfg(server.base_url, tmp_path / "b", cache), verbose=False)
     assert server.requests == before  # not one request reached the endpoint
-    cols = ["task_id", "completed", "input_tokens", "output_tokens", "n_tool_calls"]
+    cols = ["task_id", "completed", "input_tokens", "output_tokens", "n_tool_calls", "modeled_time_s"]
     pd.testing.assert_frame_equal(first[cols].sort_values("task_id").reset_index(drop=True),
                                   second[cols].sort_values("task_id").reset_index(drop=True))
     assert (second.cached_calls == second.n_steps).all()
@@ -194,3 +194,55 @@ def test_no_environment_variable_leaks_into_the_config_file(tmp_path: Path, serv
     run(openai_cfg(server.base_url, tmp_path / "r", "model.api_key_env=HARNESS_TEST_KEY2"), verbose=False)
     text = (tmp_path / "r" / "config.yaml").read_text()
     assert "HARNESS_TEST_KEY2" in text and "sk-other-secret-99" not in text  # the name, never the value
+
+
+class _Refusing:
+    """A stub endpoint that answers every request with one fixed error."""
+
+    def __init__(self, status: int, body: dict) -> None:  # type: ignore[type-arg]
+        import http.server
+        import threading
+
+        payload = json.dumps(body).encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+
+@pytest.mark.parametrize(("status", "error", "termination"), [
+    (400, {"message": "Unsupported parameter: 'max_tokens'", "code": "unsupported_parameter"}, "infra_error"),
+    (404, {"message": "The model `gpt-9` does not exist", "code": "model_not_found"}, "infra_error"),
+    (400, {"message": "This model's maximum context length is 8192 tokens", "code": "context_length_exceeded"},
+     "context_window_exceeded"),
+    (400, {"message": "the request exceeds the available context size"}, "context_window_exceeded"),
+])
+def test_refusals_are_infra_failures_and_overflows_end_the_episode(tmp_path: Path, status: int,
+                                                                  error: dict, termination: str) -> None:  # type: ignore[type-arg]
+    stub = _Refusing(status, {"error": {**error, "type": "invalid_request_error"}})
+    try:
+        episodes = run(openai_cfg(stub.base_url, tmp_path / "r", "n_tasks=1"), verbose=False)
+    finally:
+        stub.server.shutdown()
+    assert list(episodes.termination) == [termination]
+    if termination == "infra_error":
+        assert str(status) in episodes.error.iloc[0]
+
+
+def test_resume_refuses_an_out_dir_of_another_configuration(server: SimServer, tmp_path: Path) -> None:
+    run(openai_cfg(server.base_url, tmp_path / "r", "n_tasks=1"), verbose=False)
+    with pytest.raises(SystemExit, match="different configuration"):
+        run(openai_cfg(server.base_url, tmp_path / "r", "n_tasks=1", "experiment=c4"), verbose=False)
+    run(openai_cfg(server.base_url, tmp_path / "r", "n_tasks=2", "concurrency=1"), verbose=False)  # more tasks: fine

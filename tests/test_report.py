@@ -106,5 +106,5 @@ def test_decision_counts_read_pair_decisions_and_field_levels() -> None:
         '{"kept_pairs": ["a", "b"], "evicted_pairs": 3, "summarized_pairs": ["c"]}',
         '{"levels": {"EXACT": 4, "SUMMARY": 1, "POINTER": 2, "DROP": 7}}']})
     counts = plots.decision_counts(steps).set_index(["experiment", "step"])
-    assert counts.loc[("c4", 1), ["kept", "summarized", "dropped"]].tolist() == [2, 1, 2]
+    assert counts.loc[("c4", 1), ["kept", "summarized", "dropped", "dropped (budget)"]].tolist() == [2, 1, 2, 0]
     assert counts.loc[("waac", 0), ["EXACT", "SUMMARY", "POINTER", "DROP"]].tolist() == [4, 1, 2, 7]

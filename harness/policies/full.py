@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.policies.base import RenderContext, View
+from harness.policies.base import RenderContext, View, tool_pairs
 from harness.types import Message
 
 
@@ -14,4 +14,5 @@ class FullHistory:
     name: str = "full"
 
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
-        return View(list(history), decisions={"kept_pairs": "all"})
+        return View(list(history), decisions={"kept_pairs": [p.call_id for p in tool_pairs(history)],
+                                              "evicted_pairs": 0})

@@ -85,14 +85,16 @@ def decision_counts(steps: pd.DataFrame) -> pd.DataFrame:
     """Per step, what the policy decided: tool pairs kept whole, summarized, dropped; and, for field-level
     policies that log `levels` (WAAC), the number of fields at each level."""
     rows = []
-    for exp, step, raw in steps[["experiment", "step", "decisions"]].itertuples(index=False):
+    budget = steps["budget_evicted_pairs"] if "budget_evicted_pairs" in steps else pd.Series(0, index=steps.index)
+    for exp, step, raw, fitted in zip(steps.experiment, steps.step, steps.decisions, budget, strict=True):
         d = json.loads(raw) if isinstance(raw, str) else {}
         if isinstance(d.get("levels"), dict):
             rows.append({"experiment": exp, "step": step, **{k: float(v) for k, v in d["levels"].items()}})
         elif isinstance(d.get("kept_pairs"), list):
             summarized = len(d.get("summarized_pairs", []))
-            rows.append({"experiment": exp, "step": step, "kept": len(d["kept_pairs"]), "summarized": summarized,
-                         "dropped": d.get("evicted_pairs", 0) - summarized})
+            rows.append({"experiment": exp, "step": step, "kept": len(d["kept_pairs"]) - fitted,
+                         "summarized": summarized, "dropped": d.get("evicted_pairs", 0) - summarized,
+                         "dropped (budget)": fitted})
     return pd.DataFrame(rows)
 
 

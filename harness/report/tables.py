@@ -62,9 +62,21 @@ def expense_table(episodes: pd.DataFrame, paper: dict[str, Any]) -> pd.DataFrame
         mine = runs[runs.experiment == name]
         theirs = paper["configs"].get(name, {})
         table[f"{name.upper()} ours"] = {label: fmt(*mean_ci(list(mine[col])), digits, scale) if len(mine) else "–"
-                                         for label, col, digits, scale, _ in ROWS}
+                                         for label, col, digits, scale, _ in ROWS} | _provenance(episodes, name)
         table[f"{name.upper()} paper"] = {label: _paper(theirs.get(key), digits) for label, _, digits, _, key in ROWS}
+        table[f"{name.upper()} paper"] |= {"Model": paper.get("model", "–"), "Simulated": "no",
+                                           "Runs x tasks": paper.get("runs_x_tasks", "–")}
     return pd.DataFrame(table)
+
+
+def _provenance(episodes: pd.DataFrame, name: str) -> dict[str, str]:
+    """Per column, what the numbers come from, so runs of different sizes or models are not read as alike."""
+    mine = episodes[episodes.experiment == name]
+    if mine.empty:
+        return {"Model": "–", "Runs x tasks": "–", "Simulated": "–"}
+    return {"Model": ", ".join(sorted(mine.model.unique())),
+            "Runs x tasks": f"{mine.run.nunique()} x {mine.task_id.nunique()}",
+            "Simulated": "yes" if mine.simulated.any() else "no"}
 
 
 def ratio_table(episodes: pd.DataFrame, paper: dict[str, Any]) -> pd.DataFrame:
