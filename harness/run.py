@@ -159,9 +159,11 @@ def _next_result(done: Any, workers: list[Any]) -> dict[str, Any]:
 def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any) -> None:
     cfg = OmegaConf.create(cfg_yaml)
     assert isinstance(cfg, DictConfig)
-    for key in ("rpm", "tpm"):
-        if cfg.model.get("rate_limit", {}).get(key):
-            cfg.model.rate_limit[key] = cfg.model.rate_limit[key] / procs
+    for backend in (cfg.model, cfg.user.get("backend"), (cfg.summarizer or {}).get("backend")):
+        limits = backend.get("rate_limit") if backend is not None else None
+        for key in ("rpm", "tpm"):
+            if limits and limits.get(key):
+                limits[key] = limits[key] / procs  # each process gets its share of every endpoint's limits
     domain = build_domain(cfg)
 
     def loop() -> None:

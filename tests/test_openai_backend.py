@@ -246,3 +246,13 @@ def test_resume_refuses_an_out_dir_of_another_configuration(server: SimServer, t
     with pytest.raises(SystemExit, match="different configuration"):
         run(openai_cfg(server.base_url, tmp_path / "r", "n_tasks=1", "experiment=c4"), verbose=False)
     run(openai_cfg(server.base_url, tmp_path / "r", "n_tasks=2", "concurrency=1"), verbose=False)  # more tasks: fine
+
+
+def test_many_concurrent_episodes_run_in_processes_times_threads(server: SimServer, tmp_path: Path) -> None:
+    """concurrency >= 4 x workers: the hybrid runner (2 processes x 4 threads) gives the same episodes."""
+    hybrid = run(openai_cfg(server.base_url, tmp_path / "h", "n_tasks=3", "concurrency=8", "n_workers=2"),
+                 verbose=False)
+    threads = run(openai_cfg(server.base_url, tmp_path / "t", "n_tasks=3", "concurrency=1"), verbose=False)
+    cols = ["task_id", "completed", "input_tokens", "n_tool_calls"]
+    pd.testing.assert_frame_equal(hybrid[cols].sort_values("task_id").reset_index(drop=True),
+                                  threads[cols].sort_values("task_id").reset_index(drop=True))

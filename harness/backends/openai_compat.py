@@ -161,9 +161,14 @@ class OpenAICompatible:
         key = cache_key({"request": body, "seed": self.seed, "extra_body": self.extra_body})
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             return self._completion(hit, cached=True, retries=[], seconds=float(hit.get("_harness_latency_s", 0.0)))
-        self.limiter.acquire(self.tokens.request(messages, tools) + self.max_output_tokens)
+        estimate = self.tokens.request(messages, tools) + self.max_output_tokens
         start, retries = time.perf_counter(), list[dict[str, Any]]()
-        raw = self._with_retries(lambda: self._call(body), retries)
+
+        def attempt() -> dict[str, Any]:  # every attempt, retries included, goes through the rate limits
+            self.limiter.acquire(estimate)
+            return self._call(body)
+
+        raw = self._with_retries(attempt, retries)
         seconds = time.perf_counter() - start
         if self.cache is not None:  # with the measured latency, so a replay reports the same model time
             self.cache.put(key, {**raw, "_harness_latency_s": seconds})
