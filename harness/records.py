@@ -8,8 +8,6 @@ run leaves only whole episodes behind and a rerun into the same `out_dir` finish
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from harness.episode import EpisodeResult
+from harness.io import atomic_write
 
 EPISODE_KEYS = ("experiment", "policy", "model", "simulated", "task_id", "run", "budget_fraction")
 
@@ -68,17 +67,7 @@ def write_transcript(path: Path, meta: dict[str, Any], result: EpisodeResult) ->
     lines += [{"type": "message", "index": i, "message": m.to_dict()} for i, m in enumerate(result.history)]
     lines += [{"type": "step", **asdict(step)} for step in result.steps]
     lines.append({"type": "episode_end", **episode_row(meta, result)})
-    _atomic_write(path, "".join(json.dumps(line, default=str) + "\n" for line in lines))
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, "".join(json.dumps(line, default=str) + "\n" for line in lines))
 
 
 def read_transcript(path: Path) -> list[dict[str, Any]]:

@@ -100,6 +100,19 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class Latency:
+    """Modeled latency of one model call: overhead + input / prefill rate + output / decode rate."""
+
+    overhead_s: float = 0.6
+    prefill_tokens_per_s: float = 2500.0
+    decode_tokens_per_s: float = 60.0
+
+    def seconds(self, input_tokens: int, output_tokens: int) -> float:
+        return (self.overhead_s + input_tokens / self.prefill_tokens_per_s
+                + output_tokens / self.decode_tokens_per_s)
+
+
+@dataclass(frozen=True)
 class Completion:
     """What a model backend returns for one call."""
 

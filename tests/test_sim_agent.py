@@ -10,7 +10,6 @@ from _support import Driver, grid_rows, has_all_types, line_values, only_room_ra
 
 from harness.backends.sim import SimModel
 from harness.backends.sim.expense import ASK_LODGING, ASK_OTHER
-from harness.backends.sim.model import LatencyConfig
 from harness.backends.sim.reader import read
 from harness.envs.expense.domain import SYSTEM_PROMPT, WITH_USER, WITHOUT_USER, ExpenseDomain
 from harness.envs.expense.env import ExpenseEnv
@@ -20,7 +19,7 @@ from harness.envs.expense.user import ScriptedUser
 from harness.episode import EpisodeResult, run_episode
 from harness.policies import ExtractiveSummarizer, FullHistory, LastN, LastNSummary
 from harness.tokens import TokenCounter
-from harness.types import Message, Task, Termination
+from harness.types import Latency, Message, Task, Termination
 
 QUIET = {"enabled": False}
 LOUD = {"enabled": True, "degradation_onset_tokens": 0, "degradation_per_1k_tokens": 0.05,
@@ -177,7 +176,7 @@ def test_usage_and_modeled_time() -> None:
     assert c.usage.input_tokens == TOKENS.request(briefed(t), TOOL_SPECS)
     assert c.usage.output_tokens == TOKENS.message(c.message)
     assert c.modeled_time_s == pytest.approx(1.0 + c.usage.input_tokens / 1000 + c.usage.output_tokens / 10)
-    assert LatencyConfig().seconds(2500, 60) == pytest.approx(0.6 + 1 + 1)
+    assert Latency().seconds(2500, 60) == pytest.approx(0.6 + 1 + 1)
     assert c.message.tool_calls[0].id == "call_001"
     assert model.generate(briefed(t), TOOL_SPECS).message.tool_calls[0].id == "call_002"
 

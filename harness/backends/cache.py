@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from harness.io import atomic_write
 
 
 def cache_key(payload: dict[str, Any]) -> str:
@@ -38,9 +38,4 @@ class ResponseCache:
         return value if isinstance(value, dict) else None
 
     def put(self, key: str, value: dict[str, Any]) -> None:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(value, f, sort_keys=True)
-        os.replace(tmp, path)
+        atomic_write(self._path(key), json.dumps(value, sort_keys=True))

@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.policies.base import Summary
 from harness.tokens import TokenCounter
-from harness.types import Message, Usage
+from harness.types import Latency, Message, Usage
 
 PROMPT = ("Summarize these tool calls and results for an agent that can no longer see them. Keep every "
           "identifier, code, amount, date and status exactly; drop layout and metadata.")
@@ -45,13 +45,6 @@ class LLMSummarizer:
                        completion.cost_usd)
 
 
-@dataclass(frozen=True)
-class SummaryLatency:
-    overhead_s: float = 0.6
-    prefill_tokens_per_s: float = 2500.0
-    decode_tokens_per_s: float = 60.0
-
-
 @dataclass
 class ExtractiveSummarizer:
     max_rows: int = 12
@@ -63,9 +56,7 @@ class ExtractiveSummarizer:
         read = tokens.text(PROMPT) + sum(tokens.message(call) + (tokens.message(r) if r else 0)
                                          for call, r in pairs)
         wrote = tokens.text(text)
-        lat = SummaryLatency(**self.latency)
-        seconds = lat.overhead_s + read / lat.prefill_tokens_per_s + wrote / lat.decode_tokens_per_s
-        return Summary(text, Usage(read, wrote), seconds)
+        return Summary(text, Usage(read, wrote), Latency(**self.latency).seconds(read, wrote))
 
     def _line(self, call_msg: Message, result: Message | None) -> str:
         call = call_msg.tool_calls[0]

@@ -18,7 +18,7 @@ from typing import Any
 from harness.backends.sim import expense
 from harness.backends.sim.reader import read
 from harness.tokens import TokenCounter
-from harness.types import Completion, FolioLine, Message, ToolCall, ToolSpec, Usage
+from harness.types import Completion, FolioLine, Latency, Message, ToolCall, ToolSpec, Usage
 
 
 @dataclass(frozen=True)
@@ -31,17 +31,6 @@ class NoiseConfig:
     degradation_onset_tokens: int = 16000
     degradation_per_1k_tokens: float = 0.002
     degradation_max: float = 0.3
-
-
-@dataclass(frozen=True)
-class LatencyConfig:
-    overhead_s: float = 0.6
-    prefill_tokens_per_s: float = 2500.0
-    decode_tokens_per_s: float = 60.0
-
-    def seconds(self, input_tokens: int, output_tokens: int) -> float:
-        return (self.overhead_s + input_tokens / self.prefill_tokens_per_s
-                + output_tokens / self.decode_tokens_per_s)
 
 
 class Draw:
@@ -90,7 +79,7 @@ class SimModel:
                  latency: dict[str, Any] | None = None, executor: str = "process") -> None:
         self.name, self.context_window = name, context_window
         self.noise = NoiseConfig(**(noise or {}))
-        self.latency = LatencyConfig(**(latency or {}))
+        self.latency = Latency(**(latency or {}))
         self.rng = random.Random(seed)
         self.tokens = TokenCounter(encoding)
         self.calls = 0
