@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import multiprocessing as mp
 import os
 import queue
@@ -54,9 +55,15 @@ def run_one(cfg: DictConfig, domain: Domain, task_index: int, run: int, out_dir:
             "cost_usd": sum(s.cost_usd + s.aux_cost_usd for s in result.steps) + result.user_cost_usd}
 
 
-def _init_worker(cfg_yaml: str) -> None:
+def _load(cfg_yaml: str) -> DictConfig:
+    """A worker process's config, from the parent's resolved YAML."""
     cfg = OmegaConf.create(cfg_yaml)
     assert isinstance(cfg, DictConfig)
+    return cfg
+
+
+def _init_worker(cfg_yaml: str) -> None:
+    cfg = _load(cfg_yaml)
     _WORKER.update(cfg=cfg, domain=build_domain(cfg))
 
 
@@ -157,8 +164,7 @@ def _next_result(done: Any, workers: list[Any]) -> dict[str, Any]:
 
 
 def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any) -> None:
-    cfg = OmegaConf.create(cfg_yaml)
-    assert isinstance(cfg, DictConfig)
+    cfg = _load(cfg_yaml)
     for backend in (cfg.model, cfg.user.get("backend"), (cfg.summarizer or {}).get("backend")):
         limits = backend.get("rate_limit") if backend is not None else None
         for key in ("rpm", "tpm"):
@@ -195,7 +201,7 @@ def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
         try:
             for row in _execute(cfg, domain, jobs):
                 done, tokens, n = done + row["completed"], tokens + row["input_tokens"], n + 1
-                cost += row["cost_usd"] if row["cost_usd"] == row["cost_usd"] else 0.0  # NaN: unknown price
+                cost += 0.0 if math.isnan(row["cost_usd"]) else row["cost_usd"]  # NaN: a price is unknown
                 bar.set_postfix(completed=f"{done}/{n}", in_tok=f"{tokens:,}", cost=f"${cost:,.2f}")
                 bar.update()
         except KeyboardInterrupt:

@@ -5,7 +5,6 @@ Replay, secrets, faults, malformed calls and resume each have a test that fails 
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
@@ -189,8 +188,9 @@ def test_killed_run_resumes_without_losing_or_duplicating_rows(tmp_path: Path, s
     assert not list((out / "transcripts").glob(".*.tmp"))  # no partial file left behind as a transcript
 
 
-def test_no_environment_variable_leaks_into_the_config_file(tmp_path: Path, server: SimServer) -> None:
-    os.environ.setdefault("HARNESS_TEST_KEY2", "sk-other-secret-99")
+def test_no_environment_variable_leaks_into_the_config_file(tmp_path: Path, server: SimServer,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARNESS_TEST_KEY2", "sk-other-secret-99")
     run(openai_cfg(server.base_url, tmp_path / "r", "model.api_key_env=HARNESS_TEST_KEY2"), verbose=False)
     text = (tmp_path / "r" / "config.yaml").read_text()
     assert "HARNESS_TEST_KEY2" in text and "sk-other-secret-99" not in text  # the name, never the value
