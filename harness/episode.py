@@ -76,7 +76,7 @@ def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, toke
     start = time.perf_counter()
     history: list[Message] = episode.opening()
     n_fixed = len(history)
-    tools = episode.env.tools()
+    tools = [*episode.env.tools(), *_policy_tools(policy)]
     steps: list[StepRecord] = []
     termination, error = Termination.MAX_STEPS, None
     for step in range(max_steps):
@@ -149,7 +149,7 @@ def _step(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: To
         view=view_refs(history, view.messages), decisions=view.decisions, info=completion.info))
     history.append(message)
     if message.tool_calls:
-        history.extend(_tool_result(episode, call) for call in message.tool_calls)
+        history.extend(_tool_result(episode, policy, call) for call in message.tool_calls)
         return None
     if episode.user is None:
         return Termination.AGENT_FINAL
@@ -163,8 +163,18 @@ def _usage_mismatch(reported: int, local: int, from_api: bool) -> bool:
     return from_api and diff > MISMATCH_TOKENS and diff > MISMATCH_FRACTION * local
 
 
-def _tool_result(episode: Episode, call: ToolCall) -> Message:
-    """Run one call; a malformed call comes back as a tool error the model sees, never as an exception."""
+def _policy_tools(policy: ContextPolicy) -> list[ToolSpec]:
+    """Tools a policy offers the agent itself (WAAC's recall of pointed-to artifacts)."""
+    tools = getattr(policy, "tools", None)
+    return list(tools()) if callable(tools) else []
+
+
+def _tool_result(episode: Episode, policy: ContextPolicy, call: ToolCall) -> Message:
+    """Run one call; a malformed call comes back as a tool error the model sees, never as an exception.
+    Calls to a policy's own tools go to the policy, all others to the environment."""
+    if call.name in {t.name for t in _policy_tools(policy)}:
+        content, is_error = policy.call_tool(call)  # type: ignore[attr-defined]
+        return Message("tool", content, tool_call_id=call.id, name=call.name, is_error=is_error)
     result = episode.env.execute(call)
     return Message("tool", result.content, tool_call_id=call.id, name=call.name, is_error=result.is_error)
 

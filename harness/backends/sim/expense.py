@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from harness.backends.sim.reader import Belief, Snapshot
 from harness.types import FolioLine
 
+RECALL = "waac_recall"  # offered by policy=waac
 ASK_LODGING = ("To itemize the hotel expense I need the folio. What were the room charges: the nightly room "
                "rate and the room tax, with the start date and number of nights?")
 ASK_OTHER = ("Thanks. Were there any other charges on the folio, such as meals at the hotel restaurant, "
@@ -227,6 +228,8 @@ def _final_message(b: Belief, snap: Snapshot, n_rows: int) -> str:
 
 def _fill(b: Belief, snap: Snapshot, line: FolioLine, noise: Noise) -> Action:
     code = b.codes.get(line.subcategory)
+    if code is None and b.lookup_pointers and not (b.last_call and b.last_call.name == RECALL):
+        return call(RECALL, ref=b.lookup_pointers[-1])  # a compacted lookup is cheaper to restore than reopen
     if code is None:
         return call("form_open_lookup", controlName="SubCategory")
     events = []

@@ -23,6 +23,7 @@ CODE_JSON = re.compile(r'"SubCategory": "(?P<code>[A-Z]{4}-[A-Z]{3,5})", "Name":
 CODE_TEXT = re.compile(r"\b(?P<code>[A-Z]{4}-[A-Z]{3,5})=(?P<name>[A-Za-z][A-Za-z ]*[A-Za-z])")
 MENU_ITEM = re.compile(r'"Name": "(?P<name>TrvExpenses)"|\bmenu item (?P<name2>TrvExpenses)\b')
 NO_USER = "No user is available"
+COMPACTED = "$compacted"  # WAAC marks a result whose fields it summarized, pointed to or omitted
 
 
 @dataclass
@@ -71,6 +72,7 @@ class Belief:
     last_call: ToolCall | None = None
     last_error: str | None = None
     visible_text: str = ""
+    lookup_pointers: list[str] = field(default_factory=list)  # WAAC references to compacted lookup results
 
 
 def read(messages: Sequence[Message]) -> Belief:
@@ -130,5 +132,9 @@ def _read_tool(b: Belief, pos: int, m: Message) -> None:
     if not isinstance(payload, dict):
         return
     b.last_error = payload.get("Message") if payload.get("Status") == "Error" else None
+    if payload.get(COMPACTED):  # a compacted result is not a full view of a form: only its pointers are usable
+        lookup = payload.get("Lookup", {})
+        b.lookup_pointers += [g["$pointer"] for g in lookup.get("Grids", []) if isinstance(g, dict) and "$pointer" in g]
+        return
     if isinstance(payload.get("Form"), dict):
         b.snapshots.append(Snapshot(pos, payload["Form"]))

@@ -1,7 +1,9 @@
 """Hotel-expense itemization tasks: deterministic generation from a seed, and loading the committed file.
 
 `python -m harness.envs.expense.tasks --seed 2606 --n 50 --out benchmarks/expense/tasks.jsonl` regenerates
-the committed data; a test checks the file is byte-identical to a fresh generation.
+the committed data; a test checks the file is byte-identical to a fresh generation. WAAC's development split
+(the history library is built from it, never from evaluation tasks, B.3):
+`python -m harness.envs.expense.tasks --seed 5202 --n 20 --prefix hotel-dev --out benchmarks/expense/dev_tasks.jsonl`.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ def _other_lines(rng: random.Random, start: date, nights: int, next_recid: list[
     return out
 
 
-def generate_task(rng: random.Random, index: int) -> Task:
+def generate_task(rng: random.Random, index: int, prefix: str = "hotel") -> Task:
     hotel, city = rng.choice(HOTELS)
     checkin = date(2026, 1, 5) + timedelta(days=rng.randrange(300))
     nights = rng.randint(2, 5)
@@ -100,12 +102,12 @@ def generate_task(rng: random.Random, index: int) -> Task:
                    "The hotel charge has to be fully itemized so that its remaining balance is exactly 0.00.")
     data = {"report": report, "other_reports": others, "hotel_line_recid": str(base), "hotel": hotel,
             "city": city, "folio": [asdict(f) for f in folio], "worker": "Julia Funderburk"}
-    return Task(task_id=f"hotel-{index:03d}", instruction=instruction, data=data)
+    return Task(task_id=f"{prefix}-{index:03d}", instruction=instruction, data=data)
 
 
-def generate(seed: int = DEFAULT_SEED, n: int = 50) -> list[Task]:
+def generate(seed: int = DEFAULT_SEED, n: int = 50, prefix: str = "hotel") -> list[Task]:
     rng = random.Random(seed)
-    return [generate_task(rng, i + 1) for i in range(n)]
+    return [generate_task(rng, i + 1, prefix) for i in range(n)]
 
 
 def folio_of(task: Task) -> list[FolioLine]:
@@ -126,9 +128,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--n", type=int, default=50)
+    parser.add_argument("--prefix", default="hotel", help="task id prefix (the WAAC dev split uses hotel-dev)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/expense/tasks.jsonl"))
     args = parser.parse_args()
-    args.out.write_text(dumps(generate(args.seed, args.n)))
+    args.out.write_text(dumps(generate(args.seed, args.n, args.prefix)))
     print(f"wrote {args.n} tasks to {args.out}")
 
 

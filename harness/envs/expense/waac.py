@@ -1,0 +1,160 @@
+"""WAAC's registered schemas and obligation rules for the expense environment (§3.2.1, §3.3.1).
+
+Every tool's result fields get a type and role: form views are versioned state (controls, tabs, each grid,
+the action pane), lookup and menu results are reference tables, status and messages are status and body text.
+The domain's obligations, read from the observable prefix only:
+- plan: each folio charge the user named needs its subcategory code until the itemization verifies, so the
+  lookup that lists the code is kept as a SUMMARY stating `CODE=Name`;
+- verification: Remaining = 0.00 on the itemization form; its balance controls are kept as a SUMMARY of
+  Total / Itemized / Remaining once the form is no longer the open one;
+- recovery: while the itemization form is open, earlier versions of its lines grid stay recoverable (POINTER),
+  so an edit can be compared with or rolled back to what was saved before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from harness.waac.graph import TraceGraph
+from harness.waac.lattice import Level
+from harness.waac.obligations import Obligation
+from harness.waac.schema import FieldSpec, InputSpec, Role, Schemas, ToolSchema
+
+ITEMIZE_FORM = "TrvItemization"
+LINES_GRID = f"{ITEMIZE_FORM}/Form.Grids.ItemizationGrid"
+BALANCE = ("Total", "Itemized", "Remaining")
+
+
+def _status_facts(v: Any) -> list[str]:
+    return [f"Status={v}"]
+
+
+def _message_facts(v: Any) -> list[str]:
+    return [str(v)]
+
+
+def _code_facts(grid: Any) -> list[str]:
+    rows = grid.get("Rows", []) if isinstance(grid, dict) else []
+    return [f"{r['Values']['SubCategory']}={r['Values']['Name']}" for r in rows
+            if "SubCategory" in r.get("Values", {}) and "Name" in r.get("Values", {})]
+
+
+def _menu_facts(items: Any) -> list[str]:
+    return [f"{i['Name']}={i['Label']}" for i in items if isinstance(i, dict) and "Name" in i]
+
+
+def _balance_facts(controls: Any) -> list[str]:
+    return [f"{c['Name']}={c['Value']}" for c in controls if isinstance(c, dict) and c.get("Name") in BALANCE]
+
+
+STATUS = FieldSpec("Status", "ResultStatus", Role.STATUS, facts=_status_facts)
+MESSAGE = FieldSpec("Message", "ResultMessage", Role.BODY_TEXT, facts=_message_facts)
+FORM = (
+    FieldSpec("Form.Controls", "FormControls", Role.STATE, ("ControlName", "FilterValue"), versioned=True,
+              facts=_balance_facts),
+    FieldSpec("Form.Tabs", "FormTabs", Role.STATE, ("ControlName", "TabName"), versioned=True),
+    FieldSpec("Form.Grids.*", "Grid:{name}", Role.STATE, ("GridRow", "GridName", "FilterValue", "SubCategoryCode"),
+              versioned=True),
+    FieldSpec("Form.ActionPane", "ActionPane", Role.AFFORDANCE, ("ControlName",), versioned=True),
+    FieldSpec("Form.Messages", "FormMessages", Role.BODY_TEXT, versioned=True),
+)
+LOOKUP = (
+    FieldSpec("Lookup.Grids.*", "Lookup:{name}", Role.REFERENCE_TABLE, ("SubCategoryCode",), versioned=True,
+              facts=_code_facts),
+    FieldSpec("Lookup.*", "LookupForm", Role.REFERENCE_TABLE, versioned=True),
+)
+DATA = (
+    FieldSpec("EntityTypes", "EntityTypeList", Role.REFERENCE_TABLE, ("EntitySetName",)),
+    FieldSpec("EntitySetName", "EntitySetName", Role.IDENTIFIER, ("EntitySetName",)),
+    FieldSpec("Fields", "EntityFields", Role.REFERENCE_TABLE, ("FieldName",)),
+    FieldSpec("Records", "EntityRecords", Role.REFERENCE_TABLE, ("SubCategoryCode", "FilterValue"),
+              facts=lambda rows: _code_facts({"Rows": [{"Values": r} for r in rows if isinstance(r, dict)]})),
+)
+
+
+def _form_tool(tool: str, op: str, category: str, *inputs: InputSpec, containers: tuple[str, ...] = ("Form",),
+               extra: tuple[FieldSpec, ...] = ()) -> ToolSchema:
+    return ToolSchema(tool, op, category, (STATUS, MESSAGE, *extra, *FORM), inputs, containers, acts_on_state=True)
+
+
+def schemas() -> Schemas:
+    """The registry handed to the WAAC policy (configs/policy/waac.yaml)."""
+    control = InputSpec("controlName", "ControlName")
+    return Schemas(obligation_rules=(plan, verification, recovery)).register(
+        ToolSchema("form_find_menu_item", "search_navigation", "navigate",
+                   (STATUS, MESSAGE, FieldSpec("MenuItems", "MenuItemList", Role.REFERENCE_TABLE, ("MenuItemName",),
+                                               pending_until_consumed=True, facts=_menu_facts))),
+        ToolSchema("form_open_menu_item", "open_form", "navigate", (STATUS, MESSAGE, *FORM),
+                   (InputSpec("name", "MenuItemName"),), ("Form",)),
+        _form_tool("form_find_controls", "find_controls", "read",
+                   extra=(FieldSpec("Controls", "ControlList", Role.REFERENCE_TABLE, ("ControlName",)),)),
+        _form_tool("form_set_control_values", "set_values", "edit",
+                   InputSpec("controlValues.SubCategory", "SubCategoryCode")),
+        _form_tool("form_open_lookup", "open_lookup", "lookup", control, containers=("Form", "Lookup"),
+                   extra=LOOKUP),
+        _form_tool("form_click_control", "click", "edit", control),
+        _form_tool("form_filter_form", "filter_form", "read", InputSpec("filterValue", "FilterValue")),
+        _form_tool("form_filter_grid", "filter_grid", "read", InputSpec("filterValue", "FilterValue"),
+                   InputSpec("gridName", "GridName")),
+        _form_tool("form_select_grid_row", "select_row", "read", InputSpec("rowNumber", "GridRow"),
+                   InputSpec("gridName", "GridName")),
+        _form_tool("form_sort_grid_column", "sort_grid", "read", InputSpec("gridName", "GridName")),
+        _form_tool("form_open_or_close_tab", "toggle_tab", "read", InputSpec("tabName", "TabName")),
+        _form_tool("form_save_form", "save", "commit"),
+        _form_tool("form_close_form", "close_form", "navigate"),
+        *(ToolSchema(t, op, "read", (STATUS, MESSAGE, *DATA), (InputSpec("entitySetName", "EntitySetName"),))
+          for t, op in (("data_find_entity_type", "find_entity"), ("data_get_entity_metadata", "entity_metadata"),
+                        ("data_find_entities", "query_entities"))),
+    )
+
+
+# ---- obligations (§3.3.1), from the observable prefix only ----------------------------------------------
+def _latest(g: TraceGraph, identity: str) -> str | None:
+    return g.latest.get(identity)
+
+
+def _verified(g: TraceGraph) -> bool:
+    """The task's verification check as the agent can observe it: Remaining = 0.00 and every line saved."""
+    controls, grid = _latest(g, f"{ITEMIZE_FORM}/Form.Controls"), _latest(g, LINES_GRID)
+    if controls is None or grid is None:
+        return False
+    values = dict(x.split("=", 1) for x in _balance_facts(g.fields[controls].value))
+    try:
+        remaining = Decimal(str(values.get("Remaining", "x")))
+    except InvalidOperation:
+        return False
+    rows = g.fields[grid].value.get("Rows", [])
+    return remaining == 0 and bool(rows) and all(r["Values"].get("LineStatus") == "Saved" for r in rows)
+
+
+def plan(g: TraceGraph) -> Iterator[Obligation]:
+    """Every subcategory the user's folio names needs its code until the itemization verifies."""
+    if _verified(g):
+        return
+    lookups = g.providers.get("SubCategoryCode", [])
+    fid = next((f for f in reversed(lookups) if g.fields[f].role == Role.REFERENCE_TABLE), None)
+    spec = g.fields[fid].spec if fid is not None else None
+    said = " ".join(g.fields[u].text for u in g.user_fields[1:])
+    if fid is not None and spec is not None and spec.facts is not None:
+        for fact in spec.facts(g.fields[fid].value):
+            name = fact.split("=", 1)[1]
+            if name in said:
+                yield Obligation(f"plan:{name}", "plan", ((fid, Level.SUMMARY),), ((fid, frozenset({fact})),))
+
+
+def verification(g: TraceGraph) -> Iterator[Obligation]:
+    """Remaining = 0.00 is checked on the newest itemization view; its balance must stay readable."""
+    controls = _latest(g, f"{ITEMIZE_FORM}/Form.Controls")
+    if controls is not None:
+        facts = frozenset(_balance_facts(g.fields[controls].value))
+        yield Obligation("verify:remaining", "verification", ((controls, Level.SUMMARY),), ((controls, facts),))
+
+
+def recovery(g: TraceGraph) -> Iterator[Obligation]:
+    """While the itemization form is open, earlier saved versions of its lines stay recoverable."""
+    if g.state_event is None or _latest(g, LINES_GRID) not in g.events[g.state_event].fields:
+        return
+    for fid in g.versions.get(LINES_GRID, [])[:-1]:
+        yield Obligation(f"recover:{fid}", "recovery", ((fid, Level.POINTER),))

@@ -1,0 +1,230 @@
+"""Typed trace-to-DAG (§3.2.1, A.2), built incrementally from executed events.
+
+Nodes are operations (one per executed event: tool result, user turn, the instruction as root) and their typed
+fields; edges run op -> output field (produces), input field -> op (consumes), output field -> input field
+(data: an argument binding backed by evidence that the value appears in the producer), and condition field ->
+op (control: the failed attempt a retry answers, the state version an operation acted on). Every edge points
+from an earlier event to a later one, so the graph stays acyclic; retries and artifact updates are distinct
+events, and a versioned field superseded by a later version of the same object keeps its own node.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from harness.types import Message, ToolCall
+from harness.waac.schema import FieldSpec, Role, Schemas, ToolSchema, flatten_args, split_result
+
+USER_TYPES = "*"  # the instruction and user turns can provide any typed value the user stated
+
+
+@dataclass
+class Field:
+    id: str
+    event: str
+    path: str
+    type: str
+    role: Role
+    msg_index: int  # reference to the original value: the history message it sits in
+    value: Any
+    spec: FieldSpec | None
+    identity: str | None = None
+    version: int = 0
+    uncertain: bool = False  # unregistered or unparseable: forces EXACT (§3.2.1)
+    fixed: bool = False  # user and instruction text: never compressed
+    superseded: bool = False
+    consumed: bool = False  # bound by a data edge into a successful operation
+    tokens: int | None = None  # of its original text, counted when first needed
+    _text: str | None = None
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = self.value if isinstance(self.value, str) else json.dumps(self.value, ensure_ascii=False)
+        return self._text
+
+
+@dataclass
+class Event:
+    id: str
+    index: int
+    msg_index: int
+    tool: str
+    op: str
+    category: str
+    ok: bool
+    fields: list[str] = field(default_factory=list)
+    inputs: list[tuple[str, str, Any]] = field(default_factory=list)  # (path, type, value)
+    scaffold: dict[str, Any] | None = None
+    out_edges: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, consumer op, consumer input type)
+    unresolved: list[str] = field(default_factory=list)  # typed inputs no observed value explains
+    stamp: int = 0  # bumped whenever the event's neighbourhood changes (library keys are cached on it)
+
+
+class TraceGraph:
+    """The observable prefix as a typed DAG; `update(history)` adds only the messages not seen yet."""
+
+    def __init__(self, schemas: Schemas) -> None:
+        self.schemas = schemas
+        self.g: nx.DiGraph = nx.DiGraph()
+        self.events: dict[str, Event] = {}
+        self.order: list[str] = []
+        self.fields: dict[str, Field] = {}
+        self.latest: dict[str, str] = {}  # artifact identity -> field id of its newest version
+        self.versions: dict[str, list[str]] = {}  # artifact identity -> its versions' field ids, oldest first
+        self.providers: dict[str, list[str]] = {}  # value type -> producing field ids, oldest first
+        self.user_fields: list[str] = []
+        self.state_event: str | None = None  # the newest event that showed a stateful object
+        self.pending: dict[str, None] = {}  # fields awaiting their registered consumer (ordered set)
+        self.uncertain: list[str] = []
+        self.open_failures: dict[str, None] = {}  # failed events no later success of their tool answered
+        self._calls: dict[str, ToolCall] = {}
+        self._seen = 0
+
+    # ---- building -------------------------------------------------------------------------------------
+    def update(self, history: Sequence[Message]) -> list[str]:
+        """Add the events of history[seen:]; returns their ids."""
+        new: list[str] = []
+        for i in range(self._seen, len(history)):
+            m = history[i]
+            if m.role == "assistant":
+                self._calls.update({c.id: c for c in m.tool_calls})
+            elif m.role == "user":
+                new.append(self._add_user(i, m))
+            elif m.role == "tool":
+                new.append(self._add_tool(i, m))
+        self._seen = len(history)
+        return new
+
+    def _new_event(self, ev: Event) -> Event:
+        self.events[ev.id] = ev
+        self.order.append(ev.id)
+        self.g.add_node(ev.id, kind="op")
+        return ev
+
+    def _add_user(self, i: int, m: Message) -> str:
+        root = not self.user_fields
+        ev = self._new_event(Event("instruction" if root else f"user:{i}", len(self.order), i, "user",
+                                   "instruction" if root else "user_turn", "plan", True))
+        self._add_field(ev, Field(f"{ev.id}/text", ev.id, "text", "UserText", Role.BODY_TEXT, i, m.content,
+                                  None, fixed=True))
+        self.user_fields.append(f"{ev.id}/text")
+        return ev.id
+
+    def _add_tool(self, i: int, m: Message) -> str:
+        schema = self.schemas.tools.get(m.name or "")
+        call = self._calls.get(m.tool_call_id or "")
+        ok = not m.is_error
+        ev = self._new_event(Event(m.tool_call_id or f"tool:{i}", len(self.order), i, m.name or "?",
+                                   schema.op if schema else f"unregistered:{m.name}",
+                                   schema.category if schema else "unknown", ok))
+        if call is not None:
+            self._bind_inputs(ev, call, schema)
+        scaffold, parts = split_result(m.content, schema)
+        ev.scaffold = scaffold
+        for path, value in parts.items():
+            self._add_field(ev, self._make_field(ev, i, path, value, schema, scaffold is None))
+        if any(self.fields[f].role in (Role.STATE, Role.AFFORDANCE) for f in ev.fields):
+            self.state_event = ev.id
+        self._track_failure(ev)
+        return ev.id
+
+    def _track_failure(self, ev: Event) -> None:
+        if not ev.ok:
+            self.open_failures[ev.id] = None
+            return
+        for eid in [e for e in self.open_failures if self.events[e].tool == ev.tool]:
+            del self.open_failures[eid]
+
+    def _make_field(self, ev: Event, i: int, path: str, value: Any, schema: ToolSchema | None,
+                    unparsed: bool) -> Field:
+        spec = schema.output_spec(path) if schema and not unparsed else None
+        if spec is None:  # conservative extraction: kept, typed unknown, uncertain
+            return Field(f"{ev.id}/{path}", ev.id, path, "Unknown", Role.UNKNOWN, i, value, None, uncertain=True)
+        ftype = spec.type.replace("{name}", path.rsplit(".", 1)[-1])
+        f = Field(f"{ev.id}/{path}", ev.id, path, ftype, spec.role, i, value, spec)
+        if spec.versioned:
+            owner = (ev.scaffold or {}).get(path.split(".", 1)[0], {})
+            f.identity = f"{owner.get('FormName', ev.op)}/{path}"
+        return f
+
+    def _add_field(self, ev: Event, f: Field) -> None:
+        self.fields[f.id] = f
+        ev.fields.append(f.id)
+        self.g.add_edge(ev.id, f.id, kind="produces")
+        if f.identity is not None:
+            prev = self.latest.get(f.identity)
+            if prev is not None:
+                old = self.fields[prev]
+                old.superseded, f.version = True, old.version + 1
+                self.events[old.event].stamp += 1
+            self.latest[f.identity] = f.id
+            self.versions.setdefault(f.identity, []).append(f.id)
+        for t in f.spec.provides if f.spec else ():
+            self.providers.setdefault(t, []).append(f.id)
+        if f.uncertain:
+            self.uncertain.append(f.id)
+        if f.spec is not None and f.spec.pending_until_consumed and self.events[f.event].ok:
+            self.pending[f.id] = None
+
+    def _bind_inputs(self, ev: Event, call: ToolCall, schema: ToolSchema | None) -> None:
+        args = dict(flatten_args(call.arguments))
+        for path, value in args.items():
+            itype = schema.input_type(path) if schema else "Literal"
+            ev.inputs.append((path, itype, value))
+            node = f"{ev.id}/in:{path}"
+            self.g.add_edge(node, ev.id, kind="consumes")
+            if itype == "Literal" or value in (None, ""):
+                continue
+            producer = self._producer(itype, value, args)
+            if producer is None:
+                ev.unresolved.append(path)
+                continue
+            self.g.add_edge(producer, node, kind="data")
+            p = self.fields[producer]
+            self.events[p.event].out_edges.append(("data", ev.op, itype))
+            self.events[p.event].stamp += 1
+            p.consumed = p.consumed or ev.ok
+            if p.consumed:
+                self.pending.pop(producer, None)
+        self._control_edges(ev, schema)
+
+    def _producer(self, itype: str, value: Any, args: dict[str, Any]) -> str | None:
+        """The newest field of a type providing `itype` whose value shows the literal (evidence), else the
+        newest user text stating it. A grid row binds only to the grid the call names."""
+        literal = json.dumps(value) if not isinstance(value, str) else value
+        scope = str(args.get("gridName", "")) if itype == "GridRow" else ""
+        needle = f'"RowNumber": {literal}' if itype == "GridRow" else literal
+        for fid in reversed(self.providers.get(itype, [])):
+            f = self.fields[fid]
+            if (not scope or f.path.endswith(scope)) and needle in f.text:
+                return fid
+        return next((u for u in reversed(self.user_fields) if literal in self.fields[u].text), None)
+
+    def _control_edges(self, ev: Event, schema: ToolSchema | None) -> None:
+        prev = self.events[self.order[-2]] if len(self.order) > 1 else None
+        if prev is not None and not prev.ok and prev.tool == ev.tool:  # a retry answers the failed attempt
+            self._control(prev, ev, "retry")
+        if schema is not None and schema.acts_on_state and self.state_event is not None:
+            self._control(self.events[self.state_event], ev, "state")
+
+    def _control(self, cond: Event, ev: Event, why: str) -> None:
+        status = next((f for f in cond.fields if self.fields[f].role == Role.STATUS), None)
+        if status is None:
+            return
+        self.g.add_edge(status, ev.id, kind="control", why=why)
+        cond.out_edges.append(("control", ev.op, why))
+        cond.stamp += 1
+
+    # ---- queries --------------------------------------------------------------------------------------
+    def conditions(self, event_id: str) -> list[str]:
+        """Condition fields with a control edge into the event's operation."""
+        return [u for u, _, k in self.g.in_edges(event_id, data="kind") if k == "control"]
+
+    def event_of(self, field_id: str) -> Event:
+        return self.events[self.fields[field_id].event]

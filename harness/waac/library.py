@@ -1,0 +1,139 @@
+"""The history library of verified trajectories (§3.2.2, A.2, B.3) and historical matching (§3.3.2).
+
+A canonical fragment is one executed operation in its observed neighbourhood, normalized by the three
+deterministic transformations of §3.2.2: the operation mapped to the shared vocabulary, instance values
+replaced by their registered types (no value ever enters a fragment), and nodes and edges serialized in
+canonical topological order (the operation, its typed inputs, its typed output fields with their roles and
+version status, then its consumers in the order they ran). Its key is a SHA-256 of that serialization.
+
+Records are admitted only from trajectories that passed task-level verification; records sharing a key are
+aggregated by the join (eq. 3). The library is read-only while evaluating. Queries take the exact key first;
+otherwise only candidates compatible in operation, action category and typed field roles are ranked by the
+cosine similarity of their semantic descriptions' embeddings (eq. 6), and accepted above a threshold.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.waac.embeddings import Embedder
+from harness.waac.graph import Event, TraceGraph
+from harness.waac.lattice import Level, join
+
+RECENT = 3  # tool events counted as "recent" for a fragment's recency class
+
+
+def fragment(g: TraceGraph, ev: Event, position: int) -> dict[str, Any]:
+    """The canonical fragment of one event; `position` = how many tool events came after it."""
+    recency = "latest" if position == 0 else "recent" if position < RECENT else "older"
+    fields = [[f.path, f.type, f.role.value, f.superseded] for f in (g.fields[i] for i in ev.fields)]
+    return {"op": ev.op, "category": ev.category, "ok": ev.ok, "recency": recency,
+            "inputs": sorted({(p, t) for p, t, _ in ev.inputs}), "fields": fields,
+            "consumers": list(dict.fromkeys(tuple(e) for e in ev.out_edges))}
+
+
+def key_of(frag: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(frag, sort_keys=True, default=list).encode()).hexdigest()[:20]
+
+
+def compat_of(frag: dict[str, Any]) -> str:
+    """What a similarity candidate must share: operation, action category, outcome, typed field roles."""
+    fields = sorted((p, t, r) for p, t, r, _ in frag["fields"])
+    return json.dumps([frag["op"], frag["category"], frag["ok"], fields])
+
+
+def describe(frag: dict[str, Any]) -> str:
+    """A canonical semantic description (values never appear) for embedding."""
+    outs = ", ".join(f"{t} ({r}{', superseded' if s else ''})" for _, t, r, s in frag["fields"])
+    ins = ", ".join(t for _, t in frag["inputs"]) or "none"
+    used = "; ".join(f"{k} into {op} as {t}" for k, op, t in frag["consumers"]) or "not used yet"
+    outcome = "succeeded" if frag["ok"] else "failed"
+    return (f"{frag['category']} operation {frag['op']} {outcome}, {frag['recency']} event. Inputs: {ins}. "
+            f"Outputs: {outs}. Used by: {used}.")
+
+
+@dataclass
+class Record:
+    key: str
+    fragment: dict[str, Any]
+    policies: dict[str, Level]  # canonical field (its path) -> the policy applied
+    tasks: list[str] = field(default_factory=list)  # verified trajectories it aggregates
+
+    def merge(self, policies: dict[str, Level], task: str) -> None:
+        """eq. 3: the join of the policies observed for this key across verified trajectories."""
+        for path, level in policies.items():
+            self.policies[path] = join(self.policies.get(path, Level.DROP), level)
+        if task not in self.tasks:
+            self.tasks.append(task)
+
+
+@dataclass(frozen=True)
+class Match:
+    kind: str  # exact | similarity | none
+    policies: dict[str, Level]
+    score: float = 0.0
+    key: str | None = None
+
+
+NO_MATCH = Match("none", {})
+
+
+class HistoryLibrary:
+    def __init__(self, records: dict[str, Record] | None = None, read_only: bool = True,
+                 meta: dict[str, Any] | None = None) -> None:
+        self.records = records or {}
+        self.read_only = read_only
+        self.meta = meta or {}
+        self._by_compat: dict[str, list[str]] = {}
+        for k, r in self.records.items():
+            self._by_compat.setdefault(compat_of(r.fragment), []).append(k)
+
+    # ---- building (development split only) ------------------------------------------------------------
+    def admit(self, records: dict[str, tuple[dict[str, Any], dict[str, Level]]], task: str, verified: bool) -> bool:
+        """Add one trajectory's checkpoint records; refused unless task-level verification passed."""
+        if self.read_only:
+            raise PermissionError("the history library is read-only during evaluation (B.3)")
+        if not verified:
+            return False
+        for key, (frag, policies) in records.items():
+            if key not in self.records:
+                self.records[key] = Record(key, frag, {})
+                self._by_compat.setdefault(compat_of(frag), []).append(key)
+            self.records[key].merge(policies, task)
+        return True
+
+    # ---- querying -------------------------------------------------------------------------------------
+    def match(self, frag: dict[str, Any], key: str, embedder: Embedder | None, threshold: float) -> Match:
+        if key in self.records:
+            return Match("exact", self.records[key].policies, 1.0, key)
+        candidates = self._by_compat.get(compat_of(frag), [])
+        if not candidates or embedder is None:
+            return NO_MATCH
+        vecs = embedder.embed([describe(frag)] + [describe(self.records[k].fragment) for k in candidates])
+        scores = vecs[1:] @ vecs[0]
+        best = int(scores.argmax())
+        if float(scores[best]) < threshold:
+            return NO_MATCH
+        return Match("similarity", self.records[candidates[best]].policies, float(scores[best]), candidates[best])
+
+    # ---- persistence ----------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        rows = [{"key": r.key, "fragment": r.fragment, "policies": {p: lv.value for p, lv in r.policies.items()},
+                 "tasks": r.tasks} for r in sorted(self.records.values(), key=lambda r: r.key)]
+        Path(path).write_text(json.dumps({"meta": self.meta, "records": rows}, indent=1, default=list) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> HistoryLibrary:
+        data = json.loads(Path(path).read_text())
+        records = {}
+        for row in data["records"]:
+            frag = row["fragment"]
+            frag["inputs"] = [tuple(x) for x in frag["inputs"]]
+            frag["consumers"] = [tuple(x) for x in frag["consumers"]]
+            records[row["key"]] = Record(row["key"], frag, {p: Level(v) for p, v in row["policies"].items()},
+                                         row["tasks"])
+        return cls(records, read_only=True, meta=data.get("meta", {}))

@@ -1,0 +1,75 @@
+"""Outstanding execution obligations O_t, derived from the observable prefix only (§3.3.1).
+
+Each obligation links to the observed fields it references and the fidelity it needs of each (Req, A.1):
+EXACT for literal or type-sensitive use, SUMMARY for named semantic facts, POINTER for verifiable recovery.
+Generic rules live here (the next action's inputs, pending tool inputs, unresolved evidence, failed branches
+that still constrain); an environment adds its own (plans, verification checks) through `Schemas`.
+No rule looks at anything but the trace graph built from the history the agent has seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from harness.waac.graph import TraceGraph
+from harness.waac.lattice import Level
+from harness.waac.schema import Role
+
+Rule = Callable[[TraceGraph], Iterable["Obligation"]]
+
+
+@dataclass(frozen=True)
+class Obligation:
+    id: str
+    kind: str  # next_action | pending_input | unresolved | failed_branch | plan | verification | recovery
+    refs: tuple[tuple[str, Level], ...]  # (field id, the fidelity this obligation needs of it)
+    facts: tuple[tuple[str, frozenset[str]], ...] = ()  # SUMMARY demands: the facts the summary must state
+
+    @property
+    def signature(self) -> int:
+        return hash((self.kind, self.refs, self.facts))
+
+
+def next_action(g: TraceGraph) -> Iterator[Obligation]:
+    """The pending tool call's inputs come from the newest observation and the open object's current state."""
+    last = next((g.events[e] for e in reversed(g.order) if g.events[e].tool != "user"), None)
+    if last is None:
+        return
+    fields = list(last.fields)
+    if g.state_event is not None and g.state_event != last.id:
+        fields += g.events[g.state_event].fields
+    yield Obligation("next_action", "next_action", tuple((f, Level.EXACT) for f in fields))
+
+
+def pending_inputs(g: TraceGraph) -> Iterator[Obligation]:
+    """A produced value whose registered consumer has not yet run successfully (e.g. a written file's path
+    before its validation call)."""
+    for fid in g.pending:
+        yield Obligation(f"pending:{fid}", "pending_input", ((fid, Level.EXACT),))
+
+
+def unresolved(g: TraceGraph) -> Iterator[Obligation]:
+    """Fields that no registered schema explains: unresolved evidence forces EXACT (§3.2.1)."""
+    for fid in g.uncertain:
+        yield Obligation(f"unresolved:{fid}", "unresolved", ((fid, Level.EXACT),))
+
+
+def failed_branches(g: TraceGraph) -> Iterator[Obligation]:
+    """An error that no later success of the same tool has answered still constrains the next decisions (A.3):
+    its status and message stay readable as a summary."""
+    for eid in g.open_failures:
+        ev = g.events[eid]
+        refs = tuple((f, Level.SUMMARY) for f in ev.fields if g.fields[f].role in (Role.STATUS, Role.BODY_TEXT))
+        if refs:
+            yield Obligation(f"failed:{eid}", "failed_branch", refs)
+
+
+GENERIC_RULES: tuple[Rule, ...] = (next_action, pending_inputs, unresolved, failed_branches)
+
+
+def obligations(g: TraceGraph, domain_rules: Iterable[Rule]) -> list[Obligation]:
+    out: list[Obligation] = []
+    for rule in (*GENERIC_RULES, *domain_rules):
+        out.extend(rule(g))
+    return out

@@ -1,0 +1,190 @@
+"""`policy=waac`: workflow-aware, field-level trajectory compression (WAAC, §3 and Appendix A).
+
+Before each model call (A.4's processing order): update the typed trace graph with the new events; match
+each event's canonical fragment against the verified history library for a proposal rho_hat(f); derive the
+outstanding obligations and the backward requirement d_t(f) (incrementally); fuse pi = rho_hat v d (eq. 7);
+project the request copy (A.3). Ablations (B.3, B.4): `use_library=false` (w/o Offline: pi = d),
+`use_online=false` (w/o Online: pi = rho_hat, unmatched fields EXACT), and `reduced` without summary / pointer /
+drop (fields given that level kept EXACT instead).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from harness.policies.base import RenderContext, View
+from harness.types import Message, ToolCall, ToolSpec
+from harness.waac.analysis import Analysis, Requirements
+from harness.waac.artifacts import RECALL_SPEC, RECALL_TOOL, ArtifactStore
+from harness.waac.embeddings import Embedder
+from harness.waac.graph import TraceGraph
+from harness.waac.lattice import LEVELS, Level, join
+from harness.waac.library import HistoryLibrary, Match, fragment, key_of
+from harness.waac.projection import Projection, Projector
+from harness.waac.schema import Schemas
+
+
+@cache
+def _load_library(path: str) -> HistoryLibrary:
+    """One read-only copy per process and path."""
+    return HistoryLibrary.load(path)
+
+
+@dataclass
+class WAAC:
+    schemas: Schemas
+    library_path: str | None = None  # a library built by harness.waac.build_library from the dev split
+    use_library: bool = True
+    use_online: bool = True
+    reduced: Sequence[str] = ("summary", "pointer", "drop")  # the reduced levels allowed (B.4 ablations)
+    incremental: bool = True
+    threshold: float = 0.9  # similarity acceptance (§3.3.2)
+    embedder: Embedder | None = None
+    log_fields: bool = True
+    record_checkpoints: bool = False  # keep per-fragment applied policies (library building)
+    name: str = "waac"
+    manages_budget = True
+    library: HistoryLibrary | None = None  # set directly (tests, library building) instead of library_path
+    _state: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.library is None and self.library_path and self.use_library:
+            self.library = _load_library(_resolve(self.library_path))
+        self.graph = TraceGraph(self.schemas)
+        self.analysis = Analysis(self.graph, self.schemas.obligation_rules, self.incremental)
+        self.store = ArtifactStore()
+        self._allowed = {Level(x) for x in self.reduced} | {Level.EXACT}
+        self._frags: dict[str, tuple[tuple[int, int], dict[str, Any], str]] = {}
+        self._matches: dict[str, Match] = {}
+        self._last: dict[str, Level] = {}
+        self.checkpoints: dict[str, tuple[dict[str, Any], dict[str, Level]]] = {}
+        self._projector: Projector | None = None
+        self._proposal: dict[str, Level] = {}
+
+    # ---- the recall tool (offered only when pointers can be shown) -----------------------------------
+    def tools(self) -> list[ToolSpec]:
+        return [RECALL_SPEC] if Level.POINTER in self._allowed else []
+
+    def call_tool(self, call: ToolCall) -> tuple[str, bool]:
+        return self.store.recall(call) if call.name == RECALL_TOOL else ("unknown tool", True)
+
+    # ---- one step -------------------------------------------------------------------------------------
+    def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
+        t0 = time.perf_counter()
+        self.graph.update(history)
+        proposal, hits = self._historical()
+        self._proposal = proposal
+        req = self.analysis.update() if self.use_online else None
+        levels = self._fuse(proposal, req)
+        analysis_s = time.perf_counter() - t0
+        if self._projector is None:
+            self._projector = Projector(ctx.tokens, self.store)
+        proj = self._projector
+        facts = req.facts if req else {}
+        out = proj.project(history, self.graph, levels, facts)
+        unsat = False
+        if ctx.budget is not None and ctx.tokens.messages(out.messages[ctx.n_fixed:]) > ctx.budget:
+            if proposal and req is not None:  # historical retention yields first; requirements never do
+                out = proj.project(history, self.graph, self._fuse({}, req), facts)
+            unsat = ctx.tokens.messages(out.messages[ctx.n_fixed:]) > ctx.budget
+        if self.record_checkpoints:
+            self._checkpoint(out)
+        return View(out.messages, decisions=self._decisions(history, ctx, out, req, hits, analysis_s, unsat))
+
+    def _historical(self) -> tuple[dict[str, Level], dict[str, int]]:
+        """rho_hat per field: each event's canonical fragment matched in the library (§3.3.2)."""
+        hits = {"exact": 0, "similarity": 0, "none": 0}
+        proposal: dict[str, Level] = {}
+        tool_events = [e for e in self.graph.order if self.graph.events[e].tool != "user"]
+        for pos, eid in enumerate(reversed(tool_events)):
+            frag, key = self._fragment(eid, pos)
+            if self.library is None or not self.use_library:
+                continue
+            match = self._matches.get(key)
+            if match is None:
+                match = self._matches[key] = self.library.match(frag, key, self.embedder, self.threshold)
+            hits[match.kind] += 1
+            ev = self.graph.events[eid]
+            for fid in ev.fields:
+                lv = match.policies.get(self.graph.fields[fid].path)
+                if lv is not None:
+                    proposal[fid] = lv
+        return proposal, hits
+
+    def _fragment(self, eid: str, pos: int) -> tuple[dict[str, Any], str]:
+        ev = self.graph.events[eid]
+        stamp = (ev.stamp, min(pos, 3) if pos else 0)
+        cached = self._frags.get(eid)
+        if cached is None or cached[0] != stamp:
+            frag = fragment(self.graph, ev, pos)
+            cached = self._frags[eid] = (stamp, frag, key_of(frag))
+        return cached[1], cached[2]
+
+    def _fuse(self, proposal: dict[str, Level], req: Requirements | None) -> dict[str, Level]:
+        """eq. 7: pi = rho_hat v d; no match -> d. Without online analysis: rho_hat, unmatched -> EXACT."""
+        out: dict[str, Level] = {}
+        for fid, f in self.graph.fields.items():
+            if f.fixed:
+                continue
+            if req is not None:
+                d = req.d.get(fid, Level.DROP)
+                level = join(proposal[fid], d) if fid in proposal else d
+            else:
+                level = Level.EXACT if f.uncertain else proposal.get(fid, Level.EXACT)
+            out[fid] = level if level in self._allowed else Level.EXACT
+        return out
+
+    # ---- records ----------------------------------------------------------------------------------------
+    def _checkpoint(self, out: Projection) -> None:
+        """The policies actually applied (after validation and fallback), per canonical fragment: what a
+        verified development trajectory contributes to the library (§3.2.2)."""
+        for eid, (_, frag, key) in self._frags.items():
+            ev = self.graph.events[eid]
+            applied = {self.graph.fields[f].path: out.applied.get(f, Level.EXACT) if ev.ok else Level.DROP
+                       for f in ev.fields}
+            old = self.checkpoints.get(key)
+            if old is not None:
+                applied = {p: join(old[1].get(p, Level.DROP), lv) for p, lv in applied.items()}
+            self.checkpoints[key] = (frag, applied)
+
+    def _decisions(self, history: Sequence[Message], ctx: RenderContext, out: Projection, req: Requirements | None,
+                   hits: dict[str, int], analysis_s: float, unsat: bool) -> dict[str, Any]:
+        counts = dict.fromkeys((lv.value for lv in LEVELS), 0)
+        d = req.d if req else {}
+        tokens = dict.fromkeys((lv.value for lv in LEVELS), 0)
+        for fid, lv in out.applied.items():
+            counts[lv.value] += 1
+            tokens[lv.value] += self._tokens(fid, ctx)
+        computed, reused = (req.computed, req.reused) if req else (0, 0)
+        changed = {f: lv for f, lv in out.applied.items() if self._last.get(f) != lv}
+        self._last = dict(out.applied)
+        decisions: dict[str, Any] = {
+            "levels": counts, "level_tokens": tokens,
+            "tokens_before": ctx.tokens.messages(history[ctx.n_fixed:]),
+            "tokens_after": ctx.tokens.messages(out.messages[ctx.n_fixed:]),
+            "analysis_ms": round(analysis_s * 1000, 3), "assignments_computed": computed,
+            "assignments_reused": reused, "cache_share": round(reused / (computed + reused), 4) if reused else 0.0,
+            "obligations": req.n_obligations if req else 0, "library": hits,
+            "pointer_recalls": self.store.recalls, "summary_rollbacks": len(out.rollbacks),
+            "pointer_promotions": len(out.promotions), "budget_unsatisfiable": unsat}
+        if self.log_fields:  # only fields whose level changed: replay them to see any step's full picture
+            decisions["fields"] = {f: {"level": lv.value, "d": d.get(f, Level.DROP).value if req else None,
+                                       "rho": self._proposal[f].value if f in self._proposal else None,
+                                       "why": req.reasons.get(f, []) if req else []} for f, lv in changed.items()}
+        return decisions
+
+    def _tokens(self, fid: str, ctx: RenderContext) -> int:
+        f = self.graph.fields[fid]
+        if f.tokens is None:
+            f.tokens = ctx.tokens.text(f.text)
+        return f.tokens
+
+
+def _resolve(path: str) -> str:
+    p = Path(path)
+    return str(p if p.is_absolute() else Path(__file__).resolve().parents[2] / p)

@@ -1,0 +1,131 @@
+"""Context projection and recovery (A.3): the fused policy applied to a copy of the request.
+
+EXACT keeps a field's value; SUMMARY replaces it with a bounded statement of facts that must include every
+fact an obligation requires, each traceable to the source field (it is among the facts the schema extracts
+from that value), within the schema's length bound, else the field rolls back to EXACT; POINTER replaces it
+with an opaque reference into the artifact store that must verify (identity, version, checksum) or the field
+is promoted to EXACT; DROP omits it. Messages keep their roles and tool-call ids, so every call stays paired
+with its result, and the history itself is never modified.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.tokens import TokenCounter
+from harness.types import Message
+from harness.waac.artifacts import ArtifactStore
+from harness.waac.graph import Event, Field, TraceGraph
+from harness.waac.lattice import Level
+
+COMPACTED = "$compacted"
+
+
+@dataclass
+class Projection:
+    messages: list[Message]
+    applied: dict[str, Level]  # final level per compressible field, after rollback and promotion
+    rollbacks: list[str] = field(default_factory=list)
+    promotions: list[str] = field(default_factory=list)
+
+
+Summarizer = Callable[[Field, frozenset[str]], list[str]]
+
+
+def fact_summary(f: Field, required: frozenset[str]) -> list[str]:
+    """The default, deterministic summarizer: the required facts (or, with none named, every fact the schema
+    extracts), each stated as the schema extracts it."""
+    available = f.spec.facts(f.value) if f.spec and f.spec.facts else []
+    return [x for x in available if x in required] if required else available
+
+
+class Projector:
+    def __init__(self, tokens: TokenCounter, store: ArtifactStore, summarizer: Summarizer = fact_summary) -> None:
+        self.tokens, self.store, self.summarizer = tokens, store, summarizer
+        self._cache: dict[tuple[str, tuple[Level, ...], int], tuple[Message, dict[str, Level], list[Any]]] = {}
+
+    def project(self, history: Sequence[Message], g: TraceGraph, levels: dict[str, Level],
+                facts: dict[str, frozenset[str]]) -> Projection:
+        out = Projection(list(history), {})
+        for ev in (g.events[e] for e in g.order if g.events[e].tool != "user"):
+            wanted = tuple(levels.get(f, Level.EXACT) for f in ev.fields)
+            if all(lv == Level.EXACT for lv in wanted):
+                out.applied.update(dict.fromkeys(ev.fields, Level.EXACT))
+                continue
+            msg, applied = self._message(history[ev.msg_index], g, ev, wanted, facts, out)
+            out.messages[ev.msg_index] = msg
+            out.applied.update(applied)
+        return out
+
+    def _message(self, original: Message, g: TraceGraph, ev: Event, wanted: tuple[Level, ...],
+                 facts: dict[str, frozenset[str]], out: Projection) -> tuple[Message, dict[str, Level]]:
+        fkey = hash(tuple(facts.get(f, frozenset()) for f in ev.fields))
+        hit = self._cache.get((ev.id, wanted, fkey))
+        if hit is not None and all(self.store.verify(r, g.fields[fid].text) for r, fid in hit[2]):
+            return hit[0], hit[1]
+        payload: dict[str, Any] = {}
+        applied: dict[str, Level] = {}
+        refs: list[tuple[str, str]] = []
+        for fid, level in zip(ev.fields, wanted, strict=True):
+            f = g.fields[fid]
+            rep, applied[fid] = self._represent(f, level, facts.get(fid, frozenset()), out)
+            if rep is not _OMIT:
+                _place(payload, ev, f.path, rep)
+                refs += [(rep["$pointer"], fid)] if isinstance(rep, dict) and "$pointer" in rep else []
+        payload[COMPACTED] = True
+        msg = Message("tool", json.dumps(payload, ensure_ascii=False), tool_call_id=original.tool_call_id,
+                      name=original.name, is_error=original.is_error)
+        self._cache[(ev.id, wanted, fkey)] = (msg, applied, refs)
+        return msg, applied
+
+    def _represent(self, f: Field, level: Level, required: frozenset[str], out: Projection) -> tuple[Any, Level]:
+        if level == Level.DROP:
+            return _OMIT, level
+        if level == Level.SUMMARY:
+            text = checked_summary(f, self.summarizer(f, required), required, self.tokens)
+            if text is None:
+                out.rollbacks.append(f.id)
+                return f.value, Level.EXACT
+            return _named(f, {"$summary": text, "$source": f.id}), level
+        if level == Level.POINTER:
+            art = self.store.put(f.id, f.identity or f.id, f.version, f.text)
+            if not self.store.verify(art.ref, f.text):
+                out.promotions.append(f.id)
+                return f.value, Level.EXACT
+            return _named(f, {"$pointer": art.ref, "sha256": art.sha256[:16]}), level
+        return f.value, level
+
+
+_OMIT: Any = object()
+
+
+def checked_summary(f: Field, stated: list[str], required: frozenset[str], tokens: TokenCounter) -> str | None:
+    """The summary text, or None (rollback) when it misses a required fact, states a fact that cannot be
+    traced to the source field (one the schema does not extract from its value), or exceeds the bound."""
+    if f.spec is None or f.spec.facts is None or not stated:
+        return None
+    available = set(f.spec.facts(f.value))
+    if not required <= set(stated) or not set(stated) <= available:
+        return None
+    text = "; ".join(stated)
+    return text if tokens.text(text) <= f.spec.summary_tokens else None
+
+
+def _named(f: Field, rep: dict[str, Any]) -> dict[str, Any]:
+    """A list item (a named grid) keeps its name next to its representation."""
+    return {"Name": f.value["Name"], **rep} if isinstance(f.value, dict) and "Name" in f.value else rep
+
+
+def _place(payload: dict[str, Any], ev: Event, path: str, rep: Any) -> None:
+    parts = path.split(".")
+    if len(parts) == 1:
+        payload[path] = rep
+        return
+    container = payload.setdefault(parts[0], dict((ev.scaffold or {}).get(parts[0], {})))
+    if len(parts) == 2:
+        container[parts[1]] = rep
+    else:
+        container.setdefault(parts[1], []).append(rep)
