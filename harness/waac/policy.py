@@ -94,6 +94,7 @@ class WAAC:
             unsat = ctx.tokens.messages(out.messages[ctx.n_fixed:]) > ctx.budget
         if self.record_checkpoints:
             self._checkpoint(out)
+        self.last = (req, levels, out)  # for inspection: requirements, fused levels, projection
         return View(out.messages, decisions=self._decisions(history, ctx, out, req, hits, analysis_s, unsat))
 
     def _historical(self) -> tuple[dict[str, Level], dict[str, int]]:

@@ -45,7 +45,9 @@ def fact_summary(f: Field, required: frozenset[str]) -> list[str]:
 class Projector:
     def __init__(self, tokens: TokenCounter, store: ArtifactStore, summarizer: Summarizer = fact_summary) -> None:
         self.tokens, self.store, self.summarizer = tokens, store, summarizer
-        self._cache: dict[tuple[str, tuple[Level, ...], int], tuple[Message, dict[str, Level], list[Any]]] = {}
+        # (event, wanted levels, facts) -> (message, applied levels, pointer refs, rolled-back fields)
+        self._cache: dict[tuple[str, tuple[Level, ...], int], tuple[Message, dict[str, Level], list[Any], list[str]]]
+        self._cache = {}
 
     def project(self, history: Sequence[Message], g: TraceGraph, levels: dict[str, Level],
                 facts: dict[str, frozenset[str]]) -> Projection:
@@ -65,7 +67,9 @@ class Projector:
         fkey = hash(tuple(facts.get(f, frozenset()) for f in ev.fields))
         hit = self._cache.get((ev.id, wanted, fkey))
         if hit is not None and all(self.store.verify(r, g.fields[fid].text) for r, fid in hit[2]):
+            out.rollbacks += hit[3]  # the same rollback happens again at this step
             return hit[0], hit[1]
+        rolled = len(out.rollbacks)
         payload: dict[str, Any] = {}
         applied: dict[str, Level] = {}
         refs: list[tuple[str, str]] = []
@@ -78,7 +82,7 @@ class Projector:
         payload[COMPACTED] = True
         msg = Message("tool", json.dumps(payload, ensure_ascii=False), tool_call_id=original.tool_call_id,
                       name=original.name, is_error=original.is_error)
-        self._cache[(ev.id, wanted, fkey)] = (msg, applied, refs)
+        self._cache[(ev.id, wanted, fkey)] = (msg, applied, refs, out.rollbacks[rolled:])
         return msg, applied
 
     def _represent(self, f: Field, level: Level, required: frozenset[str], out: Projection) -> tuple[Any, Level]:

