@@ -68,8 +68,9 @@ lint: $(STAMP) ## ruff + mypy
 	$(PY) -m ruff check harness tests bench
 	$(PY) -m mypy
 
-bench: $(STAMP) ## Speed figures: offline throughput, policy time, client overhead, concurrency
+bench: $(STAMP) ## Speed figures: offline throughput, policy time, WAAC analysis time, client overhead, concurrency
 	$(PY) -m bench.offline $(ARGS)
+	$(PY) -m bench.waac
 	$(PY) -m bench.backends
 
 clean: ## Remove the virtual environment and caches (results are kept)

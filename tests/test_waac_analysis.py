@@ -34,7 +34,7 @@ def test_the_papers_path_example() -> None:
     h += exchange("w", "write_workbook", {"content": "q3"}, WRITE)
     h += exchange("s1", "search", {"q": "x"}, SEARCH)
     levels = _levels(h, policy)
-    assert levels["w/Path"] == Level.EXACT and policy.last[0].reasons["w/Path"] == ["pending:w/Path"]
+    assert levels["w/Path"] == Level.EXACT and policy.last[0].why("w/Path") == ["pending:w/Path"]
     assert levels["w/Body"] == Level.DROP
     h += exchange("v1", "validate_workbook", {"path": PATH}, '{"Status": "Error", "Report": "locked"}', error=True)
     h += exchange("s2", "search", {"q": "y"}, SEARCH)
@@ -52,7 +52,7 @@ def test_failed_attempts_stay_readable_until_answered() -> None:
     h = opening() + exchange("v1", "validate_workbook", {"path": "/x"}, '{"Status": "Error", "Report": "no"}', True)
     h += exchange("s", "search", {}, SEARCH)
     req = policy.last[0] if _levels(h, policy) else None
-    assert req is not None and req.d["v1/Status"] == Level.SUMMARY and "failed:v1" in req.reasons["v1/Status"]
+    assert req is not None and req.d["v1/Status"] == Level.SUMMARY and "failed:v1" in req.why("v1/Status")
 
 
 def test_plan_keeps_the_lookup_codes_as_a_summary_until_verified() -> None:
@@ -107,5 +107,5 @@ def test_incremental_analysis_equals_full_recomputation(choices: list[int], task
         g.update(tr.history)
         a, b = inc.update(), full.update()
         assert a.d == b.d and a.facts == b.facts
-        assert {f: sorted(r) for f, r in a.reasons.items()} == {f: sorted(r) for f, r in b.reasons.items()}
+        assert {f: sorted(a.why(f)) for f in a.d} == {f: sorted(b.why(f)) for f in b.d}
         assert b.reused == 0

@@ -16,7 +16,7 @@ per-field joins are kept as contribution maps, so a step costs time in the oblig
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from harness.waac.graph import TraceGraph
@@ -52,13 +52,14 @@ def _transfer(g: TraceGraph, fid: str, level: Level) -> list[tuple[str, Level]]:
 
 @dataclass
 class Requirements:
-    d: dict[str, Level]  # fields with a non-DROP requirement
-    reasons: dict[str, list[str]]  # field -> obligations that demand its level
+    d: dict[str, Level]  # fields with a non-DROP requirement (live: valid until the next update)
     facts: dict[str, frozenset[str]]  # field -> facts a SUMMARY of it must state
+    changed: set[str] | None  # fields whose d or facts may have changed this step; None = all (full mode)
     computed: int  # assignments evaluated this step
-    reused: int  # assignments taken from cache
+    reused: int  # assignments in force taken from cache or kept from the previous step
     seconds: float
     n_obligations: int
+    why: Callable[[str], list[str]]  # field -> the obligations that reach it
 
 
 @dataclass
@@ -71,14 +72,18 @@ class Analysis:
     _cache: dict[str, tuple[int, Assignment]] = field(default_factory=dict)
     _active: dict[str, Obligation] = field(default_factory=dict)
     _contrib: dict[str, dict[str, Level]] = field(default_factory=dict)  # field -> {obligation id: level}
+    _fact_contrib: dict[str, dict[str, frozenset[str]]] = field(default_factory=dict)
     _d: dict[str, Level] = field(default_factory=dict)
+    _facts: dict[str, frozenset[str]] = field(default_factory=dict)
+    _in_force: int = 0  # assignments of the active obligations
 
     def update(self) -> Requirements:
         t0 = time.perf_counter()
         obs = {o.id: o for o in obligations(self.graph, self.rules)}
         if not self.incremental:
             self._cache.clear()
-            self._active, self._contrib, self._d = {}, {}, {}
+            self._active, self._contrib, self._fact_contrib, self._d, self._facts = {}, {}, {}, {}, {}
+            self._in_force = 0
         changed: set[str] = set()
         for oid in [o for o, ob in self._active.items() if o not in obs or obs[o].signature != ob.signature]:
             changed |= self._withdraw(oid)
@@ -90,10 +95,11 @@ class Analysis:
                 changed |= self._contribute(ob, assignment)
         for fid in changed:
             self._rejoin(fid)
-        total = sum(len(self._cache[o][1]) for o in self._active)
-        facts = self._facts()
-        return Requirements(dict(self._d), self._reasons(), facts, computed, total - computed,
-                            time.perf_counter() - t0, len(self._active))
+        return Requirements(self._d, self._facts, changed if self.incremental else None, computed,
+                            self._in_force - computed, time.perf_counter() - t0, len(self._active), self.why)
+
+    def why(self, fid: str) -> list[str]:
+        return list(self._contrib.get(fid, {}))
 
     def _assignment(self, ob: Obligation) -> tuple[Assignment, bool]:
         hit = self._cache.get(ob.id)
@@ -105,16 +111,22 @@ class Analysis:
 
     def _contribute(self, ob: Obligation, assignment: Assignment) -> set[str]:
         self._active[ob.id] = ob
+        self._in_force += len(assignment)
         for fid, level in assignment.items():
             self._contrib.setdefault(fid, {})[ob.id] = level
-        return set(assignment)
+        for fid, facts in ob.facts:
+            self._fact_contrib.setdefault(fid, {})[ob.id] = facts
+        return set(assignment) | {f for f, _ in ob.facts}
 
     def _withdraw(self, oid: str) -> set[str]:
-        self._active.pop(oid)
+        ob = self._active.pop(oid)
         assignment = self._cache[oid][1]
+        self._in_force -= len(assignment)
         for fid in assignment:
             self._contrib[fid].pop(oid, None)
-        return set(assignment)
+        for fid, _ in ob.facts:
+            self._fact_contrib[fid].pop(oid, None)
+        return set(assignment) | {f for f, _ in ob.facts}
 
     def _rejoin(self, fid: str) -> None:
         level = join_all(self._contrib.get(fid, {}).values())
@@ -123,13 +135,9 @@ class Analysis:
             self._contrib.pop(fid, None)
         else:
             self._d[fid] = level
-
-    def _reasons(self) -> dict[str, list[str]]:
-        return {f: list(self._contrib[f]) for f in self._d}
-
-    def _facts(self) -> dict[str, frozenset[str]]:
-        out: dict[str, frozenset[str]] = {}
-        for ob in self._active.values():
-            for fid, facts in ob.facts:
-                out[fid] = out.get(fid, frozenset()) | facts
-        return out
+        facts = frozenset().union(*self._fact_contrib.get(fid, {}).values())
+        if facts:
+            self._facts[fid] = facts
+        else:
+            self._facts.pop(fid, None)
+            self._fact_contrib.pop(fid, None)

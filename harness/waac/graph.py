@@ -83,6 +83,8 @@ class TraceGraph:
         self.pending: dict[str, None] = {}  # fields awaiting their registered consumer (ordered set)
         self.uncertain: list[str] = []
         self.open_failures: dict[str, None] = {}  # failed events no later success of their tool answered
+        self.memo: dict[tuple[str, str], Any] = {}  # per-field objects rules rebuild every step (obligations)
+        self.touched: set[str] = set()  # events added or whose neighbourhood changed since pop_touched()
         self._calls: dict[str, ToolCall] = {}
         self._seen = 0
 
@@ -101,7 +103,16 @@ class TraceGraph:
         self._seen = len(history)
         return new
 
+    def pop_touched(self) -> set[str]:
+        touched, self.touched = self.touched, set()
+        return touched
+
+    def _bump(self, ev: Event) -> None:
+        ev.stamp += 1
+        self.touched.add(ev.id)
+
     def _new_event(self, ev: Event) -> Event:
+        self.touched.add(ev.id)
         self.events[ev.id] = ev
         self.order.append(ev.id)
         self.g.add_node(ev.id, kind="op")
@@ -162,7 +173,7 @@ class TraceGraph:
             if prev is not None:
                 old = self.fields[prev]
                 old.superseded, f.version = True, old.version + 1
-                self.events[old.event].stamp += 1
+                self._bump(self.events[old.event])
             self.latest[f.identity] = f.id
             self.versions.setdefault(f.identity, []).append(f.id)
         for t in f.spec.provides if f.spec else ():
@@ -188,7 +199,7 @@ class TraceGraph:
             self.g.add_edge(producer, node, kind="data")
             p = self.fields[producer]
             self.events[p.event].out_edges.append(("data", ev.op, itype))
-            self.events[p.event].stamp += 1
+            self._bump(self.events[p.event])
             p.consumed = p.consumed or ev.ok
             if p.consumed:
                 self.pending.pop(producer, None)
@@ -219,7 +230,7 @@ class TraceGraph:
             return
         self.g.add_edge(status, ev.id, kind="control", why=why)
         cond.out_edges.append(("control", ev.op, why))
-        cond.stamp += 1
+        self._bump(cond)
 
     # ---- queries --------------------------------------------------------------------------------------
     def conditions(self, event_id: str) -> list[str]:

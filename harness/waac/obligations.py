@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 
 from harness.waac.graph import TraceGraph
 from harness.waac.lattice import Level
@@ -22,12 +23,13 @@ Rule = Callable[[TraceGraph], Iterable["Obligation"]]
 @dataclass(frozen=True)
 class Obligation:
     id: str
-    kind: str  # next_action | pending_input | unresolved | failed_branch | plan | verification | recovery
+    kind: str  # next_action | pending | unresolved | failed_branch | plan | verification | recover
     refs: tuple[tuple[str, Level], ...]  # (field id, the fidelity this obligation needs of it)
     facts: tuple[tuple[str, frozenset[str]], ...] = ()  # SUMMARY demands: the facts the summary must state
 
-    @property
+    @cached_property
     def signature(self) -> int:
+        """All rule inputs of this obligation: a cached assignment is valid while it is unchanged (A.4)."""
         return hash((self.kind, self.refs, self.facts))
 
 
@@ -42,17 +44,25 @@ def next_action(g: TraceGraph) -> Iterator[Obligation]:
     yield Obligation("next_action", "next_action", tuple((f, Level.EXACT) for f in fields))
 
 
+def on_field(g: TraceGraph, kind: str, fid: str, level: Level) -> Obligation:
+    """The obligation `kind` on one field at one level, built once per graph (rules run at every step)."""
+    key = (kind, fid)
+    if key not in g.memo:
+        g.memo[key] = Obligation(f"{kind}:{fid}", kind, ((fid, level),))
+    return g.memo[key]
+
+
 def pending_inputs(g: TraceGraph) -> Iterator[Obligation]:
     """A produced value whose registered consumer has not yet run successfully (e.g. a written file's path
     before its validation call)."""
     for fid in g.pending:
-        yield Obligation(f"pending:{fid}", "pending_input", ((fid, Level.EXACT),))
+        yield on_field(g, "pending", fid, Level.EXACT)
 
 
 def unresolved(g: TraceGraph) -> Iterator[Obligation]:
     """Fields that no registered schema explains: unresolved evidence forces EXACT (§3.2.1)."""
     for fid in g.uncertain:
-        yield Obligation(f"unresolved:{fid}", "unresolved", ((fid, Level.EXACT),))
+        yield on_field(g, "unresolved", fid, Level.EXACT)
 
 
 def failed_branches(g: TraceGraph) -> Iterator[Obligation]:

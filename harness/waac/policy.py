@@ -24,7 +24,7 @@ from harness.waac.artifacts import RECALL_SPEC, RECALL_TOOL, ArtifactStore
 from harness.waac.embeddings import Embedder
 from harness.waac.graph import TraceGraph
 from harness.waac.lattice import LEVELS, Level, join
-from harness.waac.library import HistoryLibrary, Match, fragment, key_of
+from harness.waac.library import RECENT, HistoryLibrary, Match, fragment, key_of
 from harness.waac.projection import Projection, Projector
 from harness.waac.schema import Schemas
 
@@ -65,6 +65,9 @@ class WAAC:
         self.checkpoints: dict[str, tuple[dict[str, Any], dict[str, Level]]] = {}
         self._projector: Projector | None = None
         self._proposal: dict[str, Level] = {}
+        self._levels: dict[str, Level] = {}
+        self._tool_events: list[str] = []
+        self._tool_index: dict[str, int] = {}
 
     # ---- the recall tool (offered only when pointers can be shown) -----------------------------------
     def tools(self) -> list[ToolSpec]:
@@ -76,69 +79,86 @@ class WAAC:
     # ---- one step -------------------------------------------------------------------------------------
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
         t0 = time.perf_counter()
-        self.graph.update(history)
-        proposal, hits = self._historical()
-        self._proposal = proposal
+        new_events = self.graph.update(history)
+        for eid in new_events:
+            if self.graph.events[eid].tool != "user":
+                self._tool_index[eid] = len(self._tool_events)
+                self._tool_events.append(eid)
+        new_fields = {f for e in new_events for f in self.graph.events[e].fields}
+        hits, proposed = self._historical(self.graph.pop_touched())
         req = self.analysis.update() if self.use_online else None
-        levels = self._fuse(proposal, req)
+        levels = self._fuse(req, proposed | new_fields)
         analysis_s = time.perf_counter() - t0
         if self._projector is None:
             self._projector = Projector(ctx.tokens, self.store)
-        proj = self._projector
         facts = req.facts if req else {}
-        out = proj.project(history, self.graph, levels, facts)
+        out = self._projector.project(history, self.graph, levels, facts)
         unsat = False
         if ctx.budget is not None and ctx.tokens.messages(out.messages[ctx.n_fixed:]) > ctx.budget:
-            if proposal and req is not None:  # historical retention yields first; requirements never do
-                out = proj.project(history, self.graph, self._fuse({}, req), facts)
+            if self._proposal and req is not None:  # historical retention yields first; requirements never do
+                out = self._projector.project(history, self.graph, self._online_only(req), facts)
             unsat = ctx.tokens.messages(out.messages[ctx.n_fixed:]) > ctx.budget
         if self.record_checkpoints:
             self._checkpoint(out)
         self.last = (req, levels, out)  # for inspection: requirements, fused levels, projection
         return View(out.messages, decisions=self._decisions(history, ctx, out, req, hits, analysis_s, unsat))
 
-    def _historical(self) -> tuple[dict[str, Level], dict[str, int]]:
-        """rho_hat per field: each event's canonical fragment matched in the library (§3.3.2)."""
+    def _historical(self, touched: set[str]) -> tuple[dict[str, int], set[str]]:
+        """Update rho_hat for the events whose canonical fragment may have changed (new, new consumers,
+        superseded, or crossing a recency class) by matching them in the library (§3.3.2). Returns this
+        step's queries by outcome and the fields whose proposal changed."""
         hits = {"exact": 0, "similarity": 0, "none": 0}
-        proposal: dict[str, Level] = {}
-        tool_events = [e for e in self.graph.order if self.graph.events[e].tool != "user"]
-        for pos, eid in enumerate(reversed(tool_events)):
-            frag, key = self._fragment(eid, pos)
+        changed: set[str] = set()
+        if not (self.library is not None and self.use_library) and not self.record_checkpoints:
+            return hits, changed
+        n = len(self._tool_events)
+        for eid in touched.intersection(self._tool_index) | set(self._tool_events[-(RECENT + 1):]):
+            frag, key = self._fragment(eid, n - 1 - self._tool_index[eid])
             if self.library is None or not self.use_library:
                 continue
             match = self._matches.get(key)
             if match is None:
                 match = self._matches[key] = self.library.match(frag, key, self.embedder, self.threshold)
             hits[match.kind] += 1
-            ev = self.graph.events[eid]
-            for fid in ev.fields:
+            for fid in self.graph.events[eid].fields:
                 lv = match.policies.get(self.graph.fields[fid].path)
-                if lv is not None:
-                    proposal[fid] = lv
-        return proposal, hits
+                if self._proposal.get(fid) != lv:
+                    changed.add(fid)
+                    self._proposal.pop(fid, None) if lv is None else self._proposal.__setitem__(fid, lv)
+        return hits, changed
 
     def _fragment(self, eid: str, pos: int) -> tuple[dict[str, Any], str]:
         ev = self.graph.events[eid]
-        stamp = (ev.stamp, min(pos, 3) if pos else 0)
+        stamp = (ev.stamp, min(pos, RECENT))
         cached = self._frags.get(eid)
         if cached is None or cached[0] != stamp:
             frag = fragment(self.graph, ev, pos)
             cached = self._frags[eid] = (stamp, frag, key_of(frag))
         return cached[1], cached[2]
 
-    def _fuse(self, proposal: dict[str, Level], req: Requirements | None) -> dict[str, Level]:
-        """eq. 7: pi = rho_hat v d; no match -> d. Without online analysis: rho_hat, unmatched -> EXACT."""
-        out: dict[str, Level] = {}
-        for fid, f in self.graph.fields.items():
-            if f.fixed:
-                continue
-            if req is not None:
-                d = req.d.get(fid, Level.DROP)
-                level = join(proposal[fid], d) if fid in proposal else d
-            else:
-                level = Level.EXACT if f.uncertain else proposal.get(fid, Level.EXACT)
-            out[fid] = level if level in self._allowed else Level.EXACT
-        return out
+    def _fuse(self, req: Requirements | None, proposed: set[str]) -> dict[str, Level]:
+        """eq. 7 for the fields whose inputs changed (all of them after a full recomputation)."""
+        full = not self.incremental or (req is not None and req.changed is None)
+        todo = self.graph.fields if full else (req.changed if req and req.changed is not None else set()) | proposed
+        for fid in todo:
+            f = self.graph.fields[fid]
+            if not f.fixed:
+                self._levels[fid] = self._fuse_one(fid, f.uncertain, req)
+        return self._levels
+
+    def _fuse_one(self, fid: str, uncertain: bool, req: Requirements | None) -> Level:
+        """pi = rho_hat v d; no match -> d. Without online analysis: rho_hat, unmatched (or uncertain) -> EXACT."""
+        if req is not None:
+            d = req.d.get(fid, Level.DROP)
+            level = join(self._proposal[fid], d) if fid in self._proposal else d
+        else:
+            level = Level.EXACT if uncertain else self._proposal.get(fid, Level.EXACT)
+        return level if level in self._allowed else Level.EXACT
+
+    def _online_only(self, req: Requirements) -> dict[str, Level]:
+        """pi = d: what remains when the historical proposal must yield to the budget."""
+        return {f: (lv if (lv := req.d.get(f, Level.DROP)) in self._allowed else Level.EXACT)
+                for f, x in self.graph.fields.items() if not x.fixed}
 
     # ---- records ----------------------------------------------------------------------------------------
     def _checkpoint(self, out: Projection) -> None:
@@ -176,7 +196,7 @@ class WAAC:
         if self.log_fields:  # only fields whose level changed: replay them to see any step's full picture
             decisions["fields"] = {f: {"level": lv.value, "d": d.get(f, Level.DROP).value if req else None,
                                        "rho": self._proposal[f].value if f in self._proposal else None,
-                                       "why": req.reasons.get(f, []) if req else []} for f, lv in changed.items()}
+                                       "why": req.why(f) if req else []} for f, lv in changed.items()}
         return decisions
 
     def _tokens(self, fid: str, ctx: RenderContext) -> int:

@@ -7,8 +7,8 @@ The domain's obligations, read from the observable prefix only:
   lookup that lists the code is kept as a SUMMARY stating `CODE=Name`;
 - verification: Remaining = 0.00 on the itemization form; its balance controls are kept as a SUMMARY of
   Total / Itemized / Remaining once the form is no longer the open one;
-- recovery: while the itemization form is open, earlier versions of its lines grid stay recoverable (POINTER),
-  so an edit can be compared with or rolled back to what was saved before.
+- recovery: while the itemization form is open, the last saved version of its lines grid before the current
+  one stays recoverable (POINTER), so an edit can be compared with or rolled back to what was saved.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from harness.waac.graph import TraceGraph
 from harness.waac.lattice import Level
-from harness.waac.obligations import Obligation
+from harness.waac.obligations import Obligation, on_field
 from harness.waac.schema import FieldSpec, InputSpec, Role, Schemas, ToolSchema
 
 ITEMIZE_FORM = "TrvItemization"
@@ -153,8 +153,11 @@ def verification(g: TraceGraph) -> Iterator[Obligation]:
 
 
 def recovery(g: TraceGraph) -> Iterator[Obligation]:
-    """While the itemization form is open, earlier saved versions of its lines stay recoverable."""
+    """While the itemization form is open, the last saved version of its lines before the current one stays
+    recoverable: the state an edit is compared with, or rolled back to."""
     if g.state_event is None or _latest(g, LINES_GRID) not in g.events[g.state_event].fields:
         return
-    for fid in g.versions.get(LINES_GRID, [])[:-1]:
-        yield Obligation(f"recover:{fid}", "recovery", ((fid, Level.POINTER),))
+    versions = g.versions.get(LINES_GRID, [])
+    saved = next((f for f in reversed(versions[:-1]) if g.event_of(f).category == "commit" and g.event_of(f).ok), None)
+    if saved is not None:
+        yield on_field(g, "recover", saved, Level.POINTER)
