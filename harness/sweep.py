@@ -1,11 +1,12 @@
-"""`make sweep SWEEP=budget|n_w ARGS='...'`: Hydra multiruns, one folder per sweep with a merged table.
+"""`make sweep SWEEP=budget|n_w|ablations ARGS='...'`: Hydra multiruns, one folder per sweep with a merged table.
 
 - budget: first a Vanilla run (full history, user model) measures the reference (median of per-task peak
   visible-history tokens, WAAC B.3) in the sweep folder; then every policy x tier runs with that reference.
 - n_w: C4's N x W sensitivity (the expense paper).
+- ablations: WAAC, its five ablations (WAAC B.3, B.4) and C3 on the same tasks, runs and seeds.
 Jobs run in parallel through Hydra's joblib launcher; add `hydra/launcher=ray` (and e.g.
-`+hydra.launcher.ray.init.num_cpus=2`) to run them on a Ray instance instead. Sweeps over WAAC variants and
-continuous workflows arrive with those issues.
+`+hydra.launcher.ray.init.num_cpus=2`) to run them on a Ray instance instead. The continuous-workflow sweep
+needs the PinchBench/Odysseys adapters.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import pandas as pd
 from harness.report.budget import reference_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
-SWEEPS = ("budget", "n_w")
+SWEEPS = ("budget", "n_w", "ablations")
+BASE = {"budget": ["experiment=c2"], "n_w": ["experiment=c4"], "ablations": []}  # ablations sweep experiments
 
 
 def multirun(sweep: str, sweep_dir: Path, args: list[str]) -> None:
-    base = "experiment=c4" if sweep == "n_w" else "experiment=c2"
-    cmd = [sys.executable, "-m", "harness.run", "-m", base, f"+sweep={sweep}", f"hydra.sweep.dir={sweep_dir}", *args]
+    cmd = [sys.executable, "-m", "harness.run", "-m", *BASE[sweep], f"+sweep={sweep}",
+           f"hydra.sweep.dir={sweep_dir}", *args]
     subprocess.run(cmd, cwd=ROOT, check=True)
 
 
@@ -40,7 +42,7 @@ def main(argv: list[str] | None = None) -> Path:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in SWEEPS:
         sys.exit(f"usage: make sweep SWEEP=<{'|'.join(SWEEPS)}> [ARGS='overrides']; "
-                 "the WAAC ablation and workflow-size sweeps need WAAC and the benchmark adapters (open issues)")
+                 "the workflow-size sweep needs the PinchBench/Odysseys adapters (not built yet)")
     sweep, args = argv[0], argv[1:]
     sweep_dir = ROOT / "results" / "sweeps" / sweep / time.strftime("%Y-%m-%d_%H-%M-%S")
     if sweep == "budget":

@@ -33,3 +33,19 @@ def test_two_job_sweep_on_a_local_ray_instance(tmp_path: Path) -> None:
     assert sorted(merged.job) == ["0", "1"]
     steps_per_job = merged.groupby("job").n_steps.first()
     assert (steps_per_job > 0).all()
+
+
+def test_ablations_sweep_runs_every_waac_variant_and_feeds_the_tables(tmp_path: Path) -> None:
+    """`make sweep SWEEP=ablations`: C3, WAAC and its five ablations, then `make tables` reads the sweep."""
+    sweep = tmp_path / "sweeps" / "ablations" / "x"
+    subprocess.run([sys.executable, "-m", "harness.sweep", "ablations", "n_tasks=1", "n_runs=1",
+                    f"hydra.sweep.dir={sweep}"], cwd=ROOT, check=True, capture_output=True, timeout=900)
+    merged = pd.read_parquet(sweep / "merged.parquet")
+    assert sorted(merged.experiment) == sorted(["c3", "waac", "waac_no_offline", "waac_no_online",
+                                                "waac_no_summary", "waac_no_pointer", "waac_no_drop"])
+    from harness.report.tables import main as tables
+
+    written = tables(["--results", str(tmp_path), "--out", str(tmp_path / "tables")])
+    table = pd.read_csv(tmp_path / "tables" / "waac_ablations.csv", index_col=0)
+    assert tmp_path / "tables" / "waac_step_log.md" in written and len(table) == 7
+    assert table.loc["waac_no_drop", "paper Δ input (%)"] == "+15.1" and set(table.simulated) == {"yes"}

@@ -98,6 +98,11 @@ def decision_counts(steps: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# pair-level decisions, then WAAC's field levels (same hue family for "kept whole" and EXACT, ...)
+DECISION_COLORS = {"kept": "tab:blue", "summarized": "tab:orange", "dropped": "tab:gray", "dropped (budget)": "tab:red",
+                   "exact": "tab:blue", "summary": "tab:orange", "pointer": "tab:green", "drop": "tab:gray"}
+
+
 def decisions_by_step(steps: pd.DataFrame, simulated: bool, out: Path) -> list[Path]:
     counts = decision_counts(steps)
     if counts.empty:
@@ -106,10 +111,12 @@ def decisions_by_step(steps: pd.DataFrame, simulated: bool, out: Path) -> list[P
     fig, axes = plt.subplots(1, len(groups), figsize=(4.5 * len(groups), 3.6), squeeze=False, sharey=True)
     for ax, (exp, g) in zip(axes[0], groups, strict=True):
         mean = g.drop(columns="experiment").groupby("step").mean().dropna(axis=1, how="all")
-        ax.stackplot(mean.index, mean.T.values, labels=list(mean.columns))
+        mean = mean[[c for c in DECISION_COLORS if c in mean]]
+        ax.stackplot(mean.index, mean.T.values, labels=list(mean.columns),
+                     colors=[DECISION_COLORS[c] for c in mean.columns])
         ax.set(title=exp.upper(), xlabel="Step")
+        ax.legend(loc="upper left", fontsize=8)
     axes[0][0].set_ylabel("Tool pairs (or fields) per level")
-    axes[0][-1].legend(loc="upper left")
     fig.suptitle(f"Policy decisions per step — {simulated_label(simulated)}")
     return _save(fig, out, "decisions_by_step")
 
@@ -120,7 +127,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     out = args.out or args.results / "figures"
-    runs = {k: v for k, v in find_runs(args.results).items() if k in EXPENSE}
+    runs = {k: v for k, v in find_runs(args.results).items() if k in (*EXPENSE, "waac")}
     written: list[Path] = []
     if runs:
         episodes = pd.concat([pd.read_parquet(p / "episodes.parquet") for p in runs.values()], ignore_index=True)

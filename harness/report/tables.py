@@ -4,9 +4,11 @@
   paper's published value (benchmarks/papers/less_context_better_agents.yaml), then the ratios the paper
   highlights, ours next to theirs.
 - `budget_sweep`: completion and agent input tokens per policy x budget tier, from budget-sweep folders.
+- `waac_ablations`, `waac_step_log`: WAAC's ablations beside the paper's Tables 3a/6 deltas, and its per-step
+  compression log (harness.report.waac_tables).
 By default the newest run of each experiment is used; `--run c3=results/c3/<stamp>` picks another.
 Outputs Markdown, CSV and LaTeX under results/tables/. Simulated results are labelled in every output.
-The WAAC paper's Tables 1-4 and 6 need WAAC and the PinchBench/Odysseys adapters: not generated yet.
+The WAAC paper's Tables 1, 2 and 4 need the PinchBench/Odysseys adapters: not generated yet.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ import yaml
 
 from harness.report.console import per_run
 from harness.report.stats import fmt, mean_ci
+from harness.report.waac_tables import WAAC_RUNS, ablation_table, load_steps, step_log_table
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER = ROOT / "benchmarks" / "papers" / "less_context_better_agents.yaml"
+WAAC_PAPER = ROOT / "benchmarks" / "papers" / "waac.yaml"
 EXPENSE = ("c1", "c2", "c3", "c4")
 # (row label, per-run column, digits, scale, key in the paper's values)
 ROWS = (
@@ -153,6 +157,31 @@ def announce(written: list[Path], results: Path) -> list[Path]:
     return written
 
 
+def sweep_runs(results: Path, kind: str) -> dict[str, Path]:
+    """Experiment -> job folder of the newest sweep of a kind (empty if there is none)."""
+    sweeps = sorted((results / "sweeps").glob(f"{kind}/*/merged.parquet"))
+    if not sweeps:
+        return {}
+    jobs = sorted(sweeps[-1].parent.glob("*/episodes.parquet"))
+    return {str(pd.read_parquet(p, columns=["experiment"]).experiment.iloc[0]): p.parent for p in jobs}
+
+
+def _waac(runs: dict[str, Path], out: Path) -> list[Path]:
+    """From the newest ablations sweep when there is one, else from the newest single runs."""
+    episodes = load(runs, WAAC_RUNS)
+    if "waac" not in set(episodes.get("experiment", [])):
+        return []
+    paper = yaml.safe_load(WAAC_PAPER.read_text())
+    written = write(ablation_table(episodes, paper), out, "waac_ablations",
+                    f"WAAC ablations on the expense benchmark ({label(episodes)}; mean ± 95% CI over runs) beside "
+                    f"the paper's relative changes ({paper['benchmark']}, {paper['model']})")
+    steps = load_steps(runs, WAAC_RUNS)
+    if not steps.empty:
+        written += write(step_log_table(steps), out, "waac_step_log",
+                         f"WAAC per-step compression log, mean per step ({label(episodes)})")
+    return written
+
+
 def main(argv: list[str] | None = None) -> list[Path]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, default=ROOT / "results")
@@ -169,6 +198,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
         written += write(expense_table(episodes, paper), out, "expense_c1_c4", cap)
         ratios_caption = f"Ratios: ours ({label(episodes)}) vs paper"
         written += write(ratio_table(episodes, paper), out, "expense_ratios", ratios_caption)
+    written += _waac(sweep_runs(args.results, "ablations") or runs, out)
     sweep = budget_table(args.results)
     if not sweep.empty:
         written += write(sweep, out, "budget_sweep", "Budget sweep (tiers of the Vanilla peak reference; "

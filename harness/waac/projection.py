@@ -109,9 +109,11 @@ _OMIT: Any = object()
 def checked_summary(f: Field, stated: list[str], required: frozenset[str], tokens: TokenCounter) -> str | None:
     """The summary text, or None (rollback) when it misses a required fact, states a fact that cannot be
     traced to the source field (one the schema does not extract from its value), or exceeds the bound."""
-    if f.spec is None or f.spec.facts is None or not stated:
+    if f.spec is None or f.spec.facts is None:
         return None
     available = set(f.spec.facts(f.value))
+    if not stated and available:  # an empty summary only of a field with nothing to state
+        return None
     if not required <= set(stated) or not set(stated) <= available:
         return None
     text = "; ".join(stated)

@@ -41,6 +41,13 @@ def _code_facts(grid: Any) -> list[str]:
             if "SubCategory" in r.get("Values", {}) and "Name" in r.get("Values", {})]
 
 
+def _form_message_facts(items: Any) -> list[str]:
+    """A form's messages (validation errors, infos), each stated as its type and text."""
+    if not isinstance(items, list):
+        return []
+    return [": ".join(str(v) for v in m.values()) for m in items if isinstance(m, dict)]
+
+
 def _menu_facts(items: Any) -> list[str]:
     return [f"{i['Name']}={i['Label']}" for i in items if isinstance(i, dict) and "Name" in i]
 
@@ -58,7 +65,7 @@ FORM = (
     FieldSpec("Form.Grids.*", "Grid:{name}", Role.STATE, ("GridRow", "GridName", "FilterValue", "SubCategoryCode"),
               versioned=True),
     FieldSpec("Form.ActionPane", "ActionPane", Role.AFFORDANCE, ("ControlName",), versioned=True),
-    FieldSpec("Form.Messages", "FormMessages", Role.BODY_TEXT, versioned=True),
+    FieldSpec("Form.Messages", "FormMessages", Role.BODY_TEXT, versioned=True, facts=_form_message_facts),
 )
 LOOKUP = (
     FieldSpec("Lookup.Grids.*", "Lookup:{name}", Role.REFERENCE_TABLE, ("SubCategoryCode",), versioned=True,
