@@ -48,8 +48,10 @@ def test_faults_between_client_and_real_server_are_retried(local_server: LocalSe
                                  "model.timeout_s=10", "model.retry.base_delay_s=0.5"), verbose=False)
         log = proxy.log
     row = episodes.iloc[0]
-    assert row.termination != "infra_error" and row.retries == 3, row.error
+    # Three injected faults, three retries; a loaded machine can make the real server itself exceed the
+    # timeout, which adds retries of unfaulted requests: every attempt reached the proxy, so they are counted.
+    assert row.termination != "infra_error" and row.retries >= 3 and row.retries == len(log) - 1, row.error
     assert [e.fault for e in log[:4]] == ["429", "500", "stall", None]
     assert log[1].t - log[0].t >= 1.0  # Retry-After honoured
     steps = pd.read_parquet(tmp_path / "r" / "steps.parquet")
-    assert steps.retries.iloc[0] == 3  # the retries are in the step record, as well as in the log
+    assert steps.retries.iloc[0] == row.retries  # the retries are in the step record, as well as in the log
