@@ -138,6 +138,27 @@ def test_the_agent_recalls_a_pointer_through_the_episode_loop() -> None:
     recall = next(m for m in result.history if m.role == "tool" and m.name == "waac_recall")
     assert not recall.is_error and json.loads(recall.content)["Content"]["Name"] == "ItemizationGrid"
     assert result.steps[-1].decisions["pointer_recalls"] == 1 and result.malformed_tool_calls == 0
+    policy = WAAC(schemas())  # the recall result is a registered observation: shown once, then released
+    policy.render(result.history + [Message("assistant", "", (ToolCall("z", "form_save_form", "{}"),)),
+                                    Message("tool", '{"Status": "Success"}', tool_call_id="z", name="form_save_form")],
+                  ctx())
+    recalled = [f for f in policy.graph.fields.values() if f.event == recall.tool_call_id]
+    assert recalled and not any(f.uncertain for f in recalled)
+    assert {policy.last[2].applied[f.id] for f in recalled} == {Level.DROP}
+
+
+def test_the_simulated_agent_recalls_a_compacted_lookup_instead_of_reopening_it() -> None:
+    from harness.backends.sim import expense
+    from harness.backends.sim.reader import Belief
+    from harness.types import FolioLine
+
+    b = Belief(lookup_pointers=["waac:c1/Lookup.Grids.LookupGrid@v0"])
+    line = FolioLine("Room rate", "2026-01-20", "10.00", 1, "10.00")
+    snap = type("S", (), {"control": lambda self, n: "2026-01-20"})()
+    action = expense._fill(b, snap, line, noise=None)  # type: ignore[arg-type]
+    assert action.tool == "waac_recall" and action.args == {"ref": "waac:c1/Lookup.Grids.LookupGrid@v0"}
+    b.last_call = ToolCall("x", "waac_recall", "{}")
+    assert expense._fill(b, snap, line, noise=None).tool == "form_open_lookup"  # type: ignore[arg-type]
 
 
 def test_waac_experiments_compose_and_instantiate() -> None:

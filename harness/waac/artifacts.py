@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 
 from harness.types import ToolCall, ToolSpec
+from harness.waac.schema import FieldSpec, Role, ToolSchema
 
 RECALL_TOOL = "waac_recall"
 RECALL_SPEC = ToolSpec(
@@ -22,6 +23,13 @@ RECALL_SPEC = ToolSpec(
     "fields are no longer needed. Returns the original JSON of the field.",
     {"type": "object", "properties": {"ref": {"type": "string", "description": "The $pointer value"}},
      "required": ["ref"]})
+
+
+# The recall result's own fields: read once, then released like any other observation.
+RECALL_SCHEMA = ToolSchema(RECALL_TOOL, "recall", "recall", (
+    FieldSpec("Status", "ResultStatus", Role.STATUS), FieldSpec("Message", "ResultMessage", Role.BODY_TEXT),
+    FieldSpec("Ref", "ArtifactRef", Role.IDENTIFIER), FieldSpec("Version", "ArtifactVersion", Role.IDENTIFIER),
+    FieldSpec("Content", "RecalledContent", Role.BODY_TEXT)))
 
 
 def checksum(text: str) -> str:

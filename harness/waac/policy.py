@@ -20,7 +20,7 @@ from typing import Any
 from harness.policies.base import RenderContext, View
 from harness.types import Message, ToolCall, ToolSpec
 from harness.waac.analysis import Analysis, Requirements
-from harness.waac.artifacts import RECALL_SPEC, RECALL_TOOL, ArtifactStore
+from harness.waac.artifacts import RECALL_SCHEMA, RECALL_SPEC, RECALL_TOOL, ArtifactStore
 from harness.waac.embeddings import Embedder
 from harness.waac.graph import TraceGraph
 from harness.waac.lattice import LEVELS, Level, join
@@ -55,6 +55,7 @@ class WAAC:
     def __post_init__(self) -> None:
         if self.library is None and self.library_path and self.use_library:
             self.library = _load_library(_resolve(self.library_path))
+        self.schemas.tools.setdefault(RECALL_TOOL, RECALL_SCHEMA)
         self.graph = TraceGraph(self.schemas)
         self.analysis = Analysis(self.graph, self.schemas.obligation_rules, self.incremental)
         self.store = ArtifactStore()
