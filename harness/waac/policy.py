@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,6 @@ class WAAC:
     name: str = "waac"
     manages_budget = True
     library: HistoryLibrary | None = None  # set directly (tests, library building) instead of library_path
-    _state: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.library is None and self.library_path and self.use_library:
@@ -69,6 +68,7 @@ class WAAC:
         self._levels: dict[str, Level] = {}
         self._tool_events: list[str] = []
         self._tool_index: dict[str, int] = {}
+        self.last: tuple[Requirements | None, dict[str, Level], Projection | None] = (None, {}, None)
 
     # ---- the recall tool (offered only when pointers can be shown) -----------------------------------
     def tools(self) -> list[ToolSpec]:
