@@ -50,7 +50,9 @@ class EnvTrajectory:
         self.history += [Message("assistant", "What are the charges?"), Message("user", text)]
 
     def open_itemization(self) -> EnvTrajectory:
-        """Open the expense report list, the task's report, select its hotel line and click Itemize."""
+        """Find and open the expense report list, the task's report, select its hotel line, click Itemize."""
+        if not any(m.name == "form_find_menu_item" for m in self.history):
+            self.call("form_find_menu_item", {"menuItemFilter": "expense reports"})
         self.call("form_open_menu_item", {"name": "TrvExpenses"})
         self.call("form_select_grid_row", {"gridName": "ExpenseReportsGrid", "rowNumber": 1})
         self.call("form_click_control", {"controlName": "Details"})

@@ -49,7 +49,8 @@ def test_the_papers_path_example() -> None:
 
 def test_failed_attempts_stay_readable_until_answered() -> None:
     policy = WAAC(toy_schemas())
-    h = opening() + exchange("v1", "validate_workbook", {"path": "/x"}, '{"Status": "Error", "Report": "no"}', True)
+    h = opening("Validate /x.") + exchange("v1", "validate_workbook", {"path": "/x"},
+                                           '{"Status": "Error", "Report": "no"}', True)
     h += exchange("s", "search", {}, SEARCH)
     req = policy.last[0] if _levels(h, policy) else None
     assert req is not None and req.d["v1/Status"] == Level.SUMMARY and "failed:v1" in req.why("v1/Status")

@@ -86,3 +86,26 @@ def test_update_is_incremental() -> None:
     second = g.update(tr.history)
     assert len(second) == 1 and second[0] not in first and len(g.order) == len(first) + 1
     assert g.update(tr.history) == []
+
+
+def test_an_input_no_observation_explains_makes_its_results_uncertain() -> None:
+    """A relation that cannot be resolved is not a confirmed dependency; what it produced stays EXACT."""
+    from _waac import ctx
+
+    from harness.waac.lattice import Level
+    from harness.waac.policy import WAAC
+
+    tr = EnvTrajectory(task_where(lambda t: True)).open_itemization()
+    tr.call("form_click_control", {"controlName": "NewLine"})
+    failed = tr.call("form_set_control_values", {"controlValues": [{"controlName": "SubCategory",
+                                                                      "value": "ZZZZ-NEVER"}]})
+    tr.call("form_set_control_values", {"controlValues": [{"controlName": "SubCategory", "value": "LODG-TAX"}]})
+    tr.call("form_click_control", {"controlName": "NewLine"})
+    tr.call("form_click_control", {"controlName": "NewLine"})
+    policy = WAAC(schemas())
+    policy.render(tr.history, ctx())
+    bad, guessed = (policy.graph.events[e] for e in policy.graph.order[-4:-2])
+    assert failed.is_error and bad.unresolved and not any(policy.graph.fields[f].uncertain for f in bad.fields)
+    assert guessed.ok and guessed.unresolved == ["controlValues.SubCategory"]  # a code it never saw, accepted
+    assert all(policy.graph.fields[f].uncertain for f in guessed.fields)
+    assert {policy.last[1][f] for f in guessed.fields} == {Level.EXACT}

@@ -22,8 +22,10 @@ def _itemizing(saves: int = 2, t: Task | None = None) -> EnvTrajectory:
     """Opens the itemization form and saves `saves` lines: earlier line-grid versions become pointers."""
     t = t or task(0)
     tr = EnvTrajectory(t).open_itemization()
-    for _ in range(saves):
+    for i in range(saves):
         tr.call("form_click_control", {"controlName": "NewLine"})
+        if i == 0:
+            tr.call("form_open_lookup", {"controlName": "SubCategory"})  # where the code comes from
         tr.call("form_set_control_values", {"controlValues": [
             {"controlName": "SubCategory", "value": "LODG-ROOM"},
             {"controlName": "StartDate", "value": folio_of(t)[0].date},

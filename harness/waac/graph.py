@@ -62,7 +62,7 @@ class Event:
     inputs: list[tuple[str, str, Any]] = field(default_factory=list)  # (path, type, value)
     scaffold: dict[str, Any] | None = None
     out_edges: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, consumer op, consumer input type)
-    unresolved: list[str] = field(default_factory=list)  # typed inputs no observed value explains
+    unresolved: list[str] = field(default_factory=list)  # typed inputs no observed value explains (-> uncertain)
     stamp: int = 0  # bumped whenever the event's neighbourhood changes (library keys are cached on it)
 
 
@@ -140,10 +140,18 @@ class TraceGraph:
         ev.scaffold = scaffold
         for path, value in parts.items():
             self._add_field(ev, self._make_field(ev, i, path, value, schema, scaffold is None))
+        if ev.unresolved and ev.ok:  # it ran on a value no observation explains: its results cannot be
+            self._mark_uncertain(ev)    # vouched for (a failed call's error stays a failed branch instead)
         if any(self.fields[f].role in (Role.STATE, Role.AFFORDANCE) for f in ev.fields):
             self.state_event = ev.id
         self._track_failure(ev)
         return ev.id
+
+    def _mark_uncertain(self, ev: Event) -> None:
+        for fid in ev.fields:
+            if not self.fields[fid].uncertain:
+                self.fields[fid].uncertain = True
+                self.uncertain.append(fid)
 
     def _track_failure(self, ev: Event) -> None:
         if not ev.ok:
