@@ -54,6 +54,11 @@ def test_failed_attempts_stay_readable_until_answered() -> None:
     h += exchange("s", "search", {}, SEARCH)
     req = policy.last[0] if _levels(h, policy) else None
     assert req is not None and req.d["v1/Status"] == Level.SUMMARY and "failed:v1" in req.why("v1/Status")
+    h += exchange("s2", "search", {}, SEARCH)
+    assert _levels(h, policy)["v1/Status"] == Level.SUMMARY  # another tool's success does not answer it
+    h += exchange("v2", "validate_workbook", {"path": "/x"}, '{"Status": "Success", "Report": "ok"}')
+    h += exchange("s3", "search", {}, SEARCH)
+    assert _levels(h, policy)["v1/Status"] == Level.DROP  # the retry that worked released it
 
 
 def test_plan_keeps_the_lookup_codes_as_a_summary_until_verified() -> None:

@@ -14,7 +14,7 @@ from test_waac_projection import _itemizing
 from harness.envs.expense.tasks import load
 from harness.envs.expense.waac import schemas
 from harness.waac.embeddings import LocalMiniLM
-from harness.waac.lattice import Level
+from harness.waac.lattice import Level, join
 from harness.waac.library import HistoryLibrary, compat_of, describe, fragment, key_of
 from harness.waac.policy import WAAC
 
@@ -23,7 +23,7 @@ LIBRARY = ROOT / "benchmarks" / "expense" / "waac_library.json"
 
 def _checkpoints(saves: int = 2) -> dict:
     tr, policy = _itemizing(saves), WAAC(schemas(), record_checkpoints=True)
-    for n in range(3, len(tr.history) + 1, 2):
+    for n in range(4, len(tr.history) + 1, 2):  # every prefix the orchestrator renders: ending on a result
         policy.render(tr.history[:n], ctx())
     return policy.checkpoints
 
@@ -92,7 +92,14 @@ def test_exact_matches_transfer_policies_and_fusion_never_goes_below_d() -> None
     view = policy.render(tr.history, ctx())
     assert view.decisions["library"]["exact"] > 0
     req, levels, _ = policy.last
+    assert req is not None and policy._proposal
+    for fid, level in levels.items():  # eq. 7 field by field: rho_hat v d, or d where nothing matched
+        d = req.d.get(fid, Level.DROP)
+        assert level == (join(policy._proposal[fid], d) if fid in policy._proposal else d)
     assert all(levels[f] == Level.EXACT for f in policy._proposal)  # the join with an all-EXACT precedent
+    online = WAAC(schemas(), use_library=False)
+    online.render(tr.history, ctx())
+    assert any(online.last[1][f] != Level.EXACT for f in policy._proposal)  # so the library did raise levels
 
 
 def test_similarity_matching_needs_compatibility_and_the_threshold() -> None:

@@ -64,6 +64,8 @@ def test_a_tampered_artifact_promotes_its_pointer_to_exact() -> None:
     assert json.loads(view.messages[f.msg_index].content)["Form"]["Grids"][0] == f.value  # the original value
     content, error = policy.call_tool(ToolCall("r", "waac_recall", json.dumps({"ref": ref})))
     assert error and "failed verification" in content
+    again = policy.render(tr.history, ctx())  # still EXACT, and still reported, at the next step
+    assert policy.last[2].applied[victim] == Level.EXACT and again.decisions["pointer_promotions"] == 1
 
 
 def _summary_case(required: str) -> tuple[WAAC, str]:
@@ -120,9 +122,13 @@ def test_projection_keeps_pairs_and_never_touches_the_history() -> None:
     assert json.loads(view.messages[-1].content) == json.loads(tr.history[-1].content)  # the latest result exact
 
 
-def test_budget_unsatisfiable_is_recorded() -> None:
-    tr, policy = _itemizing(1), WAAC(schemas())
-    view = policy.render(tr.history, ctx(budget=50))
-    assert view.decisions["budget_unsatisfiable"] is True
-    roomy = WAAC(schemas()).render(tr.history, ctx(budget=10**6))
-    assert roomy.decisions["budget_unsatisfiable"] is False
+def test_a_budget_never_cuts_what_pi_requires_and_is_recorded_when_unsatisfiable() -> None:
+    tr = _itemizing(1)
+    free = WAAC(schemas())
+    unbounded = free.render(tr.history, ctx())
+    need = unbounded.decisions["tokens_after"]
+    tight, roomy = WAAC(schemas()), WAAC(schemas())
+    cut = tight.render(tr.history, ctx(budget=need - 1))
+    fits = roomy.render(tr.history, ctx(budget=need))
+    assert cut.decisions["budget_unsatisfiable"] is True and fits.decisions["budget_unsatisfiable"] is False
+    assert [m.content for m in cut.messages] == [m.content for m in unbounded.messages]  # sent as pi requires

@@ -57,10 +57,12 @@ class ArtifactStore:
             self._items[ref] = Artifact(ref, identity, version, checksum(content), content)
         return self._items[ref]
 
-    def verify(self, ref: str, original: str) -> bool:
-        """Identity, version and checksum all agree with the original value."""
+    def verify(self, ref: str, original: str, identity: str, version: int) -> bool:
+        """The stored object is the field's (identity and version) and its content still hashes to the
+        recorded checksum, which is the checksum of the original value."""
         a = self._items.get(ref)
-        return a is not None and checksum(a.content) == a.sha256 == checksum(original)
+        return (a is not None and a.identity == identity and a.version == version
+                and checksum(a.content) == a.sha256 == checksum(original))
 
     def recall(self, call: ToolCall) -> tuple[str, bool]:
         """The recall tool: (content, is_error)."""
@@ -74,8 +76,7 @@ class ArtifactStore:
             return self._fail(f"{RECALL_TOOL}: unknown reference {ref!r}")
         if checksum(a.content) != a.sha256:
             return self._fail(f"{RECALL_TOOL}: {ref} failed verification (checksum mismatch); it is shown in full")
-        return json.dumps({"Status": "Success", "Ref": ref, "Version": a.version,
-                           "Content": json.loads(a.content) if a.content[:1] in "[{" else a.content}), False
+        return json.dumps({"Status": "Success", "Ref": ref, "Version": a.version, "Content": _parsed(a.content)}), False
 
     def _fail(self, message: str) -> tuple[str, bool]:
         self.failed_recalls += 1
@@ -84,3 +85,11 @@ class ArtifactStore:
     def tamper(self, ref: str, content: str) -> None:
         """Test hook: overwrite stored content without updating its checksum."""
         self._items[ref].content = content
+
+
+def _parsed(content: str) -> object:
+    """A JSON field comes back as JSON, any other text as text."""
+    try:
+        return json.loads(content)
+    except json.JSONDecodeError:
+        return content

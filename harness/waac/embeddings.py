@@ -63,9 +63,10 @@ class OpenAIEmbeddings(_Cached):
                  api_key_env: str = "OPENAI_API_KEY") -> None:
         from openai import OpenAI
 
-        self.name = f"{model}@{base_url or 'api.openai.com'}"
+        self.model = model
+        self.name = f"{model}@{base_url or 'api.openai.com'}"  # the vector cache's key
         self._client = OpenAI(base_url=base_url, api_key=os.environ.get(api_key_env, "unset"))
 
     def _compute(self, texts: list[str]) -> np.ndarray:
-        data = self._client.embeddings.create(model=self.name, input=texts).data
+        data = self._client.embeddings.create(model=self.model, input=texts).data
         return np.asarray([d.embedding for d in data], dtype=np.float64)

@@ -11,6 +11,7 @@ events, and a versioned field superseded by a later version of the same object k
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ import networkx as nx
 from harness.types import Message, ToolCall
 from harness.waac.schema import FieldSpec, Role, Schemas, ToolSchema, flatten_args, split_result
 
-USER_TYPES = "*"  # the instruction and user turns can provide any typed value the user stated
+FORM_TYPES = {"GridRow", "GridName", "ControlName", "TabName"}  # only a form shows these, never a user
 
 
 @dataclass
@@ -33,6 +34,7 @@ class Field:
     msg_index: int  # reference to the original value: the history message it sits in
     value: Any
     spec: FieldSpec | None
+    loc: tuple[str, ...] = ()  # where the value sits in the result: (key,) | (container, key) | (container, list, name)
     identity: str | None = None
     version: int = 0
     uncertain: bool = False  # unregistered or unparseable: forces EXACT (§3.2.1)
@@ -65,6 +67,12 @@ class Event:
     unresolved: list[str] = field(default_factory=list)  # typed inputs no observed value explains (-> uncertain)
     stamp: int = 0  # bumped whenever the event's neighbourhood changes (library keys are cached on it)
 
+    def target(self) -> tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]:
+        """What the call acted on: its tool, the arguments it set, and the form elements it named (a control,
+        grid or tab) — not the values it passed, which a retry corrects."""
+        named = tuple((p, json.dumps(v)) for p, t, v in self.inputs if t in FORM_TYPES)
+        return self.tool, tuple(sorted(p for p, _, _ in self.inputs)), named
+
 
 class TraceGraph:
     """The observable prefix as a typed DAG; `update(history)` adds only the messages not seen yet."""
@@ -85,22 +93,30 @@ class TraceGraph:
         self.open_failures: dict[str, None] = {}  # failed events no later success of their tool answered
         self.memo: dict[tuple[str, str], Any] = {}  # per-field objects rules rebuild every step (obligations)
         self.touched: set[str] = set()  # events added or whose neighbourhood changed since pop_touched()
+        self.last_batch: list[str] = []  # the results of the newest assistant turn's tool calls
         self._calls: dict[str, ToolCall] = {}
         self._seen = 0
+        self._last_seen: Message | None = None
 
     # ---- building -------------------------------------------------------------------------------------
     def update(self, history: Sequence[Message]) -> list[str]:
-        """Add the events of history[seen:]; returns their ids."""
+        """Add the events of history[seen:]; returns their ids. The history must be the append-only one the
+        orchestrator keeps (the graph and every cache rest on it): a shorter or rewritten one is refused."""
+        if len(history) < self._seen or (self._seen and history[self._seen - 1] is not self._last_seen):
+            raise ValueError("WAAC needs the episode's append-only history; got a shorter or rewritten one")
         new: list[str] = []
         for i in range(self._seen, len(history)):
             m = history[i]
-            if m.role == "assistant":
+            if m.role == "assistant" and m.tool_calls:
                 self._calls.update({c.id: c for c in m.tool_calls})
+                self.last_batch = []
             elif m.role == "user":
                 new.append(self._add_user(i, m))
             elif m.role == "tool":
                 new.append(self._add_tool(i, m))
+                self.last_batch.append(new[-1])
         self._seen = len(history)
+        self._last_seen = history[-1] if history else None
         return new
 
     def pop_touched(self) -> set[str]:
@@ -128,24 +144,30 @@ class TraceGraph:
         return ev.id
 
     def _add_tool(self, i: int, m: Message) -> str:
-        schema = self.schemas.tools.get(m.name or "")
         call = self._calls.get(m.tool_call_id or "")
-        ok = not m.is_error
-        ev = self._new_event(Event(m.tool_call_id or f"tool:{i}", len(self.order), i, m.name or "?",
-                                   schema.op if schema else f"unregistered:{m.name}",
-                                   schema.category if schema else "unknown", ok))
+        name = call.name if call is not None else (m.name or "?")
+        schema = self.schemas.tools.get(name)
+        eid = m.tool_call_id or f"tool:{i}"
+        eid = f"{eid}#{i}" if eid in self.events else eid  # call ids are not always unique across turns
+        ev = self._new_event(Event(eid, len(self.order), i, name, schema.op if schema else f"unregistered:{name}",
+                                   schema.category if schema else "unknown", not m.is_error))
         if call is not None:
             self._bind_inputs(ev, call, schema)
         scaffold, parts = split_result(m.content, schema)
         ev.scaffold = scaffold
-        for path, value in parts.items():
-            self._add_field(ev, self._make_field(ev, i, path, value, schema, scaffold is None))
+        for path, loc, value in parts:
+            self._add_field(ev, self._make_field(ev, i, path, loc, value, schema, scaffold is None))
         if ev.unresolved and ev.ok:  # it ran on a value no observation explains: its results cannot be
             self._mark_uncertain(ev)    # vouched for (a failed call's error stays a failed branch instead)
-        if any(self.fields[f].role in (Role.STATE, Role.AFFORDANCE) for f in ev.fields):
-            self.state_event = ev.id
+        self._track_state(ev, schema)
         self._track_failure(ev)
         return ev.id
+
+    def _track_state(self, ev: Event, schema: ToolSchema | None) -> None:
+        if any(self.fields[f].role in (Role.STATE, Role.AFFORDANCE) for f in ev.fields):
+            self.state_event = ev.id
+        elif schema is not None and schema.closes_state and ev.ok:
+            self.state_event = None  # the last open object was closed
 
     def _mark_uncertain(self, ev: Event) -> None:
         for fid in ev.fields:
@@ -154,19 +176,22 @@ class TraceGraph:
                 self.uncertain.append(fid)
 
     def _track_failure(self, ev: Event) -> None:
+        """A failure is answered by a later success on the same target (a retry that worked, its values
+        corrected or not); until then it may still constrain the agent's decisions (A.3)."""
         if not ev.ok:
             self.open_failures[ev.id] = None
             return
-        for eid in [e for e in self.open_failures if self.events[e].tool == ev.tool]:
+        for eid in [e for e in self.open_failures if self.events[e].target() == ev.target()]:
             del self.open_failures[eid]
 
-    def _make_field(self, ev: Event, i: int, path: str, value: Any, schema: ToolSchema | None,
-                    unparsed: bool) -> Field:
+    def _make_field(self, ev: Event, i: int, path: str, loc: tuple[str, ...], value: Any,
+                    schema: ToolSchema | None, unparsed: bool) -> Field:
         spec = schema.output_spec(path) if schema and not unparsed else None
         if spec is None:  # conservative extraction: kept, typed unknown, uncertain
-            return Field(f"{ev.id}/{path}", ev.id, path, "Unknown", Role.UNKNOWN, i, value, None, uncertain=True)
-        ftype = spec.type.replace("{name}", path.rsplit(".", 1)[-1])
-        f = Field(f"{ev.id}/{path}", ev.id, path, ftype, spec.role, i, value, spec)
+            return Field(f"{ev.id}/{path}", ev.id, path, "Unknown", Role.UNKNOWN, i, value, None, loc,
+                         uncertain=True)
+        ftype = spec.type.replace("{name}", loc[-1])
+        f = Field(f"{ev.id}/{path}", ev.id, path, ftype, spec.role, i, value, spec, loc)
         if spec.versioned:
             owner = (ev.scaffold or {}).get(path.split(".", 1)[0], {})
             f.identity = f"{owner.get('FormName', ev.op)}/{path}"
@@ -192,15 +217,16 @@ class TraceGraph:
             self.pending[f.id] = None
 
     def _bind_inputs(self, ev: Event, call: ToolCall, schema: ToolSchema | None) -> None:
-        args = dict(flatten_args(call.arguments))
-        for path, value in args.items():
+        args = flatten_args(call.arguments)
+        grid = next((str(v) for p, v in args if p == "gridName"), "")
+        for k, (path, value) in enumerate(args):
             itype = schema.input_type(path) if schema else "Literal"
             ev.inputs.append((path, itype, value))
-            node = f"{ev.id}/in:{path}"
+            node = f"{ev.id}/in:{path}" if f"{ev.id}/in:{path}" not in self.g else f"{ev.id}/in:{path}#{k}"
             self.g.add_edge(node, ev.id, kind="consumes")
             if itype == "Literal" or value in (None, ""):
                 continue
-            producer = self._producer(itype, value, args)
+            producer = self._producer(itype, value, grid)
             if producer is None:
                 ev.unresolved.append(path)
                 continue
@@ -213,16 +239,20 @@ class TraceGraph:
                 self.pending.pop(producer, None)
         self._control_edges(ev, schema)
 
-    def _producer(self, itype: str, value: Any, args: dict[str, Any]) -> str | None:
+    def _producer(self, itype: str, value: Any, grid: str) -> str | None:
         """The newest field of a type providing `itype` whose value shows the literal (evidence), else the
-        newest user text stating it. A grid row binds only to the grid the call names."""
+        newest user text stating it (values a user can state, of three characters or more). A grid row binds
+        only to a row with that number in the grid the call names."""
         literal = json.dumps(value) if not isinstance(value, str) else value
-        scope = str(args.get("gridName", "")) if itype == "GridRow" else ""
-        needle = f'"RowNumber": {literal}' if itype == "GridRow" else literal
+        if itype == "GridRow":
+            row = re.compile(rf'"RowNumber": {re.escape(literal)}[,}}]')
+            return next((fid for fid in reversed(self.providers.get(itype, []))
+                         if self.fields[fid].loc[-1] == grid and row.search(self.fields[fid].text)), None)
         for fid in reversed(self.providers.get(itype, [])):
-            f = self.fields[fid]
-            if (not scope or f.path.endswith(scope)) and needle in f.text:
+            if literal in self.fields[fid].text:
                 return fid
+        if itype in FORM_TYPES or len(literal) < 3:
+            return None
         return next((u for u in reversed(self.user_fields) if literal in self.fields[u].text), None)
 
     def _control_edges(self, ev: Event, schema: ToolSchema | None) -> None:

@@ -34,14 +34,14 @@ class Obligation:
 
 
 def next_action(g: TraceGraph) -> Iterator[Obligation]:
-    """The pending tool call's inputs come from the newest observation and the open object's current state."""
-    last = next((g.events[e] for e in reversed(g.order) if g.events[e].tool != "user"), None)
-    if last is None:
-        return
-    fields = list(last.fields)
-    if g.state_event is not None and g.state_event != last.id:
-        fields += g.events[g.state_event].fields
-    yield Obligation("next_action", "next_action", tuple((f, Level.EXACT) for f in fields))
+    """The pending tool call's inputs come from the newest observations (every result of the last turn's
+    calls, which the agent has not seen yet) and the open object's current state."""
+    events = list(g.last_batch)
+    if g.state_event is not None and g.state_event not in events:
+        events.append(g.state_event)
+    if events:
+        fields = [f for e in events for f in g.events[e].fields]
+        yield Obligation("next_action", "next_action", tuple((f, Level.EXACT) for f in fields))
 
 
 def on_field(g: TraceGraph, kind: str, fid: str, level: Level) -> Obligation:

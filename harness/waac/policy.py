@@ -68,6 +68,7 @@ class WAAC:
         self._levels: dict[str, Level] = {}
         self._tool_events: list[str] = []
         self._tool_index: dict[str, int] = {}
+        self._new_tool_events = 0
         self.last: tuple[Requirements | None, dict[str, Level], Projection | None] = (None, {}, None)
 
     # ---- the recall tool (offered only when pointers can be shown) -----------------------------------
@@ -81,10 +82,12 @@ class WAAC:
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
         t0 = time.perf_counter()
         new_events = self.graph.update(history)
+        self._new_tool_events = 0
         for eid in new_events:
             if self.graph.events[eid].tool != "user":
                 self._tool_index[eid] = len(self._tool_events)
                 self._tool_events.append(eid)
+                self._new_tool_events += 1
         new_fields = {f for e in new_events for f in self.graph.events[e].fields}
         hits, proposed = self._historical(self.graph.pop_touched())
         req = self.analysis.update() if self.use_online else None
@@ -94,11 +97,8 @@ class WAAC:
             self._projector = Projector(ctx.tokens, self.store)
         facts = req.facts if req else {}
         out = self._projector.project(history, self.graph, levels, facts)
-        unsat = False
-        if ctx.budget is not None and ctx.tokens.messages(out.messages[ctx.n_fixed:]) > ctx.budget:
-            if self._proposal and req is not None:  # historical retention yields first; requirements never do
-                out = self._projector.project(history, self.graph, self._online_only(req), facts)
-            unsat = ctx.tokens.messages(out.messages[ctx.n_fixed:]) > ctx.budget
+        # A.3: what pi requires is never cut to fit; a view that cannot fit is sent and recorded
+        unsat = ctx.budget is not None and ctx.tokens.messages(out.messages[ctx.n_fixed:]) > ctx.budget
         if self.record_checkpoints:
             self._checkpoint(out)
         self.last = (req, levels, out)  # for inspection: requirements, fused levels, projection
@@ -113,7 +113,8 @@ class WAAC:
         if not (self.library is not None and self.use_library) and not self.record_checkpoints:
             return hits, changed
         n = len(self._tool_events)
-        for eid in touched.intersection(self._tool_index) | set(self._tool_events[-(RECENT + 1):]):
+        crossing = RECENT + 1 + self._new_tool_events  # every event whose recency class may have changed
+        for eid in touched.intersection(self._tool_index) | set(self._tool_events[-crossing:]):
             frag, key = self._fragment(eid, n - 1 - self._tool_index[eid])
             if self.library is None or not self.use_library:
                 continue
@@ -156,18 +157,14 @@ class WAAC:
             level = Level.EXACT if uncertain else self._proposal.get(fid, Level.EXACT)
         return level if level in self._allowed else Level.EXACT
 
-    def _online_only(self, req: Requirements) -> dict[str, Level]:
-        """pi = d: what remains when the historical proposal must yield to the budget."""
-        return {f: (lv if (lv := req.d.get(f, Level.DROP)) in self._allowed else Level.EXACT)
-                for f, x in self.graph.fields.items() if not x.fixed}
-
     # ---- records ----------------------------------------------------------------------------------------
     def _checkpoint(self, out: Projection) -> None:
         """The policies actually applied (after validation and fallback), per canonical fragment: what a
         verified development trajectory contributes to the library (§3.2.2)."""
         for eid, (_, frag, key) in self._frags.items():
             ev = self.graph.events[eid]
-            applied = {self.graph.fields[f].path: out.applied.get(f, Level.EXACT) if ev.ok else Level.DROP
+            redundant = not ev.ok and eid not in self.graph.open_failures  # a failed attempt a retry answered
+            applied = {self.graph.fields[f].path: Level.DROP if redundant else out.applied.get(f, Level.EXACT)
                        for f in ev.fields}
             old = self.checkpoints.get(key)
             if old is not None:

@@ -45,9 +45,8 @@ def fact_summary(f: Field, required: frozenset[str]) -> list[str]:
 class Projector:
     def __init__(self, tokens: TokenCounter, store: ArtifactStore, summarizer: Summarizer = fact_summary) -> None:
         self.tokens, self.store, self.summarizer = tokens, store, summarizer
-        # (event, wanted levels, facts) -> (message, applied levels, pointer refs, rolled-back fields)
-        self._cache: dict[tuple[str, tuple[Level, ...], int], tuple[Message, dict[str, Level], list[Any], list[str]]]
-        self._cache = {}
+        # (event, wanted levels, facts) -> (message, applied levels, pointer refs, rolled back, promoted)
+        self._cache: dict[tuple[str, tuple[Level, ...], int], _Cached] = {}
 
     def project(self, history: Sequence[Message], g: TraceGraph, levels: dict[str, Level],
                 facts: dict[str, frozenset[str]]) -> Projection:
@@ -66,10 +65,11 @@ class Projector:
                  facts: dict[str, frozenset[str]], out: Projection) -> tuple[Message, dict[str, Level]]:
         fkey = hash(tuple(facts.get(f, frozenset()) for f in ev.fields))
         hit = self._cache.get((ev.id, wanted, fkey))
-        if hit is not None and all(self.store.verify(r, g.fields[fid].text) for r, fid in hit[2]):
-            out.rollbacks += hit[3]  # the same rollback happens again at this step
-            return hit[0], hit[1]
-        rolled = len(out.rollbacks)
+        if hit is not None and all(self._verified(r, g.fields[fid]) for r, fid in hit.refs):
+            out.rollbacks += hit.rollbacks  # the same fallbacks hold again at this step
+            out.promotions += hit.promotions
+            return hit.message, hit.applied
+        rolled, promoted = len(out.rollbacks), len(out.promotions)
         payload: dict[str, Any] = {}
         applied: dict[str, Level] = {}
         refs: list[tuple[str, str]] = []
@@ -77,12 +77,13 @@ class Projector:
             f = g.fields[fid]
             rep, applied[fid] = self._represent(f, level, facts.get(fid, frozenset()), out)
             if rep is not _OMIT:
-                _place(payload, ev, f.path, rep)
+                _place(payload, ev, f.loc, rep)
                 refs += [(rep["$pointer"], fid)] if isinstance(rep, dict) and "$pointer" in rep else []
         payload[COMPACTED] = True
         msg = Message("tool", json.dumps(payload, ensure_ascii=False), tool_call_id=original.tool_call_id,
                       name=original.name, is_error=original.is_error)
-        self._cache[(ev.id, wanted, fkey)] = (msg, applied, refs, out.rollbacks[rolled:])
+        self._cache[(ev.id, wanted, fkey)] = _Cached(msg, applied, refs, out.rollbacks[rolled:],
+                                                     out.promotions[promoted:])
         return msg, applied
 
     def _represent(self, f: Field, level: Level, required: frozenset[str], out: Projection) -> tuple[Any, Level]:
@@ -96,11 +97,24 @@ class Projector:
             return _named(f, {"$summary": text, "$source": f.id}), level
         if level == Level.POINTER:
             art = self.store.put(f.id, f.identity or f.id, f.version, f.text)
-            if not self.store.verify(art.ref, f.text):
+            if not self._verified(art.ref, f):
                 out.promotions.append(f.id)
                 return f.value, Level.EXACT
             return _named(f, {"$pointer": art.ref, "sha256": art.sha256[:16]}), level
         return f.value, level
+
+
+    def _verified(self, ref: str, f: Field) -> bool:
+        return self.store.verify(ref, f.text, f.identity or f.id, f.version)
+
+
+@dataclass
+class _Cached:
+    message: Message
+    applied: dict[str, Level]
+    refs: list[tuple[str, str]]
+    rollbacks: list[str]
+    promotions: list[str]
 
 
 _OMIT: Any = object()
@@ -125,13 +139,13 @@ def _named(f: Field, rep: dict[str, Any]) -> dict[str, Any]:
     return {"Name": f.value["Name"], **rep} if isinstance(f.value, dict) and "Name" in f.value else rep
 
 
-def _place(payload: dict[str, Any], ev: Event, path: str, rep: Any) -> None:
-    parts = path.split(".")
-    if len(parts) == 1:
-        payload[path] = rep
+def _place(payload: dict[str, Any], ev: Event, loc: tuple[str, ...], rep: Any) -> None:
+    """Put a field's representation back where it sat: a key, a container's key, or an item of a named list."""
+    if len(loc) == 1:
+        payload[loc[0]] = rep
         return
-    container = payload.setdefault(parts[0], dict((ev.scaffold or {}).get(parts[0], {})))
-    if len(parts) == 2:
-        container[parts[1]] = rep
+    container = payload.setdefault(loc[0], dict((ev.scaffold or {}).get(loc[0], {})))
+    if len(loc) == 2:
+        container[loc[1]] = rep
     else:
-        container.setdefault(parts[1], []).append(rep)
+        container.setdefault(loc[1], []).append(rep)

@@ -62,6 +62,7 @@ class ToolSchema:
     containers: tuple[str, ...] = ()  # result keys whose parts are fields of their own (a form's grids, ...)
     named_lists: tuple[str, ...] = ("Grids",)  # container lists split into one field per named item
     acts_on_state: bool = False  # runs on the currently open state object: a control edge from it
+    closes_state: bool = False  # a success that shows no state object means none is open any more
 
     def output_spec(self, path: str) -> FieldSpec | None:
         return next((s for s in self.outputs if fnmatch.fnmatchcase(path, s.path)), None)
@@ -83,30 +84,44 @@ class Schemas:
         return self
 
 
-def split_result(content: str, schema: ToolSchema | None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """A result's fields by path, and the scaffolding of its containers (their scalar keys: a form's name and
-    caption), which is shown whenever any part of the container is. None for the scaffolding means the
-    result is not a JSON object: one uncertain field `$text` holds it."""
+Part = tuple[str, tuple[str, ...], Any]  # (path, location in the result, value)
+
+
+def split_result(content: str, schema: ToolSchema | None) -> tuple[dict[str, Any] | None, list[Part]]:
+    """A result's fields, in order, with unique paths and their location in the result, and the scaffolding
+    of its containers (their scalar keys: a form's name and caption), shown whenever any part of the
+    container is. None for the scaffolding means the result is not a JSON object: one uncertain field
+    `$text` holds it."""
     try:
         payload = json.loads(content)
     except json.JSONDecodeError:
-        return None, {"$text": content}
+        return None, [("$text", ("$text",), content)]
     if not isinstance(payload, dict):
-        return None, {"$text": content}
+        return None, [("$text", ("$text",), content)]
     containers, named = (schema.containers, schema.named_lists) if schema else ((), ())
-    fields: dict[str, Any] = {}
+    parts: list[Part] = []
     scaffold: dict[str, Any] = {}
     for key, value in payload.items():
         if key in containers and isinstance(value, dict):
             scaffold[key] = {k: v for k, v in value.items() if not isinstance(v, (list, dict))}
             for k, v in value.items():
                 if k in named and isinstance(v, list) and all(isinstance(x, dict) and "Name" in x for x in v):
-                    fields.update({f"{key}.{k}.{x['Name']}": x for x in v})
+                    parts += [(f"{key}.{k}.{x['Name']}", (key, k, str(x["Name"])), x) for x in v]
                 elif isinstance(v, (list, dict)):
-                    fields[f"{key}.{k}"] = v
+                    parts.append((f"{key}.{k}", (key, k), v))
         else:
-            fields[key] = value
-    return scaffold, fields
+            parts.append((key, (key,), value))
+    return scaffold, _unique(parts)
+
+
+def _unique(parts: list[Part]) -> list[Part]:
+    """Two grids with one name (or keys that spell the same path) keep distinct paths: `path#2`, ..."""
+    seen: dict[str, int] = {}
+    out = []
+    for path, loc, value in parts:
+        seen[path] = seen.get(path, 0) + 1
+        out.append((path if seen[path] == 1 else f"{path}#{seen[path]}", loc, value))
+    return out
 
 
 def flatten_args(arguments: str) -> list[tuple[str, Any]]:

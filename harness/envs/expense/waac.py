@@ -32,28 +32,35 @@ def _status_facts(v: Any) -> list[str]:
 
 
 def _message_facts(v: Any) -> list[str]:
-    return [str(v)]
+    return [str(v)] if v not in (None, "") else []
+
+
+def _dicts(items: Any) -> list[dict[str, Any]]:
+    """The dict items of a list; anything else (a null, a string) has none. Results come from real servers."""
+    return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []
 
 
 def _code_facts(grid: Any) -> list[str]:
-    rows = grid.get("Rows", []) if isinstance(grid, dict) else []
-    return [f"{r['Values']['SubCategory']}={r['Values']['Name']}" for r in rows
-            if "SubCategory" in r.get("Values", {}) and "Name" in r.get("Values", {})]
+    rows = [r.get("Values") for r in _dicts(grid.get("Rows") if isinstance(grid, dict) else None)]
+    return [f"{v['SubCategory']}={v['Name']}" for v in rows if isinstance(v, dict) and "SubCategory" in v
+            and "Name" in v]
+
+
+def _record_facts(records: Any) -> list[str]:
+    return [f"{r['SubCategory']}={r['Name']}" for r in _dicts(records) if "SubCategory" in r and "Name" in r]
 
 
 def _form_message_facts(items: Any) -> list[str]:
-    """A form's messages (validation errors, infos), each stated as its type and text."""
-    if not isinstance(items, list):
-        return []
-    return [": ".join(str(v) for v in m.values()) for m in items if isinstance(m, dict)]
+    """A form's messages (validation errors, infos), each stated as its values."""
+    return [": ".join(str(v) for v in m.values()) for m in _dicts(items)]
 
 
 def _menu_facts(items: Any) -> list[str]:
-    return [f"{i['Name']}={i['Label']}" for i in items if isinstance(i, dict) and "Name" in i]
+    return [f"{i['Name']}={i.get('Label', '')}" for i in _dicts(items) if "Name" in i]
 
 
 def _balance_facts(controls: Any) -> list[str]:
-    return [f"{c['Name']}={c['Value']}" for c in controls if isinstance(c, dict) and c.get("Name") in BALANCE]
+    return [f"{c['Name']}={c.get('Value')}" for c in _dicts(controls) if c.get("Name") in BALANCE]
 
 
 STATUS = FieldSpec("Status", "ResultStatus", Role.STATUS, facts=_status_facts)
@@ -77,13 +84,14 @@ DATA = (
     FieldSpec("EntitySetName", "EntitySetName", Role.IDENTIFIER, ("EntitySetName",)),
     FieldSpec("Fields", "EntityFields", Role.REFERENCE_TABLE, ("FieldName",)),
     FieldSpec("Records", "EntityRecords", Role.REFERENCE_TABLE, ("SubCategoryCode", "FilterValue"),
-              facts=lambda rows: _code_facts({"Rows": [{"Values": r} for r in rows if isinstance(r, dict)]})),
+              facts=_record_facts),
 )
 
 
 def _form_tool(tool: str, op: str, category: str, *inputs: InputSpec, containers: tuple[str, ...] = ("Form",),
-               extra: tuple[FieldSpec, ...] = ()) -> ToolSchema:
-    return ToolSchema(tool, op, category, (STATUS, MESSAGE, *extra, *FORM), inputs, containers, acts_on_state=True)
+               extra: tuple[FieldSpec, ...] = (), closes: bool = False) -> ToolSchema:
+    return ToolSchema(tool, op, category, (STATUS, MESSAGE, *extra, *FORM), inputs, containers, acts_on_state=True,
+                      closes_state=closes)
 
 
 def schemas() -> Schemas:
@@ -110,7 +118,7 @@ def schemas() -> Schemas:
         _form_tool("form_sort_grid_column", "sort_grid", "read", InputSpec("gridName", "GridName")),
         _form_tool("form_open_or_close_tab", "toggle_tab", "read", InputSpec("tabName", "TabName")),
         _form_tool("form_save_form", "save", "commit"),
-        _form_tool("form_close_form", "close_form", "navigate"),
+        _form_tool("form_close_form", "close_form", "navigate", closes=True),
         *(ToolSchema(t, op, "read", (STATUS, MESSAGE, *DATA), (InputSpec("entitySetName", "EntitySetName"),))
           for t, op in (("data_find_entity_type", "find_entity"), ("data_get_entity_metadata", "entity_metadata"),
                         ("data_find_entities", "query_entities"))),
@@ -132,23 +140,36 @@ def _verified(g: TraceGraph) -> bool:
         remaining = Decimal(str(values.get("Remaining", "x")))
     except InvalidOperation:
         return False
-    rows = g.fields[grid].value.get("Rows", [])
-    return remaining == 0 and bool(rows) and all(r["Values"].get("LineStatus") == "Saved" for r in rows)
+    value = g.fields[grid].value
+    rows = [r.get("Values") for r in _dicts(value.get("Rows") if isinstance(value, dict) else None)]
+    return remaining == 0 and bool(rows) and all(isinstance(v, dict) and v.get("LineStatus") == "Saved" for v in rows)
 
 
 def plan(g: TraceGraph) -> Iterator[Obligation]:
     """Every subcategory the user's folio names needs its code until the itemization verifies."""
     if _verified(g):
         return
-    lookups = g.providers.get("SubCategoryCode", [])
-    fid = next((f for f in reversed(lookups) if g.fields[f].role == Role.REFERENCE_TABLE), None)
-    spec = g.fields[fid].spec if fid is not None else None
     said = " ".join(g.fields[u].text for u in g.user_fields[1:])
-    if fid is not None and spec is not None and spec.facts is not None:
-        for fact in spec.facts(g.fields[fid].value):
-            name = fact.split("=", 1)[1]
-            if name in said:
-                yield Obligation(f"plan:{name}", "plan", ((fid, Level.SUMMARY),), ((fid, frozenset({fact})),))
+    fid, facts = _newest_code_table(g)
+    for fact in facts:
+        name = fact.split("=", 1)[1]
+        if name and name in said:
+            yield Obligation(f"plan:{name}", "plan", ((fid, Level.SUMMARY),), ((fid, frozenset({fact})),))
+
+
+def _newest_code_table(g: TraceGraph) -> tuple[str, list[str]]:
+    """The newest reference table that lists subcategory codes (a lookup, or entity records that show some).
+    Providers only grow, so only those added since the last step are examined."""
+    providers = g.providers.get("SubCategoryCode", [])
+    checked, best = g.memo.get(("code_table", ""), (0, ("", [])))
+    for fid in reversed(providers[checked:]):
+        f = g.fields[fid]
+        facts = f.spec.facts(f.value) if f.role == Role.REFERENCE_TABLE and f.spec and f.spec.facts else []
+        if facts:
+            best = (fid, facts)
+            break
+    g.memo[("code_table", "")] = (len(providers), best)
+    return best
 
 
 def verification(g: TraceGraph) -> Iterator[Obligation]:
