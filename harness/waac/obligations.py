@@ -69,10 +69,13 @@ def failed_branches(g: TraceGraph) -> Iterator[Obligation]:
     """An error that no later success of the same tool has answered still constrains the next decisions (A.3):
     its status and message stay readable as a summary."""
     for eid in g.open_failures:
-        ev = g.events[eid]
-        refs = tuple((f, Level.SUMMARY) for f in ev.fields if g.fields[f].role in (Role.STATUS, Role.BODY_TEXT))
-        if refs:
-            yield Obligation(f"failed:{eid}", "failed_branch", refs)
+        key = ("failed", eid)
+        if key not in g.memo:
+            ev = g.events[eid]
+            refs = tuple((f, Level.SUMMARY) for f in ev.fields if g.fields[f].role in (Role.STATUS, Role.BODY_TEXT))
+            g.memo[key] = Obligation(f"failed:{eid}", "failed_branch", refs) if refs else None
+        if g.memo[key] is not None:
+            yield g.memo[key]
 
 
 GENERIC_RULES: tuple[Rule, ...] = (next_action, pending_inputs, unresolved, failed_branches)
