@@ -181,3 +181,25 @@ def test_the_simulated_agent_reads_compacted_results_as_no_view() -> None:
     view = policy.render(tr.history, ctx())
     belief = read(view.messages)
     assert len(belief.snapshots) == 1 and belief.snapshots[0].position == len(tr.history) - 1
+
+
+def test_replaying_logged_changes_gives_every_fields_full_decision(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The transcript logs only changed decisions; harness.waac.explain rebuilds any step from them."""
+    from harness.waac.explain import decisions_at, main
+
+    tr = _itemizing(3)
+    tr.user("Room charges on the folio:\n- Room rate, starting 2026-01-20")
+    tr.call("form_click_control", {"controlName": "NewLine"})
+    policy, lines = WAAC(schemas()), []
+    ends = [n for n in range(4, len(tr.history) + 1) if tr.history[n - 1].role in ("tool", "user")]
+    for step, n in enumerate(ends):
+        decisions = policy.render(tr.history[:n], ctx(step)).decisions
+        lines.append(json.dumps({"type": "step", "step": step, "decisions": decisions}))
+        path = tmp_path / "t.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        req, _, proj = policy.last
+        expected = {f: {"level": lv.value, "d": req.d.get(f, Level.DROP).value,
+                        "rho": policy._proposal[f].value if f in policy._proposal else None, "why": req.why(f)}
+                    for f, lv in proj.applied.items()}
+        assert decisions_at(path, step) == expected
+    main([str(path), "--step", str(len(ends) - 1), "--level", "summary"])

@@ -61,7 +61,7 @@ class WAAC:
         self._allowed = {Level(x) for x in self.reduced} | {Level.EXACT}
         self._frags: dict[str, tuple[tuple[int, int], dict[str, Any], str]] = {}
         self._matches: dict[str, Match] = {}
-        self._last: dict[str, Level] = {}
+        self._last: dict[str, dict[str, Any]] = {}  # each field's last logged decision
         self.checkpoints: dict[str, tuple[dict[str, Any], dict[str, Level]]] = {}
         self._projector: Projector | None = None
         self._proposal: dict[str, Level] = {}
@@ -174,14 +174,11 @@ class WAAC:
     def _decisions(self, history: Sequence[Message], ctx: RenderContext, out: Projection, req: Requirements | None,
                    hits: dict[str, int], analysis_s: float, unsat: bool) -> dict[str, Any]:
         counts = dict.fromkeys((lv.value for lv in LEVELS), 0)
-        d = req.d if req else {}
         tokens = dict.fromkeys((lv.value for lv in LEVELS), 0)
         for fid, lv in out.applied.items():
             counts[lv.value] += 1
             tokens[lv.value] += self._tokens(fid, ctx)
         computed, reused = (req.computed, req.reused) if req else (0, 0)
-        changed = {f: lv for f, lv in out.applied.items() if self._last.get(f) != lv}
-        self._last = dict(out.applied)
         decisions: dict[str, Any] = {
             "levels": counts, "level_tokens": tokens,
             "tokens_before": ctx.tokens.messages(history[ctx.n_fixed:]),
@@ -191,11 +188,26 @@ class WAAC:
             "obligations": req.n_obligations if req else 0, "library": hits,
             "pointer_recalls": self.store.recalls, "summary_rollbacks": len(out.rollbacks),
             "pointer_promotions": len(out.promotions), "budget_unsatisfiable": unsat}
-        if self.log_fields:  # only fields whose level changed: replay them to see any step's full picture
-            decisions["fields"] = {f: {"level": lv.value, "d": d.get(f, Level.DROP).value if req else None,
-                                       "rho": self._proposal[f].value if f in self._proposal else None,
-                                       "why": req.why(f) if req else []} for f, lv in changed.items()}
+        if self.log_fields:
+            decisions["fields"] = self._changed_fields(out, req)
         return decisions
+
+    def _changed_fields(self, out: Projection, req: Requirements | None) -> dict[str, dict[str, Any]]:
+        """Each field whose decision (level, d, rho, or the obligations behind d) changed at this step:
+        replaying them gives any step's full picture (harness.waac.explain)."""
+        d = req.d if req else {}
+        touched = set(self.graph.fields) if req is None or req.changed is None else req.changed
+        entries = {}
+        for fid, level in out.applied.items():
+            entry: dict[str, Any] = {"level": level.value, "d": d.get(fid, Level.DROP).value if req else None,
+                                     "rho": self._proposal[fid].value if fid in self._proposal else None}
+            previous = self._last.get(fid)
+            if previous is None or fid in touched or any(previous[k] != v for k, v in entry.items()):
+                entry["why"] = req.why(fid) if req else []
+                if entry != previous:
+                    entries[fid] = entry
+                self._last[fid] = entry
+        return entries
 
     def _tokens(self, fid: str, ctx: RenderContext) -> int:
         f = self.graph.fields[fid]

@@ -1,0 +1,44 @@
+"""Why WAAC showed what it showed: any step's full field decisions, rebuilt from a transcript.
+
+Steps log only the fields whose level changed (keeping transcripts linear in length); replaying those changes
+gives every field's level, d_t, rho_hat and the obligations that kept it at any step.
+
+    python -m harness.waac.explain results/waac/<stamp>/transcripts/hotel-001__run0.jsonl --step 12 [--level exact]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def decisions_at(transcript: Path, step: int) -> dict[str, dict[str, Any]]:
+    """Every field's decision in force at `step` (field id -> level, d, rho, why)."""
+    state: dict[str, dict[str, Any]] = {}
+    for line in transcript.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("type") != "step" or record["step"] > step:
+            continue
+        fields = record.get("decisions", {}).get("fields")
+        if fields is None:
+            raise ValueError(f"{transcript} has no field decisions (not a WAAC run, or log_fields=false)")
+        state.update(fields)
+    return state
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("transcript", type=Path)
+    parser.add_argument("--step", type=int, required=True)
+    parser.add_argument("--level", choices=("exact", "summary", "pointer", "drop"), default=None)
+    args = parser.parse_args(argv)
+    for fid, d in sorted(decisions_at(args.transcript, args.step).items()):
+        if args.level in (None, d["level"]):
+            why = ", ".join(d["why"]) or "no obligation reaches it"
+            print(f"{d['level']:>7}  {fid:<48} d={d['d']} rho={d['rho']}  <- {why}")
+
+
+if __name__ == "__main__":
+    main()
