@@ -40,7 +40,7 @@ run: $(STAMP) ## Run an experiment: CONFIG=c1|c2|c3|c4|waac|waac_no_* (default c
 library: $(STAMP) ## Rebuild WAAC's history library from the dev split (ARGS='model=openai ...' to use another model)
 	$(PY) -m harness.waac.build_library $(ARGS)
 
-sweep: $(STAMP) ## Hydra multirun: SWEEP=budget|n_w, ARGS='n_tasks=5 n_runs=1'; one folder + merged table
+sweep: $(STAMP) ## Hydra multirun: SWEEP=budget|n_w|ablations, ARGS='n_tasks=5 n_runs=1'; one folder + merged table
 	$(PY) -m harness.sweep $(SWEEP) $(ARGS)
 
 tables: $(STAMP) ## Regenerate the papers' tables from results/ (Markdown, CSV, LaTeX in results/tables/)
