@@ -10,20 +10,15 @@ incremental analysis and with full recomputation. Printed: medians over the 10 s
 from __future__ import annotations
 
 import statistics
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from _waac import EnvTrajectory  # noqa: E402
-
-from harness.envs.expense.domain import ExpenseDomain  # noqa: E402
-from harness.envs.expense.tasks import folio_of  # noqa: E402
-from harness.envs.expense.waac import schemas  # noqa: E402
-from harness.policies import RenderContext  # noqa: E402
-from harness.tokens import TokenCounter  # noqa: E402
-from harness.types import Message  # noqa: E402
-from harness.waac.policy import WAAC  # noqa: E402
+from harness.envs.expense.domain import ExpenseDomain
+from harness.envs.expense.tasks import folio_of
+from harness.envs.expense.waac import schemas
+from harness.policies import RenderContext
+from harness.testing.expense_trajectory import EnvTrajectory
+from harness.tokens import TokenCounter
+from harness.types import Message
+from harness.waac.policy import WAAC
 
 CHECKPOINTS = (50, 150, 300)
 LIBRARY = "benchmarks/expense/waac_library.json"

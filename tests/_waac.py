@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from harness.envs.expense.env import ExpenseEnv
 from harness.policies.base import RenderContext
+from harness.testing.expense_trajectory import EnvTrajectory as EnvTrajectory  # re-exported for the tests
+from harness.testing.expense_trajectory import opening as opening
 from harness.tokens import TokenCounter
-from harness.types import Message, Task, ToolCall
+from harness.types import Message, ToolCall
 from harness.waac.schema import FieldSpec, InputSpec, Role, Schemas, ToolSchema
 
 TOKENS = TokenCounter("o200k_base")
@@ -21,46 +22,10 @@ def ctx(step: int = 0, budget: int | None = None) -> RenderContext:
     return RenderContext(step, TOKENS, budget=budget)
 
 
-def opening(instruction: str = "Itemize my hotel expense.") -> list[Message]:
-    return [Message("system", "You are an agent."), Message("user", instruction)]
-
-
 def exchange(call_id: str, name: str, args: dict[str, Any] | str, content: str, error: bool = False) -> list[Message]:
     arguments = args if isinstance(args, str) else json.dumps(args)
     return [Message("assistant", "", (ToolCall(call_id, name, arguments),)),
             Message("tool", content, tool_call_id=call_id, name=name, is_error=error)]
-
-
-class EnvTrajectory:
-    """Appends real expense-environment exchanges to a history."""
-
-    def __init__(self, task: Task) -> None:
-        self.env = ExpenseEnv(task)
-        self.history = opening(task.instruction)
-
-    def call(self, name: str, args: dict[str, Any] | str = "{}") -> Message:
-        arguments = args if isinstance(args, str) else json.dumps(args)
-        call = ToolCall(f"c{len(self.history):03d}", name, arguments)
-        result = self.env.execute(call)
-        self.history += [Message("assistant", "", (call,)), Message("tool", result.content, tool_call_id=call.id,
-                                                                    name=name, is_error=result.is_error)]
-        return self.history[-1]
-
-    def user(self, text: str) -> None:
-        self.history += [Message("assistant", "What are the charges?"), Message("user", text)]
-
-    def open_itemization(self) -> EnvTrajectory:
-        """Find and open the expense report list, the task's report, select its hotel line, click Itemize."""
-        if not any(m.name == "form_find_menu_item" for m in self.history):
-            self.call("form_find_menu_item", {"menuItemFilter": "expense reports"})
-        self.call("form_open_menu_item", {"name": "TrvExpenses"})
-        self.call("form_select_grid_row", {"gridName": "ExpenseReportsGrid", "rowNumber": 1})
-        self.call("form_click_control", {"controlName": "Details"})
-        report = json.loads(self.history[-1].content)["Form"]
-        hotel = next(r for g in report["Grids"] for r in g["Rows"] if r["Values"]["ExpenseCategory"] == "Hotel")
-        self.call("form_select_grid_row", {"gridName": "ExpenseLinesGrid", "rowNumber": hotel["RowNumber"]})
-        self.call("form_click_control", {"controlName": "Itemize"})
-        return self
 
 
 def status_facts(v: Any) -> list[str]:

@@ -105,10 +105,16 @@ def ratio_table(episodes: pd.DataFrame, paper: dict[str, Any]) -> pd.DataFrame:
                          "paper": {k: _paper(paper["ratios"].get(k), 1) for k in ours}})
 
 
-def newest_sweep(results: Path, kind: str = "budget") -> pd.DataFrame:
-    """The merged episodes of the newest sweep of a kind (sweep folders are named by their start time)."""
+def newest_sweep_dir(results: Path, kind: str) -> Path | None:
+    """The newest merged sweep folder of a kind (sweep folders are named by their start time)."""
     merged = sorted((results / "sweeps").glob(f"{kind}/*/merged.parquet"))
-    return pd.read_parquet(merged[-1]) if merged else pd.DataFrame()
+    return merged[-1].parent if merged else None
+
+
+def newest_sweep(results: Path, kind: str = "budget") -> pd.DataFrame:
+    """The merged episodes of the newest sweep of a kind."""
+    folder = newest_sweep_dir(results, kind)
+    return pd.read_parquet(folder / "merged.parquet") if folder else pd.DataFrame()
 
 
 def budget_table(results: Path) -> pd.DataFrame:
@@ -159,10 +165,10 @@ def announce(written: list[Path], results: Path) -> list[Path]:
 
 def sweep_runs(results: Path, kind: str) -> dict[str, Path]:
     """Experiment -> job folder of the newest sweep of a kind (empty if there is none)."""
-    sweeps = sorted((results / "sweeps").glob(f"{kind}/*/merged.parquet"))
-    if not sweeps:
+    folder = newest_sweep_dir(results, kind)
+    if folder is None:
         return {}
-    jobs = sorted(sweeps[-1].parent.glob("*/episodes.parquet"))
+    jobs = sorted(folder.glob("*/episodes.parquet"))
     return {str(pd.read_parquet(p, columns=["experiment"]).experiment.iloc[0]): p.parent for p in jobs}
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from harness.waac.graph import TraceGraph
-from harness.waac.lattice import Level, join_all
+from harness.waac.lattice import Level, join, join_all
 from harness.waac.obligations import Obligation, Rule, obligations
 from harness.waac.schema import Role
 
@@ -35,12 +35,12 @@ def requirement(g: TraceGraph, ob: Obligation) -> Assignment:
         fid, level = todo.pop()
         if level == Level.DROP or out.get(fid) == level:
             continue
-        out[fid] = join_all((out.get(fid, Level.DROP), level))
-        todo.extend(_transfer(g, fid, level))
+        out[fid] = join(out.get(fid, Level.DROP), level)
+        todo.extend(_transfer(g, fid))
     return out
 
 
-def _transfer(g: TraceGraph, fid: str, level: Level) -> list[tuple[str, Level]]:
+def _transfer(g: TraceGraph, fid: str) -> list[tuple[str, Level]]:
     """Backward step from a required field: only failed conditions of its operation carry a requirement."""
     out = []
     for cond in g.conditions(g.fields[fid].event):

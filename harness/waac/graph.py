@@ -54,7 +54,6 @@ class Field:
 @dataclass
 class Event:
     id: str
-    index: int
     msg_index: int
     tool: str
     op: str
@@ -136,7 +135,7 @@ class TraceGraph:
 
     def _add_user(self, i: int, m: Message) -> str:
         root = not self.user_fields
-        ev = self._new_event(Event("instruction" if root else f"user:{i}", len(self.order), i, "user",
+        ev = self._new_event(Event("instruction" if root else f"user:{i}", i, "user",
                                    "instruction" if root else "user_turn", "plan", True))
         self._add_field(ev, Field(f"{ev.id}/text", ev.id, "text", "UserText", Role.BODY_TEXT, i, m.content,
                                   None, fixed=True))
@@ -149,7 +148,7 @@ class TraceGraph:
         schema = self.schemas.tools.get(name)
         eid = m.tool_call_id or f"tool:{i}"
         eid = f"{eid}#{i}" if eid in self.events else eid  # call ids are not always unique across turns
-        ev = self._new_event(Event(eid, len(self.order), i, name, schema.op if schema else f"unregistered:{name}",
+        ev = self._new_event(Event(eid, i, name, schema.op if schema else f"unregistered:{name}",
                                    schema.category if schema else "unknown", not m.is_error))
         if call is not None:
             self._bind_inputs(ev, call, schema)

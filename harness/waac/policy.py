@@ -68,7 +68,6 @@ class WAAC:
         self._levels: dict[str, Level] = {}
         self._tool_events: list[str] = []
         self._tool_index: dict[str, int] = {}
-        self._new_tool_events = 0
         self.last: tuple[Requirements | None, dict[str, Level], Projection | None] = (None, {}, None)
 
     # ---- the recall tool (offered only when pointers can be shown) -----------------------------------
@@ -82,14 +81,12 @@ class WAAC:
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
         t0 = time.perf_counter()
         new_events = self.graph.update(history)
-        self._new_tool_events = 0
-        for eid in new_events:
-            if self.graph.events[eid].tool != "user":
-                self._tool_index[eid] = len(self._tool_events)
-                self._tool_events.append(eid)
-                self._new_tool_events += 1
+        new_tools = [e for e in new_events if self.graph.events[e].tool != "user"]
+        for eid in new_tools:
+            self._tool_index[eid] = len(self._tool_events)
+            self._tool_events.append(eid)
         new_fields = {f for e in new_events for f in self.graph.events[e].fields}
-        hits, proposed = self._historical(self.graph.pop_touched())
+        hits, proposed = self._historical(self.graph.pop_touched(), len(new_tools))
         req = self.analysis.update() if self.use_online else None
         levels = self._fuse(req, proposed | new_fields)
         analysis_s = time.perf_counter() - t0
@@ -97,14 +94,15 @@ class WAAC:
             self._projector = Projector(ctx.tokens, self.store)
         facts = req.facts if req else {}
         out = self._projector.project(history, self.graph, levels, facts)
+        after = ctx.tokens.messages(out.messages[ctx.n_fixed:])
         # A.3: what pi requires is never cut to fit; a view that cannot fit is sent and recorded
-        unsat = ctx.budget is not None and ctx.tokens.messages(out.messages[ctx.n_fixed:]) > ctx.budget
+        unsat = ctx.budget is not None and after > ctx.budget
         if self.record_checkpoints:
             self._checkpoint(out)
         self.last = (req, levels, out)  # for inspection: requirements, fused levels, projection
-        return View(out.messages, decisions=self._decisions(history, ctx, out, req, hits, analysis_s, unsat))
+        return View(out.messages, decisions=self._decisions(history, ctx, out, req, hits, analysis_s, after, unsat))
 
-    def _historical(self, touched: set[str]) -> tuple[dict[str, int], set[str]]:
+    def _historical(self, touched: set[str], n_new: int) -> tuple[dict[str, int], set[str]]:
         """Update rho_hat for the events whose canonical fragment may have changed (new, new consumers,
         superseded, or crossing a recency class) by matching them in the library (§3.3.2). Returns this
         step's queries by outcome and the fields whose proposal changed."""
@@ -113,7 +111,7 @@ class WAAC:
         if not (self.library is not None and self.use_library) and not self.record_checkpoints:
             return hits, changed
         n = len(self._tool_events)
-        crossing = RECENT + 1 + self._new_tool_events  # every event whose recency class may have changed
+        crossing = RECENT + 1 + n_new  # every event whose recency class may have changed
         for eid in touched.intersection(self._tool_index) | set(self._tool_events[-crossing:]):
             frag, key = self._fragment(eid, n - 1 - self._tool_index[eid])
             if self.library is None or not self.use_library:
@@ -124,9 +122,13 @@ class WAAC:
             hits[match.kind] += 1
             for fid in self.graph.events[eid].fields:
                 lv = match.policies.get(self.graph.fields[fid].path)
-                if self._proposal.get(fid) != lv:
-                    changed.add(fid)
-                    self._proposal.pop(fid, None) if lv is None else self._proposal.__setitem__(fid, lv)
+                if self._proposal.get(fid) == lv:
+                    continue
+                changed.add(fid)
+                if lv is None:
+                    del self._proposal[fid]
+                else:
+                    self._proposal[fid] = lv
         return hits, changed
 
     def _fragment(self, eid: str, pos: int) -> tuple[dict[str, Any], str]:
@@ -172,7 +174,7 @@ class WAAC:
             self.checkpoints[key] = (frag, applied)
 
     def _decisions(self, history: Sequence[Message], ctx: RenderContext, out: Projection, req: Requirements | None,
-                   hits: dict[str, int], analysis_s: float, unsat: bool) -> dict[str, Any]:
+                   hits: dict[str, int], analysis_s: float, after: int, unsat: bool) -> dict[str, Any]:
         counts = dict.fromkeys((lv.value for lv in LEVELS), 0)
         tokens = dict.fromkeys((lv.value for lv in LEVELS), 0)
         for fid, lv in out.applied.items():
@@ -182,7 +184,7 @@ class WAAC:
         decisions: dict[str, Any] = {
             "levels": counts, "level_tokens": tokens,
             "tokens_before": ctx.tokens.messages(history[ctx.n_fixed:]),
-            "tokens_after": ctx.tokens.messages(out.messages[ctx.n_fixed:]),
+            "tokens_after": after,
             "analysis_ms": round(analysis_s * 1000, 3), "assignments_computed": computed,
             "assignments_reused": reused, "cache_share": round(reused / (computed + reused), 4) if reused else 0.0,
             "obligations": req.n_obligations if req else 0, "library": hits,

@@ -103,7 +103,6 @@ class Projector:
             return _named(f, {"$pointer": art.ref, "sha256": art.sha256[:16]}), level
         return f.value, level
 
-
     def _verified(self, ref: str, f: Field) -> bool:
         return self.store.verify(ref, f.text, f.identity or f.id, f.version)
 

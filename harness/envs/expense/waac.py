@@ -126,13 +126,9 @@ def schemas() -> Schemas:
 
 
 # ---- obligations (§3.3.1), from the observable prefix only ----------------------------------------------
-def _latest(g: TraceGraph, identity: str) -> str | None:
-    return g.latest.get(identity)
-
-
 def _verified(g: TraceGraph) -> bool:
     """The task's verification check as the agent can observe it: Remaining = 0.00 and every line saved."""
-    controls, grid = _latest(g, f"{ITEMIZE_FORM}/Form.Controls"), _latest(g, LINES_GRID)
+    controls, grid = g.latest.get(f"{ITEMIZE_FORM}/Form.Controls"), g.latest.get(LINES_GRID)
     if controls is None or grid is None:
         return False
     values = dict(x.split("=", 1) for x in _balance_facts(g.fields[controls].value))
@@ -174,7 +170,7 @@ def _newest_code_table(g: TraceGraph) -> tuple[str, list[str]]:
 
 def verification(g: TraceGraph) -> Iterator[Obligation]:
     """Remaining = 0.00 is checked on the newest itemization view; its balance must stay readable."""
-    controls = _latest(g, f"{ITEMIZE_FORM}/Form.Controls")
+    controls = g.latest.get(f"{ITEMIZE_FORM}/Form.Controls")
     if controls is not None:
         facts = frozenset(_balance_facts(g.fields[controls].value))
         yield Obligation("verify:remaining", "verification", ((controls, Level.SUMMARY),), ((controls, facts),))
@@ -183,7 +179,7 @@ def verification(g: TraceGraph) -> Iterator[Obligation]:
 def recovery(g: TraceGraph) -> Iterator[Obligation]:
     """While the itemization form is open, the last saved version of its lines before the current one stays
     recoverable: the state an edit is compared with, or rolled back to."""
-    if g.state_event is None or _latest(g, LINES_GRID) not in g.events[g.state_event].fields:
+    if g.state_event is None or g.latest.get(LINES_GRID) not in g.events[g.state_event].fields:
         return
     versions = g.versions.get(LINES_GRID, [])
     saved = next((f for f in reversed(versions[:-1]) if g.event_of(f).category == "commit" and g.event_of(f).ok), None)
