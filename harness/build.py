@@ -6,11 +6,13 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from harness.backends.base import LLMBackend
 from harness.envs.base import Domain, UserModel
+from harness.errors import InputError
 from harness.policies.base import ContextPolicy
 from harness.types import Task
 
@@ -22,7 +24,14 @@ def episode_seed(seed: int, task_id: str, run: int) -> int:
 
 
 def build_domain(cfg: DictConfig) -> Domain:
-    return instantiate(cfg.env)
+    """The benchmark; a bad task file or n_tasks comes out as the domain's own InputError, not Hydra's wrapper."""
+    try:
+        return instantiate(cfg.env)
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        if isinstance(cause, InputError):
+            raise cause from None
+        raise
 
 
 def build_policy(cfg: DictConfig) -> ContextPolicy:

@@ -10,6 +10,7 @@ from harness.envs.base import UserModel
 from harness.envs.expense.env import ExpenseEnv
 from harness.envs.expense.scorer import score
 from harness.envs.expense.tasks import folio_of, load
+from harness.errors import InputError
 from harness.types import Message, Score, Task
 
 SYSTEM_PROMPT = """You are an expense assistant for employees of Contoso (legal entity USMF). You operate \
@@ -34,6 +35,14 @@ WITHOUT_USER = ("No user is available to answer questions: work only from the re
                 "when nothing more can be done, give your final answer.")
 
 
+def check_n_tasks(n_tasks: object, available: int, path: str) -> int:
+    """`n_tasks` itself if 1..available; a 0 or too-large value used to end in an empty or silently short run."""
+    if isinstance(n_tasks, bool) or not isinstance(n_tasks, int) or not 1 <= n_tasks <= available:
+        raise InputError(f"n_tasks={n_tasks} is out of range: this benchmark has {available} tasks "
+                         f"(valid: 1..{available}) in {path}")
+    return n_tasks
+
+
 @dataclass
 class ExpenseEpisode:
     task: Task
@@ -50,7 +59,8 @@ class ExpenseEpisode:
 
 @dataclass
 class ExpenseDomain:
-    """`tasks_path` is relative to the repository root unless absolute."""
+    """`tasks_path` is relative to the repository root unless absolute; `n_tasks` takes the file's first tasks
+    (None: all of them, the Python default; the run config always passes an int, checked to be 1..available)."""
 
     tasks_path: str = "benchmarks/expense/tasks.jsonl"
     n_tasks: int | None = None
@@ -61,7 +71,8 @@ class ExpenseDomain:
         path = Path(self.tasks_path)
         if not path.is_absolute():
             path = Path(__file__).resolve().parents[3] / path
-        self.tasks = load(path, self.n_tasks)
+        tasks = load(path)  # the whole file is validated, whatever n_tasks, so a bad line fails every run alike
+        self.tasks = tasks if self.n_tasks is None else tasks[:check_n_tasks(self.n_tasks, len(tasks), self.tasks_path)]
 
     def episode(self, task: Task, user_factory: Callable[[Task], UserModel] | None) -> ExpenseEpisode:
         """A fresh environment; the user model (if any) is built for this task's folio."""

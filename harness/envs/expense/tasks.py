@@ -17,6 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from harness.envs.expense.task_schema import validate_file
 from harness.types import FolioLine, Task
 
 DEFAULT_SEED = 2606
@@ -120,7 +121,8 @@ def dumps(tasks: list[Task]) -> str:
 
 
 def load(path: str | Path, n_tasks: int | None = None) -> list[Task]:
-    tasks = [Task(**json.loads(line)) for line in Path(path).read_text().splitlines() if line.strip()]
+    """The file's tasks (the first `n_tasks` of them), all validated: InputError names every bad line and field."""
+    tasks = [Task(**row) for row in validate_file(Path(path))]
     return tasks if n_tasks is None else tasks[:n_tasks]
 
 

@@ -1,0 +1,106 @@
+"""`python -m harness.cli` as a user runs it: every mistake it can see before the run ends with exit code 2 and
+a short `error: ...` message on stderr (never a traceback), and nothing is written to the out_dir."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _support import ROOT
+
+from harness import cli
+from harness.envs.expense.tasks import dumps, generate
+
+FAST = ("n_runs=1", "progress=false", "n_workers=1")
+
+
+def run_cli(*args: str, out_dir: Path | str | None = None) -> subprocess.CompletedProcess[str]:
+    extra = [f"out_dir={out_dir}"] if out_dir is not None else []
+    return subprocess.run([sys.executable, "-m", "harness.cli", "experiment=c3", *FAST, *args, *extra],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def refused(proc: subprocess.CompletedProcess[str], *expected: str, lines: int = 1) -> list[str]:
+    """Exit code 2, no traceback, an `error:` first line holding every expected fragment; the stderr lines."""
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and err and err[0].startswith("error: "), proc.stderr
+    assert len(err) <= lines, proc.stderr
+    for fragment in expected:
+        assert fragment in proc.stderr, proc.stderr
+    return err
+
+
+def test_a_small_run_succeeds(tmp_path: Path) -> None:
+    proc = run_cli("n_tasks=1", out_dir=tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "episodes.parquet").is_file()
+
+
+@pytest.mark.parametrize("n", ["0", "-3", "51"])
+def test_n_tasks_out_of_range(tmp_path: Path, n: str) -> None:
+    refused(run_cli(f"n_tasks={n}", out_dir=tmp_path / "out"),
+            f"n_tasks={n} is out of range: this benchmark has 50 tasks (valid: 1..50)")
+    assert not (tmp_path / "out").exists()  # nothing written: the run never started
+
+
+@pytest.mark.parametrize("n", ["0", "-1"])
+def test_n_runs_out_of_range(tmp_path: Path, n: str) -> None:
+    refused(run_cli("n_tasks=1", f"n_runs={n}", out_dir=tmp_path / "out"), f"n_runs={n} is out of range (valid: 1")
+    assert not (tmp_path / "out").exists()
+
+
+def test_plus_adding_an_unknown_top_level_key_is_refused(tmp_path: Path) -> None:
+    err = refused(run_cli("n_tasks=1", "+n_taks=3", out_dir=tmp_path / "out"), "'n_taks'", "valid keys at top level")
+    assert "n_tasks" in err[0] and "out_dir" in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_plus_adds_for_groups_and_nested_keys_are_not_refused() -> None:
+    assert cli.unknown_additions(["+sweep=ablations", "+hydra.launcher.ray.init.num_cpus=2", "+model.extra=1",
+                                  "n_tasks=3", "~budget"]) is None
+    problem = cli.unknown_additions(["++n_taks=3"])
+    assert problem is not None and "'n_taks'" in problem and "\n" not in problem
+
+
+def test_a_bad_value_gives_hydras_reason_with_the_key(tmp_path: Path) -> None:
+    refused(run_cli("n_tasks=abc", out_dir=tmp_path / "out"), "n_tasks=abc",
+            "Value 'abc' of type 'str' could not be converted to Integer")
+
+
+def test_an_unknown_key_still_lists_the_valid_keys(tmp_path: Path) -> None:
+    err = refused(run_cli("n_taks=3", out_dir=tmp_path / "out"), "unknown key 'n_taks'", lines=12)
+    assert not any("use +n_taks" in line for line in err)  # Hydra's hint to add it with + would now be refused
+
+
+def test_out_dir_that_is_a_file(tmp_path: Path) -> None:
+    f = tmp_path / "file"
+    f.write_text("x")
+    refused(run_cli("n_tasks=1", out_dir=f), f"out_dir={f}", "not a directory")
+    assert f.read_text() == "x"
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "proc"])
+def test_out_dir_that_cannot_be_created(tmp_path: Path, where: str) -> None:
+    (tmp_path / "file").write_text("x")
+    out = tmp_path / "file" / "sub" if where == "under_a_file" else Path("/proc/harness-cannot-write-here")
+    refused(run_cli("n_tasks=1", out_dir=out), f"out_dir={out}", "cannot be created")
+
+
+def test_missing_out_dir_is_checked_without_leaving_it_behind(tmp_path: Path) -> None:
+    out = tmp_path / "a" / "b"
+    assert cli.check_out_dir(out) is None
+    assert not (tmp_path / "a").exists()  # a timestamped default out_dir must not leave an empty twin
+
+
+def test_a_bad_tasks_file_names_file_and_line(tmp_path: Path) -> None:
+    rows = [json.loads(line) for line in dumps(generate(n=3)).splitlines()]
+    rows[2]["task_id"] = "../evil"
+    p = tmp_path / "t.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    refused(run_cli("n_tasks=1", f"env.tasks_path={p}", out_dir=tmp_path / "out"),
+            f"{p}:3: task ../evil: task_id: '../evil' is not a safe file name")
+    assert not (tmp_path / "out").exists()
