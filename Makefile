@@ -11,7 +11,7 @@ ARGS ?=
 .DEFAULT_GOAL := help
 PORT ?= 8765
 LOCAL_STAMP := $(VENV)/.local-model-stamp
-.PHONY: help setup run library sweep tables plots test test-unit test-integration serve-local serve-sim lint bench clean
+.PHONY: help setup run library sweep runs tables plots test test-unit test-integration serve-local serve-sim lint bench clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-17s %s\n", $$1, $$2}'
@@ -43,7 +43,10 @@ library: $(STAMP) ## Rebuild WAAC's history library from the dev split (ARGS='mo
 sweep: $(STAMP) ## Hydra multirun: SWEEP=budget|n_w|ablations, ARGS='n_tasks=5 n_runs=1'; one folder + merged table
 	$(PY) -m harness.sweep $(SWEEP) $(ARGS)
 
-tables: $(STAMP) ## Regenerate the papers' tables from results/ (Markdown, CSV, LaTeX in results/tables/)
+runs: $(STAMP) ## List every run folder under results/: status, episodes done/expected, model, git revision
+	$(PY) -m harness.report.runs $(ARGS)
+
+tables: $(STAMP) ## Regenerate the papers' tables from the newest complete runs (ARGS='--run c3=DIR' pins one)
 	$(PY) -m harness.report.tables $(ARGS)
 
 plots: $(STAMP) ## Regenerate the figures from results/ (PNG and PDF in results/figures/)

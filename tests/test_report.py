@@ -6,14 +6,17 @@ Expected values are worked out by hand from tests/fixtures/make_results.py: c2 c
 
 from __future__ import annotations
 
+import logging
+import shutil
 from pathlib import Path
 
 import nbformat
 import pandas as pd
 import pytest
 import yaml
+from fixtures.make_results import episodes, run_manifest, write_run
 
-from harness.report import plots, tables
+from harness.report import budget, plots, runs, tables
 from harness.report.sweep import merge
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "results"
@@ -55,28 +58,45 @@ def test_make_tables_writes_markdown_csv_latex_labelled_simulated(tmp_path: Path
     assert pd.read_csv(tmp_path / "expense_c1_c4.csv", index_col=0).loc["Tasks completed (%)", "C3 paper"] == "79.0"
 
 
-def _fake_budget_sweep(root: Path) -> Path:
+JOBS = [("FullHistory", 1.0), ("FullHistory", 0.5), ("LastN", 1.0), ("LastN", 0.5)]
+
+
+def _fake_budget_sweep(root: Path, partial_job: bool = False) -> Path:
+    """Four complete jobs (policy x tier); with `partial_job`, a fifth (LastN @ 0.3) that was interrupted."""
     sweep = root / "sweeps" / "budget" / "2026-01-01_00-00-00"
     base = tables.load(tables.find_runs(FIXTURE), ["c2"])
-    for job, (policy, tier) in enumerate([("FullHistory", 1.0), ("FullHistory", 0.5), ("LastN", 1.0), ("LastN", 0.5)]):
+    for job, (policy, tier) in enumerate(JOBS + ([("LastN", 0.3)] if partial_job else [])):
         job_dir = sweep / str(job)
         (job_dir / ".hydra").mkdir(parents=True)
         (job_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"budget.fraction={tier}"]))
         done = [True, tier == 1.0 or policy == "LastN", True, True]
-        base.assign(policy=policy, budget_fraction=tier, completed=done, over_budget_steps=int(tier < 1)).to_parquet(
-            job_dir / "episodes.parquet")
+        frame = base.assign(policy=policy, budget_fraction=tier, completed=done, over_budget_steps=int(tier < 1))
+        write_run(job_dir, frame, run_manifest("c2", frame, interrupted=job == 4))
     merge(sweep)
     return root
 
 
 def test_budget_table_and_plot_come_from_the_merged_sweep(tmp_path: Path) -> None:
     root = _fake_budget_sweep(tmp_path / "results")
-    t = tables.budget_table(root)
+    sweep, notes = tables.budget_sweep(root)
+    t = tables.budget_table(sweep)
     assert t.loc[("FullHistory", 0.5), "completed (%)"] == "75.0 ± 317.7"  # one of four tasks failed
     assert t.loc[("LastN", 0.5), "completed (%)"] == "100.0 ± 0.0"
     assert t.loc[("FullHistory", 0.5), "over-budget steps"] == 4
+    assert notes == []
     figs = plots.main(["--results", str(root), "--out", str(tmp_path / "fig")])
     assert {p.name for p in figs} == {"completion_vs_budget.png", "completion_vs_budget.pdf"}
+
+
+def test_a_budget_sweep_job_that_is_not_complete_is_left_out_and_named(tmp_path: Path) -> None:
+    root = _fake_budget_sweep(tmp_path / "results", partial_job=True)
+    assert "WARNING: jobs not complete: job 4: partial" in (root / "sweeps/budget/2026-01-01_00-00-00/"
+                                                            "merged_table.txt").read_text()
+    sweep, notes = tables.budget_sweep(root)
+    assert ("LastN", 0.3) not in tables.budget_table(sweep).index and len(sweep) == 16
+    assert notes == ["WARNING: sweep job sweeps/budget/2026-01-01_00-00-00/4 left out: status partial"]
+    tables.main(["--results", str(root), "--out", str(tmp_path / "t")])
+    assert notes[0] in (tmp_path / "t" / "budget_sweep.md").read_text()
 
 
 def test_make_plots_writes_png_and_pdf_with_simulated_titles(tmp_path: Path) -> None:
@@ -107,3 +127,176 @@ def test_decision_counts_read_pair_decisions_and_field_levels() -> None:
     counts = plots.decision_counts(steps).set_index(["experiment", "step"])
     assert counts.loc[("c4", 1), ["kept", "summarized", "dropped", "dropped (budget)"]].tolist() == [2, 1, 2, 0]
     assert counts.loc[("waac", 0), ["EXACT", "SUMMARY", "POINTER", "DROP"]].tolist() == [4, 1, 2, 7]
+
+
+# --- which runs the tables use (manifests) ------------------------------------------------------------------------
+
+NEWER = "2026-02-01T00:00:00+00:00"
+
+
+def _results(tmp_path: Path) -> Path:
+    """A copy of the committed fixture (one complete run of C1-C4) to add newer runs to."""
+    root = tmp_path / "results"
+    shutil.copytree(FIXTURE, root)
+    return root
+
+
+def _smoke(name: str, n_tasks: int = 3) -> pd.DataFrame:
+    """A complete one-run smoke run on other tasks (hotel-011, ...): not the fixture's task set."""
+    rows = episodes(name)[lambda d: d.run == 0].iloc[[0]]
+    return pd.concat([rows.assign(task_id=f"hotel-0{11 + i}") for i in range(n_tasks)], ignore_index=True)
+
+
+def _newer(root: Path, name: str, frame: pd.DataFrame, stamp: str = "2026-02-01_00-00-00", **kw: object) -> Path:
+    tasks = kw.pop("tasks", None)
+    n_runs = kw.pop("n_runs", 1)
+    meta = run_manifest(name, frame, tasks, n_runs, NEWER, **kw)  # type: ignore[arg-type]
+    return write_run(root / name / stamp, frame, meta)
+
+
+def _md(out: Path, name: str = "expense_c1_c4") -> str:
+    return (out / f"{name}.md").read_text()
+
+
+def test_newest_complete_run_wins_and_a_different_task_set_is_flagged(tmp_path: Path) -> None:
+    """A newer complete smoke run of C3 (3 other tasks, 1 run) is used, but every output says the columns differ."""
+    root = _results(tmp_path)
+    smoke = _newer(root, "c3", _smoke("c3"))
+    assert runs.select(root)["c3"].path == smoke and runs.select(root)["c3"].status == "complete"
+    tables.main(["--results", str(root), "--out", str(tmp_path / "t")])
+    md = _md(tmp_path / "t")
+    warning = "WARNING: the columns do not share the same task set (c1, c2, c4: 2 tasks"
+    assert warning in md and "c3: 3 tasks" in md
+    assert "WARNING: the columns do not share the same runs per task (c1, c2, c4: 2; c3: 1)" in md
+    assert "c3/2026-02-01_00-00-00" in md and "c2/2026-01-01_00-00-00" in md  # the Run row names each folder
+    csv = pd.read_csv(tmp_path / "t" / "expense_c1_c4.csv", index_col=0)
+    assert csv.index[0] == "WARNING" and csv.iloc[0, 0].startswith(warning)
+    assert csv.loc["Run", "C3 ours"] == "c3/2026-02-01_00-00-00"
+    tex = (tmp_path / "t" / "expense_c1_c4.tex").read_text()
+    assert r"\caption{" in tex and "WARNING: the columns do not share the same task set" in tex
+    assert r"c3/2026-02-01\_00-00-00" in tex  # escaped for LaTeX
+    ratios = _md(tmp_path / "t", "expense_ratios")  # C2 vs C3 ratios mix the two task sets
+    assert "WARNING: the columns do not share the same task set (c2, c4: 2 tasks" in ratios
+
+
+def test_a_table_of_alike_runs_has_no_warning_and_names_its_runs(tmp_path: Path) -> None:
+    tables.main(["--results", str(FIXTURE), "--out", str(tmp_path)])
+    md = _md(tmp_path)
+    assert "WARNING" not in md
+    t = pd.read_csv(tmp_path / "expense_c1_c4.csv", index_col=0)
+    assert t.loc["Run", "C2 ours"] == "c2/2026-01-01_00-00-00" and t.loc["Run", "C2 paper"] == "the paper"
+    r = pd.read_csv(tmp_path / "expense_ratios.csv", index_col=0)
+    assert r.loc["Run C3", "ours"] == "c3/2026-01-01_00-00-00"
+
+
+def test_newer_failed_partial_running_and_manifestless_runs_do_not_replace_the_complete_one(tmp_path: Path) -> None:
+    root = _results(tmp_path)
+    full = root / "c2" / "2026-01-01_00-00-00"
+    fixture = episodes("c2")
+    _newer(root, "c2", fixture.assign(termination="infra_error"), "2026-02-01_00-00-00", n_runs=2)  # failed
+    _newer(root, "c2", fixture.iloc[:3], "2026-02-02_00-00-00", tasks=["hotel-001", "hotel-002"], n_runs=2)
+    _newer(root, "c2", fixture, "2026-02-03_00-00-00", n_runs=2, interrupted=True)  # partial: interrupted
+    errored = fixture.assign(termination=["user_stop", "error", "user_stop", "user_stop"])
+    _newer(root, "c2", errored, "2026-02-04_00-00-00", n_runs=2)  # partial: one episode crashed
+    running = _newer(root, "c2", fixture, "2026-02-05_00-00-00", n_runs=2)
+    (running / "manifest.json").write_text((running / "manifest.json").read_text().replace('"complete"', '"running"'))
+    write_run(root / "c2" / "2026-02-06_00-00-00", fixture, None)  # newest, but no manifest
+    statuses = sorted(r.status for r in runs.discover(root) if r.experiment == "c2")
+    assert statuses == ["complete", "failed", "partial", "partial", "partial", "running", "unknown"]
+    assert tables.find_runs(root)["c2"] == full
+    tables.main(["--results", str(root), "--out", str(tmp_path / "t")])
+    md = _md(tmp_path / "t")
+    assert "75.0 ± 317.7" in md and "WARNING" not in md
+
+
+def test_a_pinned_run_is_used_even_when_not_complete_and_the_table_says_so(tmp_path: Path) -> None:
+    root = _results(tmp_path)
+    partial = _newer(root, "c2", episodes("c2").iloc[:3], tasks=["hotel-001", "hotel-002"], n_runs=2)
+    assert runs.describe(partial).status == "partial"
+    tables.main(["--results", str(root), "--out", str(tmp_path / "t"), "--run", f"c2={partial}"])
+    md = _md(tmp_path / "t")
+    assert f"WARNING: c2 comes from {partial}, which is not complete (status partial)" in md
+    assert pd.read_csv(tmp_path / "t" / "expense_c1_c4.csv", index_col=0).loc["Run", "C2 ours"] == \
+        "c2/2026-02-01_00-00-00"
+
+
+def test_a_run_without_manifest_is_used_only_when_pinned_with_a_warning(tmp_path: Path) -> None:
+    """Runs from before manifests count as not complete: never picked on their own, usable through --run."""
+    root = tmp_path / "results"
+    legacy = write_run(root / "c3" / "2026-01-01_00-00-00", episodes("c3"), None)
+    assert runs.select(root) == {} and tables.main(["--results", str(root), "--out", str(tmp_path / "a")]) == []
+    tables.main(["--results", str(root), "--out", str(tmp_path / "b"), "--run", f"c3={legacy}"])
+    md = _md(tmp_path / "b")
+    assert f"WARNING: c3 comes from {legacy}, which has no manifest, so its completeness is unknown" in md
+    assert "100.0 ± 0.0" in md
+
+
+def test_runs_of_different_models_or_real_and_simulated_are_flagged(tmp_path: Path) -> None:
+    root = _results(tmp_path)
+    real = episodes("c4").assign(model="gpt-5", simulated=False)
+    _newer(root, "c4", real, n_runs=2)
+    tables.main(["--results", str(root), "--out", str(tmp_path / "t")])
+    md = _md(tmp_path / "t")
+    assert "WARNING: the columns do not share the same model (c1, c2, c3: sim; c4: gpt-5)" in md
+    assert "WARNING: the columns do not share the same simulated (c1, c2, c3: simulated; c4: real)" in md
+    assert "task set" not in md.split("|")[0]  # same tasks and runs: only what differs is named
+
+
+def _damaged(root: Path) -> list[Path]:
+    """An n_tasks=0 run (empty episodes.parquet, failed), a legacy empty one, and one whose parquet is garbage
+    though its manifest says complete; all newer than the fixture's runs."""
+    empty = pd.DataFrame()
+    zero = _newer(root, "c2", empty, "2026-02-01_00-00-00", tasks=[], n_runs=0)
+    legacy = write_run(root / "c3" / "2026-02-01_00-00-00", empty, None)
+    garbage = _newer(root, "c4", episodes("c4"), "2026-02-01_00-00-00", n_runs=2)
+    (garbage / "episodes.parquet").write_bytes(b"not a parquet file")
+    (garbage / "steps.parquet").write_bytes(b"")
+    return [zero, legacy, garbage]
+
+
+def test_damaged_or_empty_run_folders_are_skipped_with_a_warning(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    root = _results(tmp_path)
+    damaged = _damaged(root)
+    caplog.set_level(logging.WARNING)
+    written = tables.main(["--results", str(root), "--out", str(tmp_path / "t")])
+    assert tmp_path / "t" / "expense_c1_c4.md" in written
+    assert "75.0 ± 317.7" in _md(tmp_path / "t") and "c4/2026-01-01_00-00-00" in _md(tmp_path / "t")
+    for folder in damaged:
+        assert any(str(folder) in m and "skipping" in m for m in caplog.messages), folder
+    caplog.clear()
+    figs = plots.main(["--results", str(root), "--out", str(tmp_path / "f")])
+    assert {"completion_vs_tokens.png", "visible_tokens_by_step.png"} <= {p.name for p in figs}
+    assert any(str(damaged[2]) in m for m in caplog.messages)
+    caplog.clear()
+    assert tables.main(["--results", str(root), "--out", str(tmp_path / "p"), "--run", f"c4={damaged[2]}"])
+    assert "C4 ours" in _md(tmp_path / "p") and any(str(damaged[2]) in m for m in caplog.messages)
+    with pytest.raises(SystemExit, match=str(damaged[0])):
+        budget.main([str(damaged[0])])
+
+
+def test_a_sweep_merge_skips_a_damaged_job_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    root = _fake_budget_sweep(tmp_path / "results")
+    sweep = root / "sweeps" / "budget" / "2026-01-01_00-00-00"
+    (sweep / "1" / "episodes.parquet").write_bytes(b"")
+    caplog.set_level(logging.WARNING)
+    merged = merge(sweep)
+    assert sorted(merged.job.unique()) == ["0", "2", "3"]
+    assert any(str(sweep / "1") in m for m in caplog.messages)
+
+
+def test_make_runs_lists_every_run_folder_with_status_and_path(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    root = _fake_budget_sweep(_results(tmp_path))
+    _newer(root, "c3", _smoke("c3"))
+    _newer(root, "c2", episodes("c2").assign(termination="infra_error"), n_runs=2)
+    write_run(root / "c1" / "2026-02-01_00-00-00", episodes("c1"), None)
+    table = runs.main(["--results", str(root)])
+    out = capsys.readouterr().out
+    assert {"complete", "failed", "unknown"} <= set(table.status)
+    assert "c3/2026-02-01_00-00-00" in out and "sweeps/budget/2026-01-01_00-00-00/0" in out
+    smoke = table[table.path == "c3/2026-02-01_00-00-00"].iloc[0]
+    assert (smoke.status, smoke.episodes, smoke["tasks x runs"], smoke.kind) == ("complete", "3/3", "3 x 1", "run")
+    assert set(table[table.path.str.startswith("sweeps")].kind) == {"sweep job"}
+    assert table[table.path == "c1/2026-02-01_00-00-00"].iloc[0].status == "unknown"
+    assert "git" in table and "started" in table and "ended" in table

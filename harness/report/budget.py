@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.report.runs import read_frame
+
 
 def reference_tokens(episodes: pd.DataFrame) -> int:
     if episodes.empty:
@@ -21,11 +23,19 @@ def reference_tokens(episodes: pd.DataFrame) -> int:
     return int(per_task.median())
 
 
-def main() -> None:
+def read_reference(run_dir: Path) -> int:
+    """The reference from a run folder; a damaged or empty one stops with a message naming it."""
+    episodes = read_frame(run_dir / "episodes.parquet")
+    if episodes is None:
+        raise SystemExit(f"no budget reference: {run_dir} has no readable episodes (see the warning above)")
+    return reference_tokens(episodes)
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("run_dir", type=Path)
-    args = parser.parse_args()
-    print(reference_tokens(pd.read_parquet(args.run_dir / "episodes.parquet")))
+    args = parser.parse_args(argv)
+    print(read_reference(args.run_dir))
 
 
 if __name__ == "__main__":

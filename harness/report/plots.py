@@ -6,7 +6,9 @@
 - visible_tokens_by_step: mean visible-context tokens (the model's input) at each step, one line per experiment;
 - decisions_by_step: what each policy decided at each step (tool pairs kept / summarized / dropped; fields per
   level for policies that log `levels`, as WAAC will).
-Simulated results say so in every title.
+Simulated results say so in every title. Runs are chosen as for the tables (harness.report.runs: the newest
+complete run per experiment, `--run EXPERIMENT=DIR` to pin one); warnings about runs that differ or are not
+complete are printed under the axes; damaged or empty run folders are skipped with a one-line warning.
 """
 
 from __future__ import annotations
@@ -22,18 +24,22 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.report.console import per_run  # noqa: E402
+from harness.report.runs import mismatch_notes, read_frame, select, status_notes  # noqa: E402
 from harness.report.tables import (  # noqa: E402
     EXPENSE,
     ROOT,
     announce,
-    find_runs,
+    budget_sweep,
     label,
-    newest_sweep,
+    pins_of,
     simulated_label,
 )
 
 
-def _save(fig: plt.Figure, out: Path, name: str) -> list[Path]:
+def _save(fig: plt.Figure, out: Path, name: str, notes: list[str] | None = None) -> list[Path]:
+    """PNG and PDF; warnings (runs not alike, not complete) printed under the axes, where they cannot be missed."""
+    if notes:
+        fig.text(0.0, -0.02, "\n".join(notes), ha="left", va="top", fontsize=7, color="tab:red", wrap=True)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
     for p in paths:
@@ -42,7 +48,7 @@ def _save(fig: plt.Figure, out: Path, name: str) -> list[Path]:
     return paths
 
 
-def completion_vs_budget(sweep: pd.DataFrame, out: Path) -> list[Path]:
+def completion_vs_budget(sweep: pd.DataFrame, out: Path, notes: list[str] | None = None) -> list[Path]:
     runs = per_run(sweep.assign(experiment=sweep.policy + "|" + sweep.budget_fraction.astype(str)))
     runs[["policy", "tier"]] = runs.experiment.str.split("|", expand=True)
     runs["tier"] = runs.tier.astype(float) * 100
@@ -56,10 +62,10 @@ def completion_vs_budget(sweep: pd.DataFrame, out: Path) -> list[Path]:
            title=f"Completion vs budget — {label(sweep)}")
     ax.invert_xaxis()
     ax.legend()
-    return _save(fig, out, "completion_vs_budget")
+    return _save(fig, out, "completion_vs_budget", notes)
 
 
-def completion_vs_tokens(episodes: pd.DataFrame, out: Path) -> list[Path]:
+def completion_vs_tokens(episodes: pd.DataFrame, out: Path, notes: list[str] | None = None) -> list[Path]:
     runs = per_run(episodes)
     fig, ax = plt.subplots(figsize=(6, 4))
     for exp, g in runs.groupby("experiment"):
@@ -67,10 +73,11 @@ def completion_vs_tokens(episodes: pd.DataFrame, out: Path) -> list[Path]:
     ax.set(xlabel="Agent input tokens per run", ylabel="Tasks completed (%)",
            title=f"Completion vs tokens (one point per run) — {label(episodes)}")
     ax.legend()
-    return _save(fig, out, "completion_vs_tokens")
+    return _save(fig, out, "completion_vs_tokens", notes)
 
 
-def visible_tokens_by_step(steps: pd.DataFrame, simulated: bool, out: Path) -> list[Path]:
+def visible_tokens_by_step(steps: pd.DataFrame, simulated: bool, out: Path,
+                           notes: list[str] | None = None) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 4))
     for exp, g in steps.groupby("experiment"):
         mean = g.groupby("step").input_tokens.mean()
@@ -78,7 +85,7 @@ def visible_tokens_by_step(steps: pd.DataFrame, simulated: bool, out: Path) -> l
     ax.set(xlabel="Step (model call)", ylabel="Visible context (input tokens)",
            title=f"Visible context over an episode — {simulated_label(simulated)}")
     ax.legend()
-    return _save(fig, out, "visible_tokens_by_step")
+    return _save(fig, out, "visible_tokens_by_step", notes)
 
 
 def decision_counts(steps: pd.DataFrame) -> pd.DataFrame:
@@ -103,7 +110,7 @@ DECISION_COLORS = {"kept": "tab:blue", "summarized": "tab:orange", "dropped": "t
                    "exact": "tab:blue", "summary": "tab:orange", "pointer": "tab:green", "drop": "tab:gray"}
 
 
-def decisions_by_step(steps: pd.DataFrame, simulated: bool, out: Path) -> list[Path]:
+def decisions_by_step(steps: pd.DataFrame, simulated: bool, out: Path, notes: list[str] | None = None) -> list[Path]:
     counts = decision_counts(steps)
     if counts.empty:
         return []
@@ -118,27 +125,39 @@ def decisions_by_step(steps: pd.DataFrame, simulated: bool, out: Path) -> list[P
         ax.legend(loc="upper left", fontsize=8)
     axes[0][0].set_ylabel("Tool pairs (or fields) per level")
     fig.suptitle(f"Policy decisions per step — {simulated_label(simulated)}")
-    return _save(fig, out, "decisions_by_step")
+    return _save(fig, out, "decisions_by_step", notes)
+
+
+def _runs(results: Path, pins: dict[str, Path], out: Path) -> list[Path]:
+    """The per-run figures, from the runs the tables use (the same choice, the same warnings)."""
+    chosen = {k: r for k, r in select(results, pins).items() if k in (*EXPENSE, "waac")}
+    pairs = [(name, read_frame(r.path / "episodes.parquet"), read_frame(r.path / "steps.parquet"))
+             for name, r in chosen.items()]
+    pairs = [(n, e[e.experiment == n], s[s.experiment == n]) for n, e, s in pairs if e is not None and s is not None]
+    if not pairs:
+        return []
+    episodes = pd.concat([e for _, e, _ in pairs], ignore_index=True)
+    steps = pd.concat([s for _, _, s in pairs], ignore_index=True)
+    used = [n for n, _, _ in pairs]
+    notes = status_notes(chosen, used) + mismatch_notes(episodes, used)
+    simulated = bool(episodes.simulated.any())
+    written = completion_vs_tokens(episodes, out, notes) + visible_tokens_by_step(steps, simulated, out, notes)
+    if "decisions" in steps:
+        written += decisions_by_step(steps, simulated, out, notes)
+    return written
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, default=ROOT / "results")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--run", action="append", default=[], help="EXPERIMENT=RUN_DIR (repeatable)")
     args = parser.parse_args(argv)
     out = args.out or args.results / "figures"
-    runs = {k: v for k, v in find_runs(args.results).items() if k in (*EXPENSE, "waac")}
-    written: list[Path] = []
-    if runs:
-        episodes = pd.concat([pd.read_parquet(p / "episodes.parquet") for p in runs.values()], ignore_index=True)
-        steps = pd.concat([pd.read_parquet(p / "steps.parquet") for p in runs.values()], ignore_index=True)
-        written += completion_vs_tokens(episodes, out)
-        written += visible_tokens_by_step(steps, bool(episodes.simulated.any()), out)
-        if "decisions" in steps:
-            written += decisions_by_step(steps, bool(episodes.simulated.any()), out)
-    sweep = newest_sweep(args.results)
+    written = _runs(args.results, pins_of(args.run), out)
+    sweep, notes = budget_sweep(args.results)
     if not sweep.empty:
-        written += completion_vs_budget(sweep, out)
+        written += completion_vs_budget(sweep, out, notes)
     return announce(written, args.results)
 
 

@@ -11,24 +11,34 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from harness.report.console import summary_table
+from harness.report.runs import describe, read_frame
 from harness.report.tables import label
 
 
 def merge(sweep_dir: Path) -> pd.DataFrame:
-    frames = []
+    """Every job's episodes (a damaged or empty job folder is skipped with a warning); jobs that are not complete
+    are merged too (the tables leave them out by their manifests) and named in merged_table.txt."""
+    frames, incomplete = [], []
     for overrides in sorted(sweep_dir.glob("*/.hydra/overrides.yaml")):  # the jobs, not e.g. the reference run
-        parquet = overrides.parent.parent / "episodes.parquet"
-        if not parquet.parent.name.isdigit() or not parquet.exists():  # Hydra names job folders by number
+        job_dir = overrides.parent.parent
+        if not job_dir.name.isdigit():  # Hydra names job folders by number
             continue
-        swept = " ".join(yaml.safe_load(overrides.read_text()) or [])
-        frames.append(pd.read_parquet(parquet).assign(job=parquet.parent.name, job_overrides=swept))
+        job = describe(job_dir)  # warns, naming the folder, if its episodes are damaged or empty
+        if job.status != "complete":
+            incomplete.append(f"job {job_dir.name}: {job.status}")
+        frame = read_frame(job_dir / "episodes.parquet") if job.problem is None else None
+        if frame is not None:
+            swept = " ".join(yaml.safe_load(overrides.read_text()) or [])
+            frames.append(frame.assign(job=job_dir.name, job_overrides=swept))
     if not frames:
         return pd.DataFrame()
     merged = pd.concat(frames, ignore_index=True)
     merged.to_parquet(sweep_dir / "merged.parquet", index=False)
     labelled = merged.assign(experiment=_varying(merged.job_overrides))
     table = summary_table(labelled).T.sort_index()
-    (sweep_dir / "merged_table.txt").write_text(f"{label(merged)}; mean ± 95% CI over runs\n{table.to_string()}\n")
+    warning = f"WARNING: jobs not complete: {', '.join(incomplete)}\n" if incomplete else ""
+    (sweep_dir / "merged_table.txt").write_text(f"{label(merged)}; mean ± 95% CI over runs\n{warning}"
+                                                f"{table.to_string()}\n")
     return merged
 
 

@@ -6,7 +6,15 @@
 - `budget_sweep`: completion and agent input tokens per policy x budget tier, from budget-sweep folders.
 - `waac_ablations`, `waac_step_log`: WAAC's ablations beside the paper's Tables 3a/6 deltas, and its per-step
   compression log (harness.report.waac_tables).
-By default the newest run of each experiment is used; `--run c3=results/c3/<stamp>` picks another.
+Which runs (harness.report.runs): for each experiment the newest run whose manifest says `complete`, never a
+smoke, partial, failed or running run and never a sweep job; `--run c3=results/c3/<stamp>` pins another (if
+it is not complete, or has no manifest, the table warns). Runs made before manifests are used only when
+pinned. When the columns of one table differ in task set, runs per task, model or simulated-vs-real, the
+table is still written, with one WARNING line per difference under its caption (Markdown), as its first rows
+(CSV) and in its caption (LaTeX); a "Run" row (or column) names the folder each column came from. The WAAC
+ablations come from the newest ablations sweep's complete jobs, the budget table from the newest budget
+sweep's complete jobs (jobs left out are named in a WARNING). Damaged or empty run folders are skipped with a
+one-line warning.
 Outputs Markdown, CSV and LaTeX under results/tables/. Simulated results are labelled in every output.
 The WAAC paper's Tables 1, 2 and 4 need the PinchBench/Odysseys adapters: not generated yet.
 """
@@ -14,6 +22,7 @@ The WAAC paper's Tables 1, 2 and 4 need the PinchBench/Odysseys adapters: not ge
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -22,6 +31,16 @@ import pandas as pd
 import yaml
 
 from harness.report.console import per_run
+from harness.report.runs import (
+    EPISODES,
+    Run,
+    describe,
+    mismatch_notes,
+    read_frame,
+    select,
+    status_notes,
+    where,
+)
 from harness.report.stats import fmt, mean_ci
 from harness.report.waac_tables import WAAC_RUNS, ablation_table, load_steps, step_log_table
 
@@ -29,6 +48,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PAPER = ROOT / "benchmarks" / "papers" / "less_context_better_agents.yaml"
 WAAC_PAPER = ROOT / "benchmarks" / "papers" / "waac.yaml"
 EXPENSE = ("c1", "c2", "c3", "c4")
+RATIO_RUNS = ("c2", "c3", "c4")  # the experiments the ratios compare
+log = logging.getLogger(__name__)
 # (row label, per-run column, digits, scale, key in the paper's values)
 ROWS = (
     ("Tasks completed (%)", "task_completed", 1, 100.0, "completed_pct"),
@@ -39,27 +60,30 @@ ROWS = (
 )
 
 
-def find_runs(results: Path) -> dict[str, Path]:
-    """Newest run directory per experiment (by its config.yaml's modification time), sweeps excluded."""
-    newest: dict[str, tuple[float, Path]] = {}
-    for parquet in results.rglob("episodes.parquet"):
-        run_dir = parquet.parent
-        if "sweeps" in run_dir.relative_to(results).parts:
-            continue
-        names = pd.read_parquet(parquet, columns=["experiment"]).experiment.unique()
-        stamp = (run_dir / "config.yaml").stat().st_mtime if (run_dir / "config.yaml").exists() else 0.0
-        for name in names:
-            if name not in newest or stamp > newest[name][0]:
-                newest[name] = (stamp, run_dir)
-    return {name: path for name, (_, path) in newest.items()}
+def find_runs(results: Path, pins: dict[str, Path] | None = None) -> dict[str, Path]:
+    """Experiment -> the run folder its tables use: pinned, else the newest complete run (harness.report.runs)."""
+    return {name: run.path for name, run in select(results, pins).items()}
 
 
 def load(runs: dict[str, Path], names: Iterable[str]) -> pd.DataFrame:
-    frames = [pd.read_parquet(runs[n] / "episodes.parquet").query("experiment == @n") for n in names if n in runs]
+    """The episodes of each named experiment from its run folder; damaged or empty folders are skipped."""
+    frames = [frame for n in names if n in runs and (frame := _episodes_of(runs[n], n)) is not None]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def expense_table(episodes: pd.DataFrame, paper: dict[str, Any]) -> pd.DataFrame:
+def _episodes_of(run_dir: Path, name: str) -> pd.DataFrame | None:
+    frame = read_frame(run_dir / EPISODES)
+    if frame is None:
+        return None
+    mine = frame[frame.experiment == name] if "experiment" in frame else frame.iloc[0:0]
+    if mine.empty:
+        log.warning("skipping %s: no episodes of experiment %s in it", run_dir, name)
+        return None
+    return mine
+
+
+def expense_table(episodes: pd.DataFrame, paper: dict[str, Any], sources: dict[str, str] | None = None) -> pd.DataFrame:
+    """Ours beside the paper's per configuration; `sources` (experiment -> run folder) fills the "Run" row."""
     runs = per_run(episodes)
     table: dict[str, dict[str, str]] = {}
     for name in EXPENSE:
@@ -67,9 +91,10 @@ def expense_table(episodes: pd.DataFrame, paper: dict[str, Any]) -> pd.DataFrame
         theirs = paper["configs"].get(name, {})
         table[f"{name.upper()} ours"] = {label: fmt(*mean_ci(list(mine[col])), digits, scale) if len(mine) else "–"
                                          for label, col, digits, scale, _ in ROWS} | _provenance(episodes, name)
+        table[f"{name.upper()} ours"]["Run"] = (sources or {}).get(name, "–")
         table[f"{name.upper()} paper"] = {label: _paper(theirs.get(key), digits) for label, _, digits, _, key in ROWS}
         table[f"{name.upper()} paper"] |= {"Model": paper.get("model", "–"), "Simulated": "no",
-                                           "Runs x tasks": paper.get("runs_x_tasks", "–")}
+                                           "Runs x tasks": paper.get("runs_x_tasks", "–"), "Run": "the paper"}
     return pd.DataFrame(table)
 
 
@@ -83,7 +108,8 @@ def _provenance(episodes: pd.DataFrame, name: str) -> dict[str, str]:
             "Simulated": "yes" if mine.simulated.any() else "no"}
 
 
-def ratio_table(episodes: pd.DataFrame, paper: dict[str, Any]) -> pd.DataFrame:
+def ratio_table(episodes: pd.DataFrame, paper: dict[str, Any], sources: dict[str, str] | None = None) -> pd.DataFrame:
+    """Our ratios beside the paper's; `sources` (experiment -> run folder) adds one "Run" row per experiment."""
     runs = per_run(episodes).groupby("experiment")
     mean = {name: g.mean(numeric_only=True) for name, g in runs}
 
@@ -101,8 +127,12 @@ def ratio_table(episodes: pd.DataFrame, paper: dict[str, Any]) -> pd.DataFrame:
             "time_reduction_c3_vs_c2_pct": pct("c3", "c2", "modeled_time_s"),
             "completion_gain_c4_vs_c2_pp": pp("c4", "c2"), "completion_gain_c4_vs_c3_pp": pp("c4", "c3"),
             "token_increase_c4_vs_c3_pct": more("c4", "c3", "total_tokens")}
-    return pd.DataFrame({"ours": {k: _paper(v, 1) for k, v in ours.items()},
-                         "paper": {k: _paper(paper["ratios"].get(k), 1) for k in ours}})
+    table = pd.DataFrame({"ours": {k: _paper(v, 1) for k, v in ours.items()},
+                          "paper": {k: _paper(paper["ratios"].get(k), 1) for k in ours}})
+    for name in RATIO_RUNS:
+        if name in (sources or {}):
+            table.loc[f"Run {name.upper()}"] = [(sources or {})[name], "the paper"]
+    return table
 
 
 def newest_sweep_dir(results: Path, kind: str) -> Path | None:
@@ -111,14 +141,21 @@ def newest_sweep_dir(results: Path, kind: str) -> Path | None:
     return merged[-1].parent if merged else None
 
 
-def newest_sweep(results: Path, kind: str = "budget") -> pd.DataFrame:
-    """The merged episodes of the newest sweep of a kind."""
-    folder = newest_sweep_dir(results, kind)
-    return pd.read_parquet(folder / "merged.parquet") if folder else pd.DataFrame()
+def budget_sweep(results: Path) -> tuple[pd.DataFrame, list[str]]:
+    """The merged episodes of the newest budget sweep, its complete jobs only, and a warning per job left out."""
+    folder = newest_sweep_dir(results, "budget")
+    merged = read_frame(folder / "merged.parquet") if folder else None
+    if folder is None or merged is None or "job" not in merged:
+        return pd.DataFrame(), []
+    jobs = {job: describe(folder / str(job), results) for job in merged.job.unique()}
+    notes = [f"WARNING: sweep job {where(run.path, results)} left out: status {run.status}"
+             for run in jobs.values() if not run.usable]
+    keep = [job for job, run in jobs.items() if run.usable]
+    return merged[merged.job.isin(keep)].reset_index(drop=True), notes
 
 
-def budget_table(results: Path) -> pd.DataFrame:
-    episodes = newest_sweep(results)
+def budget_table(episodes: pd.DataFrame) -> pd.DataFrame:
+    """Completion and agent input tokens per policy x budget tier, from a budget sweep's merged episodes."""
     if episodes.empty:
         return episodes
     runs = per_run(episodes.assign(experiment=episodes.policy + " @ " + episodes.budget_fraction.astype(str)))
@@ -137,14 +174,36 @@ def _paper(value: Any, digits: int) -> str:
     return "–" if value is None else f"{value:,.{digits}f}"
 
 
-def write(table: pd.DataFrame, out: Path, name: str, caption: str) -> list[Path]:
+def write(table: pd.DataFrame, out: Path, name: str, caption: str, notes: Iterable[str] = ()) -> list[Path]:
+    """Markdown, CSV and LaTeX; warnings go where a reader meets them first: under the Markdown caption, as the
+    CSV's first rows and in the LaTeX caption."""
+    notes = list(notes)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.md", out / f"{name}.csv", out / f"{name}.tex"]
-    paths[0].write_text(f"**{caption}**\n\n{table.to_markdown()}\n")
-    table.to_csv(paths[1])
-    paths[2].write_text(table.to_latex(caption=caption.replace("%", r"\%").replace("±", r"$\pm$"),
-                                       label=f"tab:{name}").replace("±", r"$\pm$"))
+    paths[0].write_text(f"**{caption}**\n\n" + "".join(f"{n}\n\n" for n in notes) + f"{table.to_markdown()}\n")
+    _with_warning_rows(table, notes).to_csv(paths[1])
+    tex_caption = _tex(" ".join([caption, *notes])).replace("±", r"$\pm$")
+    paths[2].write_text(table.to_latex(caption=tex_caption, label=f"tab:{name}", escape=True).replace("±", r"$\pm$"))
     return paths
+
+
+def _with_warning_rows(table: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    """The table with one "WARNING" row per note on top (text in the first column), for the CSV."""
+    if not notes or table.columns.empty:
+        return table
+    key: Any = "WARNING" if table.index.nlevels == 1 else ("WARNING",) + ("",) * (table.index.nlevels - 1)
+    rows = pd.DataFrame([[n] + [""] * (len(table.columns) - 1) for n in notes], columns=table.columns,
+                        index=pd.Index([key] * len(notes)) if table.index.nlevels == 1
+                        else pd.MultiIndex.from_tuples([key] * len(notes), names=table.index.names))
+    return pd.concat([rows, table.astype(object)])
+
+
+def _tex(text: str) -> str:
+    """Text escaped for LaTeX (captions; cells are escaped by pandas)."""
+    out = text.replace("\\", r"\textbackslash{}")
+    for char in "&%$#_{}":
+        out = out.replace(char, "\\" + char)
+    return out.replace("~", r"\textasciitilde{}").replace("^", r"\textasciicircum{}")
 
 
 def simulated_label(simulated: bool) -> str:
@@ -159,33 +218,80 @@ def announce(written: list[Path], results: Path) -> list[Path]:
     for path in written:
         print(f"wrote {path}")
     if not written:
-        print(f"no runs found under {results}: run e.g. `make run CONFIG=c3` first")
+        print(f"no complete runs found under {results}: run e.g. `make run CONFIG=c3` first "
+              "(`make runs` lists every run folder and its status)")
     return written
 
 
-def sweep_runs(results: Path, kind: str) -> dict[str, Path]:
-    """Experiment -> job folder of the newest sweep of a kind (empty if there is none)."""
+def sweep_runs(results: Path, kind: str) -> tuple[dict[str, Run], list[str]]:
+    """Experiment -> complete job of the newest sweep of a kind, and a warning per job left out."""
     folder = newest_sweep_dir(results, kind)
     if folder is None:
-        return {}
-    jobs = sorted(folder.glob("*/episodes.parquet"))
-    return {str(pd.read_parquet(p, columns=["experiment"]).experiment.iloc[0]): p.parent for p in jobs}
+        return {}, []
+    jobs = [describe(p, results) for p in sorted(folder.iterdir()) if p.is_dir() and p.name.isdigit()]
+    notes = [f"WARNING: sweep job {where(j.path, results)} ({j.experiment}) left out: status {j.status}"
+             for j in jobs if not j.usable]
+    return {j.experiment: j for j in jobs if j.usable}, notes
 
 
-def _waac(runs: dict[str, Path], out: Path) -> list[Path]:
-    """From the newest ablations sweep when there is one, else from the newest single runs."""
-    episodes = load(runs, WAAC_RUNS)
+def _waac(results: Path, chosen: dict[str, Run], pins: dict[str, Path], out: Path) -> list[Path]:
+    """From the newest ablations sweep when it has complete jobs (pinned runs still win), else the chosen runs."""
+    jobs, notes = sweep_runs(results, "ablations")
+    runs = {**jobs, **{k: v for k, v in chosen.items() if k in pins}} if jobs else chosen
+    paths = {k: r.path for k, r in runs.items()}
+    episodes = load(paths, WAAC_RUNS)
     if "waac" not in set(episodes.get("experiment", [])):
         return []
+    used = [n for n in WAAC_RUNS if n in set(episodes.experiment)]
+    notes += status_notes(runs, used) + mismatch_notes(episodes, used)
+    sources = {n: where(paths[n], results) for n in used}
     paper = yaml.safe_load(WAAC_PAPER.read_text())
-    written = write(ablation_table(episodes, paper), out, "waac_ablations",
+    written = write(ablation_table(episodes, paper, sources), out, "waac_ablations",
                     f"WAAC ablations on the expense benchmark ({label(episodes)}; mean ± 95% CI over runs) beside "
-                    f"the paper's relative changes ({paper['benchmark']}, {paper['model']})")
-    steps = load_steps(runs, WAAC_RUNS)
+                    f"the paper's relative changes ({paper['benchmark']}, {paper['model']})", notes)
+    steps = load_steps(paths, WAAC_RUNS)
     if not steps.empty:
-        written += write(step_log_table(steps), out, "waac_step_log",
-                         f"WAAC per-step compression log, mean per step ({label(episodes)})")
+        written += write(step_log_table(steps, sources), out, "waac_step_log",
+                         f"WAAC per-step compression log, mean per step ({label(episodes)})", notes)
     return written
+
+
+def _expense(results: Path, chosen: dict[str, Run], out: Path) -> list[Path]:
+    paths = {k: r.path for k, r in chosen.items()}
+    episodes = load(paths, EXPENSE)
+    if episodes.empty:
+        return []
+    paper = yaml.safe_load(PAPER.read_text())
+    used = [n for n in EXPENSE if n in set(episodes.experiment)]
+    sources = {n: where(paths[n], results) for n in used}
+    notes = status_notes(chosen, used) + mismatch_notes(episodes, used)
+    cap = f"Less Context, Better Agents C1-C4: ours ({label(episodes)}; mean ± 95% CI over runs) vs paper"
+    written = write(expense_table(episodes, paper, sources), out, "expense_c1_c4", cap, notes)
+    compared = [n for n in RATIO_RUNS if n in used]
+    notes = status_notes(chosen, compared) + mismatch_notes(episodes, compared)
+    return written + write(ratio_table(episodes, paper, sources), out, "expense_ratios",
+                           f"Ratios: ours ({label(episodes)}) vs paper", notes)
+
+
+def _budget(results: Path, out: Path) -> list[Path]:
+    episodes, notes = budget_sweep(results)
+    table = budget_table(episodes)
+    if table.empty:
+        return []
+    folder = newest_sweep_dir(results, "budget")
+    jobs = episodes.assign(experiment="job " + episodes.job.astype(str))  # the jobs of one sweep must agree too
+    notes = [*notes, *mismatch_notes(jobs, sorted(jobs.experiment.unique()))]
+    return write(table, out, "budget_sweep", f"Budget sweep {where(folder, results) if folder else ''} (tiers of "
+                 "the Vanilla peak reference; mean ± 95% CI over runs)", notes)
+
+
+def pins_of(args: list[str]) -> dict[str, Path]:
+    """`--run EXPERIMENT=DIR` options as a mapping."""
+    pairs = [r.split("=", 1) for r in args]
+    bad = [r for r, p in zip(args, pairs, strict=True) if len(p) != 2]
+    if bad:
+        raise SystemExit(f"--run takes EXPERIMENT=RUN_DIR, not {bad[0]!r}")
+    return {k: Path(v) for k, v in pairs}
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
@@ -195,20 +301,10 @@ def main(argv: list[str] | None = None) -> list[Path]:
     parser.add_argument("--run", action="append", default=[], help="EXPERIMENT=RUN_DIR (repeatable)")
     args = parser.parse_args(argv)
     out = args.out or args.results / "tables"
-    runs = {**find_runs(args.results), **{k: Path(v) for k, v in (r.split("=", 1) for r in args.run)}}
-    paper = yaml.safe_load(PAPER.read_text())
-    written: list[Path] = []
-    episodes = load(runs, EXPENSE)
-    if not episodes.empty:
-        cap = f"Less Context, Better Agents C1-C4: ours ({label(episodes)}; mean ± 95% CI over runs) vs paper"
-        written += write(expense_table(episodes, paper), out, "expense_c1_c4", cap)
-        ratios_caption = f"Ratios: ours ({label(episodes)}) vs paper"
-        written += write(ratio_table(episodes, paper), out, "expense_ratios", ratios_caption)
-    written += _waac(sweep_runs(args.results, "ablations") or runs, out)
-    sweep = budget_table(args.results)
-    if not sweep.empty:
-        written += write(sweep, out, "budget_sweep", "Budget sweep (tiers of the Vanilla peak reference; "
-                         "mean ± 95% CI over runs)")
+    pins = pins_of(args.run)
+    chosen = select(args.results, pins)
+    written = _expense(args.results, chosen, out) + _waac(args.results, chosen, pins, out)
+    written += _budget(args.results, out)
     return announce(written, args.results)
 
 

@@ -1,7 +1,8 @@
 """WAAC tables from results files: the ablations beside the paper's (Tables 3a and 6), and the per-step
 compression log (fields and tokens per level, analysis time, library hits, recalls, rollbacks).
 
-Both read only results/**/episodes.parquet and steps.parquet (`make tables` calls them).
+Both read only results/**/episodes.parquet and steps.parquet of the runs harness.report.tables chose
+(`make tables` calls them).
 """
 
 from __future__ import annotations
@@ -13,14 +14,17 @@ from typing import Any
 import pandas as pd
 
 from harness.report.console import per_run
+from harness.report.runs import read_frame
 from harness.report.stats import fmt, mean_ci
 
 WAAC_RUNS = ("c3", "waac", "waac_no_offline", "waac_no_online", "waac_no_summary", "waac_no_pointer",
              "waac_no_drop")
 
 
-def ablation_table(episodes: pd.DataFrame, paper: dict[str, Any]) -> pd.DataFrame:
-    """Completion and agent input tokens (mean ± 95% CI over runs), their change vs full WAAC, the paper's."""
+def ablation_table(episodes: pd.DataFrame, paper: dict[str, Any],
+                   sources: dict[str, str] | None = None) -> pd.DataFrame:
+    """Completion and agent input tokens (mean ± 95% CI over runs), their change vs full WAAC, the paper's;
+    `sources` (experiment -> run folder) fills the "run" column."""
     runs = per_run(episodes)
     full = runs[runs.experiment == "waac"]
     rows: dict[str, dict[str, str]] = {}
@@ -37,12 +41,14 @@ def ablation_table(episodes: pd.DataFrame, paper: dict[str, Any]) -> pd.DataFram
             "paper Δ overall (pp)": _num(theirs.get("overall_delta")),
             "paper Δ input (%)": _num(theirs.get("input_delta_pct")),
             "runs x tasks": f"{len(mine)} x {episodes[episodes.experiment == name].task_id.nunique()}",
-            "simulated": "yes" if episodes[episodes.experiment == name].simulated.any() else "no"}
+            "simulated": "yes" if episodes[episodes.experiment == name].simulated.any() else "no",
+            "run": (sources or {}).get(name, "–")}
     return pd.DataFrame(rows).T
 
 
-def step_log_table(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per experiment: what WAAC's per-step decisions logged, averaged over steps (sums where noted)."""
+def step_log_table(steps: pd.DataFrame, sources: dict[str, str] | None = None) -> pd.DataFrame:
+    """Per experiment: what WAAC's per-step decisions logged, averaged over steps (sums where noted); `sources`
+    (experiment -> run folder) fills the "run" column."""
     rows = {}
     for name, g in steps.groupby("experiment"):
         d = [json.loads(x) for x in g.decisions]
@@ -63,13 +69,18 @@ def step_log_table(steps: pd.DataFrame) -> pd.DataFrame:
                                          .groupby(["task_id", "run"]).r.max().sum()),
             "summary rollbacks (sum)": sum(x["summary_rollbacks"] for x in d),
             "pointer promotions (sum)": sum(x["pointer_promotions"] for x in d),
-            "budget-unsatisfiable steps": sum(bool(x["budget_unsatisfiable"]) for x in d)}
+            "budget-unsatisfiable steps": sum(bool(x["budget_unsatisfiable"]) for x in d),
+            "run": (sources or {}).get(str(name), "–")}
     return pd.DataFrame(rows).T
 
 
 def load_steps(runs: dict[str, Path], names: tuple[str, ...]) -> pd.DataFrame:
-    frames = [pd.read_parquet(runs[n] / "steps.parquet", columns=["experiment", "task_id", "run", "decisions"])
-              .query("experiment == @n") for n in names if n in runs and (runs[n] / "steps.parquet").exists()]
+    """The named experiments' step logs; a missing, damaged or empty steps.parquet is skipped with a warning."""
+    frames = []
+    for n in names:
+        if n in runs:
+            frame = read_frame(runs[n] / "steps.parquet", ["experiment", "task_id", "run", "decisions"])
+            frames += [] if frame is None else [frame[frame.experiment == n]]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

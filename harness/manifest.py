@@ -1,0 +1,184 @@
+"""A run folder's manifest (`manifest.json`): what a run was meant to be, what it became, and what produced it.
+
+Reports use it to tell a complete run from a smoke, partial or failed one instead of guessing from file dates.
+`begin` is called at the start of every session of a run (a resume is a new session), `finish` at its end
+(also after an interruption). Status:
+- `running`: a session has begun and not finished (or it was killed: nothing can record a SIGKILL);
+- `complete`: every expected episode (n_runs x the task ids) has a transcript and none ended as `infra_error`
+  or `error`;
+- `failed`: no episode at all, or every episode is an infrastructure failure (`infra_error`);
+- `partial`: anything else, and always after an interruption.
+Written atomically, so a reader sees the old manifest or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import platform
+import socket
+import subprocess
+import sys
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from omegaconf import DictConfig
+
+from harness.io import atomic_write
+
+FILE = "manifest.json"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("harness", "hydra-core", "omegaconf", "openai", "pandas", "numpy", "pyarrow", "torch")
+FAILURES = ("infra_error", "error")  # terminations that keep a run from being complete
+MAX_IDS = 1000  # above this many tasks only their count and hash are kept
+log = logging.getLogger(__name__)
+
+
+def begin(out_dir: Path, cfg: DictConfig, fingerprint: str, task_ids: list[str]) -> None:
+    """Record the start of a run, or of a resumed session of it (the first start time is kept)."""
+    old = _existing(out_dir)
+    now = _now()
+    n_runs = int(cfg.n_runs)
+    manifest = {
+        "experiment": str(cfg.name), "fingerprint": fingerprint, "tasks": task_set(task_ids),
+        "n_tasks": len(task_ids), "n_runs": n_runs, "expected_episodes": n_runs * len(task_ids),
+        "backend": str(cfg.model.name), "model": str(cfg.model.get("model") or cfg.model.name),
+        "simulated": str(cfg.model.name) == "sim" or bool(cfg.model.get("simulated", False)),
+        "status": "running", "episodes": old.get("episodes", {"done": 0, "by_termination": {}}),
+        "started": [*old.get("started", []), now], "ended": None,
+        "git": git_state(), "python": platform.python_version(), "packages": versions(),
+        "command": [_program(), *sys.argv[1:]], "overrides": overrides(out_dir),
+        "host": socket.gethostname(),
+    }
+    _write(out_dir, manifest)
+
+
+def finish(out_dir: Path, episodes: pd.DataFrame, interrupted: bool = False) -> dict[str, Any]:
+    """Record the end of a session: episode counts by termination and the run's status. Returns the manifest."""
+    manifest = _existing(out_dir) or {"started": [], "expected_episodes": None, "tasks": task_set([]),
+                                         "n_runs": None}
+    manifest["episodes"] = counts(episodes, manifest)
+    manifest["status"] = status(manifest["episodes"], manifest.get("expected_episodes"), interrupted)
+    manifest["ended"] = _now()
+    if not episodes.empty:  # what the episodes say beats what the config suggested
+        manifest["model"] = ", ".join(sorted(map(str, episodes.model.unique())))
+        manifest["simulated"] = bool(episodes.simulated.any())
+    _write(out_dir, manifest)
+    return manifest
+
+
+def read(run_dir: Path) -> dict[str, Any] | None:
+    """The manifest of a run folder; None, with a one-line warning naming the file, if missing or unreadable."""
+    path = run_dir / FILE
+    if not path.exists():
+        log.warning("no manifest in %s (a run from before manifests, or not a run folder)", run_dir)
+        return None
+    return _load(path)
+
+
+def counts(episodes: pd.DataFrame, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Episodes done (of the expected task x run pairs; all of them if none are known) and terminations."""
+    if episodes.empty:
+        return {"done": 0, "by_termination": {}}
+    ids = manifest.get("tasks", {}).get("ids")
+    runs = manifest.get("n_runs")
+    done = episodes
+    if ids is not None and runs is not None:
+        done = episodes[episodes.task_id.isin(ids) & (episodes.run < runs)]
+    by_term = episodes.termination.value_counts()
+    return {"done": int(len(done.drop_duplicates(["task_id", "run"]))),
+            "by_termination": {str(k): int(v) for k, v in sorted(by_term.items())}}
+
+
+def status(episodes: dict[str, Any], expected: int | None, interrupted: bool = False) -> str:
+    terms: dict[str, int] = episodes.get("by_termination", {})
+    total = sum(terms.values())
+    if (total == 0 and not interrupted) or (total and terms.get("infra_error", 0) == total):
+        return "failed"  # stopped before its first episode (a signal, the cost cap) is partial: resumable
+    failures = sum(terms.get(t, 0) for t in FAILURES)
+    if interrupted or failures or expected is None or episodes.get("done", 0) < expected:
+        return "partial"
+    return "complete"
+
+
+def task_set(task_ids: list[str]) -> dict[str, Any]:
+    """Count and hash of the sorted ids (two runs on the same tasks have the same hash), and the ids if few."""
+    ids = sorted(task_ids)
+    out: dict[str, Any] = {"count": len(ids), "sha256": hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16]}
+    if len(ids) <= MAX_IDS:
+        out["ids"] = ids
+    return out
+
+
+def git_state() -> dict[str, Any]:
+    """Revision and dirty flag of the checkout the harness runs from; "unknown" without git or a checkout."""
+    rev = _git("rev-parse", "HEAD")
+    # --no-optional-locks: reading the status must not take the index lock another git command may hold
+    porcelain = _git("--no-optional-locks", "status", "--porcelain") if rev != "unknown" else "unknown"
+    dirty: bool | str = "unknown" if porcelain == "unknown" else bool(porcelain.strip())
+    return {"revision": rev.strip(), "dirty": dirty}
+
+
+def _git(*args: str) -> str:
+    try:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return done.stdout if done.returncode == 0 else "unknown"
+
+
+def versions() -> dict[str, str | None]:
+    """Installed versions from package metadata (nothing is imported: torch alone takes seconds)."""
+    found: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def overrides(out_dir: Path) -> list[str] | None:
+    """Hydra's command-line overrides of this run, when Hydra wrote them into the run folder."""
+    path = out_dir / ".hydra" / "overrides.yaml"
+    try:
+        return [str(o) for o in yaml.safe_load(path.read_text()) or []] if path.exists() else None
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def _existing(out_dir: Path) -> dict[str, Any]:
+    """The manifest an earlier session left (a new run has none; a damaged one is replaced)."""
+    path = out_dir / FILE
+    return (_load(path) or {}) if path.exists() else {}
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        log.warning("unreadable manifest %s: %s", path, e)
+        return None
+    if not isinstance(data, dict):
+        log.warning("unreadable manifest %s: not a JSON object", path)
+        return None
+    return data
+
+
+def _write(out_dir: Path, manifest: dict[str, Any]) -> None:
+    atomic_write(out_dir / FILE, json.dumps(manifest, indent=2, default=str) + "\n")
+
+
+def _program() -> str:
+    """The program run, relative to the repository when inside it (`harness/cli.py`, not a machine's path)."""
+    path = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else Path("?")
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
