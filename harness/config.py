@@ -20,6 +20,11 @@ class RunConfig:
     concurrency: int = 8
     progress: bool = True
     out_dir: str = "results"
+    rerun_failed: bool = True
+    dry_run: bool = False
+    preflight: bool = True
+    max_cost_usd: float | None = None
+    max_unusable_replies: int = 3
     env: Any = None
     policy: Any = None
     model: Any = None

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness import lifecycle
 from harness.backends.base import ContextWindowExceeded, InfraError, LLMBackend
 from harness.envs.base import Episode
 from harness.policies.base import ContextPolicy, RenderContext, Summarizer
@@ -24,6 +25,7 @@ from harness.types import Message, Score, Termination, ToolCall, ToolSpec, Usage
 STOP = "###STOP###"
 log = logging.getLogger("harness.episode")
 MISMATCH_TOKENS, MISMATCH_FRACTION = 50, 0.10  # API vs local input count: log beyond both
+_WARNED: set[str] = set()  # warnings given once per run (process); harness.run clears it when a run starts
 
 
 @dataclass
@@ -53,6 +55,11 @@ class StepRecord:
     retries: int
     usage_mismatch: bool
     view: list[Any]
+    cached_input_tokens: int = 0  # of input_tokens, served from the provider's prompt cache (cheaper)
+    reasoning_tokens: int = 0  # of output_tokens
+    usage_missing: bool = False  # the API reported no usage: the local counts stand in
+    finish_reason: str | None = None
+    unusable: str | None = None  # "truncated" (finish_reason length) or "empty" (no text, no tool call)
     decisions: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -69,26 +76,35 @@ class EpisodeResult:
     user_usage: Usage = field(default_factory=Usage)
     user_cost_usd: float = 0.0
     error: str | None = None
+    failed_call_retries: int = 0  # retries of the call that ended the episode as an infrastructure failure
 
 
 def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: TokenCounter,
-                max_steps: int, aux: Summarizer | None = None, budget: int | None = None) -> EpisodeResult:
+                max_steps: int, aux: Summarizer | None = None, budget: int | None = None,
+                max_unusable_replies: int = 3) -> EpisodeResult:
+    """`max_unusable_replies`: that many truncated or empty replies in a row end the episode
+    (Termination.UNUSABLE_REPLIES), instead of paying for the same useless output until max_steps."""
     start = time.perf_counter()
     history: list[Message] = episode.opening()
     n_fixed = len(history)
     tools = [*episode.env.tools(), *_policy_tools(policy)]
     steps: list[StepRecord] = []
-    termination, error = Termination.MAX_STEPS, None
+    termination, error, failed_retries = Termination.MAX_STEPS, None, 0
     for step in range(max_steps):
         try:
             ctx = RenderContext(step, tokens, tools, budget=budget, aux=aux, n_fixed=n_fixed)
             ended = _step(episode, policy, model, tokens, history, steps, ctx)
         except InfraError as exc:  # the endpoint, not the agent, failed
-            termination, error = Termination.INFRA_ERROR, f"{type(exc).__name__}: {exc}"
+            termination, error, failed_retries = Termination.INFRA_ERROR, f"{type(exc).__name__}: {exc}", exc.retries
+            break
+        except ContextWindowExceeded as exc:  # the request does not fit: the server's (or our) reason is kept
+            termination, error = Termination.CONTEXT_WINDOW_EXCEEDED, str(exc)
             break
         except Exception:  # an episode's crash is recorded, never the whole run's
             termination, error = Termination.ERROR, traceback.format_exc(limit=8)
             break
+        if ended is None and _unusable_in_a_row(steps) >= max_unusable_replies > 0:
+            ended = Termination.UNUSABLE_REPLIES
         if ended is not None:
             termination = ended
             break
@@ -96,7 +112,32 @@ def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, toke
     malformed = sum(1 for m in history for c in m.tool_calls if is_malformed(c, tools))
     user_usage = getattr(episode.user, "usage", Usage())
     return EpisodeResult(history, steps, termination, episode.score(), time.perf_counter() - start,
-                         tool_errors, malformed, user_usage, getattr(episode.user, "cost_usd", 0.0), error)
+                         tool_errors, malformed, user_usage, getattr(episode.user, "cost_usd", 0.0), error,
+                         failed_retries)
+
+
+def _unusable_in_a_row(steps: list[StepRecord]) -> int:
+    n = 0
+    for s in reversed(steps):
+        if s.unusable is None:
+            break
+        n += 1
+    return n
+
+
+def unusable(message: Message, finish_reason: str | None) -> str | None:
+    """A reply the episode cannot use as the model meant it: cut off at the output limit, or with nothing in it."""
+    if finish_reason == "length":
+        return "truncated"
+    if not message.content.strip() and not message.tool_calls:
+        return "empty"
+    return None
+
+
+def _warn_once(key: str, text: str, *args: Any) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        log.warning(text + " (warned once per run; every occurrence is recorded per step)", *args)
 
 
 def is_malformed(call: ToolCall, tools: Sequence[ToolSpec]) -> bool:
@@ -122,13 +163,17 @@ def _step(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: To
     input_tokens = tokens.request(view.messages, ctx.tools)
     reserve = getattr(model, "max_output_tokens", 0)  # output space is reserved, as providers count it
     if input_tokens + reserve > model.context_window:
-        return Termination.CONTEXT_WINDOW_EXCEEDED
+        raise ContextWindowExceeded(f"the request has {input_tokens} tokens and {reserve} are reserved for output: "
+                                    f"more than the model's context window of {model.context_window}")
     t1 = time.perf_counter()
-    try:
-        completion = model.generate(view.messages, ctx.tools)
-    except ContextWindowExceeded:
-        return Termination.CONTEXT_WINDOW_EXCEEDED
+    lifecycle.check()  # a stopping run sends no new request (the backend checks again before each retry)
+    completion = model.generate(view.messages, ctx.tools)
+    lifecycle.METER.add(completion.cost_usd + view.aux_cost_usd)
     message = completion.message
+    finish = completion.info.get("finish_reason")
+    bad = unusable(message, finish)
+    if bad:
+        _warn_once(bad, "step %d: the model's reply is %s (finish_reason %s)", ctx.step, bad, finish)
     reported = completion.usage.input_tokens or input_tokens
     mismatch = _usage_mismatch(reported, input_tokens, completion.usage.input_tokens > 0)
     if mismatch and not any(s.usage_mismatch for s in steps):  # once per episode: the cause is systematic
@@ -146,11 +191,15 @@ def _step(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: To
         action=",".join(c.name for c in message.tool_calls) or "message", cached=completion.cached,
         cost_usd=completion.cost_usd, aux_cost_usd=view.aux_cost_usd,
         retries=len(completion.info.get("retries", [])), usage_mismatch=mismatch,
-        view=view_refs(history, view.messages), decisions=view.decisions, info=completion.info))
+        view=view_refs(history, view.messages), decisions=view.decisions, info=completion.info,
+        cached_input_tokens=completion.usage.cached_input_tokens, reasoning_tokens=completion.usage.reasoning_tokens,
+        usage_missing=bool(completion.info.get("usage_missing")), finish_reason=finish, unusable=bad))
     history.append(message)
     if message.tool_calls:
         history.extend(_tool_result(episode, policy, call) for call in message.tool_calls)
         return None
+    if bad == "empty":
+        return None  # nothing to answer: the model is asked again (and the run stops after too many in a row)
     if episode.user is None:
         return Termination.AGENT_FINAL
     reply = episode.user.respond(message.content)

@@ -2,13 +2,20 @@
 
 One JSONL file per episode under `transcripts/`, written atomically (temp file + rename), so an interrupted
 run leaves only whole episodes behind and a rerun into the same `out_dir` finishes just the missing ones.
-`episodes.parquet` and `steps.parquet` are rebuilt from the transcripts, never from memory.
+`episodes.parquet` and `steps.parquet` are rebuilt from the transcripts, never from memory, and written
+atomically too. A transcript counts only if every line parses, it opens with its episode_start and closes with
+its episode_end, and its task, run and configuration fingerprint match its file name and the out_dir; anything
+else is damaged (rerun on resume, skipped with a warning when tables are built). Files that are not named like a
+transcript are foreign: ignored with a warning naming them.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 from dataclasses import asdict
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +25,16 @@ from harness.episode import EpisodeResult
 from harness.io import atomic_write
 
 EPISODE_KEYS = ("experiment", "policy", "model", "simulated", "task_id", "run", "budget_fraction")
+NAME = re.compile(r"^(?P<task_id>[A-Za-z0-9][A-Za-z0-9._-]*)__run(?P<run>\d+)\.jsonl$")
+FAILED = ("infra_error", "error")  # terminations a resume reruns by default: the episode did not really run
+log = logging.getLogger("harness.records")
+
+
+class State(StrEnum):
+    MISSING = "missing"
+    DAMAGED = "damaged"  # unreadable line, no episode_end, or task/run/fingerprint not those of its name and dir
+    FAILED = "failed"  # whole, but ended as an infrastructure failure or a crash
+    COMPLETE = "complete"
 
 
 def transcript_path(out_dir: Path, task_id: str, run: int) -> Path:
@@ -41,7 +58,11 @@ def episode_row(meta: dict[str, Any], result: EpisodeResult) -> dict[str, Any]:
         "spent_input_tokens": sum(x.input_tokens for x in s if not x.cached),
         "spent_output_tokens": sum(x.output_tokens for x in s if not x.cached),
         "cached_calls": sum(x.cached for x in s),
-        "retries": sum(x.retries for x in s),
+        "retries": sum(x.retries for x in s) + result.failed_call_retries,
+        "cached_input_tokens": sum(x.cached_input_tokens for x in s),
+        "reasoning_tokens": sum(x.reasoning_tokens for x in s),
+        "unusable_replies": sum(x.unusable is not None for x in s),
+        "usage_missing_steps": sum(x.usage_missing for x in s),
         "agent_cost_usd": sum(x.cost_usd for x in s),
         "aux_cost_usd": sum(x.aux_cost_usd for x in s),
         "user_cost_usd": result.user_cost_usd,
@@ -74,34 +95,76 @@ def read_transcript(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def is_complete(path: Path) -> bool:
-    """A transcript counts only if it ends with its episode_end record."""
+def check_transcript(path: Path, fingerprint: str | None = None) -> tuple[State, list[dict[str, Any]] | str]:
+    """The transcript's state and its records (or, when damaged, the reason)."""
     if not path.exists():
-        return False
-    with path.open("rb") as f:
-        f.seek(max(0, path.stat().st_size - 65536))
-        tail = f.read().decode(errors="replace").strip().splitlines()
+        return State.MISSING, "no transcript"
+    name = NAME.match(path.name)
     try:
-        return bool(tail) and json.loads(tail[-1]).get("type") == "episode_end"
-    except json.JSONDecodeError:
-        return False
-
-
-def build_tables(out_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Rebuild episodes.parquet and steps.parquet from every transcript in out_dir."""
-    episodes, steps = [], []
-    for path in sorted((out_dir / "transcripts").glob("*.jsonl")):
         records = read_transcript(path)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return State.DAMAGED, f"unreadable ({exc})"
+    problem = _shape_problem(records, name, fingerprint)
+    if problem:
+        return State.DAMAGED, problem
+    return (State.FAILED if records[-1].get("termination") in FAILED else State.COMPLETE), records
+
+
+def _shape_problem(records: list[dict[str, Any]], name: re.Match[str] | None, fingerprint: str | None) -> str | None:
+    if not records or not all(isinstance(r, dict) for r in records):
+        return "empty or not a list of records"
+    start, end = records[0], records[-1]
+    if start.get("type") != "episode_start" or end.get("type") != "episode_end":
+        return "does not open with episode_start and close with episode_end"
+    if name and (start.get("task_id"), start.get("run")) != (name["task_id"], int(name["run"])):
+        return f"holds task {start.get('task_id')} run {start.get('run')}, not those of its file name"
+    if fingerprint is not None and start.get("fingerprint") != fingerprint:
+        return f"written by another configuration (fingerprint {start.get('fingerprint')} != {fingerprint})"
+    return None
+
+
+def is_complete(path: Path) -> bool:
+    """Whole and readable (it may still be a failed episode: see `check_transcript`)."""
+    return check_transcript(path)[0] in (State.COMPLETE, State.FAILED)
+
+
+def transcript_files(out_dir: Path) -> list[Path]:
+    """The transcripts of out_dir; any other file under transcripts/ is foreign and ignored, with a warning."""
+    paths = []
+    for path in sorted((out_dir / "transcripts").glob("*")):
+        if path.name.startswith("."):
+            continue  # an atomic write's temp file
+        if NAME.match(path.name) and path.is_file():
+            paths.append(path)
+        else:
+            log.warning("ignoring %s: not a transcript (transcripts are named <task_id>__run<N>.jsonl)", path)
+    return paths
+
+
+def build_tables(out_dir: Path, fingerprint: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Rebuild episodes.parquet and steps.parquet from every whole transcript in out_dir (damaged ones are
+    skipped with a warning naming them; a resume reruns them)."""
+    episodes, steps = [], []
+    for path in transcript_files(out_dir):
+        state, records = check_transcript(path, fingerprint)
+        if isinstance(records, str):
+            log.warning("skipping %s: %s", path, records)
+            continue
         end = records[-1]
-        keys = {k: end[k] for k in EPISODE_KEYS}
+        keys = {k: end.get(k) for k in EPISODE_KEYS}
         episodes.append({k: v for k, v in end.items() if k != "type"})
-        for r in records:
-            if r["type"] == "step":
-                steps.append({**keys, **_flat_step(r)})
+        steps += [{**keys, **_flat_step(r)} for r in records if r.get("type") == "step"]
     ep, st = pd.DataFrame(episodes), pd.DataFrame(steps)
-    ep.to_parquet(out_dir / "episodes.parquet", index=False)
-    st.to_parquet(out_dir / "steps.parquet", index=False)
+    _write_parquet(ep, out_dir / "episodes.parquet")
+    _write_parquet(st, out_dir / "steps.parquet")
     return ep, st
+
+
+def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    """Atomically: a reader never sees half a table, and a killed run leaves the previous one whole."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    frame.to_parquet(tmp, index=False)
+    tmp.replace(path)
 
 
 def _flat_step(r: dict[str, Any]) -> dict[str, Any]:

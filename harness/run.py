@@ -2,6 +2,11 @@
 
 Three layers, as in tau2-bench: `harness.episode.run_episode` is the pure loop; `harness.build` turns config
 into objects; this module is the batch runner (parallel workers, resume, records, the final table).
+
+Operating rules (README "Operating runs"): one live run per out_dir (harness.lifecycle.RunLock); SIGINT and
+SIGTERM stop new requests, keep every whole transcript and print how to resume; worker processes die with the
+runner; a resume reruns missing, damaged and (unless rerun_failed=false) failed episodes; real endpoints pass a
+pre-flight before the first episode; `max_cost_usd` stops the run cleanly when reached.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import math
 import multiprocessing as mp
 import os
 import queue
+import sys
 import threading
 import traceback
 from collections.abc import Iterator
@@ -25,12 +31,17 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from harness import episode as episode_loop
+from harness import lifecycle, manifest, preflight
+from harness.backends.base import InfraError
 from harness.build import build_domain, build_model, build_policy, build_user, describe, episode_seed
 from harness.config import register
 from harness.envs.base import Domain
 from harness.episode import run_episode
+from harness.errors import InputError
+from harness.io import atomic_write
 from harness.policies.budget import budget_tokens
-from harness.records import build_tables, is_complete, transcript_path, write_transcript
+from harness.records import State, build_tables, check_transcript, transcript_files, transcript_path, write_transcript
 from harness.report.console import render
 from harness.tokens import TokenCounter
 
@@ -38,19 +49,25 @@ CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 register()
 
 _WORKER: dict[str, Any] = {}
+log = logging.getLogger("harness.run")
+Job = tuple[int, int, str, str]  # task index, run, out_dir, configuration fingerprint
+EXIT_INTERRUPTED, EXIT_COST_CAP, EXIT_INPUT = 130, 3, 2
+SPENT = "spent_usd.txt"  # the out_dir's spend over all its sessions, for max_cost_usd
 
 
-def run_one(cfg: DictConfig, domain: Domain, task_index: int, run: int, out_dir: Path) -> dict[str, Any]:
+def run_one(cfg: DictConfig, domain: Domain, job: Job) -> dict[str, Any]:
     """Run one episode and write its transcript; returns its summary row."""
+    task_index, run, out_dir, print_ = job
     task = domain.tasks[task_index]
     seed = episode_seed(cfg.seed, task.task_id, run)
     model = build_model(cfg, seed)
     budget = budget_tokens(cfg.budget.reference_tokens, cfg.budget.fraction)
     result = run_episode(domain.episode(task, build_user(cfg)), build_policy(cfg), model,
-                         TokenCounter(cfg.encoding), cfg.max_steps, budget=budget)
+                         TokenCounter(cfg.encoding), cfg.max_steps, budget=budget,
+                         max_unusable_replies=cfg.max_unusable_replies)
     meta = {**describe(cfg, model), "task_id": task.task_id, "run": run, "seed": seed,
-            "budget_fraction": cfg.budget.fraction, "budget_tokens": budget}
-    write_transcript(transcript_path(out_dir, task.task_id, run), meta, result)
+            "budget_fraction": cfg.budget.fraction, "budget_tokens": budget, "fingerprint": print_}
+    write_transcript(transcript_path(Path(out_dir), task.task_id, run), meta, result)
     return {"completed": result.score.completed, "input_tokens": sum(s.input_tokens for s in result.steps),
             "cost_usd": sum(s.cost_usd + s.aux_cost_usd for s in result.steps) + result.user_cost_usd}
 
@@ -62,23 +79,36 @@ def _load(cfg_yaml: str) -> DictConfig:
     return cfg
 
 
-def _init_worker(cfg_yaml: str) -> None:
+def _init_worker(cfg_yaml: str, parent: int) -> None:
+    lifecycle.die_with_parent(parent)
+    lifecycle.worker_signals()
     cfg = _load(cfg_yaml)
     _WORKER.update(cfg=cfg, domain=build_domain(cfg))
 
 
-def _work(job: tuple[int, int, str]) -> dict[str, Any]:
-    return run_one(_WORKER["cfg"], _WORKER["domain"], job[0], job[1], Path(job[2]))
+def _work(job: Job) -> dict[str, Any]:
+    return run_one(_WORKER["cfg"], _WORKER["domain"], job)
 
 
-def pending(cfg: DictConfig, domain: Domain, out_dir: Path) -> list[tuple[int, int, str]]:
-    """Episodes without a complete transcript: a rerun into the same out_dir finishes only these."""
-    return [(i, r, str(out_dir)) for r in range(cfg.n_runs) for i, t in enumerate(domain.tasks)
-            if not is_complete(transcript_path(out_dir, t.task_id, r))]
+def pending(cfg: DictConfig, domain: Domain, out_dir: Path, print_: str | None = None) -> list[Job]:
+    """Episodes to (re)run: no transcript, a damaged one, or (with rerun_failed) one that ended as an
+    infrastructure failure or a crash. Whole, successful episodes are never redone."""
+    jobs = []
+    for r in range(cfg.n_runs):
+        for i, t in enumerate(domain.tasks):
+            path = transcript_path(out_dir, t.task_id, r)
+            state, why = check_transcript(path, print_)
+            if state == State.COMPLETE or (state == State.FAILED and not cfg.rerun_failed):
+                continue
+            if state == State.DAMAGED:
+                log.warning("rerunning %s: %s", path, why)
+            jobs.append((i, r, str(out_dir), print_ or ""))
+    return jobs
 
 
 # Settings that change no episode's outcome: a resumed run may differ in these and nothing else.
-NEUTRAL = ("out_dir", "progress", "n_workers", "concurrency", "n_tasks", "n_runs")
+NEUTRAL = ("out_dir", "progress", "n_workers", "concurrency", "n_tasks", "n_runs", "rerun_failed", "dry_run",
+           "max_cost_usd", "preflight")
 
 
 def fingerprint(cfg: DictConfig) -> str:
@@ -90,15 +120,28 @@ def fingerprint(cfg: DictConfig) -> str:
 
 
 def check_resume(out_dir: Path, print_: str) -> None:
-    """Refuse to mix episodes of different configurations in one out_dir."""
+    """Refuse to mix episodes of different configurations in one out_dir: the marker file, and (should the
+    marker be missing) the fingerprint every transcript carries."""
     marker = out_dir / "fingerprint.txt"
-    if marker.exists() and marker.read_text().strip() != print_:
-        raise SystemExit(f"{out_dir} holds episodes of a different configuration (fingerprint "
-                         f"{marker.read_text().strip()} != {print_}); choose another out_dir")
+    found = marker.read_text().strip() if marker.exists() else None
+    if found is None:
+        found = next((f for f in map(_transcript_fingerprint, transcript_files(out_dir)) if f != print_), None)
+    if found is not None and found != print_:
+        raise InputError(f"{out_dir} holds episodes of a different configuration (fingerprint {found} != {print_}); "
+                         "choose another out_dir")
     marker.write_text(print_ + "\n")
 
 
-def _execute(cfg: DictConfig, domain: Domain, jobs: list[tuple[int, int, str]]) -> Iterator[dict[str, Any]]:
+def _transcript_fingerprint(path: Path) -> str:
+    """The fingerprint in a transcript's first line ('none' when it has none, e.g. written by hand)."""
+    try:
+        with path.open() as f:
+            return str(json.loads(f.readline()).get("fingerprint") or "none")
+    except (OSError, ValueError, AttributeError):
+        return "unreadable"
+
+
+def _execute(cfg: DictConfig, domain: Domain, jobs: list[Job]) -> Iterator[dict[str, Any]]:
     workers = cfg.n_workers or os.cpu_count() or 1
     if cfg.model.get("executor") == "thread":
         if workers > 1 and cfg.concurrency >= 4 * workers and len(jobs) > workers:
@@ -107,28 +150,28 @@ def _execute(cfg: DictConfig, domain: Domain, jobs: list[tuple[int, int, str]]) 
             yield from _threaded(cfg, domain, jobs)
         return
     if workers == 1 or len(jobs) < 2:
-        yield from (run_one(cfg, domain, i, r, Path(o)) for i, r, o in jobs)
+        yield from (run_one(cfg, domain, job) for job in jobs)
         return
     yaml = OmegaConf.to_yaml(cfg, resolve=True)
-    with ProcessPoolExecutor(workers, mp.get_context("fork"), _init_worker, (yaml,)) as pool:
+    with ProcessPoolExecutor(workers, mp.get_context("fork"), _init_worker, (yaml, os.getpid())) as pool:
         yield from pool.map(_work, jobs, chunksize=max(1, len(jobs) // (workers * 8)))
 
 
-def _threaded(cfg: DictConfig, domain: Domain, jobs: list[tuple[int, int, str]]) -> Iterator[dict[str, Any]]:
+def _threaded(cfg: DictConfig, domain: Domain, jobs: list[Job]) -> Iterator[dict[str, Any]]:
     """Network-bound backends: threads sharing one connection pool and one rate limiter."""
     pool = ThreadPoolExecutor(max(1, cfg.concurrency))
     try:
-        futures = [pool.submit(run_one, cfg, domain, i, r, Path(o)) for i, r, o in jobs]
+        futures = [pool.submit(run_one, cfg, domain, job) for job in jobs]
         for future in as_completed(futures):
             yield future.result()
-    finally:  # on Ctrl-C: start nothing new; running episodes finish and write their transcripts
+    finally:  # on a stop: start nothing new; running episodes stop at their next request (harness.lifecycle)
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _hybrid(cfg: DictConfig, jobs: list[tuple[int, int, str]], procs: int) -> Iterator[dict[str, Any]]:
+def _hybrid(cfg: DictConfig, jobs: list[Job], procs: int) -> Iterator[dict[str, Any]]:
     """Many concurrent episodes: `procs` processes, each running its share of the threads, because one
     interpreter's lock caps a process at one core of client work (JSON, HTTP, policies, the environment).
-    The rate limits are split evenly between the processes."""
+    The rate limits and the cost cap are split evenly between the processes."""
     ctx = mp.get_context("fork")
     todo, done = ctx.Queue(), ctx.Queue()
     per_proc = -(-cfg.concurrency // procs)
@@ -137,19 +180,51 @@ def _hybrid(cfg: DictConfig, jobs: list[tuple[int, int, str]], procs: int) -> It
     for _ in range(procs * per_proc):
         todo.put(None)  # one stop sign per thread
     yaml = OmegaConf.to_yaml(cfg, resolve=True)
-    workers = [ctx.Process(target=_hybrid_worker, args=(yaml, procs, per_proc, todo, done)) for _ in range(procs)]
+    cap = lifecycle.METER.cap
+    share = None if cap is None else max(0.0, cap - lifecycle.METER.spent) / procs
+    workers = [ctx.Process(target=_hybrid_worker, args=(yaml, procs, per_proc, todo, done, os.getpid(), share))
+               for _ in range(procs)]
     for w in workers:
         w.start()
+        lifecycle.WORKER_PIDS.append(w.pid or 0)  # a signal to the runner is passed on to them at once
     try:
-        for _ in jobs:
+        remaining = len(jobs)
+        while remaining:
             row = _next_result(done, workers)
-            if "crash" in row:
-                raise RuntimeError(f"an episode worker crashed:\n{row['crash']}")
+            if _control(row):
+                continue
+            remaining -= 1
             yield row
-    finally:  # on Ctrl-C or a crash: stop the workers; unfinished episodes have no transcript and are redone
+    finally:  # on a stop or a crash: stop the workers (in-flight requests finish; no new one is sent)
         for w in workers:
             w.terminate() if w.is_alive() else None
             w.join()
+        lifecycle.WORKER_PIDS.clear()
+        _drain_spend(done)
+
+
+def _control(row: dict[str, Any]) -> bool:
+    """A worker's message that is not an episode: its spend (counted against the cap), a stop, or a crash."""
+    if "spent" in row:
+        lifecycle.METER.add(row["spent"])
+        return True
+    if "crash" in row:
+        raise RuntimeError(f"an episode worker crashed:\n{row['crash']}")
+    if "stopped" in row:
+        lifecycle.request_stop(row["stopped"])
+        raise lifecycle.Interrupted(row["stopped"])
+    return False
+
+
+def _drain_spend(done: Any) -> None:
+    """The spend the stopped workers reported on their way out (episodes they abandoned cost money too)."""
+    while True:
+        try:
+            row = dict(done.get(timeout=0.1))
+        except queue.Empty:
+            return
+        if "spent" in row:
+            lifecycle.METER.add(row["spent"])
 
 
 def _next_result(done: Any, workers: list[Any]) -> dict[str, Any]:
@@ -163,8 +238,12 @@ def _next_result(done: Any, workers: list[Any]) -> dict[str, Any]:
                 raise RuntimeError(f"all episode worker processes exited (codes {codes}) before finishing") from None
 
 
-def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any) -> None:
+def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any, parent: int,
+                   cost_share: float | None) -> None:
+    lifecycle.die_with_parent(parent)
+    lifecycle.worker_signals()
     cfg = _load(cfg_yaml)
+    lifecycle.METER.reset(cost_share, 0.0, run_cap=cfg.max_cost_usd)
     for backend in (cfg.model, cfg.user.get("backend"), (cfg.summarizer or {}).get("backend")):
         limits = backend.get("rate_limit") if backend is not None else None
         for key in ("rpm", "tpm"):
@@ -175,7 +254,10 @@ def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any
     def loop() -> None:
         while (job := todo.get()) is not None:
             try:
-                done.put(run_one(cfg, domain, job[0], job[1], Path(job[2])))
+                done.put(run_one(cfg, domain, job))
+            except lifecycle.Interrupted as exc:  # this worker was told to stop, or reached its share of the cap
+                done.put({"stopped": str(exc)})
+                return
             except BaseException:  # even KeyboardInterrupt/SystemExit: the parent must hear of it, not hang
                 done.put({"crash": traceback.format_exc()})
                 raise
@@ -185,33 +267,145 @@ def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any
         t.start()
     for t in pool:
         t.join()
+    done.put({"spent": lifecycle.METER.spent})  # the runner keeps the out_dir's total spend
+
+
+def prepare_out_dir(value: str) -> Path:
+    out_dir = Path(value)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise InputError(f"out_dir={value} cannot be used: {exc.strerror or exc}") from None
+    return out_dir
+
+
+def check_shape(cfg: DictConfig) -> None:
+    if not isinstance(cfg.n_runs, int) or cfg.n_runs < 1:
+        raise InputError(f"n_runs={cfg.n_runs} is out of range (valid: 1 or more)")
+    if not isinstance(cfg.max_unusable_replies, int) or cfg.max_unusable_replies < 0:
+        raise InputError(f"max_unusable_replies={cfg.max_unusable_replies} must be 0 (never stop) or more")
 
 
 def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
-    out_dir = Path(cfg.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    check_resume(out_dir, fingerprint(cfg))
-    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    """Run (or resume) every episode of the config into cfg.out_dir; returns the episodes table."""
+    lifecycle.reset()
+    episode_loop._WARNED.clear()
+    check_shape(cfg)
     domain = build_domain(cfg)
-    jobs = pending(cfg, domain, out_dir)
-    total = cfg.n_runs * len(domain.tasks)
+    backends = preflight.real_backends(cfg, cfg.seed)
+    preflight.check_cost_cap(cfg.max_cost_usd, backends)
+    if cfg.dry_run:
+        return _dry_run(cfg, domain, backends)
+    out_dir = prepare_out_dir(cfg.out_dir)
+    with lifecycle.RunLock(out_dir):
+        print_ = fingerprint(cfg)
+        check_resume(out_dir, print_)
+        jobs = pending(cfg, domain, out_dir, print_)
+        if jobs and backends and cfg.preflight:
+            _preflight(cfg, backends, len(jobs), verbose)
+        (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        manifest.begin(out_dir, cfg, print_, [t.task_id for t in domain.tasks])
+        lifecycle.METER.reset(cfg.max_cost_usd, _spent(out_dir, print_), count_only=_spends_in_workers(cfg, jobs))
+        if lifecycle.METER.cap is not None and lifecycle.METER.spent >= lifecycle.METER.cap:
+            lifecycle.request_stop(f"max_cost_usd={cfg.max_cost_usd:g} was already reached by this out_dir")
+            jobs = []
+        before = _whole(out_dir, print_)
+        try:
+            _drive(cfg, domain, jobs, len(domain.tasks) * cfg.n_runs)
+        finally:  # even after a crash the tables and the manifest say what is there (a crash: partial at best)
+            atomic_write(out_dir / SPENT, f"{lifecycle.METER.spent!r}\n")
+            episodes, _ = build_tables(out_dir, print_)
+            manifest.finish(out_dir, episodes, interrupted=lifecycle.STOP.is_set() or sys.exc_info()[0] is not None)
+    return _conclude(cfg, out_dir, episodes, _whole(out_dir, print_) - before, verbose)
+
+
+def _drive(cfg: DictConfig, domain: Domain, jobs: list[Job], total: int) -> None:
+    """Run the jobs with a progress bar; a signal or the cost cap stops it (lifecycle.STOP says so after)."""
     done, tokens, cost, n = 0, 0, 0.0, 0
     with tqdm(total=total, initial=total - len(jobs), desc=f"{cfg.name} [{cfg.model.name}]",
-              disable=not cfg.progress, unit="ep") as bar:
+              disable=not cfg.progress, unit="ep") as bar, lifecycle.signals_stop_the_run(lifecycle.WORKER_PIDS):
         try:
             for row in _execute(cfg, domain, jobs):
                 done, tokens, n = done + row["completed"], tokens + row["input_tokens"], n + 1
                 cost += 0.0 if math.isnan(row["cost_usd"]) else row["cost_usd"]  # NaN: a price is unknown
                 bar.set_postfix(completed=f"{done}/{n}", in_tok=f"{tokens:,}", cost=f"${cost:,.2f}")
                 bar.update()
-        except KeyboardInterrupt:
-            print(f"\nInterrupted after {n} new episodes; to finish the rest, run the same command with "
-                  f"out_dir={out_dir}")
-            raise
-    episodes, _ = build_tables(out_dir)
+        except (KeyboardInterrupt, lifecycle.Interrupted):
+            lifecycle.request_stop("interrupted")
+
+
+def _whole(out_dir: Path, print_: str) -> int:
+    return sum(check_transcript(p, print_)[0] in (State.COMPLETE, State.FAILED) for p in transcript_files(out_dir))
+
+
+def _spends_in_workers(cfg: DictConfig, jobs: list[Job]) -> bool:
+    """In the hybrid executor each worker process meters its own spend against its share of the cap."""
+    workers = cfg.n_workers or os.cpu_count() or 1
+    return cfg.model.get("executor") == "thread" and workers > 1 and cfg.concurrency >= 4 * workers and len(
+        jobs) > workers
+
+
+def _spent(out_dir: Path, print_: str) -> float:
+    """What the out_dir has spent in earlier sessions, abandoned episodes included (`spent_usd.txt`, written at
+    the end of every session); for an out_dir without it, what its recorded episodes cost."""
+    if (out_dir / SPENT).exists():
+        try:
+            return float((out_dir / SPENT).read_text())
+        except ValueError:
+            log.warning("%s is unreadable: counting the recorded episodes' cost instead", out_dir / SPENT)
+    total = 0.0
+    for path in transcript_files(out_dir):
+        state, records = check_transcript(path, print_)
+        if not isinstance(records, str):
+            cost = records[-1].get("cost_usd")
+            total += cost if isinstance(cost, int | float) and not math.isnan(cost) else 0.0
+    return total
+
+
+def _preflight(cfg: DictConfig, backends: dict[str, Any], n_episodes: int, verbose: bool) -> None:
+    for line in preflight.check_endpoints(backends):
+        print(f"pre-flight: {line}") if verbose else None
     if verbose:
+        print(f"pre-flight: {preflight.estimate(cfg, n_episodes, backends).describe()}")
+
+
+def _dry_run(cfg: DictConfig, domain: Domain, backends: dict[str, Any]) -> pd.DataFrame:
+    """What the run would do, without running an episode (nothing is written)."""
+    out_dir = Path(cfg.out_dir)
+    jobs = pending(cfg, domain, out_dir, fingerprint(cfg)) if out_dir.exists() else [
+        (i, r, cfg.out_dir, "") for r in range(cfg.n_runs) for i in range(len(domain.tasks))]
+    for line in preflight.check_endpoints(backends):
+        print(f"pre-flight: {line}")
+    print(f"dry run: {preflight.estimate(cfg, len(jobs), backends).describe()}")
+    print(f"dry run: nothing was run; drop dry_run=true to run into out_dir={out_dir}")
+    return pd.DataFrame()
+
+
+def _resume_example(out_dir: Path) -> str:
+    if Path(sys.argv[0]).stem not in ("cli", "run"):
+        return ""  # called as a library: the caller's own command line is not a run command
+    args = [a for a in sys.argv[1:] if not a.startswith("out_dir=")]
+    return f" (python -m harness.cli {' '.join([*args, f'out_dir={out_dir}'])})"
+
+
+def _conclude(cfg: DictConfig, out_dir: Path, episodes: pd.DataFrame, new: int, verbose: bool) -> pd.DataFrame:
+    """The console report, then the exit status: a stopped run or one where every episode was an
+    infrastructure failure exits non-zero with the reason."""
+    if verbose and not episodes.empty:
         print(render(episodes))
         print(f"\nWrote {out_dir}/episodes.parquet, steps.parquet, transcripts/ ({len(episodes)} episodes)")
+    if lifecycle.STOP.is_set():
+        reason = lifecycle.stop_reason()
+        print(f"\nStopped ({reason}) after {new} new episodes; every whole transcript is kept. To finish the "
+              f"rest, run the same command with out_dir={out_dir}{_resume_example(out_dir)}", file=sys.stderr)
+        raise SystemExit(EXIT_COST_CAP if reason.startswith("max_cost_usd") else EXIT_INTERRUPTED)
+    if not episodes.empty and (episodes.termination == "infra_error").all():
+        reason = episodes.error.dropna().value_counts().index[0] if episodes.error.notna().any() else "unknown"
+        raise SystemExit(f"error: every episode in {out_dir} is an infrastructure failure; the endpoint's reason: "
+                         f"{reason.splitlines()[0]}")
     return episodes
 
 
@@ -219,7 +413,11 @@ def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
 def main(cfg: DictConfig) -> None:
     for noisy in ("httpx", "httpx2", "openai"):  # one INFO line per HTTP request would drown the run log
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    run(cfg)
+    try:
+        run(cfg)
+    except (InputError, InfraError) as exc:  # the user's to fix: one line, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_INPUT) from None
 
 
 if __name__ == "__main__":

@@ -92,11 +92,18 @@ class ToolSpec:
 
 @dataclass(frozen=True)
 class Usage:
+    """Token counts of one call. `cached_input_tokens` (part of input_tokens, billed at the provider's cached
+    price) and `reasoning_tokens` (part of output_tokens) come from the API's usage details; 0 when not reported."""
+
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    reasoning_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
+        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens,
+                     self.cached_input_tokens + other.cached_input_tokens,
+                     self.reasoning_tokens + other.reasoning_tokens)
 
 
 @dataclass(frozen=True)
@@ -161,3 +168,4 @@ class Termination(StrEnum):
     CONTEXT_WINDOW_EXCEEDED = "context_window_exceeded"
     ERROR = "error"
     INFRA_ERROR = "infra_error"  # the model endpoint failed after every retry: not a task failure
+    UNUSABLE_REPLIES = "unusable_replies"  # too many truncated or empty replies in a row (the model's failure)

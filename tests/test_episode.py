@@ -85,7 +85,7 @@ def test_context_window_checked_against_the_view_not_the_history() -> None:
 def test_context_window_exceeded_raised_by_the_backend() -> None:
     r = run(ScriptedModel([say("What were the room charges?"), ContextWindowExceeded("too long")]))
     assert r.termination is Termination.CONTEXT_WINDOW_EXCEEDED
-    assert len(r.steps) == 1 and r.error is None
+    assert len(r.steps) == 1 and r.error == "too long"  # the server's reason is kept
 
 
 def test_model_exception_is_an_error_result_not_a_raise() -> None:

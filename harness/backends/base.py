@@ -9,7 +9,12 @@ from harness.types import Completion, Message, ToolSpec
 
 
 class InfraError(Exception):
-    """The model endpoint kept failing after every retry, or refused the credentials: not a task failure."""
+    """The model endpoint kept failing after every retry, or refused the credentials: not a task failure.
+    `retries` is how many retries the failed call made, so a failed step keeps its count."""
+
+    def __init__(self, message: str, retries: int = 0) -> None:
+        super().__init__(message)
+        self.retries = retries
 
 
 class ContextWindowExceeded(Exception):

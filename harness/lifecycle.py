@@ -1,0 +1,171 @@
+"""How a run starts, stops and dies: the stop flag, signals, worker processes, the out_dir lock, the cost cap.
+
+- One process-wide stop flag, checked before every model request (`check`). SIGINT and SIGTERM set it (SIGTERM
+  is what `timeout`, Slurm, Kubernetes and systemd send), and so does the `max_cost_usd` cap: requests already
+  in flight finish and are cached, no new request goes out, and the episodes they belong to have no transcript
+  and are redone (replayed from the cache) on resume.
+- Worker processes die with their parent, SIGKILL included (`die_with_parent`: Linux's parent-death signal),
+  so no orphan keeps calling the endpoint or rewriting transcripts after the runner is gone.
+- `RunLock`: one live run per out_dir. The lock is an flock on `out_dir/.lock`; forked workers inherit it, so it
+  is held until the last process of a run is gone, and the kernel drops it when they die (no stale lock files).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import math
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+from harness.errors import InputError
+
+STOP = threading.Event()
+STOP_REASON: list[str] = []
+WORKER_PIDS: list[int] = []  # the runner's episode worker processes, to pass a stop signal on to
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+class Interrupted(BaseException):  # noqa: N818 - like KeyboardInterrupt, it is not an Exception on purpose
+    """The run is stopping: raised instead of sending a request. A BaseException, so no episode loop records
+    it as the episode's error: the episode is abandoned and redone on resume."""
+
+
+def check() -> None:
+    """Raise Interrupted when the run is stopping; call it before anything that spends (a model request)."""
+    if STOP.is_set():
+        raise Interrupted(stop_reason())
+
+
+def stop_reason() -> str:
+    return STOP_REASON[0] if STOP_REASON else "the run is stopping"
+
+
+def request_stop(reason: str) -> None:
+    if not STOP.is_set():
+        STOP_REASON[:] = [reason]
+    STOP.set()
+
+
+def reset() -> None:
+    """A new run in this process starts with no stop requested and nothing spent."""
+    STOP.clear()
+    STOP_REASON.clear()
+    METER.reset(None, 0.0)
+
+
+@contextmanager
+def signals_stop_the_run(forward_to: list[int] | None = None) -> Iterator[None]:
+    """In the main thread: SIGINT and SIGTERM set the stop flag, are passed on as SIGTERM to the worker
+    processes in `forward_to` (filled in as workers start), and raise KeyboardInterrupt, so the runner's one
+    interruption path (stop, write what is whole, say how to resume) serves both."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be installed from the main thread (e.g. a launcher's worker thread)
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        request_stop(f"{name} received")
+        for pid in forward_to or []:
+            _kill(pid, signal.SIGTERM)
+        raise KeyboardInterrupt(name)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _kill(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """In a worker process: the kernel sends SIGKILL when the parent dies, however it dies. If the parent
+    already died between fork and this call, exit now."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def worker_signals() -> None:
+    """In an episode worker process: SIGTERM (from the parent, or sent to the whole process group) stops the
+    worker's requests; SIGINT is left to the parent, which coordinates the stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda signum, frame: request_stop("SIGTERM received"))
+
+
+class RunLock:
+    """Exclusive use of an out_dir by one live run (and its workers)."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.path = out_dir / ".lock"
+        self._file: IO[str] | None = None
+
+    def __enter__(self) -> RunLock:
+        f = self.path.open("a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "unknown"
+            f.close()
+            raise InputError(f"{self.path.parent} is in use by a live run (pid {holder}, or its worker processes); "
+                             f"wait for it to finish or stop it, then rerun the same command to resume") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        self._file = f
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._file is not None:
+            fcntl.flock(self._file, fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None
+
+
+class CostMeter:
+    """The run's spend against `max_cost_usd`: crossing the cap requests a stop (clean and resumable)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.cap: float | None = None
+        self.spent = 0.0
+        self.count_only = False
+        self.run_cap: float | None = None
+
+    def reset(self, cap: float | None, already_spent: float, count_only: bool = False,
+              run_cap: float | None = None) -> None:
+        """`count_only`: the spend is added up here but the cap is enforced by worker processes on their
+        shares (each with its own meter, `cap` its share of the run's `run_cap`), so crossing it here stops
+        nothing by itself."""
+        with self._lock:
+            self.cap, self.spent, self.count_only = cap, already_spent, count_only
+            self.run_cap = cap if run_cap is None else run_cap
+
+    def add(self, usd: float) -> None:
+        if math.isnan(usd) or usd == 0:
+            return  # an unknown price is refused up front when a cap is set
+        with self._lock:
+            self.spent += usd
+            over = self.cap is not None and self.spent >= self.cap and not self.count_only
+        if over:
+            share = "" if self.run_cap == self.cap else f" by a worker process, its share ${self.cap:.4f}"
+            request_stop(f"max_cost_usd={self.run_cap:g} reached (${self.spent:.4f} spent{share})")
+
+
+METER = CostMeter()

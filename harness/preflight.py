@@ -1,0 +1,121 @@
+"""Pre-flight for runs that spend money: before the first episode, check every real endpoint answers and print
+what the run is expected to cost.
+
+- Every OpenAI-compatible backend in the config (the agent, an LLM user model, an LLM summarizer) is asked
+  `preflight()`: the key is set and the endpoint answers one cheap request. A failure stops the run before any
+  episode, with the reason, instead of filling the out_dir with infrastructure failures.
+- The estimate: the episodes still to run x the mean calls and tokens per episode of an earlier run of the same
+  experiment (a cached or simulated run: `make run CONFIG=<name>` with model=sim is free), priced with the
+  config's price table. Without such a run, only the upper bound (max_steps calls per episode) is known.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from harness.backends.base import InfraError
+from harness.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[1]
+PER_EPISODE = ("n_steps", "input_tokens", "output_tokens", "aux_input_tokens", "aux_output_tokens",
+               "user_input_tokens", "user_output_tokens")
+
+
+def real_backends(cfg: DictConfig, seed: int) -> dict[str, Any]:
+    """Role -> live backend, for the config's backends that call an endpoint (they have `preflight`)."""
+    blocks = {"agent": cfg.model, "user": (cfg.user or {}).get("backend"),
+              "summarizer": (cfg.summarizer or {}).get("backend")}
+    backends = {role: instantiate(b, seed=seed) for role, b in blocks.items() if b is not None and b.get("_target_")}
+    return {role: b for role, b in backends.items() if callable(getattr(b, "preflight", None))}
+
+
+def check_endpoints(backends: dict[str, Any]) -> list[str]:
+    """One line per endpoint that answered; an InfraError (one line, no key in it) for the first that did not."""
+    lines = []
+    for backend in backends.values():
+        try:
+            lines.append(backend.preflight())
+        except InfraError as exc:
+            raise InfraError(f"pre-flight failed for {backend.name}: {exc}") from None
+    return lines
+
+
+@dataclass
+class Estimate:
+    episodes: int
+    calls: float | None  # None: no earlier run to estimate from
+    tokens: dict[str, float]
+    cost_usd: float | None
+    source: str
+    max_calls: int
+
+    def describe(self) -> str:
+        if self.calls is None:
+            return (f"{self.episodes} episodes to run, at most {self.max_calls:,} agent calls (max_steps each); "
+                    f"no earlier run of this experiment to estimate tokens and cost from ({self.source})")
+        cost = "unknown (no price for a model in the config)" if self.cost_usd is None else f"${self.cost_usd:,.2f}"
+        return (f"{self.episodes} episodes to run: about {self.calls:,.0f} agent calls, "
+                f"{self.tokens['input_tokens']:,.0f} input and {self.tokens['output_tokens']:,.0f} output agent "
+                f"tokens, estimated cost {cost} at list prices, cache hits free (from {self.source}; "
+                f"a real model's call counts differ from a simulated one's)")
+
+
+def estimate(cfg: DictConfig, n_episodes: int, backends: dict[str, Any], results: Path | None = None) -> Estimate:
+    ref = reference_run(cfg.name, results or ROOT / "results")
+    max_calls = n_episodes * int(cfg.max_steps)
+    if ref is None:
+        return Estimate(n_episodes, None, {}, None, f"run `make run CONFIG={cfg.name}` with model=sim first", max_calls)
+    path, episodes = ref
+    means = {c: float(episodes[c].mean()) if c in episodes else 0.0 for c in PER_EPISODE}
+    tokens = {c: means[c] * n_episodes for c in PER_EPISODE}
+    return Estimate(n_episodes, tokens["n_steps"], tokens, _price(tokens, backends), str(path), max_calls)
+
+
+def _price(tokens: dict[str, float], backends: dict[str, Any]) -> float | None:
+    """Agent tokens at the agent's price; user-model and summarizer tokens at theirs, when those are real."""
+    by_role = {"agent": ("input_tokens", "output_tokens"), "user": ("user_input_tokens", "user_output_tokens"),
+               "summarizer": ("aux_input_tokens", "aux_output_tokens")}
+    total = 0.0
+    for role, backend in backends.items():
+        price = backend.prices.get(backend.model)
+        if not price:
+            return None
+        inp, out = by_role[role]
+        total += (tokens[inp] * price["input"] + tokens[out] * price["output"]) / 1e6
+    return total
+
+
+def reference_run(experiment: str, results: Path) -> tuple[Path, pd.DataFrame] | None:
+    """The newest earlier run of the experiment with episodes that were not infrastructure failures."""
+    best: tuple[float, Path, pd.DataFrame] | None = None
+    for parquet in results.rglob("episodes.parquet") if results.exists() else []:
+        try:
+            episodes = pd.read_parquet(parquet)
+        except Exception:  # a damaged folder is no reference; the tables' readers warn about it
+            continue
+        if episodes.empty or "experiment" not in episodes:
+            continue
+        ok = episodes[(episodes.experiment == experiment) & (episodes.termination != "infra_error")]
+        stamp = parquet.stat().st_mtime
+        if len(ok) and (best is None or stamp > best[0]):
+            best = (stamp, parquet.parent, ok)
+    return None if best is None else (best[1], best[2])
+
+
+def check_cost_cap(cap: float | None, backends: dict[str, Any]) -> None:
+    """A cap needs every spending model's price, or the spend cannot be measured."""
+    if cap is None:
+        return
+    if cap <= 0 or math.isnan(cap):
+        raise InputError(f"max_cost_usd={cap} must be a positive number of US dollars (or null for no cap)")
+    unpriced = [b.model for b in backends.values() if not b.prices.get(b.model)]
+    if unpriced:
+        raise InputError(f"max_cost_usd is set but the price table has no price for {', '.join(unpriced)}: add it "
+                         "under model.prices (USD per 1M input/output tokens), or drop the cap")

@@ -1,0 +1,136 @@
+"""Killing a run as an operator would (SIGKILL, SIGTERM) against a loopback endpoint, then resuming it.
+
+What must hold: no request reaches the endpoint after the kill (worker processes die with the runner; a stop
+lets in-flight requests finish but sends no new one), no answered request is sent twice on resume (answers are
+cached and replayed), the resumed run's tables agree with its transcripts, and one out_dir has one live run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from _endpoint import RecordingEndpoint
+
+from harness.records import transcript_files
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+N_TASKS = 10
+
+
+def command(url: str, tmp: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "harness.cli", "experiment=c3", "model=openai", f"model.base_url={url}",
+            "model.api_key_env=null", "model.model=sim-served", f"model.cache_dir={tmp / 'cache'}", "model.prices={}",
+            "model.rate_limit.rpm=null", "model.rate_limit.tpm=null",
+            f"n_tasks={N_TASKS}", "n_runs=1", f"out_dir={tmp / 'out'}", "progress=false", *extra]
+
+
+def start(cmd: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(predicate, timeout: float = 90.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting for the run"
+        time.sleep(0.05)
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def resume_and_check(endpoint: RecordingEndpoint, cmd: list[str], answered: set[str], tmp: Path) -> None:
+    """The resumed run finishes, re-sends no answered request, and its tables match its transcripts."""
+    first = len(endpoint.posts())
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    again = [s for s in endpoint.posts()[first:] if s.digest in answered]
+    assert again == [], f"{len(again)} answered requests were sent again on resume"
+    episodes = pd.read_parquet(tmp / "out" / "episodes.parquet")
+    assert len(episodes) == N_TASKS and not episodes.duplicated(["task_id", "run"]).any()
+    assert sorted(episodes.task_id) == sorted(p.name.split("__")[0] for p in transcript_files(tmp / "out"))
+    assert set(episodes.termination) <= {"user_stop", "agent_final", "max_steps"}
+
+
+def test_sigkill_leaves_no_worker_and_resume_sends_nothing_twice(tmp_path: Path) -> None:
+    with RecordingEndpoint(latency_s=0.1) as endpoint:
+        cmd = command(endpoint.base_url, tmp_path, "n_workers=2", "concurrency=8")  # processes x threads
+        proc = start(cmd)
+        wait_for(lambda: len(endpoint.posts()) >= 40)
+        workers = children(proc.pid)
+        assert len(workers) >= 2, "the run should use worker processes"
+        endpoint.freeze()  # hold new requests unanswered, let answers already on the way arrive and be cached
+        time.sleep(0.5)
+        killed_at = time.monotonic()
+        proc.kill()
+        proc.wait()
+        endpoint.thaw()  # a surviving worker would now get its answers and carry on
+        time.sleep(2.0)
+        late = [s for s in endpoint.posts() if s.at > killed_at + 0.05]
+        assert late == [], f"{len(late)} requests reached the endpoint after SIGKILL"
+        assert not any(alive(w) for w in workers)
+        answered = {s.digest for s in endpoint.posts() if s.answered_at is not None and s.answered_at < killed_at}
+        resume_and_check(endpoint, cmd, answered, tmp_path)
+
+
+@pytest.mark.parametrize("workers", ["n_workers=2", "n_workers=1"], ids=["processes", "threads"])
+def test_sigterm_stops_cleanly_and_resumes(tmp_path: Path, workers: str) -> None:
+    with RecordingEndpoint(latency_s=0.1) as endpoint:
+        cmd = command(endpoint.base_url, tmp_path, workers, "concurrency=8")
+        proc = start(cmd)
+        wait_for(lambda: len(endpoint.posts()) >= 40)
+        pids = children(proc.pid)
+        rival = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert rival.returncode == 2 and "in use by a live run" in rival.stderr and "Traceback" not in rival.stderr
+        signalled_at = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err[-2000:]
+        assert "Stopped (SIGTERM received)" in err and f"out_dir={tmp_path / 'out'}" in err
+        assert "Traceback" not in err + out
+        late = [s for s in endpoint.posts() if s.at > signalled_at + 0.25]  # in-flight ones finish; none is new
+        assert late == [], f"{len(late)} requests were sent after SIGTERM"
+        assert not any(alive(p) for p in pids)
+        answered = {s.digest for s in endpoint.posts() if s.answered_at is not None}
+        resume_and_check(endpoint, cmd, answered, tmp_path)
+
+
+def test_sigkill_of_a_simulated_run_leaves_no_worker_writing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = start([sys.executable, "-m", "harness.cli", "experiment=c3", "n_tasks=50", "n_runs=5", "n_workers=2",
+                  f"out_dir={out}", "progress=false"])
+    wait_for(lambda: len(list((out / "transcripts").glob("*.jsonl"))) >= 4 if (out / "transcripts").exists()
+             else False)
+    workers = children(proc.pid)
+    assert workers
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    time.sleep(0.5)
+    assert not any(alive(w) for w in workers)
+    written = {p.name: p.stat().st_mtime_ns for p in (out / "transcripts").glob("*")}
+    time.sleep(1.5)
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "transcripts").glob("*")} == written

@@ -1,0 +1,199 @@
+"""Operating runs: resume that heals, one run per out_dir, pre-flight, dry runs, the cost cap, failed runs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from _endpoint import RecordingEndpoint
+from _support import CONFIG_DIR
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from harness import lifecycle
+from harness.config import register
+from harness.errors import InputError
+from harness.records import build_tables, read_transcript
+from harness.run import run
+
+register()
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def config(out_dir: Path, *extra: str, experiment: str = "c3") -> DictConfig:
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=[f"experiment={experiment}", "n_tasks=3", "n_runs=1",
+                                                        f"out_dir={out_dir}", "progress=false", *extra])
+
+
+def served(url: str, tmp: Path, *extra: str) -> list[str]:
+    """Overrides for model=openai against a loopback endpoint serving the SIMULATED agent."""
+    return ["model=openai", f"model.base_url={url}", "model.api_key_env=null", "model.model=sim-served",
+            f"model.cache_dir={tmp / 'cache'}", "model.rate_limit.rpm=null", "model.rate_limit.tpm=null", *extra]
+
+
+def path(out: Path, task: str = "hotel-002") -> Path:
+    return out / "transcripts" / f"{task}__run0.jsonl"
+
+
+def rewrite_end(p: Path, **changes: object) -> None:
+    lines = p.read_text().splitlines()
+    lines[-1] = json.dumps({**json.loads(lines[-1]), **changes})
+    p.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("rerun", [True, False])
+def test_resume_reruns_failed_episodes_unless_told_to_keep_them(tmp_path: Path, rerun: bool) -> None:
+    run(config(tmp_path))
+    rewrite_end(path(tmp_path), termination="infra_error", error="APIConnectionError")
+    episodes = run(config(tmp_path, f"rerun_failed={str(rerun).lower()}"), verbose=False)
+    row = episodes.set_index("task_id").loc["hotel-002"]
+    assert (row.termination == "infra_error") is not rerun
+    assert len(episodes) == 3
+
+
+def test_a_damaged_line_is_skipped_by_the_tables_and_rerun_on_resume(tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    run(config(tmp_path))
+    lines = path(tmp_path).read_text().splitlines()
+    lines[3] = lines[3][:20]  # one malformed line inside an otherwise whole transcript
+    path(tmp_path).write_text("\n".join(lines) + "\n")
+    with caplog.at_level(logging.WARNING):
+        episodes, _ = build_tables(tmp_path)
+    assert sorted(episodes.task_id) == ["hotel-001", "hotel-003"]
+    assert any(str(path(tmp_path)) in r.getMessage() for r in caplog.records)
+    again = run(config(tmp_path), verbose=False)
+    assert len(again) == 3 and all(isinstance(r, dict) for r in read_transcript(path(tmp_path)))
+
+
+def test_foreign_files_are_ignored_with_a_warning_naming_them(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    run(config(tmp_path))
+    stray, notes = tmp_path / "transcripts" / "copy of hotel-001.jsonl", tmp_path / "transcripts" / "notes.txt"
+    stray.write_text(path(tmp_path, "hotel-001").read_text())
+    notes.write_text("x")
+    with caplog.at_level(logging.WARNING):
+        episodes = run(config(tmp_path), verbose=False)
+    assert len(episodes) == 3
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert str(stray) in messages and str(notes) in messages
+
+
+def test_a_transcript_under_another_episodes_name_is_rerun(tmp_path: Path) -> None:
+    run(config(tmp_path))
+    path(tmp_path).write_text(path(tmp_path, "hotel-001").read_text())  # hotel-001's episode as hotel-002
+    episodes = run(config(tmp_path), verbose=False)
+    assert sorted(episodes.task_id) == ["hotel-001", "hotel-002", "hotel-003"]
+    assert read_transcript(path(tmp_path))[0]["task_id"] == "hotel-002"
+
+
+def test_a_missing_marker_does_not_let_another_configuration_in(tmp_path: Path) -> None:
+    run(config(tmp_path))
+    (tmp_path / "fingerprint.txt").unlink()
+    with pytest.raises(InputError, match="different configuration"):
+        run(config(tmp_path, "max_steps=7"))
+
+
+def test_transcripts_carry_their_configuration_fingerprint(tmp_path: Path) -> None:
+    run(config(tmp_path))
+    marker = (tmp_path / "fingerprint.txt").read_text().strip()
+    assert {read_transcript(p)[0]["fingerprint"] for p in (tmp_path / "transcripts").glob("*.jsonl")} == {marker}
+
+
+def test_episodes_parquet_is_replaced_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run(config(tmp_path))
+    before = (tmp_path / "episodes.parquet").read_bytes()
+
+    def half_written(self: pd.DataFrame, target: Path, **kwargs: object) -> None:
+        Path(target).write_bytes(b"PAR1 half")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", half_written)
+    with pytest.raises(OSError):
+        build_tables(tmp_path)
+    assert (tmp_path / "episodes.parquet").read_bytes() == before
+
+
+def test_one_live_run_per_out_dir(tmp_path: Path) -> None:
+    with lifecycle.RunLock(tmp_path), pytest.raises(InputError, match="in use by a live run"):
+        run(config(tmp_path))
+    assert run(config(tmp_path), verbose=False).shape[0] == 3  # released: the same out_dir runs
+
+
+def test_run_shape_is_checked_before_anything_runs(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="n_runs=0"):
+        run(config(tmp_path / "a", "n_runs=0"))
+    assert not (tmp_path / "a").exists()
+
+
+def test_keyless_real_run_fails_before_its_first_episode(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "experiment=c3", "model=openai", "n_tasks=1",
+                           "n_runs=1", f"out_dir={tmp_path / 'out'}", "progress=false"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "OPENAI_API_KEY" in done.stderr and "Traceback" not in done.stderr
+    assert not list((tmp_path / "out").glob("transcripts/*.jsonl"))
+
+
+def test_dry_run_estimates_from_an_earlier_run_and_writes_nothing(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    reference = tmp_path / "results" / "c3" / "sim"
+    sim = run(config(reference), verbose=False)
+    with RecordingEndpoint() as endpoint, pytest.MonkeyPatch.context() as mp:
+        mp.setattr("harness.preflight.ROOT", tmp_path)
+        out = tmp_path / "real"
+        run(config(out, *served(endpoint.base_url, tmp_path, "dry_run=true",
+                                "+model.prices={sim-served: {input: 1.0, output: 2.0}}")))
+        assert endpoint.posts() == [] and not out.exists()
+    printed = capsys.readouterr().out
+    calls = sim.n_steps.mean() * 3
+    cost = (sim.input_tokens.mean() * 1.0 + sim.output_tokens.mean() * 2.0) * 3 / 1e6
+    assert f"about {calls:,.0f} agent calls" in printed and f"${cost:,.2f}" in printed
+    assert str(reference) in printed and "answered" in printed
+
+
+def test_the_cost_cap_stops_the_run_resumably(tmp_path: Path) -> None:
+    priced = "+model.prices={sim-served: {input: 1.0, output: 1.0}}"
+    with RecordingEndpoint() as endpoint:
+        capped = config(tmp_path, *served(endpoint.base_url, tmp_path, priced, "max_cost_usd=0.3", "concurrency=1"))
+        with pytest.raises(SystemExit) as stopped:
+            run(capped, verbose=False)
+        assert stopped.value.code == 3
+        sent = len(endpoint.posts())
+        assert json.loads((tmp_path / "manifest.json").read_text())["status"] == "partial"
+        assert list((tmp_path / "transcripts").glob("*.jsonl"))  # a whole episode before the cap ($0.3: about one)
+        with pytest.raises(SystemExit):  # the cap counts what the out_dir already spent: nothing more is sent
+            run(capped, verbose=False)
+        assert len(endpoint.posts()) == sent
+        episodes = run(config(tmp_path, *served(endpoint.base_url, tmp_path, priced, "max_cost_usd=100")),
+                       verbose=False)
+        assert len(episodes) == 3 and sent < episodes.n_steps.sum()  # the cap stopped it before the end
+
+
+def test_a_run_where_every_episode_is_an_infra_failure_exits_non_zero(tmp_path: Path) -> None:
+    with RecordingEndpoint(fail_posts=True) as endpoint:
+        cfg = config(tmp_path, *served(endpoint.base_url, tmp_path, "model.retry.max_retries=0"))
+        with pytest.raises(SystemExit) as failed:
+            run(cfg, verbose=False)
+    assert failed.value.code != 0 and "infrastructure failure" in str(failed.value.code)
+    assert "500" in str(failed.value.code) or "InternalServerError" in str(failed.value.code)
+
+
+def test_the_cost_cap_holds_across_worker_processes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Processes x threads: each worker meters its share of the cap, and their spend adds up in the out_dir."""
+    priced = "+model.prices={sim-served: {input: 1.0, output: 1.0}}"
+    with RecordingEndpoint(latency_s=0.01) as endpoint:
+        capped = config(tmp_path, *served(endpoint.base_url, tmp_path, priced, "max_cost_usd=0.6", "n_tasks=10",
+                                          "n_workers=2", "concurrency=8"))
+        with pytest.raises(SystemExit) as stopped:
+            run(capped, verbose=False)
+        assert stopped.value.code == 3
+        spent = float((tmp_path / "spent_usd.txt").read_text())
+        assert 0.45 <= spent < 1.0  # 10 episodes cost ~$4: a worker reached its $0.30 share, the other was stopped
+        assert "Stopped (max_cost_usd=0.6 reached" in capsys.readouterr().err
