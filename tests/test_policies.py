@@ -261,6 +261,24 @@ def test_last_n_summary_summary_sits_where_the_pairs_were() -> None:
     assert "saved c1" in summary and "saved c2" in summary and "saved c3" not in summary
 
 
+@pytest.mark.parametrize("role", ["system", "user"])
+def test_last_n_summary_role_is_configurable(role: str) -> None:
+    """Some servers' chat templates reject a mid-conversation system message: the role is a config choice."""
+    call = Message("assistant", "", (ToolCall("c1", "form_save_form", "{}"),))
+    result = Message("tool", '{"Status": "Success"}', tool_call_id="c1", name="form_save_form")
+    history = [Message("system", "s"), Message("user", "u"), call, result, *[m for i in (2, 3) for m in (
+        Message("assistant", "", (ToolCall(f"c{i}", "form_save_form", "{}"),)),
+        Message("tool", "{}", tool_call_id=f"c{i}", name="form_save_form"))]]
+    view = LastNSummary(1, 3, ExtractiveSummarizer(), summary_role=role).render(tuple(history), ctx()).messages
+    summaries = [m for m in view if m.name == SUMMARY_NAME]
+    assert len(summaries) == 1 and summaries[0].role == role
+
+
+def test_last_n_summary_refuses_an_unknown_role() -> None:
+    with pytest.raises(ValueError, match="summary_role"):
+        LastNSummary(1, 3, ExtractiveSummarizer(), summary_role="assistant")
+
+
 def test_last_n_summary_goes_after_the_text_of_a_summarized_call_message() -> None:
     history = [Message("system", "s"), Message("user", "u"),
                Message("assistant", "Let me look.", (ToolCall("c1", "form_save_form", "{}"),)),

@@ -1,7 +1,10 @@
 """C4: the last N pairs plus a summary of the W most recently evicted pairs
 (Less Context, Better Agents, config C4: N=5, W=3).
 
-The summary is a system message placed where the summarized pairs were. Each pair is summarized once, when
+The summary is a message placed where the summarized pairs were; its role is `summary_role`: "system" by default,
+as the paper describes an automated summary injected into the context (not said by the user or the agent); some
+OpenAI-compatible servers' chat templates reject a system message after the first turn, so it can be "user".
+Each pair is summarized once, when
 it is first evicted, and the view shows the summaries of the W most recent evicted pairs; so the summarizer's
 auxiliary tokens are counted once per evicted pair, when it actually runs, and grow linearly with the episode."""
 
@@ -15,6 +18,7 @@ from harness.policies.last_n import split_pairs
 from harness.types import Message, Usage
 
 SUMMARY_NAME = "context_summary"
+ROLES = ("system", "user")
 HEADER = "Summary of earlier tool interactions that are no longer shown in full:"
 
 
@@ -24,7 +28,12 @@ class LastNSummary:
     w: int = 3
     summarizer: Summarizer | None = None
     name: str = "last_n_summary"
+    summary_role: str = "system"
     _cache: dict[str, Summary] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.summary_role not in ROLES:
+            raise ValueError(f"policy.summary_role={self.summary_role!r} must be one of {', '.join(ROLES)}")
 
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
         evicted, kept = split_pairs(history, self.n)
@@ -37,7 +46,7 @@ class LastNSummary:
             return View(messages, decisions=decisions)
         fresh = self._summarize_new(history, window, ctx)
         text = "\n".join(self._cache[p.call_id].text for p in window)
-        note = Message("system", f"{HEADER}\n{text}", name=SUMMARY_NAME)
+        note = Message(self.summary_role, f"{HEADER}\n{text}", name=SUMMARY_NAME)  # type: ignore[arg-type]
         messages.insert(_position(indexed, window[-1].call_index), note)
         usage = sum((s.usage for s in fresh), Usage())
         return View(messages, aux_usage=usage, aux_modeled_time_s=sum(s.modeled_time_s for s in fresh),
