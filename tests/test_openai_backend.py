@@ -10,16 +10,20 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
 
 from harness.backends.openai_compat import OpenAICompatible, RetryPolicy, parse_message, to_openai
 from harness.backends.ratelimit import RateLimiter
 from harness.backends.sim_server import SimServer
 from harness.config import register
+from harness.errors import InputError
 from harness.run import CONFIG_DIR, run
 from harness.testing.fault_proxy import Fault, FaultProxy
 from harness.types import Message, ToolCall
@@ -28,16 +32,26 @@ ROOT = Path(CONFIG_DIR).parent
 register()
 
 
-def openai_cfg(base_url: str, out: Path, *extra: str):  # type: ignore[no-untyped-def]
+def openai_cfg(base_url: str, out: Path, *extra: str, preflight: bool = False) -> DictConfig:
+    """Pre-flight off by default: these tests pin what episodes do (and count the faults they meet); the
+    pre-flight's own tests are in test_backend_faults.py, and one run here has it on."""
     overrides = ["experiment=c3", "model=openai", "model.model=sim-served", f"model.base_url={base_url}",
                  "model.api_key_env=null", "model.cache_dir=null", "n_tasks=2", "n_runs=1", f"out_dir={out}",
-                 "progress=false", "concurrency=2", *extra]
+                 "progress=false", "concurrency=2", f"preflight={str(preflight).lower()}", *extra]
     with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
         return compose("config", overrides)
 
 
+def run_all_infra(cfg: DictConfig) -> pd.DataFrame:
+    """A run whose every episode is an infrastructure failure exits non-zero with the reason (harness.run); its
+    episodes are still written."""
+    with pytest.raises(SystemExit, match="infrastructure failure"):
+        run(cfg, verbose=False)
+    return pd.read_parquet(Path(cfg.out_dir) / "episodes.parquet")
+
+
 @pytest.fixture(scope="module")
-def server():  # type: ignore[no-untyped-def]
+def server() -> Iterator[SimServer]:
     with SimServer() as s:
         yield s
 
@@ -71,14 +85,14 @@ def test_retry_delay_honours_retry_after_and_backs_off_with_bounded_jitter() -> 
 
 
 def test_rate_limiter_makes_requests_wait_once_the_minute_budget_is_spent() -> None:
-    limiter = RateLimiter(rpm=60, tpm=1000)
+    limiter = RateLimiter(rpm=60, tpm=1000, burst=60)  # a minute's worth at once (the default is one second's)
     assert limiter.acquire(400) == 0.0 and limiter.acquire(400) == 0.0
     assert limiter._wait_needed(400) > 0  # the token bucket is short: the next call must wait
     assert RateLimiter(rpm=None, tpm=None)._wait_needed(10**9) == 0
 
 
 def test_run_through_http_writes_the_tables_with_api_usage(server: SimServer, tmp_path: Path) -> None:
-    episodes = run(openai_cfg(server.base_url, tmp_path / "r"), verbose=False)
+    episodes = run(openai_cfg(server.base_url, tmp_path / "r", preflight=True), verbose=False)
     assert len(episodes) == 2 and episodes.completed.all()
     assert episodes.simulated.all()  # a sim-served endpoint is labelled simulated too
     steps = pd.read_parquet(tmp_path / "r" / "steps.parquet")
@@ -114,8 +128,7 @@ def test_the_api_key_never_reaches_any_file(server: SimServer, tmp_path: Path,
 def test_a_missing_key_variable_is_an_infra_failure_not_a_crash(server: SimServer, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HARNESS_UNSET_KEY", raising=False)
-    episodes = run(openai_cfg(server.base_url, tmp_path / "r", "model.api_key_env=HARNESS_UNSET_KEY"),
-                   verbose=False)
+    episodes = run_all_infra(openai_cfg(server.base_url, tmp_path / "r", "model.api_key_env=HARNESS_UNSET_KEY"))
     assert (episodes.termination == "infra_error").all()
     assert episodes.error.str.contains("HARNESS_UNSET_KEY").all()
 
@@ -134,8 +147,8 @@ def test_429_500_and_stall_are_retried_and_the_run_completes(server: SimServer, 
 
 def test_retries_exhausted_end_the_episode_as_infra_failure_kept_apart(server: SimServer, tmp_path: Path) -> None:
     with FaultProxy(server.base_url.removesuffix("/v1"), [Fault("500")] * 3) as proxy:
-        episodes = run(openai_cfg(proxy.base_url, tmp_path / "r", "n_tasks=1", "model.retry.max_retries=2",
-                                  "model.retry.base_delay_s=0.01"), verbose=False)
+        episodes = run_all_infra(openai_cfg(proxy.base_url, tmp_path / "r", "n_tasks=1", "model.retry.max_retries=2",
+                                            "model.retry.base_delay_s=0.01"))
     assert list(episodes.termination) == ["infra_error"]
     from harness.report.console import per_run
     assert per_run(episodes).task_completed.isna().all()  # not counted as a task failure
@@ -146,7 +159,7 @@ def test_malformed_tool_call_is_a_tool_error_the_model_sees(server: SimServer, t
     real_parse = parse_message
     state = {"n": 0}
 
-    def garble_first(raw):  # type: ignore[no-untyped-def]
+    def garble_first(raw: dict[str, Any]) -> Message:
         msg = real_parse(raw)
         state["n"] += 1
         if state["n"] == 3 and msg.tool_calls:  # the third completion's call arrives with broken JSON
@@ -199,7 +212,7 @@ def test_no_environment_variable_leaks_into_the_config_file(tmp_path: Path, serv
 class _Refusing:
     """A stub endpoint that answers every request with one fixed error."""
 
-    def __init__(self, status: int, body: dict) -> None:  # type: ignore[type-arg]
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
         import http.server
         import threading
 
@@ -230,10 +243,11 @@ class _Refusing:
     (400, {"message": "the request exceeds the available context size"}, "context_window_exceeded"),
 ])
 def test_refusals_are_infra_failures_and_overflows_end_the_episode(tmp_path: Path, status: int,
-                                                                  error: dict, termination: str) -> None:  # type: ignore[type-arg]
+                                                                  error: dict[str, Any], termination: str) -> None:
     stub = _Refusing(status, {"error": {**error, "type": "invalid_request_error"}})
+    cfg = openai_cfg(stub.base_url, tmp_path / "r", "n_tasks=1")
     try:
-        episodes = run(openai_cfg(stub.base_url, tmp_path / "r", "n_tasks=1"), verbose=False)
+        episodes = run_all_infra(cfg) if termination == "infra_error" else run(cfg, verbose=False)
     finally:
         stub.server.shutdown()
     assert list(episodes.termination) == [termination]
@@ -243,7 +257,7 @@ def test_refusals_are_infra_failures_and_overflows_end_the_episode(tmp_path: Pat
 
 def test_resume_refuses_an_out_dir_of_another_configuration(server: SimServer, tmp_path: Path) -> None:
     run(openai_cfg(server.base_url, tmp_path / "r", "n_tasks=1"), verbose=False)
-    with pytest.raises(SystemExit, match="different configuration"):
+    with pytest.raises((SystemExit, InputError), match="different configuration"):
         run(openai_cfg(server.base_url, tmp_path / "r", "n_tasks=1", "experiment=c4"), verbose=False)
     run(openai_cfg(server.base_url, tmp_path / "r", "n_tasks=2", "concurrency=1"), verbose=False)  # more tasks: fine
 

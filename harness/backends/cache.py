@@ -1,23 +1,44 @@
 """An on-disk, content-addressed cache of model requests and responses.
 
-The key is a SHA-256 of the canonical JSON of everything that determines a response (model, messages, tools,
-sampling parameters, and the episode seed, so that repeated runs of one task stay distinct). The endpoint URL
-and the API key are not part of the key: a replay works against any server, and no secret reaches the disk.
-Writes are atomic, so concurrent episodes and killed runs never leave a half-written entry.
+The key is a SHA-256 of the canonical JSON of everything that determines a response: the endpoint (base URL),
+model, messages, tools, sampling parameters, and the episode seed (so that repeated runs of one task stay
+distinct). The endpoint is part of the key because one model name is no promise of one model: two servers that
+both call their model "default" (or a local server and a hosted one) must not be served each other's replies.
+The API key is never part of it, and the URL reaches the disk only through the hash, so no secret is written.
+
+Each entry stores its own key (`_harness_key`), checked on read with the shape a completion needs (a choice with
+a message): an empty, truncated, edited or swapped file is a miss with a warning naming it, never a replay of
+somebody else's answer. Writes are atomic, so concurrent episodes and killed runs never leave a half-written entry.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 from harness.io import atomic_write
 
+log = logging.getLogger("harness.backends")
+KEY_FIELD = "_harness_key"
+
 
 def cache_key(payload: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def completion_problem(value: Any) -> str | None:
+    """Why `value` is not a chat completion the client can use (None when it is one)."""
+    if not isinstance(value, dict):
+        return f"not a JSON object but {type(value).__name__}"
+    choices = value.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return "no choices"
+    if not isinstance(choices[0], dict) or not isinstance(choices[0].get("message"), dict):
+        return "the first choice has no message"
+    return None
 
 
 class ResponseCache:
@@ -28,14 +49,24 @@ class ResponseCache:
         return self.directory / key[:2] / f"{key}.json"
 
     def get(self, key: str) -> dict[str, Any] | None:
+        """The entry stored under `key`, or None: missing, unreadable or invalid entries are misses."""
         path = self._path(key)
         if not path.exists():
             return None
         try:
             value = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            return None  # an unreadable entry is a miss, never a crash
-        return value if isinstance(value, dict) else None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            return self._invalid(path, f"unreadable ({type(exc).__name__})")
+        problem = completion_problem(value)
+        if problem is None and value.get(KEY_FIELD) != key:
+            problem = "it belongs to another request (its stored key differs)"
+        return self._invalid(path, problem) if problem else value
+
+    @staticmethod
+    def _invalid(path: Path, problem: str) -> None:
+        # A miss, not a crash: the request goes to the endpoint and its answer overwrites the bad entry.
+        log.warning("ignoring invalid cache entry %s: %s", path, problem)
+        return None
 
     def put(self, key: str, value: dict[str, Any]) -> None:
-        atomic_write(self._path(key), json.dumps(value, sort_keys=True))
+        atomic_write(self._path(key), json.dumps({**value, KEY_FIELD: key}, sort_keys=True))

@@ -2,12 +2,19 @@
 
 - Native tool calling. Tool-call arguments are kept exactly as the model wrote them, so a malformed call is
   answered by the environment with a tool error the model sees (and counted by the orchestrator).
-- Faults: 429, 5xx, timeouts and connection errors are retried with exponential backoff and jitter, honouring
-  `Retry-After`; after the last retry `InfraError` ends the episode as an infrastructure failure.
+- Faults: 429, 5xx, timeouts, connection errors and a 200 that is not a completion (not JSON, no choices, no
+  message) are retried with exponential backoff and jitter, honouring `Retry-After`; after the last retry
+  `InfraError` ends the episode as an infrastructure failure. Every InfraError carries the call's retry count.
+- Usage: the API's counts, with cached input and reasoning tokens from its usage details (cached input priced at
+  the model's `cached_input` price); a response without usage falls back to the local count, flagged.
 - Cache and replay: with `cache_dir`, every response is stored content-addressed; a rerun of the same config
-  replays it (marked `cached`, no cost). The key never contains the endpoint or the API key.
+  replays it (marked `cached`, no cost). The key includes the endpoint (see harness.backends.cache), never the
+  API key.
 - Secrets: the config names the environment variable holding the key (`api_key_env`); the key itself is read
-  at construction and kept only inside the HTTP client.
+  at construction and kept only inside the HTTP client, and is redacted from every error message and warning
+  (servers echo request headers in their errors).
+- Stopping: `harness.lifecycle.check()` runs before every attempt, so a stopping run sends no new request.
+- `preflight()` checks the key and the endpoint with one cheap request before a run's first episode.
 """
 
 from __future__ import annotations
@@ -25,8 +32,9 @@ from typing import Any, TypeVar
 import openai
 from openai.types.chat import ChatCompletion
 
+from harness import lifecycle
 from harness.backends.base import ContextWindowExceeded, InfraError
-from harness.backends.cache import ResponseCache, cache_key
+from harness.backends.cache import ResponseCache, cache_key, completion_problem
 from harness.backends.ratelimit import shared_limiter
 from harness.tokens import TokenCounter
 from harness.types import Completion, Message, ToolCall, ToolSpec, Usage
@@ -36,7 +44,18 @@ SIM_SERVED = "sim-served"  # the model id harness.backends.sim_server reports: i
 CONTEXT_MARKERS = ("context_length_exceeded", "exceed_context_size", "maximum context length",
                    "context window", "exceeds the available context size", "context length")
 T = TypeVar("T")
-RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError)
+REDACTED = "[REDACTED]"
+PREFLIGHT_TIMEOUT_S = 10.0
+NO_ROUTE = (404, 405, 501)  # /models not served (501: Python's http.server for an unhandled method)
+
+
+class EndpointFault(Exception):
+    """A 200 whose body is not a chat completion: the endpoint's fault (a proxy's error page, an overloaded
+    server's empty answer), retried like a 5xx rather than handed to the agent as an empty reply."""
+
+
+RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError,
+             EndpointFault)
 
 
 @dataclass(frozen=True)
@@ -123,7 +142,7 @@ class OpenAICompatible:
         self.retry_policy = RetryPolicy(**self.retry)
         self.cache = ResponseCache(self.cache_dir) if self.cache_dir else None
         self.limiter = shared_limiter((self.base_url, self.model), self.rate_limit.get("rpm"),
-                                      self.rate_limit.get("tpm"))
+                                      self.rate_limit.get("tpm"), float(self.rate_limit.get("burst", 1.0)))
         self.tokens = TokenCounter(self.encoding)
         self.rng = random.Random(self.seed)
         self._client: openai.OpenAI | None = None
@@ -143,6 +162,12 @@ class OpenAICompatible:
             self._client = shared_client(self.base_url, self._api_key(), self.timeout_s)
         return self._client
 
+    def redact(self, text: str) -> str:
+        """`text` without the configured key: servers echo the Authorization header in their error messages. The
+        key is read back from the HTTP client, the one place it is kept."""
+        key = self._client.api_key if self._client is not None and self.api_key_env is not None else ""
+        return text.replace(key, REDACTED) if key else text
+
     def request(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "messages": [to_openai(m) for m in messages],
                                 self.max_tokens_param: self.max_output_tokens}
@@ -156,23 +181,77 @@ class OpenAICompatible:
             body["seed"] = self.seed
         return body
 
+    def preflight(self) -> str:
+        """Before a run's first episode: the key is set and the endpoint answers one cheap request (GET /models; a
+        1-token chat completion where /models does not exist). Raises InfraError with a one-line reason naming the
+        base URL (never the key); returns a one-line description of what answered."""
+        self._api_key()  # names the unset variable
+        client = self.client().with_options(timeout=PREFLIGHT_TIMEOUT_S, max_retries=1)
+        try:
+            return self._preflight_models(client)
+        except openai.APIStatusError as exc:
+            if exc.status_code not in NO_ROUTE:
+                raise self._preflight_error(exc) from None
+        try:  # no /models route (some servers serve only chat): one token of chat instead
+            client.post("/chat/completions", body={**self.request([Message("user", "Say OK.")], []),
+                                                   self.max_tokens_param: 1, **self.extra_body}, cast_to=object)
+        except openai.APIError as exc:
+            raise self._preflight_error(exc) from None
+        return f"endpoint {self.base_url} answered a 1-token chat completion for model {self.model} (no /models)"
+
+    def _preflight_models(self, client: openai.OpenAI) -> str:
+        try:
+            listing = client.get("/models", cast_to=object)
+        except openai.APIStatusError as exc:
+            if exc.status_code == 429 or (exc.status_code >= 500 and exc.status_code not in NO_ROUTE):
+                # Alive and past authentication; a busy or flaky endpoint is the run's retries' to handle.
+                return f"endpoint {self.base_url} answered {exc.status_code} on /models (retried during the run)"
+            raise  # the caller: a missing route falls back to chat, any other refusal fails
+        except openai.APIError as exc:
+            raise self._preflight_error(exc) from None
+        data = listing.get("data") if isinstance(listing, dict) else None
+        ids = [str(m.get("id")) for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+        listed = f"model {self.model} listed" if self.model in ids else (
+            f"model {self.model} not listed ({len(ids)} models: {', '.join(ids[:5])})")
+        return " ".join(self.redact(f"endpoint {self.base_url} answered; {listed}").split())
+
+    def _preflight_error(self, exc: openai.APIError) -> InfraError:
+        status = getattr(exc, "status_code", None)
+        if status in (401, 403):
+            hint = f"refused the credentials ({status}); check the key in {self.api_key_env or 'model.api_key_env'}"
+        elif status is not None:
+            hint = f"refused the request ({status})"
+        else:
+            hint = "did not answer"
+        reason = self.redact(describe(exc))[:300]
+        return InfraError(" ".join(f"the endpoint {self.base_url} {hint}: {reason}".split()))
+
+    def cache_key(self, body: dict[str, Any]) -> str:
+        """The endpoint is part of the key: another server with the same model name is another model."""
+        return cache_key({"endpoint": self.base_url.rstrip("/"), "request": body, "seed": self.seed,
+                          "extra_body": self.extra_body})
+
     def generate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion:
         body = self.request(messages, tools)
-        key = cache_key({"request": body, "seed": self.seed, "extra_body": self.extra_body})
+        key = self.cache_key(body)
+        local_input = self.tokens.request(messages, tools)
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
-            return self._completion(hit, cached=True, retries=[], seconds=float(hit.get("_harness_latency_s", 0.0)))
-        estimate = self.tokens.request(messages, tools) + self.max_output_tokens
+            return self._completion(hit, cached=True, retries=[], seconds=float(hit.get("_harness_latency_s", 0.0)),
+                                    local_input_tokens=local_input)
+        estimate = local_input + self.max_output_tokens
         start, retries = time.perf_counter(), list[dict[str, Any]]()
 
         def attempt() -> dict[str, Any]:  # every attempt, retries included, goes through the rate limits
+            lifecycle.check()  # a stopping run sends no new request
             self.limiter.acquire(estimate)
+            lifecycle.check()  # acquiring may have slept while the run was told to stop
             return self._call(body)
 
         raw = self._with_retries(attempt, retries)
         seconds = time.perf_counter() - start
         if self.cache is not None:  # with the measured latency, so a replay reports the same model time
             self.cache.put(key, {**raw, "_harness_latency_s": seconds})
-        return self._completion(raw, cached=False, retries=retries, seconds=seconds)
+        return self._completion(raw, cached=False, retries=retries, seconds=seconds, local_input_tokens=local_input)
 
     def _call(self, body: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -181,38 +260,53 @@ class OpenAICompatible:
             response = self.client().post("/chat/completions", body={**body, **self.extra_body},
                                           cast_to=ChatCompletion)
         except openai.APIStatusError as exc:
+            # `from None` here and below: the SDK's exception quotes the server's raw text, key included, and a
+            # chained cause would print it in any traceback. Our message keeps that text, redacted.
             if exc.status_code in (400, 413) and is_context_overflow(exc):
-                raise ContextWindowExceeded(str(exc)) from exc
+                raise ContextWindowExceeded(self.redact(str(exc))) from None
             if exc.status_code >= 500 or exc.status_code == 429:
                 raise  # retryable: handled by _with_retries
             # Any other refusal (bad parameter, unknown model, credentials) is the endpoint's or the config's
             # fault, not the agent's: an infrastructure failure, kept apart from task failures.
-            raise InfraError(f"the endpoint refused the request ({exc.status_code} {type(exc).__name__}): "
-                             f"{str(exc)[:300]}") from exc
-        return response.model_dump(exclude_none=True)
+            raise InfraError(self.redact(f"the endpoint refused the request ({exc.status_code} "
+                                         f"{type(exc).__name__}): {str(exc)[:300]}")) from None
+        except (ValueError, openai.APIResponseValidationError) as exc:
+            # The SDK parses a JSON content type with json.loads: a 200 with a non-JSON body raises here.
+            raise EndpointFault(f"the endpoint answered 200 with a body that is not a completion: {exc}") from None
+        # A non-JSON content type comes back as text, and `{"choices": []}` as a half-empty ChatCompletion.
+        raw = response.model_dump(exclude_none=True) if isinstance(response, ChatCompletion) else response
+        if (problem := completion_problem(raw)) is not None:
+            raise EndpointFault(f"the endpoint answered 200 without a completion ({problem}): {str(raw)[:200]}")
+        return raw
 
     def _with_retries(self, call: Callable[[], T], retries: list[dict[str, Any]]) -> T:
         for attempt in range(self.retry_policy.max_retries + 1):
             try:
                 return call()
+            except InfraError as exc:  # a refusal after some retries: the failed step keeps their count
+                exc.retries = attempt
+                raise
             except RETRYABLE as exc:
+                reason = self.redact(describe(exc))
                 if attempt == self.retry_policy.max_retries:
-                    raise InfraError(f"{type(exc).__name__} after {attempt} retries: {exc}") from exc
+                    raise InfraError(f"{reason} after {attempt} retries", retries=attempt) from None
                 delay = self.retry_policy.delay(attempt, retry_after_seconds(exc), self.rng)
                 retries.append({"attempt": attempt + 1, "error": type(exc).__name__, "delay_s": round(delay, 3)})
-                log.warning("model call failed (%s); retry %d in %.2f s", type(exc).__name__, attempt + 1, delay)
+                log.warning("model call failed (%s); retry %d in %.2f s", reason[:300], attempt + 1, delay)
                 time.sleep(delay)
         raise AssertionError("unreachable")
 
     def _completion(self, raw: dict[str, Any], cached: bool, retries: list[dict[str, Any]],
-                    seconds: float) -> Completion:
+                    seconds: float, local_input_tokens: int = 0) -> Completion:
         message = self._unique_ids(parse_message(raw))
         usage = raw.get("usage") or {}
-        tokens = Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
         info: dict[str, Any] = {"finish_reason": (raw.get("choices") or [{}])[0].get("finish_reason")}
         if retries:
             info["retries"] = retries
-        if not usage:
+        if usage:
+            tokens = parse_usage(usage)
+        else:  # some servers omit usage: the harness's own count, flagged, rather than a silent 0
+            tokens = Usage(local_input_tokens, self.tokens.message(message))
             info["usage_missing"] = True
         self.simulated = self.simulated or raw.get("model") == SIM_SERVED  # whatever name the config used
         return Completion(message, tokens, modeled_time_s=seconds, cached=cached,
@@ -231,10 +325,35 @@ class OpenAICompatible:
         return Message("assistant", message.content, tuple(calls))
 
     def cost(self, usage: Usage) -> float:
+        """USD of one call. Cached input at the model's `cached_input` price (its input price when it has none);
+        reasoning tokens are already inside output_tokens, so they are not billed again."""
         price = self.prices.get(self.model)
         if not price:
             return float("nan")  # unknown price: shown as n/a, never as free
-        return (usage.input_tokens * price["input"] + usage.output_tokens * price["output"]) / 1e6
+        cached = min(usage.cached_input_tokens, usage.input_tokens)
+        cached_price = price.get("cached_input", price["input"])
+        return ((usage.input_tokens - cached) * price["input"] + cached * cached_price
+                + usage.output_tokens * price["output"]) / 1e6
+
+
+def _count(value: Any) -> int:
+    return int(value) if isinstance(value, int | float) else 0
+
+
+def parse_usage(usage: dict[str, Any]) -> Usage:
+    """The API's usage, with the cached-input and reasoning details when reported (0 otherwise)."""
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    return Usage(_count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")),
+                 _count(prompt_details.get("cached_tokens")), _count(completion_details.get("reasoning_tokens")))
+
+
+def describe(exc: BaseException) -> str:
+    """One line: the exception and, for the SDK's terse connection errors, their cause (e.g. connection refused)."""
+    text = f"{type(exc).__name__}: {exc}"
+    if exc.__cause__ is not None and str(exc.__cause__) not in text:
+        text += f" ({exc.__cause__})"
+    return " ".join(text.split())
 
 
 def parse_message(raw: dict[str, Any]) -> Message:

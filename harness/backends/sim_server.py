@@ -4,6 +4,9 @@ It lets the real client (`model=openai`) be exercised end to end offline and fas
 tool-call parsing — for the resume, replay, secret and fault tests and for `make bench` (with a fixed added
 latency). Each request is answered from its messages alone; the noise seed is derived from the request, so a
 given request always gets the same answer. Responses are SIMULATED, like `model=sim`.
+
+A malformed request (not JSON, no `messages`, a message without a role, ...) gets a 400 with an OpenAI-shaped JSON
+error, as a real endpoint answers, rather than a dropped connection; the listen backlog takes a burst of clients.
 """
 
 from __future__ import annotations
@@ -17,10 +20,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from harness.backends.sim.model import SimModel
-from harness.tokens import TokenCounter
 from harness.types import Message, ToolCall, ToolSpec
 
 MODEL_ID = "sim-served"
+BACKLOG = 128  # socketserver's default is 5: a burst of concurrent episodes would get connection resets
+
+
+class BadRequest(ValueError):
+    """The request is not a chat completion request this server can answer: a 400, never a crash."""
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = BACKLOG
+    daemon_threads = True
 
 
 def from_openai(m: dict[str, Any]) -> Message:
@@ -29,10 +41,29 @@ def from_openai(m: dict[str, Any]) -> Message:
     return Message(m["role"], m.get("content") or "", calls, m.get("tool_call_id"))
 
 
-def answer(body: dict[str, Any], noise: dict[str, Any] | None, tokens: TokenCounter) -> dict[str, Any]:
-    messages = [from_openai(m) for m in body["messages"]]
-    tools = [ToolSpec(t["function"]["name"], t["function"].get("description", ""), t["function"]["parameters"])
-             for t in body.get("tools", [])]
+def parse_request(data: bytes) -> tuple[dict[str, Any], list[Message], list[ToolSpec]]:
+    """The body, messages and tools of a request; BadRequest (with the reason) when any part is malformed."""
+    try:
+        body = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest(f"the body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    if not isinstance(body.get("messages"), list) or not body["messages"]:
+        raise BadRequest("'messages' must be a non-empty list")
+    if not isinstance(body.get("tools", []), list):
+        raise BadRequest("'tools' must be a list")
+    try:  # the shapes inside: a missing key or a wrong type anywhere is the client's error
+        messages = [from_openai(m) for m in body["messages"]]
+        tools = [ToolSpec(t["function"]["name"], t["function"].get("description", ""), t["function"]["parameters"])
+                 for t in body.get("tools", [])]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise BadRequest(f"malformed message or tool ({type(exc).__name__}: {exc})") from exc
+    return body, messages, tools
+
+
+def answer(body: dict[str, Any], messages: list[Message], tools: list[ToolSpec],
+           noise: dict[str, Any] | None) -> dict[str, Any]:
     seed = int(hashlib.sha256(json.dumps(body["messages"], sort_keys=True).encode()).hexdigest()[:12], 16)
     completion = SimModel(seed=seed, noise=noise).generate(messages, tools)
     msg = completion.message
@@ -56,8 +87,7 @@ class SimServer:
         self.busy_s = 0.0  # time spent computing answers (excluding the added latency)
         self.last_authorization: str | None = None  # for tests that check the key was sent (and nowhere else)
         self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", port), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
@@ -73,7 +103,7 @@ class SimServer:
         self.server.server_close()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        owner, tokens = self, TokenCounter()
+        owner = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -93,15 +123,27 @@ class SimServer:
             def do_GET(self) -> None:
                 self._send(200, {"object": "list", "data": [{"id": MODEL_ID, "object": "model"}]})
 
+            def _read(self) -> bytes:
+                try:
+                    length = int(self.headers.get("Content-Length", 0))
+                except ValueError as exc:
+                    raise BadRequest("invalid Content-Length") from exc
+                return self.rfile.read(length) if length > 0 else b""
+
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                try:
+                    body, messages, tools = parse_request(self._read())
+                except BadRequest as exc:
+                    self._send(400, {"error": {"message": str(exc), "type": "invalid_request_error",
+                                               "param": None, "code": None}})
+                    return
                 with owner._lock:
                     owner.requests += 1
                     owner.last_authorization = self.headers.get("Authorization")
                 if owner.latency_s:
                     time.sleep(owner.latency_s)
                 start = time.perf_counter()
-                payload = answer(body, owner.noise, tokens)
+                payload = answer(body, messages, tools, owner.noise)
                 with owner._lock:
                     owner.busy_s += time.perf_counter() - start
                 self._send(200, payload)

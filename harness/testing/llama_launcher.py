@@ -1,0 +1,104 @@
+"""Run `llama_cpp.server` with loopback-only Host headers and without its permissive CORS.
+
+`python -m llama_cpp.server` builds a FastAPI app with CORS `allow_origins=["*"]` plus `allow_credentials=True`
+(Starlette then reflects any browser Origin, credentials allowed) and accepts any Host header, so a web page the
+user visits could drive the local model through DNS rebinding. This launcher builds the same app with the same
+argv (`llama_cpp.server.app.create_app`), removes the CORS middleware (a same-origin client needs none, so no
+cross-origin page gets an `Access-Control-Allow-*` header), and answers 400 to any Host other than 127.0.0.1,
+localhost or [::1] with the served port.
+
+Starlette's TrustedHostMiddleware is not used: it drops the port before comparing (any port passes) and splits
+`[::1]:8765` at its first colon, so it could neither check the port nor allow IPv6 loopback.
+
+    python -m harness.testing.llama_launcher --model M.gguf --host 127.0.0.1 --port 8765 ...  # llama's own flags
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from typing import Any, cast
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def allowed_hosts(port: int) -> list[str]:
+    """Host header values a loopback client sends for this port (clients always add a non-default port)."""
+    return [f"{host}:{port}" for host in LOOPBACK_HOSTS]
+
+
+def host_allowed(host: str, port: int) -> bool:
+    return host.strip().lower() in allowed_hosts(port)
+
+
+class LoopbackHostMiddleware:
+    """Pure ASGI: a request whose Host header is not a loopback name with our port gets a plain 400."""
+
+    def __init__(self, app: ASGIApp, port: int) -> None:
+        self.app, self.port = app, port
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+            if not host_allowed(host, self.port):
+                await self._reject(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    async def _reject(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        body = b"Invalid host header"
+        await send({"type": "http.response.start", "status": 400,
+                    "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def restrict(app: Any, port: int) -> Any:
+    """Drop the app's CORS middleware and put the Host check outermost. Starlette builds its middleware stack on
+    the first request, so editing `user_middleware` before serving is enough."""
+    from starlette.middleware import Middleware
+    from starlette.middleware.cors import CORSMiddleware
+
+    app.user_middleware[:] = [m for m in app.user_middleware if m.cls is not CORSMiddleware]
+    app.user_middleware.insert(0, Middleware(LoopbackHostMiddleware, port=port))
+    app.middleware_stack = None
+    return app
+
+
+def build_app(argv: Sequence[str]) -> tuple[Any, str, int]:
+    """The app `python -m llama_cpp.server` would build from the same argv, restricted; and where to bind it."""
+    from llama_cpp.server.app import create_app
+    from llama_cpp.server.cli import add_args_from_model, parse_model_from_args
+    from llama_cpp.server.settings import ModelSettings, ServerSettings, Settings
+
+    parser = argparse.ArgumentParser(prog="python -m harness.testing.llama_launcher")
+    add_args_from_model(parser, Settings)
+    args = parser.parse_args(list(argv))
+    # parse_model_from_args is annotated as returning its argument's type, but returns an instance.
+    server = cast(ServerSettings, parse_model_from_args(ServerSettings, args))
+    model = cast(ModelSettings, parse_model_from_args(ModelSettings, args))
+    os.environ.pop("CONFIG_FILE", None)  # create_app would let that file replace the argv's settings, host included
+    app = create_app(server_settings=server, model_settings=[model])
+    return restrict(app, server.port), server.host, server.port
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import uvicorn
+
+    app, host, port = build_app(sys.argv[1:] if argv is None else argv)
+    # No HOST/PORT environment overrides (llama's own main has them): the bind address is the argv's alone.
+    uvicorn.run(app, host=host, port=port)
+
+
+if __name__ == "__main__":
+    main()

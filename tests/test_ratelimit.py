@@ -1,0 +1,103 @@
+"""The shared rate limiter: at most `burst` seconds' worth of requests (and tokens) at once, never a minute's."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from harness.backends.openai_compat import OpenAICompatible
+from harness.backends.ratelimit import RateLimiter
+from harness.backends.sim_server import SimServer
+from harness.testing.local_server import free_port
+from harness.types import Message
+
+
+class FakeClock:
+    """A clock that only moves when the limiter sleeps, so waits are exact and the test takes no time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.slept += seconds
+
+
+def limiter(rpm: float | None, tpm: float | None, burst: float = 1.0) -> tuple[RateLimiter, FakeClock]:
+    clock = FakeClock()
+    return RateLimiter(rpm, tpm, burst=burst, clock=clock, sleep=clock.sleep), clock
+
+
+def test_it_starts_with_one_seconds_worth_not_a_minutes() -> None:
+    rl, clock = limiter(rpm=600, tpm=None)  # 10 requests per second
+    waits = [rl.acquire(1) for _ in range(10)]
+    assert waits == [0.0] * 10 and clock.now == 0.0  # the initial burst: one second's worth
+    assert rl.acquire(1) == pytest.approx(0.1)  # then one every 1/10 s
+
+
+def test_the_long_run_rate_is_bounded_by_capacity_plus_rate_times_time() -> None:
+    rl, clock = limiter(rpm=600, tpm=None)
+    sent = 0
+    while clock.now < 60.0:
+        rl.acquire(1)
+        sent += 1
+    assert sent <= 10 + 10 * clock.now + 1  # the old limiter let ~1,200 out in the first minute
+
+
+def test_burst_sets_the_capacity() -> None:
+    rl, clock = limiter(rpm=600, tpm=None, burst=3.0)
+    assert [rl.acquire(1) for _ in range(30)] == [0.0] * 30 and rl.acquire(1) > 0
+
+
+def test_a_slow_rate_still_allows_one_request() -> None:
+    rl, clock = limiter(rpm=6, tpm=None)  # 0.1 per second: the bucket still holds one whole request
+    assert rl.acquire(1) == 0.0 and rl.acquire(1) == pytest.approx(10.0)
+
+
+def test_tokens_are_smoothed_and_a_request_larger_than_the_bucket_still_goes() -> None:
+    rl, clock = limiter(rpm=None, tpm=6000)  # 100 tokens per second, bucket of 100
+    assert rl.acquire(60) == 0.0
+    assert rl.acquire(60) == pytest.approx(0.2)  # waits for the 20 missing tokens
+    rl2, clock2 = limiter(rpm=None, tpm=6000)
+    assert rl2.acquire(1000) == 0.0  # larger than the bucket: goes when the bucket is full
+    assert rl2.acquire(50) == pytest.approx(9.5)  # and its excess is paid back before the next request
+
+
+def test_no_limits_never_wait() -> None:
+    rl, clock = limiter(rpm=None, tpm=None)
+    assert [rl.acquire(10**9) for _ in range(100)] == [0.0] * 100 and clock.now == 0.0
+
+
+def test_burst_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="burst"):
+        RateLimiter(60, None, burst=0)
+
+
+def test_observed_request_rate_against_a_loopback_server_stays_under_the_bound() -> None:
+    """Upper bound only: 16 threads for ~2 s at rpm=600 must not exceed capacity + rate x elapsed + 1."""
+    with SimServer() as server:
+        # A model name of its own: a fresh limiter from the config, not one another test already shared.
+        model = OpenAICompatible(model=f"rl-{free_port()}", base_url=server.base_url, api_key_env=None,
+                                 rate_limit={"rpm": 600, "burst": 1.0})
+        messages = [Message("system", "s"), Message("user", "hi")]
+        start = time.monotonic()
+        deadline = start + 2.0
+
+        def hammer() -> None:
+            while time.monotonic() < deadline:
+                model.generate(messages, [])
+
+        threads = [threading.Thread(target=hammer) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.monotonic() - start
+        sent = server.requests
+    assert sent <= 10 + 10 * elapsed + 1

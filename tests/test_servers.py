@@ -1,0 +1,99 @@
+"""The loopback servers the tests and `make serve-sim` rely on: malformed requests get a 400, not a dropped
+connection; the listen backlog takes a burst of clients. (The llama.cpp launcher's Host/CORS limits are tested
+against the real server in tests/integration/test_local_server.py.)"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from harness.backends.sim_server import SimServer
+from harness.testing import llama_launcher
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimServer]:
+    with SimServer() as s:
+        yield s
+
+
+def post(server: SimServer, body: bytes) -> tuple[int, dict[str, Any]]:
+    host, port = server.server.server_address[:2]
+    conn = http.client.HTTPConnection(str(host), int(port), timeout=10)
+    try:
+        conn.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        conn.close()
+
+
+GOOD = json.dumps({"model": "sim-served", "messages": [{"role": "system", "content": "s"},
+                                                       {"role": "user", "content": "hi"}]}).encode()
+
+
+@pytest.mark.parametrize("body", [
+    b"{not json",
+    b"[1, 2, 3]",
+    b"{}",
+    json.dumps({"messages": "hi"}).encode(),
+    json.dumps({"messages": [{"content": "no role"}]}).encode(),
+    json.dumps({"messages": [42]}).encode(),
+    json.dumps({"messages": [{"role": "assistant", "tool_calls": [{"id": "x"}]}]}).encode(),
+    json.dumps({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}).encode(),
+    "é".encode("latin-1"),
+], ids=["bad-json", "not-an-object", "no-messages", "messages-not-a-list", "no-role", "message-not-an-object",
+        "tool-call-without-function", "tool-without-function", "not-utf8"])
+def test_a_malformed_request_gets_a_400_with_a_json_error(sim: SimServer, body: bytes) -> None:
+    status, payload = post(sim, body)
+    assert status == 400
+    assert isinstance(payload["error"]["message"], str) and payload["error"]["type"] == "invalid_request_error"
+    assert post(sim, GOOD)[0] == 200  # the server is still serving
+
+
+def test_a_good_request_is_answered(sim: SimServer) -> None:
+    status, payload = post(sim, GOOD)
+    assert status == 200 and payload["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_the_listen_backlog_takes_a_burst_of_clients() -> None:
+    server = SimServer()
+    try:
+        assert server.server.request_queue_size >= 128
+    finally:
+        server.server.server_close()
+
+
+def test_a_burst_of_concurrent_clients_is_answered(sim: SimServer) -> None:
+    statuses: list[int] = []
+    lock = threading.Lock()
+
+    def one() -> None:
+        status, _ = post(sim, GOOD)
+        with lock:
+            statuses.append(status)
+
+    threads = [threading.Thread(target=one) for _ in range(64)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert statuses == [200] * 64
+
+
+@pytest.mark.parametrize(("host", "allowed"), [
+    ("127.0.0.1:8765", True), ("localhost:8765", True), ("[::1]:8765", True),
+    ("LOCALHOST:8765", True), ("evil.example:8765", False), ("127.0.0.1:9999", False),
+    ("127.0.0.1.nip.io:8765", False), ("127.0.0.1", False), ("", False),
+])
+def test_the_launcher_allows_only_loopback_hosts_on_its_port(host: str, allowed: bool) -> None:
+    assert llama_launcher.host_allowed(host, 8765) is allowed
+
+
+def test_the_launcher_lists_exactly_the_loopback_hosts() -> None:
+    assert llama_launcher.allowed_hosts(8765) == ["127.0.0.1:8765", "localhost:8765", "[::1]:8765"]
