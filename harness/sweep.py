@@ -11,14 +11,15 @@ needs the PinchBench/Odysseys adapters.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
-import pandas as pd
-
-from harness.report.budget import reference_tokens
+from harness.lifecycle import die_with_parent
+from harness.report.budget import read_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ("budget", "n_w", "ablations")
@@ -28,14 +29,19 @@ BASE = {"budget": ["experiment=c2"], "n_w": ["experiment=c4"], "ablations": []} 
 def multirun(sweep: str, sweep_dir: Path, args: list[str]) -> None:
     cmd = [sys.executable, "-m", "harness.run", "-m", *BASE[sweep], f"+sweep={sweep}",
            f"hydra.sweep.dir={sweep_dir}", *args]
-    subprocess.run(cmd, cwd=ROOT, check=True)
+    subprocess.run(cmd, cwd=ROOT, check=True, preexec_fn=_with_us())
+
+
+def _with_us() -> partial[None]:
+    """Sweep runs die with this process (as episode workers die with their runner): no orphaned sweep."""
+    return partial(die_with_parent, os.getpid())
 
 
 def vanilla_reference(sweep_dir: Path, args: list[str]) -> int:
     out = sweep_dir / "vanilla_reference"
     cmd = [sys.executable, "-m", "harness.cli", "experiment=c2", f"out_dir={out}", "progress=false", *args]
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    return reference_tokens(pd.read_parquet(out / "episodes.parquet"))
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, preexec_fn=_with_us())
+    return read_reference(out)
 
 
 def main(argv: list[str] | None = None) -> Path:
