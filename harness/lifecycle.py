@@ -71,10 +71,15 @@ def signals_stop_the_run(forward_to: list[int] | None = None) -> Iterator[None]:
         return
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        # Further signals must not re-enter this handler while request_stop holds the stop flag's lock (a
+        # deadlock): they are ignored until the flag is set; then a second Ctrl-C interrupts the clean stop.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         name = signal.Signals(signum).name
         request_stop(f"{name} received")
         for pid in forward_to or []:
             _kill(pid, signal.SIGTERM)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         raise KeyboardInterrupt(name)
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -104,7 +109,14 @@ def worker_signals() -> None:
     """In an episode worker process: SIGTERM (from the parent, or sent to the whole process group) stops the
     worker's requests; SIGINT is left to the parent, which coordinates the stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda signum, frame: request_stop("SIGTERM received"))
+    signal.signal(signal.SIGTERM, _worker_stop)
+
+
+def _worker_stop(signum: int, frame: FrameType | None) -> None:
+    # The parent forwards the stop and then terminates its workers: the second SIGTERM must not re-enter this
+    # handler while request_stop holds the stop flag's lock (a deadlock seen in the interruption test).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    request_stop("SIGTERM received")
 
 
 class RunLock:

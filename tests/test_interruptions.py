@@ -88,9 +88,11 @@ def test_sigkill_leaves_no_worker_and_resume_sends_nothing_twice(tmp_path: Path)
         killed_at = time.monotonic()
         proc.kill()
         proc.wait()
+        time.sleep(0.5)
+        thawed_at = time.monotonic()
         endpoint.thaw()  # a surviving worker would now get its answers and carry on
         time.sleep(2.0)
-        late = [s for s in endpoint.posts() if s.at > killed_at + 0.05]
+        late = [s for s in endpoint.posts() if s.at > thawed_at]  # nobody got an answer before: any is new
         assert late == [], f"{len(late)} requests reached the endpoint after SIGKILL"
         assert not any(alive(w) for w in workers)
         answered = {s.digest for s in endpoint.posts() if s.answered_at is not None and s.answered_at < killed_at}
@@ -104,15 +106,18 @@ def test_sigterm_stops_cleanly_and_resumes(tmp_path: Path, workers: str) -> None
         proc = start(cmd)
         wait_for(lambda: len(endpoint.posts()) >= 40)
         pids = children(proc.pid)
-        rival = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        endpoint.freeze()  # no answer goes out, so no episode can move on to a next request by itself
+        rival = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)  # while the first lives
         assert rival.returncode == 2 and "in use by a live run" in rival.stderr and "Traceback" not in rival.stderr
-        signalled_at = time.monotonic()
         proc.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+        thawed_at = time.monotonic()
+        endpoint.thaw()  # the in-flight requests are answered now: with the stop, none may be followed by another
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err[-2000:]
         assert "Stopped (SIGTERM received)" in err and f"out_dir={tmp_path / 'out'}" in err
         assert "Traceback" not in err + out
-        late = [s for s in endpoint.posts() if s.at > signalled_at + 0.25]  # in-flight ones finish; none is new
+        late = [s for s in endpoint.posts() if s.at > thawed_at]
         assert late == [], f"{len(late)} requests were sent after SIGTERM"
         assert not any(alive(p) for p in pids)
         answered = {s.digest for s in endpoint.posts() if s.answered_at is not None}
