@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import fcntl
 import math
@@ -29,7 +28,6 @@ from harness.errors import InputError
 
 STOP = threading.Event()
 STOP_REASON: list[str] = []
-WORKER_PIDS: list[int] = []  # the runner's episode worker processes, to pass a stop signal on to
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -62,10 +60,9 @@ def reset() -> None:
 
 
 @contextmanager
-def signals_stop_the_run(forward_to: list[int] | None = None) -> Iterator[None]:
-    """In the main thread: SIGINT and SIGTERM set the stop flag, are passed on as SIGTERM to the worker
-    processes in `forward_to` (filled in as workers start), and raise KeyboardInterrupt, so the runner's one
-    interruption path (stop, write what is whole, say how to resume) serves both."""
+def signals_stop_the_run() -> Iterator[None]:
+    """In the main thread: SIGINT and SIGTERM set the stop flag and raise KeyboardInterrupt, so the runner's one
+    interruption path (stop the workers, write what is whole, say how to resume) serves both."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be installed from the main thread (e.g. a launcher's worker thread)
         return
@@ -77,8 +74,6 @@ def signals_stop_the_run(forward_to: list[int] | None = None) -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         name = signal.Signals(signum).name
         request_stop(f"{name} received")
-        for pid in forward_to or []:
-            _kill(pid, signal.SIGTERM)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         raise KeyboardInterrupt(name)
 
@@ -88,11 +83,6 @@ def signals_stop_the_run(forward_to: list[int] | None = None) -> Iterator[None]:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
-
-
-def _kill(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
 
 
 def die_with_parent(parent_pid: int) -> None:

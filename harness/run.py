@@ -186,7 +186,6 @@ def _hybrid(cfg: DictConfig, jobs: list[Job], procs: int) -> Iterator[dict[str, 
                for _ in range(procs)]
     for w in workers:
         w.start()
-        lifecycle.WORKER_PIDS.append(w.pid or 0)  # a signal to the runner is passed on to them at once
     try:
         remaining = len(jobs)
         while remaining:
@@ -195,11 +194,11 @@ def _hybrid(cfg: DictConfig, jobs: list[Job], procs: int) -> Iterator[dict[str, 
                 continue
             remaining -= 1
             yield row
-    finally:  # on a stop or a crash: stop the workers (in-flight requests finish; no new one is sent)
+    finally:  # on a stop or a crash: stop every worker at once (in-flight requests finish; no new one is sent)
         for w in workers:
             w.terminate() if w.is_alive() else None
+        for w in workers:
             w.join()
-        lifecycle.WORKER_PIDS.clear()
         _drain_spend(done)
 
 
@@ -326,7 +325,7 @@ def _drive(cfg: DictConfig, domain: Domain, jobs: list[Job], total: int) -> None
     """Run the jobs with a progress bar; a signal or the cost cap stops it (lifecycle.STOP says so after)."""
     done, tokens, cost, n = 0, 0, 0.0, 0
     with tqdm(total=total, initial=total - len(jobs), desc=f"{cfg.name} [{cfg.model.name}]",
-              disable=not cfg.progress, unit="ep") as bar, lifecycle.signals_stop_the_run(lifecycle.WORKER_PIDS):
+              disable=not cfg.progress, unit="ep") as bar, lifecycle.signals_stop_the_run():
         try:
             for row in _execute(cfg, domain, jobs):
                 done, tokens, n = done + row["completed"], tokens + row["input_tokens"], n + 1

@@ -121,6 +121,8 @@ def test_sigterm_stops_cleanly_and_resumes(tmp_path: Path, workers: str) -> None
         assert late == [], f"{len(late)} requests were sent after SIGTERM"
         assert not any(alive(p) for p in pids)
         answered = {s.digest for s in endpoint.posts() if s.answered_at is not None}
+        assert len(answered) == len(endpoint.posts())  # every request of the stopped run got its answer ...
+        assert len(list((tmp_path / "cache").rglob("*.json"))) == len(answered)  # ... and was cached
         resume_and_check(endpoint, cmd, answered, tmp_path)
 
 
