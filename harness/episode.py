@@ -168,7 +168,6 @@ def _step(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: To
     t1 = time.perf_counter()
     lifecycle.check()  # a stopping run sends no new request (the backend checks again before each retry)
     completion = model.generate(view.messages, ctx.tools)
-    lifecycle.METER.add(completion.cost_usd + view.aux_cost_usd)
     message = completion.message
     finish = completion.info.get("finish_reason")
     bad = unusable(message, finish)

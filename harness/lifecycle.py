@@ -26,8 +26,9 @@ from typing import IO
 
 from harness.errors import InputError
 
-STOP = threading.Event()
-STOP_REASON: list[str] = []
+# The stop flag is a plain attribute, not a threading.Event: signal handlers set it, and an Event's lock taken
+# by a handler that interrupted code already holding it would deadlock. Reads and writes are atomic under the GIL.
+_STOP: dict[str, str | None] = {"reason": None}
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -38,24 +39,27 @@ class Interrupted(BaseException):  # noqa: N818 - like KeyboardInterrupt, it is 
 
 def check() -> None:
     """Raise Interrupted when the run is stopping; call it before anything that spends (a model request)."""
-    if STOP.is_set():
+    if stopping():
         raise Interrupted(stop_reason())
 
 
+def stopping() -> bool:
+    return _STOP["reason"] is not None
+
+
 def stop_reason() -> str:
-    return STOP_REASON[0] if STOP_REASON else "the run is stopping"
+    return _STOP["reason"] or "the run is not stopping"
 
 
 def request_stop(reason: str) -> None:
-    if not STOP.is_set():
-        STOP_REASON[:] = [reason]
-    STOP.set()
+    """The first reason wins (later ones, e.g. the runner's own 'interrupted', only confirm it)."""
+    if _STOP["reason"] is None:
+        _STOP["reason"] = reason
 
 
 def reset() -> None:
     """A new run in this process starts with no stop requested and nothing spent."""
-    STOP.clear()
-    STOP_REASON.clear()
+    _STOP["reason"] = None
     METER.reset(None, 0.0)
 
 
@@ -68,13 +72,8 @@ def signals_stop_the_run() -> Iterator[None]:
         return
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        # Further signals must not re-enter this handler while request_stop holds the stop flag's lock (a
-        # deadlock): they are ignored until the flag is set; then a second Ctrl-C interrupts the clean stop.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         name = signal.Signals(signum).name
-        request_stop(f"{name} received")
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        request_stop(f"{name} received")  # lock-free: safe wherever the signal lands
         raise KeyboardInterrupt(name)
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -103,10 +102,7 @@ def worker_signals() -> None:
 
 
 def _worker_stop(signum: int, frame: FrameType | None) -> None:
-    # The parent forwards the stop and then terminates its workers: the second SIGTERM must not re-enter this
-    # handler while request_stop holds the stop flag's lock (a deadlock seen in the interruption test).
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    request_stop("SIGTERM received")
+    request_stop("SIGTERM received")  # lock-free: a second SIGTERM landing inside the first is harmless
 
 
 class RunLock:
@@ -135,7 +131,8 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         if self._file is not None:
-            fcntl.flock(self._file, fcntl.LOCK_UN)
+            # Only close: an explicit unlock would release the lock for every process sharing it, live workers
+            # included; the kernel drops it when the last of them closes it.
             self._file.close()
             self._file = None
 

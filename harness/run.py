@@ -111,12 +111,25 @@ NEUTRAL = ("out_dir", "progress", "n_workers", "concurrency", "n_tasks", "n_runs
            "max_cost_usd", "preflight")
 
 
+# ... and, in every backend block, how calls are made and paid for, not what they return (e.g. a lower rpm after
+# 429s, or another cache folder, must not refuse a resume).
+NEUTRAL_BACKEND = ("rate_limit", "retry", "timeout_s", "api_key_env", "cache_dir", "prices", "executor")
+
+
 def fingerprint(cfg: DictConfig) -> str:
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved, dict)
     relevant = {k: v for k, v in resolved.items() if k not in NEUTRAL}
     relevant["env"] = {k: v for k, v in relevant.get("env", {}).items() if k != "n_tasks"}
+    relevant["model"] = _without_knobs(relevant.get("model"))
+    for group in ("user", "summarizer"):
+        if isinstance(relevant.get(group), dict) and "backend" in relevant[group]:
+            relevant[group] = {**relevant[group], "backend": _without_knobs(relevant[group]["backend"])}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _without_knobs(block: Any) -> Any:
+    return {k: v for k, v in block.items() if k not in NEUTRAL_BACKEND} if isinstance(block, dict) else block
 
 
 def check_resume(out_dir: Path, print_: str) -> None:
@@ -125,7 +138,8 @@ def check_resume(out_dir: Path, print_: str) -> None:
     marker = out_dir / "fingerprint.txt"
     found = marker.read_text().strip() if marker.exists() else None
     if found is None:
-        found = next((f for f in map(_transcript_fingerprint, transcript_files(out_dir)) if f != print_), None)
+        found = next((f for f in map(_transcript_fingerprint, transcript_files(out_dir))
+                      if f not in (print_, "unreadable")), None)  # an unreadable one is damaged: rerun
     if found is not None and found != print_:
         raise InputError(f"{out_dir} holds episodes of a different configuration (fingerprint {found} != {print_}); "
                          "choose another out_dir")
@@ -141,15 +155,27 @@ def _transcript_fingerprint(path: Path) -> str:
         return "unreadable"
 
 
-def _execute(cfg: DictConfig, domain: Domain, jobs: list[Job]) -> Iterator[dict[str, Any]]:
+def plan(cfg: DictConfig, jobs: list[Job], spends: bool) -> str:
+    """How episodes run: `hybrid` (processes x threads), `threads`, `processes` (a pool, for the CPU-bound
+    simulated agent) or `serial`. A run that spends money (any real backend, e.g. the sim agent with user=llm)
+    never uses the pool: its workers could not be stopped mid-episode nor metered against the cost cap."""
     workers = cfg.n_workers or os.cpu_count() or 1
-    if cfg.model.get("executor") == "thread":
-        if workers > 1 and cfg.concurrency >= 4 * workers and len(jobs) > workers:
-            yield from _hybrid(cfg, jobs, workers)
-        else:
-            yield from _threaded(cfg, domain, jobs)
+    threaded = cfg.model.get("executor") == "thread"
+    if threaded or spends:
+        many = workers > 1 and len(jobs) > workers
+        return "hybrid" if many and (cfg.concurrency >= 4 * workers or not threaded) else "threads"
+    return "serial" if workers == 1 or len(jobs) < 2 else "processes"
+
+
+def _execute(cfg: DictConfig, domain: Domain, jobs: list[Job], how: str) -> Iterator[dict[str, Any]]:
+    workers = cfg.n_workers or os.cpu_count() or 1
+    if how == "hybrid":
+        yield from _hybrid(cfg, jobs, workers)
         return
-    if workers == 1 or len(jobs) < 2:
+    if how == "threads":
+        yield from _threaded(cfg, domain, jobs)
+        return
+    if how == "serial":
         yield from (run_one(cfg, domain, job) for job in jobs)
         return
     yaml = OmegaConf.to_yaml(cfg, resolve=True)
@@ -197,15 +223,19 @@ def _hybrid(cfg: DictConfig, jobs: list[Job], procs: int) -> Iterator[dict[str, 
     finally:  # on a stop or a crash: stop every worker at once (in-flight requests finish; no new one is sent)
         for w in workers:
             w.terminate() if w.is_alive() else None
+        todo.cancel_join_thread()  # jobs nobody will read must not keep this process from exiting
+        while any(w.is_alive() for w in workers):
+            _drain(done)  # read while they finish: a worker whose messages fill the pipe cannot exit
         for w in workers:
             w.join()
-        _drain_spend(done)
+        _drain(done)
 
 
 def _control(row: dict[str, Any]) -> bool:
-    """A worker's message that is not an episode: its spend (counted against the cap), a stop, or a crash."""
-    if "spent" in row:
-        lifecycle.METER.add(row["spent"])
+    """A worker's message that is not an episode: a stop or a crash. Every message may carry the worker's spend
+    since its last message (counted against the cap and kept in the out_dir's spend)."""
+    lifecycle.METER.add(row.pop("spent", 0.0))
+    if not row:
         return True
     if "crash" in row:
         raise RuntimeError(f"an episode worker crashed:\n{row['crash']}")
@@ -215,15 +245,15 @@ def _control(row: dict[str, Any]) -> bool:
     return False
 
 
-def _drain_spend(done: Any) -> None:
-    """The spend the stopped workers reported on their way out (episodes they abandoned cost money too)."""
+def _drain(done: Any) -> None:
+    """What stopping workers still say: their spend (episodes they abandoned cost money too); their finished
+    episodes already have transcripts, and their stop or crash notices are moot now."""
     while True:
         try:
             row = dict(done.get(timeout=0.1))
         except queue.Empty:
             return
-        if "spent" in row:
-            lifecycle.METER.add(row["spent"])
+        lifecycle.METER.add(row.get("spent", 0.0))
 
 
 def _next_result(done: Any, workers: list[Any]) -> dict[str, Any]:
@@ -250,15 +280,24 @@ def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any
                 limits[key] = limits[key] / procs  # each process gets its share of every endpoint's limits
     domain = build_domain(cfg)
 
+    reported = [0.0]
+    lock = threading.Lock()
+
+    def spent() -> float:  # this worker's spend since its last message, so the runner's total is always current
+        with lock:
+            delta, reported[0] = lifecycle.METER.spent - reported[0], lifecycle.METER.spent
+            return delta
+
     def loop() -> None:
         while (job := todo.get()) is not None:
             try:
-                done.put(run_one(cfg, domain, job))
+                row = run_one(cfg, domain, job)
+                done.put({**row, "spent": spent()})
             except lifecycle.Interrupted as exc:  # this worker was told to stop, or reached its share of the cap
-                done.put({"stopped": str(exc)})
+                done.put({"stopped": str(exc), "spent": spent()})
                 return
             except BaseException:  # even KeyboardInterrupt/SystemExit: the parent must hear of it, not hang
-                done.put({"crash": traceback.format_exc()})
+                done.put({"crash": traceback.format_exc(), "spent": spent()})
                 raise
 
     pool = [threading.Thread(target=loop) for _ in range(threads)]
@@ -266,7 +305,7 @@ def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any
         t.start()
     for t in pool:
         t.join()
-    done.put({"spent": lifecycle.METER.spent})  # the runner keeps the out_dir's total spend
+    done.put({"spent": spent()})
 
 
 def prepare_out_dir(value: str) -> Path:
@@ -299,7 +338,7 @@ def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
     if cfg.dry_run:
         return _dry_run(cfg, domain, backends)
     out_dir = prepare_out_dir(cfg.out_dir)
-    with lifecycle.RunLock(out_dir):
+    with lifecycle.signals_stop_the_run(), lifecycle.RunLock(out_dir):
         print_ = fingerprint(cfg)
         check_resume(out_dir, print_)
         jobs = pending(cfg, domain, out_dir, print_)
@@ -307,27 +346,33 @@ def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
             _preflight(cfg, backends, len(jobs), verbose)
         (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         manifest.begin(out_dir, cfg, print_, [t.task_id for t in domain.tasks])
-        lifecycle.METER.reset(cfg.max_cost_usd, _spent(out_dir, print_), count_only=_spends_in_workers(cfg, jobs))
-        if lifecycle.METER.cap is not None and lifecycle.METER.spent >= lifecycle.METER.cap:
+        how = plan(cfg, jobs, bool(backends))
+        lifecycle.METER.reset(cfg.max_cost_usd, _spent(out_dir, print_), count_only=how == "hybrid")
+        if jobs and lifecycle.METER.cap is not None and lifecycle.METER.spent >= lifecycle.METER.cap:
             lifecycle.request_stop(f"max_cost_usd={cfg.max_cost_usd:g} was already reached by this out_dir")
             jobs = []
         before = _whole(out_dir, print_)
         try:
-            _drive(cfg, domain, jobs, len(domain.tasks) * cfg.n_runs)
+            _drive(cfg, domain, jobs, how, out_dir)
         finally:  # even after a crash the tables and the manifest say what is there (a crash: partial at best)
-            atomic_write(out_dir / SPENT, f"{lifecycle.METER.spent!r}\n")
+            _save_spend(out_dir)
             episodes, _ = build_tables(out_dir, print_)
-            manifest.finish(out_dir, episodes, interrupted=lifecycle.STOP.is_set() or sys.exc_info()[0] is not None)
-    return _conclude(cfg, out_dir, episodes, _whole(out_dir, print_) - before, verbose)
+            unfinished = bool(pending(cfg, domain, out_dir, print_))
+            manifest.finish(out_dir, episodes, interrupted=unfinished and (
+                lifecycle.stopping() or sys.exc_info()[0] is not None))
+    return _conclude(out_dir, episodes, _whole(out_dir, print_) - before, unfinished, verbose)
 
 
-def _drive(cfg: DictConfig, domain: Domain, jobs: list[Job], total: int) -> None:
-    """Run the jobs with a progress bar; a signal or the cost cap stops it (lifecycle.STOP says so after)."""
+def _drive(cfg: DictConfig, domain: Domain, jobs: list[Job], how: str, out_dir: Path) -> None:
+    """Run the jobs with a progress bar; a signal or the cost cap stops it (lifecycle.stopping() says so after).
+    The out_dir's spend is saved after every episode, so even a SIGKILL loses at most the episodes in flight."""
+    total = len(domain.tasks) * cfg.n_runs
     done, tokens, cost, n = 0, 0, 0.0, 0
     with tqdm(total=total, initial=total - len(jobs), desc=f"{cfg.name} [{cfg.model.name}]",
-              disable=not cfg.progress, unit="ep") as bar, lifecycle.signals_stop_the_run():
+              disable=not cfg.progress, unit="ep") as bar:
         try:
-            for row in _execute(cfg, domain, jobs):
+            for row in _execute(cfg, domain, jobs, how):
+                _save_spend(out_dir)
                 done, tokens, n = done + row["completed"], tokens + row["input_tokens"], n + 1
                 cost += 0.0 if math.isnan(row["cost_usd"]) else row["cost_usd"]  # NaN: a price is unknown
                 bar.set_postfix(completed=f"{done}/{n}", in_tok=f"{tokens:,}", cost=f"${cost:,.2f}")
@@ -336,32 +381,30 @@ def _drive(cfg: DictConfig, domain: Domain, jobs: list[Job], total: int) -> None
             lifecycle.request_stop("interrupted")
 
 
+def _save_spend(out_dir: Path) -> None:
+    atomic_write(out_dir / SPENT, f"{lifecycle.METER.spent!r}\n")
+
+
 def _whole(out_dir: Path, print_: str) -> int:
     return sum(check_transcript(p, print_)[0] in (State.COMPLETE, State.FAILED) for p in transcript_files(out_dir))
 
 
-def _spends_in_workers(cfg: DictConfig, jobs: list[Job]) -> bool:
-    """In the hybrid executor each worker process meters its own spend against its share of the cap."""
-    workers = cfg.n_workers or os.cpu_count() or 1
-    return cfg.model.get("executor") == "thread" and workers > 1 and cfg.concurrency >= 4 * workers and len(
-        jobs) > workers
-
-
 def _spent(out_dir: Path, print_: str) -> float:
-    """What the out_dir has spent in earlier sessions, abandoned episodes included (`spent_usd.txt`, written at
-    the end of every session); for an out_dir without it, what its recorded episodes cost."""
+    """What the out_dir has spent in earlier sessions, abandoned episodes included (`spent_usd.txt`, saved after
+    every episode and at the end of every session), and at least what its recorded episodes cost."""
+    saved = 0.0
     if (out_dir / SPENT).exists():
         try:
-            return float((out_dir / SPENT).read_text())
+            saved = float((out_dir / SPENT).read_text())
         except ValueError:
             log.warning("%s is unreadable: counting the recorded episodes' cost instead", out_dir / SPENT)
-    total = 0.0
+    recorded = 0.0
     for path in transcript_files(out_dir):
         state, records = check_transcript(path, print_)
         if not isinstance(records, str):
             cost = records[-1].get("cost_usd")
-            total += cost if isinstance(cost, int | float) and not math.isnan(cost) else 0.0
-    return total
+            recorded += cost if isinstance(cost, int | float) and not math.isnan(cost) else 0.0
+    return max(saved, recorded)  # the file may predate episodes whose session was killed before saving it
 
 
 def _preflight(cfg: DictConfig, backends: dict[str, Any], n_episodes: int, verbose: bool) -> None:
@@ -390,13 +433,13 @@ def _resume_example(out_dir: Path) -> str:
     return f" (python -m harness.cli {' '.join([*args, f'out_dir={out_dir}'])})"
 
 
-def _conclude(cfg: DictConfig, out_dir: Path, episodes: pd.DataFrame, new: int, verbose: bool) -> pd.DataFrame:
-    """The console report, then the exit status: a stopped run or one where every episode was an
-    infrastructure failure exits non-zero with the reason."""
+def _conclude(out_dir: Path, episodes: pd.DataFrame, new: int, unfinished: bool, verbose: bool) -> pd.DataFrame:
+    """The console report, then the exit status: a run stopped before its end, or one where every episode was an
+    infrastructure failure, exits non-zero with the reason (a stop after the last episode changes nothing)."""
     if verbose and not episodes.empty:
         print(render(episodes))
         print(f"\nWrote {out_dir}/episodes.parquet, steps.parquet, transcripts/ ({len(episodes)} episodes)")
-    if lifecycle.STOP.is_set():
+    if lifecycle.stopping() and unfinished:
         reason = lifecycle.stop_reason()
         print(f"\nStopped ({reason}) after {new} new episodes; every whole transcript is kept. To finish the "
               f"rest, run the same command with out_dir={out_dir}{_resume_example(out_dir)}", file=sys.stderr)
@@ -417,6 +460,10 @@ def main(cfg: DictConfig) -> None:
     except (InputError, InfraError) as exc:  # the user's to fix: one line, no traceback
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_INPUT) from None
+    except KeyboardInterrupt:  # a signal outside the episode loop (pre-flight, writing tables): nothing is lost
+        print(f"\nStopped ({lifecycle.stop_reason()}) before the run started or while it wrote its tables; "
+              f"rerun the same command to resume", file=sys.stderr)
+        raise SystemExit(EXIT_INTERRUPTED) from None
 
 
 if __name__ == "__main__":

@@ -250,12 +250,11 @@ def test_cached_input_without_its_own_price_is_priced_as_input() -> None:
 # 7. A stopping run sends no new request.
 @pytest.fixture
 def stopping() -> Iterator[None]:
-    lifecycle.STOP.clear()
+    lifecycle.reset()
     try:
         yield
     finally:
-        lifecycle.STOP.clear()
-        lifecycle.STOP_REASON.clear()
+        lifecycle.reset()
 
 
 def test_a_stopping_run_sends_no_request(stub: Any, stopping: None) -> None:

@@ -6,11 +6,13 @@ import logging
 from collections.abc import Sequence
 
 import pytest
+from _endpoint import RecordingEndpoint
 from _support import calls, say, task
 
 from harness import episode as episode_module
 from harness import lifecycle
 from harness.backends.base import InfraError
+from harness.backends.openai_compat import OpenAICompatible
 from harness.envs.expense.domain import ExpenseDomain
 from harness.envs.expense.user import ScriptedUser
 from harness.episode import run_episode
@@ -125,9 +127,17 @@ def test_a_stopping_run_sends_no_request() -> None:
     assert model.calls == 0
 
 
-def test_the_cost_cap_requests_a_stop_once_reached() -> None:
-    lifecycle.METER.reset(0.025, 0.0)
-    model = Replies([reply(say("What were the room charges?"))] * 5)
-    with pytest.raises(lifecycle.Interrupted, match="max_cost_usd"):
-        run(model)
-    assert model.calls == 3  # 0.01 per call: the third call crosses the cap, the fourth is never sent
+def test_every_paid_call_counts_against_the_cost_cap(tmp_path: object) -> None:
+    """Metered where money is spent, the backend, so the agent's, the user model's and a summarizer's calls all
+    count; crossing the cap stops the run before the next request."""
+    with RecordingEndpoint() as endpoint:
+        model = OpenAICompatible(model="sim-served", base_url=endpoint.base_url, api_key_env=None,
+                                 prices={"sim-served": {"input": 1.0, "output": 1.0}})
+        lifecycle.METER.reset(0.0003, 0.0)  # about 60 tokens a call at $1 per 1M: ~5 calls
+        sent = 0
+        with pytest.raises(lifecycle.Interrupted, match="max_cost_usd"):
+            for _ in range(100):
+                model.generate([Message("system", "s"), Message("user", "Itemize my hotel expense.")], [])
+                sent += 1
+        assert 0 < sent < 100 and len(endpoint.posts()) == sent  # the call that crossed it was the last one sent
+        assert lifecycle.METER.spent >= 0.0003

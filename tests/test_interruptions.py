@@ -18,22 +18,36 @@ import pandas as pd
 import pytest
 from _endpoint import RecordingEndpoint
 
-from harness.records import transcript_files
+from harness.records import read_transcript, transcript_files
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 N_TASKS = 10
 
 
-def command(url: str, tmp: Path, *extra: str) -> list[str]:
+def command(url: str, tmp: Path, *extra: str, n_tasks: int = N_TASKS, n_runs: int = 1) -> list[str]:
     return [sys.executable, "-m", "harness.cli", "experiment=c3", "model=openai", f"model.base_url={url}",
-            "model.api_key_env=null", "model.model=sim-served", f"model.cache_dir={tmp / 'cache'}", "model.prices={}",
+            "model.api_key_env=null", "model.model=sim-served", f"model.cache_dir={tmp / 'cache'}",
+            "+model.prices={sim-served: {input: 1.0, output: 1.0}}",
             "model.rate_limit.rpm=null", "model.rate_limit.tpm=null",
-            f"n_tasks={N_TASKS}", "n_runs=1", f"out_dir={tmp / 'out'}", "progress=false", *extra]
+            f"n_tasks={n_tasks}", f"n_runs={n_runs}", f"out_dir={tmp / 'out'}", "progress=false", *extra]
+
+
+STARTED: list[subprocess.Popen[str]] = []
 
 
 def start(cmd: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    STARTED.append(proc)
+    return proc
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_runs():  # type: ignore[no-untyped-def]
+    """A failed test must not leave its runner (and, through it, its workers) running."""
+    yield
+    while STARTED:
+        STARTED.pop().kill()
 
 
 def wait_for(predicate, timeout: float = 90.0) -> None:  # type: ignore[no-untyped-def]
@@ -80,7 +94,7 @@ def test_sigkill_leaves_no_worker_and_resume_sends_nothing_twice(tmp_path: Path)
     with RecordingEndpoint(latency_s=0.1) as endpoint:
         cmd = command(endpoint.base_url, tmp_path, "n_workers=2", "concurrency=8")  # processes x threads
         proc = start(cmd)
-        wait_for(lambda: len(endpoint.posts()) >= 40)
+        wait_for(lambda: len(endpoint.posts()) >= 40 and len(list((tmp_path / "out").glob("transcripts/*.jsonl"))) >= 2)
         workers = children(proc.pid)
         assert len(workers) >= 2, "the run should use worker processes"
         endpoint.freeze()  # hold new requests unanswered, let answers already on the way arrive and be cached
@@ -95,6 +109,8 @@ def test_sigkill_leaves_no_worker_and_resume_sends_nothing_twice(tmp_path: Path)
         late = [s for s in endpoint.posts() if s.at > thawed_at]  # nobody got an answer before: any is new
         assert late == [], f"{len(late)} requests reached the endpoint after SIGKILL"
         assert not any(alive(w) for w in workers)
+        recorded = sum(read_transcript(p)[-1]["cost_usd"] for p in transcript_files(tmp_path / "out"))
+        assert float((tmp_path / "out" / "spent_usd.txt").read_text()) >= recorded > 0  # saved per episode
         answered = {s.digest for s in endpoint.posts() if s.answered_at is not None and s.answered_at < killed_at}
         resume_and_check(endpoint, cmd, answered, tmp_path)
 
@@ -141,3 +157,17 @@ def test_sigkill_of_a_simulated_run_leaves_no_worker_writing(tmp_path: Path) -> 
     written = {p.name: p.stat().st_mtime_ns for p in (out / "transcripts").glob("*")}
     time.sleep(1.5)
     assert {p.name: p.stat().st_mtime_ns for p in (out / "transcripts").glob("*")} == written
+
+
+def test_a_stop_with_many_queued_episodes_still_exits(tmp_path: Path) -> None:
+    """1,500 queued jobs fill the job queue's pipe: the stopped runner must not wait on them at exit."""
+    with RecordingEndpoint(latency_s=0.05) as endpoint:
+        cmd = command(endpoint.base_url, tmp_path, "n_workers=2", "concurrency=8", n_tasks=50, n_runs=30)
+        proc = start(cmd)
+        try:
+            wait_for(lambda: len(endpoint.posts()) >= 20)
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        assert proc.returncode == 130 and "Stopped (SIGTERM received)" in err, err[-2000:]

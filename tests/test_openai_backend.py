@@ -37,7 +37,8 @@ def openai_cfg(base_url: str, out: Path, *extra: str, preflight: bool = False) -
     pre-flight's own tests are in test_backend_faults.py, and one run here has it on."""
     overrides = ["experiment=c3", "model=openai", "model.model=sim-served", f"model.base_url={base_url}",
                  "model.api_key_env=null", "model.cache_dir=null", "n_tasks=2", "n_runs=1", f"out_dir={out}",
-                 "progress=false", "concurrency=2", f"preflight={str(preflight).lower()}", *extra]
+                 "progress=false", "concurrency=2", f"preflight={str(preflight).lower()}",
+                 "model.rate_limit.rpm=null", "model.rate_limit.tpm=null", *extra]  # limits: their own tests
     with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
         return compose("config", overrides)
 
@@ -182,7 +183,8 @@ def test_killed_run_resumes_without_losing_or_duplicating_rows(tmp_path: Path, s
     with SimServer(latency_s=0.02) as slow:
         cmd = [sys.executable, "-m", "harness.cli", "experiment=c3", "model=openai", "model.model=sim-served",
                f"model.base_url={slow.base_url}", "model.api_key_env=null", "model.cache_dir=null", "n_tasks=6",
-               "n_runs=1", "concurrency=1", f"out_dir={out}", "progress=false"]
+               "n_runs=1", "concurrency=1", f"out_dir={out}", "progress=false", "model.rate_limit.rpm=null",
+               "model.rate_limit.tpm=null"]
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 120
         while len(list((out / "transcripts").glob("*.jsonl"))) < 2 and time.monotonic() < deadline:

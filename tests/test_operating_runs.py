@@ -20,7 +20,7 @@ from harness import lifecycle
 from harness.config import register
 from harness.errors import InputError
 from harness.records import build_tables, read_transcript
-from harness.run import run
+from harness.run import fingerprint, plan, run
 
 register()
 pytestmark = pytest.mark.slow
@@ -197,3 +197,37 @@ def test_the_cost_cap_holds_across_worker_processes(tmp_path: Path, capsys: pyte
         spent = float((tmp_path / "spent_usd.txt").read_text())
         assert 0.45 <= spent < 1.0  # 10 episodes cost ~$4: a worker reached its $0.30 share, the other was stopped
         assert "Stopped (max_cost_usd=0.6 reached" in capsys.readouterr().err
+
+
+def test_runs_that_spend_money_never_use_the_unstoppable_process_pool(tmp_path: Path) -> None:
+    jobs = [(i, 0, "x", "") for i in range(10)]
+    assert plan(config(tmp_path, "n_workers=2"), jobs, spends=False) == "processes"  # the free simulated agent
+    assert plan(config(tmp_path, "n_workers=2", "user=llm"), jobs, spends=True) == "hybrid"
+    assert plan(config(tmp_path, "n_workers=1", "user=llm"), jobs, spends=True) == "threads"
+
+
+def test_operational_knobs_do_not_change_the_fingerprint(tmp_path: Path) -> None:
+    base = fingerprint(config(tmp_path, "model=openai"))
+    for knob in ("model.rate_limit.rpm=50", "model.retry.max_retries=2", "model.timeout_s=30",
+                 "model.cache_dir=/elsewhere", "max_cost_usd=3", "rerun_failed=false", "model.prices={}"):
+        assert fingerprint(config(tmp_path, "model=openai", knob)) == base, knob
+    assert fingerprint(config(tmp_path, "model=openai", "model.model=gpt-4.1")) != base
+    assert fingerprint(config(tmp_path, "model=openai", "model.temperature=0.5")) != base
+
+
+def test_a_finished_run_is_not_stopped_by_its_cost_cap(tmp_path: Path) -> None:
+    with RecordingEndpoint() as endpoint:
+        priced = "+model.prices={sim-served: {input: 1.0, output: 1.0}}"
+        run(config(tmp_path, *served(endpoint.base_url, tmp_path, priced)), verbose=False)
+        episodes = run(config(tmp_path, *served(endpoint.base_url, tmp_path, priced, "max_cost_usd=0.0001")),
+                       verbose=False)  # nothing left to run: no stop, no exit code
+    assert len(episodes) == 3
+    assert json.loads((tmp_path / "manifest.json").read_text())["status"] == "complete"
+
+
+def test_a_damaged_first_line_without_the_marker_is_rerun_not_refused(tmp_path: Path) -> None:
+    run(config(tmp_path))
+    (tmp_path / "fingerprint.txt").unlink()
+    path(tmp_path).write_text("{not json\n" + "\n".join(path(tmp_path).read_text().splitlines()[1:]) + "\n")
+    episodes = run(config(tmp_path), verbose=False)
+    assert len(episodes) == 3 and read_transcript(path(tmp_path))[0]["type"] == "episode_start"

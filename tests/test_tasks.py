@@ -262,3 +262,10 @@ def test_n_tasks_in_range_and_none_means_all(tmp_path: Path) -> None:
     p = write_tasks(tmp_path, rows(2))
     with pytest.raises(InputError, match=r"n_tasks=3 is out of range: this benchmark has 2 tasks \(valid: 1\.\.2\)"):
         ExpenseDomain(tasks_path=str(p), n_tasks=3)
+
+
+def test_a_tasks_file_that_is_not_utf8_is_one_clear_line(tmp_path: Path) -> None:
+    bad = tmp_path / "tasks.jsonl"
+    bad.write_bytes(b'{"task_id": "caf\xe9"}\n')
+    with pytest.raises(InputError, match=r"tasks.jsonl: the tasks file is not UTF-8 text"):
+        load(bad)

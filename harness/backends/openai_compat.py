@@ -13,7 +13,8 @@
 - Secrets: the config names the environment variable holding the key (`api_key_env`); the key itself is read
   at construction and kept only inside the HTTP client, and is redacted from every error message and warning
   (servers echo request headers in their errors).
-- Stopping: `harness.lifecycle.check()` runs before every attempt, so a stopping run sends no new request.
+- Stopping: `harness.lifecycle.check()` runs before every attempt, so a stopping run sends no new request; every
+  paid call is added to the run's spend (`lifecycle.METER`, for `max_cost_usd`).
 - `preflight()` checks the key and the endpoint with one cheap request before a run's first episode.
 """
 
@@ -209,6 +210,8 @@ class OpenAICompatible:
             raise  # the caller: a missing route falls back to chat, any other refusal fails
         except openai.APIError as exc:
             raise self._preflight_error(exc) from None
+        except ValueError:  # the SDK's json.loads of a body that claims to be JSON
+            raise InfraError(f"the endpoint {self.base_url} answered /models with a body that is not JSON") from None
         data = listing.get("data") if isinstance(listing, dict) else None
         ids = [str(m.get("id")) for m in data if isinstance(m, dict)] if isinstance(data, list) else []
         listed = f"model {self.model} listed" if self.model in ids else (
@@ -251,7 +254,10 @@ class OpenAICompatible:
         seconds = time.perf_counter() - start
         if self.cache is not None:  # with the measured latency, so a replay reports the same model time
             self.cache.put(key, {**raw, "_harness_latency_s": seconds})
-        return self._completion(raw, cached=False, retries=retries, seconds=seconds, local_input_tokens=local_input)
+        completion = self._completion(raw, cached=False, retries=retries, seconds=seconds,
+                                      local_input_tokens=local_input)
+        lifecycle.METER.add(completion.cost_usd)  # every paid call, the agent's, the user model's or a summarizer's
+        return completion
 
     def _call(self, body: dict[str, Any]) -> dict[str, Any]:
         try:

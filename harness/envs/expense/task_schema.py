@@ -203,9 +203,11 @@ def _check_row(text: str, number: int, problems: _Problems) -> tuple[str | None,
 def validate_file(path: Path) -> list[dict[str, Any]]:
     """The task rows of a .jsonl file (blank lines skipped), or InputError listing every problem found."""
     try:
-        lines = path.read_text().splitlines()
+        lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise InputError(f"{path}: cannot read the tasks file ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: the tasks file is not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     problems = _Problems(path)
     rows: list[dict[str, Any]] = []
     first_line: dict[str, int] = {}
