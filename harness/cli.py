@@ -16,7 +16,6 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
@@ -115,12 +114,8 @@ def check_run(cfg: DictConfig) -> str | None:
         return f"error: n_runs={cfg.n_runs} is out of range (valid: 1 or more)"
     try:
         build_domain(cfg)  # validates the tasks file and n_tasks (1..available); ~10 ms for the benchmark
-    except InputError as exc:
+    except InputError as exc:  # harness.build unwraps Hydra's InstantiationException around it
         return f"error: {exc}"
-    except InstantiationException as exc:  # Hydra wraps what the domain's constructor raises
-        if isinstance(exc.__cause__, InputError):
-            return f"error: {exc.__cause__}"
-        raise
     try:
         out_dir = Path(cfg.out_dir)
     except Exception:  # e.g. ${hydra:runtime.output_dir}, which only Hydra's own run can resolve

@@ -25,7 +25,7 @@ from harness.types import Message, Score, Termination, ToolCall, ToolSpec, Usage
 STOP = "###STOP###"
 log = logging.getLogger("harness.episode")
 MISMATCH_TOKENS, MISMATCH_FRACTION = 50, 0.10  # API vs local input count: log beyond both
-_WARNED: set[str] = set()  # warnings given once per run (process); harness.run clears it when a run starts
+_WARNED: set[str] = set()  # warnings given once per run (process): see reset_warnings
 
 
 @dataclass
@@ -132,6 +132,11 @@ def unusable(message: Message, finish_reason: str | None) -> str | None:
     if not message.content.strip() and not message.tool_calls:
         return "empty"
     return None
+
+
+def reset_warnings() -> None:
+    """A new run starts with every once-per-run warning unsaid (harness.run calls it)."""
+    _WARNED.clear()
 
 
 def _warn_once(key: str, text: str, *args: Any) -> None:

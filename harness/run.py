@@ -330,7 +330,7 @@ def check_shape(cfg: DictConfig) -> None:
 def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
     """Run (or resume) every episode of the config into cfg.out_dir; returns the episodes table."""
     lifecycle.reset()
-    episode_loop._WARNED.clear()
+    episode_loop.reset_warnings()
     check_shape(cfg)
     domain = build_domain(cfg)
     backends = preflight.real_backends(cfg, cfg.seed)

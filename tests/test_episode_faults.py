@@ -58,7 +58,7 @@ def run(model: Replies, user: bool = True, max_unusable: int = 3):  # type: igno
 @pytest.fixture(autouse=True)
 def fresh_run_state():  # type: ignore[no-untyped-def]
     lifecycle.reset()
-    episode_module._WARNED.clear()
+    episode_module.reset_warnings()
     yield
     lifecycle.reset()
 
