@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,7 @@ from omegaconf import DictConfig
 from harness.backends.base import LLMBackend
 from harness.envs.base import Domain, UserModel
 from harness.errors import InputError
-from harness.policies.base import ContextPolicy
+from harness.policies.base import ContextPolicy, method_record
 from harness.types import Task
 
 
@@ -47,6 +48,14 @@ def build_user(cfg: DictConfig) -> Callable[[Task], UserModel] | None:
     if cfg.user.get("_target_") is None:
         return None
     return instantiate(cfg.user)
+
+
+def method_columns(policy: ContextPolicy) -> dict[str, Any]:
+    """What the method recorded (WAAC B.2) as a JSON column, and which auxiliary backend did its work
+    ("none", an LLM's name, or a labelled offline stand-in), so no table mistakes a stand-in for the real thing."""
+    record = method_record(policy)
+    return {"method_params": json.dumps(record, sort_keys=True, default=str),
+            "aux_backend": str(record.get("aux_backend", "none"))}
 
 
 def describe(cfg: DictConfig, model: Any) -> dict[str, Any]:

@@ -62,6 +62,8 @@ class StepRecord:
     unusable: str | None = None  # "truncated" (finish_reason length) or "empty" (no text, no tool call)
     decisions: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    aux_calls: int = 0  # the policy's auxiliary calls for this step's view (summaries, compressor, memory)
+    aux_time_s: float = 0.0  # their wall seconds (part of policy_time_s)
 
 
 @dataclass
@@ -197,7 +199,8 @@ def _step(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: To
         retries=len(completion.info.get("retries", [])), usage_mismatch=mismatch,
         view=view_refs(history, view.messages), decisions=view.decisions, info=completion.info,
         cached_input_tokens=completion.usage.cached_input_tokens, reasoning_tokens=completion.usage.reasoning_tokens,
-        usage_missing=bool(completion.info.get("usage_missing")), finish_reason=finish, unusable=bad))
+        usage_missing=bool(completion.info.get("usage_missing")), finish_reason=finish, unusable=bad,
+        aux_calls=view.aux_calls, aux_time_s=view.aux_time_s))
     history.append(message)
     if message.tool_calls:
         history.extend(_tool_result(episode, policy, call) for call in message.tool_calls)

@@ -71,6 +71,8 @@ def episode_row(meta: dict[str, Any], result: EpisodeResult) -> dict[str, Any]:
         "user_output_tokens": result.user_usage.output_tokens,
         "aux_input_tokens": sum(x.aux_input_tokens for x in s),
         "aux_output_tokens": sum(x.aux_output_tokens for x in s),
+        "aux_calls": sum(x.aux_calls for x in s),
+        "aux_time_s": sum(x.aux_time_s for x in s),
         "peak_input_tokens": max((x.input_tokens for x in s), default=0),
         "peak_compressible_tokens": max((x.view_compressible_tokens for x in s), default=0),
         "over_budget_steps": sum(x.over_budget for x in s),

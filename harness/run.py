@@ -34,7 +34,7 @@ from tqdm import tqdm
 from harness import episode as episode_loop
 from harness import lifecycle, manifest, preflight
 from harness.backends.base import InfraError
-from harness.build import build_domain, build_model, build_policy, build_user, describe, episode_seed
+from harness.build import build_domain, build_model, build_policy, build_user, describe, episode_seed, method_columns
 from harness.config import register
 from harness.envs.base import Domain
 from harness.episode import run_episode
@@ -62,10 +62,11 @@ def run_one(cfg: DictConfig, domain: Domain, job: Job) -> dict[str, Any]:
     seed = episode_seed(cfg.seed, task.task_id, run)
     model = build_model(cfg, seed)
     budget = budget_tokens(cfg.budget.reference_tokens, cfg.budget.fraction)
-    result = run_episode(domain.episode(task, build_user(cfg)), build_policy(cfg), model,
+    policy = build_policy(cfg)
+    result = run_episode(domain.episode(task, build_user(cfg)), policy, model,
                          TokenCounter(cfg.encoding), cfg.max_steps, budget=budget,
                          max_unusable_replies=cfg.max_unusable_replies)
-    meta = {**describe(cfg, model), "task_id": task.task_id, "run": run, "seed": seed,
+    meta = {**describe(cfg, model), **method_columns(policy), "task_id": task.task_id, "run": run, "seed": seed,
             "budget_fraction": cfg.budget.fraction, "budget_tokens": budget, "fingerprint": print_}
     write_transcript(transcript_path(Path(out_dir), task.task_id, run), meta, result)
     return {"completed": result.score.completed, "input_tokens": sum(s.input_tokens for s in result.steps),

@@ -48,12 +48,21 @@ class View:
     aux_modeled_time_s: float = 0.0
     aux_cost_usd: float = 0.0
     decisions: dict[str, Any] = field(default_factory=dict)
+    aux_calls: int = 0  # auxiliary model/compressor/embedder calls made to produce this view
+    aux_time_s: float = 0.0  # wall seconds of that auxiliary work (included in the step's policy_time_s)
 
 
 class ContextPolicy(Protocol):
     name: str
 
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View: ...
+
+
+def method_record(policy: object) -> dict[str, Any]:
+    """The parameters the WAAC paper's B.2 asks each method to record, from the policy's optional `record()`
+    (every transcript's episode_start carries it); a policy without one records its name only."""
+    record = getattr(policy, "record", None)
+    return dict(record()) if callable(record) else {"method": getattr(policy, "name", type(policy).__name__)}
 
 
 @dataclass(frozen=True)

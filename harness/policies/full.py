@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from harness.policies.base import RenderContext, View, tool_pairs
 from harness.types import Message
@@ -12,6 +13,9 @@ from harness.types import Message
 @dataclass
 class FullHistory:
     name: str = "full"
+
+    def record(self) -> dict[str, Any]:
+        return {"method": "vanilla", "keeps": "the complete history"}
 
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
         return View(list(history), decisions={"kept_pairs": [p.call_id for p in tool_pairs(history)],

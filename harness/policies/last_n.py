@@ -1,15 +1,21 @@
-"""C3: keep the last N tool call/response pairs whole (Less Context, Better Agents, config C3: N=5).
+"""Keep-Last-N: the last N tool pairs (Less Context, Better Agents, C3: N=5) or the last N rounds (WAAC B.2 (2):
+"the most recent N rounds of complete interactions"; a round = one assistant turn and all of its tool results).
 
-Conversation messages (system, user, the agent's own text) are always kept; only tool pairs are evicted,
-oldest first, so the retained form states stay intact rather than being trimmed token by token."""
+Conversation messages (system, task, the user's replies, the agent's text-only turns) are always kept; only tool
+interactions are evicted, oldest first and whole, so the retained form states stay intact rather than being
+trimmed token by token. Under a context budget the orchestrator evicts further whole pairs, oldest first
+(harness.policies.budget); a view that still does not fit is sent and recorded over budget."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from harness.policies.base import Pair, RenderContext, View, keep_pairs, tool_pairs
 from harness.types import Message
+
+UNITS = ("pair", "round")
 
 
 def split_pairs(history: Sequence[Message], n: int) -> tuple[list[Pair], list[Pair]]:
@@ -19,16 +25,36 @@ def split_pairs(history: Sequence[Message], n: int) -> tuple[list[Pair], list[Pa
     return pairs[:cut], pairs[cut:]
 
 
+def split_rounds(history: Sequence[Message], n: int) -> tuple[list[Pair], list[Pair]]:
+    """(evicted, kept): every pair of the last n assistant turns that made tool calls is kept."""
+    pairs = tool_pairs(history)
+    turns = sorted({p.call_index for p in pairs})
+    recent = set(turns[max(0, len(turns) - n):]) if n > 0 else set()
+    return [p for p in pairs if p.call_index not in recent], [p for p in pairs if p.call_index in recent]
+
+
 @dataclass
 class LastN:
     n: int = 5
+    unit: str = "pair"
     name: str = "last_n"
 
     def __post_init__(self) -> None:
         if self.n < 0:
-            raise ValueError(f"n must be >= 0, got {self.n}")
+            raise ValueError(f"policy.n must be >= 0, got {self.n}")
+        if self.unit not in UNITS:
+            raise ValueError(f"policy.unit={self.unit!r} must be one of {', '.join(UNITS)}")
+
+    def record(self) -> dict[str, Any]:
+        unit = ("round: one assistant turn and all of its tool results" if self.unit == "round"
+                else "pair: one tool call and its result")
+        return {"method": "keep_last_n", "n": self.n, "unit": unit,
+                "always_kept": "instructions, task, user replies, the agent's text-only turns",
+                "overflow": "under a budget the oldest kept pairs are evicted whole until the view fits; "
+                            "a view that still does not fit is sent and recorded over_budget"}
 
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
-        evicted, kept = split_pairs(history, self.n)
+        split = split_rounds if self.unit == "round" else split_pairs
+        evicted, kept = split(history, self.n)
         return View(keep_pairs(history, {p.call_id for p in kept}),
                     decisions={"kept_pairs": [p.call_id for p in kept], "evicted_pairs": len(evicted)})

@@ -10,11 +10,14 @@ auxiliary tokens are counted once per evicted pair, when it actually runs, and g
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from harness.policies.base import Pair, RenderContext, Summarizer, Summary, View, keep_pairs_indexed, pair_messages
 from harness.policies.last_n import split_pairs
+from harness.policies.summarizers import aux_label
 from harness.types import Message, Usage
 
 SUMMARY_NAME = "context_summary"
@@ -35,6 +38,10 @@ class LastNSummary:
         if self.summary_role not in ROLES:
             raise ValueError(f"policy.summary_role={self.summary_role!r} must be one of {', '.join(ROLES)}")
 
+    def record(self) -> dict[str, Any]:
+        return {"method": "last_n_summary", "n": self.n, "w": self.w, "summary_role": self.summary_role,
+                "aux_backend": aux_label(self.summarizer)}
+
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
         evicted, kept = split_pairs(history, self.n)
         indexed = keep_pairs_indexed(history, {p.call_id for p in kept})
@@ -44,13 +51,15 @@ class LastNSummary:
                      "summarized_pairs": [p.call_id for p in window]}
         if not window:
             return View(messages, decisions=decisions)
+        t0 = time.perf_counter()
         fresh = self._summarize_new(history, window, ctx)
+        aux_s = time.perf_counter() - t0
         text = "\n".join(self._cache[p.call_id].text for p in window)
         note = Message(self.summary_role, f"{HEADER}\n{text}", name=SUMMARY_NAME)  # type: ignore[arg-type]
         messages.insert(_position(indexed, window[-1].call_index), note)
         usage = sum((s.usage for s in fresh), Usage())
         return View(messages, aux_usage=usage, aux_modeled_time_s=sum(s.modeled_time_s for s in fresh),
-                    aux_cost_usd=sum(s.cost_usd for s in fresh),
+                    aux_cost_usd=sum(s.cost_usd for s in fresh), aux_calls=len(fresh), aux_time_s=aux_s,
                     decisions={**decisions, "newly_summarized": len(fresh)})
 
     def _summarize_new(self, history: Sequence[Message], window: list[Pair], ctx: RenderContext) -> list[Summary]:

@@ -24,6 +24,18 @@ KEY_FIELDS = re.compile(r"(Number|RecId|Id|Code|Status|Total|Itemized|Remaining|
                         r"SubCategory|Category|Merchant|Name)$")
 
 
+STAND_IN = "extractive-stand-in (deterministic, offline; no LLM)"
+
+
+def is_llm(summarizer: Any) -> bool:
+    """An auxiliary backend that can follow a method's own prompt (else the method uses its labelled stand-in)."""
+    return callable(getattr(summarizer, "complete", None))
+
+
+def aux_label(summarizer: Any) -> str:
+    return str(getattr(summarizer, "label", type(summarizer).__name__)) if summarizer is not None else "none"
+
+
 LLM_PROMPT = ("You condense tool calls and results for an agent that can no longer see them. Keep every "
               "identifier, code, amount, date and status exactly as written; drop layout and metadata. Answer with "
               "one short line per tool call, at most {max_words} words in all.")
@@ -35,6 +47,16 @@ class LLMSummarizer:
 
     backend: Any
     max_words: int = 120
+
+    @property
+    def label(self) -> str:
+        return f"llm:{getattr(self.backend, 'name', '?')}"
+
+    def complete(self, system: str, user: str) -> Summary:
+        """One auxiliary call with a method's own prompt (OpenHands' summary sections, a fold, an LCM leaf)."""
+        completion = self.backend.generate([Message("system", system), Message("user", user)], [])
+        return Summary(completion.message.content.strip(), completion.usage, completion.modeled_time_s,
+                       completion.cost_usd)
 
     def summarize(self, pairs: Sequence[tuple[Message, Message | None]], tokens: TokenCounter) -> Summary:
         shown = "\n\n".join(f"CALL {c.tool_calls[0].name}({c.tool_calls[0].arguments})\n"
@@ -49,6 +71,11 @@ class LLMSummarizer:
 class ExtractiveSummarizer:
     max_rows: int = 12
     latency: dict[str, float] = field(default_factory=dict)
+    label: str = STAND_IN
+
+    def modeled(self, read: int, wrote: int) -> tuple[Usage, float]:
+        """Tokens and modeled seconds as if a model had read `read` and written `wrote` tokens."""
+        return Usage(read, wrote), Latency(**self.latency).seconds(read, wrote)
 
     def summarize(self, pairs: Sequence[tuple[Message, Message | None]], tokens: TokenCounter) -> Summary:
         lines = [self._line(call, result) for call, result in pairs]

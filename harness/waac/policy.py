@@ -71,6 +71,11 @@ class WAAC:
         self.last: tuple[Requirements | None, dict[str, Level], Projection | None] = (None, {}, None)
 
     # ---- the recall tool (offered only when pointers can be shown) -----------------------------------
+    def record(self) -> dict[str, Any]:
+        return {"method": "waac", "use_library": self.use_library, "use_online": self.use_online,
+                "reduced_levels": list(self.reduced), "incremental": self.incremental, "threshold": self.threshold,
+                "library_path": self.library_path, "embedder": type(self.embedder).__name__ if self.embedder else None}
+
     def tools(self) -> list[ToolSpec]:
         return [RECALL_SPEC] if Level.POINTER in self._allowed else []
 
