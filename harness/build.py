@@ -50,12 +50,25 @@ def build_user(cfg: DictConfig) -> Callable[[Task], UserModel] | None:
     return instantiate(cfg.user)
 
 
-def method_columns(policy: ContextPolicy) -> dict[str, Any]:
+def method_columns(policy: ContextPolicy, model: Any = None) -> dict[str, Any]:
     """What the method recorded (WAAC B.2) as a JSON column, and which auxiliary backend did its work
-    ("none", an LLM's name, or a labelled offline stand-in), so no table mistakes a stand-in for the real thing."""
+    ("none", an LLM's name, or a labelled offline stand-in), so no table mistakes a stand-in for the real thing.
+    A generation-side method (TokenSkip) also records its model's settings (`record_model`)."""
     record = method_record(policy)
+    record_model = getattr(policy, "record_model", None)
+    if callable(record_model) and model is not None:
+        record |= record_model(model)
     return {"method_params": json.dumps(record, sort_keys=True, default=str),
             "aux_backend": str(record.get("aux_backend", "none"))}
+
+
+def check_policy_model(cfg: DictConfig) -> None:
+    """A method that needs a particular kind of model (TokenSkip) says why this one cannot run it, before any
+    episode: one InputError line with the reason and how to run it."""
+    policy = build_policy(cfg)
+    check = getattr(policy, "check_model", None)
+    if callable(check) and (reason := check(build_model(cfg, cfg.seed))):
+        raise InputError(reason)
 
 
 def describe(cfg: DictConfig, model: Any) -> dict[str, Any]:

@@ -34,7 +34,16 @@ from tqdm import tqdm
 from harness import episode as episode_loop
 from harness import lifecycle, manifest, preflight
 from harness.backends.base import InfraError
-from harness.build import build_domain, build_model, build_policy, build_user, describe, episode_seed, method_columns
+from harness.build import (
+    build_domain,
+    build_model,
+    build_policy,
+    build_user,
+    check_policy_model,
+    describe,
+    episode_seed,
+    method_columns,
+)
 from harness.config import register
 from harness.envs.base import Domain
 from harness.episode import run_episode
@@ -66,7 +75,7 @@ def run_one(cfg: DictConfig, domain: Domain, job: Job) -> dict[str, Any]:
     result = run_episode(domain.episode(task, build_user(cfg)), policy, model,
                          TokenCounter(cfg.encoding), cfg.max_steps, budget=budget,
                          max_unusable_replies=cfg.max_unusable_replies)
-    meta = {**describe(cfg, model), **method_columns(policy), "task_id": task.task_id, "run": run, "seed": seed,
+    meta = {**describe(cfg, model), **method_columns(policy, model), "task_id": task.task_id, "run": run, "seed": seed,
             "budget_fraction": cfg.budget.fraction, "budget_tokens": budget, "fingerprint": print_}
     write_transcript(transcript_path(Path(out_dir), task.task_id, run), meta, result)
     return {"completed": result.score.completed, "input_tokens": sum(s.input_tokens for s in result.steps),
@@ -334,6 +343,7 @@ def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
     episode_loop.reset_warnings()
     check_shape(cfg)
     domain = build_domain(cfg)
+    check_policy_model(cfg)
     backends = preflight.real_backends(cfg, cfg.seed)
     preflight.check_cost_cap(cfg.max_cost_usd, backends)
     if cfg.dry_run:
