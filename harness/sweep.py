@@ -4,6 +4,7 @@
   visible-history tokens, WAAC B.3) in the sweep folder; then every policy x tier runs with that reference.
 - n_w: C4's N x W sensitivity (the expense paper).
 - ablations: WAAC, its five ablations (WAAC B.3, B.4) and C3 on the same tasks, runs and seeds.
+- methods: the WAAC paper's comparison methods (Table 1's rows), Vanilla and WAAC on the same tasks, runs and seeds.
 Jobs run in parallel through Hydra's joblib launcher; add `hydra/launcher=ray` (and e.g.
 `+hydra.launcher.ray.init.num_cpus=2`) to run them on a Ray instance instead. The continuous-workflow sweep
 needs the PinchBench/Odysseys adapters.
@@ -22,8 +23,9 @@ from harness.lifecycle import die_with_parent
 from harness.report.budget import read_reference
 
 ROOT = Path(__file__).resolve().parents[1]
-SWEEPS = ("budget", "n_w", "ablations")
-BASE = {"budget": ["experiment=c2"], "n_w": ["experiment=c4"], "ablations": []}  # ablations sweep experiments
+SWEEPS = ("budget", "n_w", "ablations", "methods")
+# ablations and methods sweep the experiment itself
+BASE = {"budget": ["experiment=c2"], "n_w": ["experiment=c4"], "ablations": [], "methods": []}
 
 
 def multirun(sweep: str, sweep_dir: Path, args: list[str]) -> None:

@@ -30,7 +30,7 @@ def test_the_marker_goes_after_the_newest_user_or_tool_message_of_the_request_on
     before = list(HISTORY)
     out = with_ratio(HISTORY, 0.6)
     assert out[-1].content == '{"Status": "Success"}<|eot_id|>0.6<|eot_id|>'
-    assert out[:-1] == HISTORY[:-1] and HISTORY == before  # the history itself is untouched
+    assert out[:-1] == HISTORY[:-1] and before == HISTORY  # the history itself is untouched
     assert with_ratio(HISTORY[:2], 0.6)[1].content.endswith("<|eot_id|>0.6<|eot_id|>")
     assert with_ratio(HISTORY, 1.0) == HISTORY  # upstream's uncompressed prompt carries no marker
 

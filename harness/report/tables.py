@@ -4,6 +4,8 @@
   paper's published value (benchmarks/papers/less_context_better_agents.yaml), then the ratios the paper
   highlights, ours next to theirs.
 - `budget_sweep`: completion and agent input tokens per policy x budget tier, from budget-sweep folders.
+- `methods_comparison`: the WAAC paper's comparison methods (Table 1's rows) with their auxiliary costs, beside
+  the paper's values (harness.report.methods_table), from the newest methods sweep or the chosen runs.
 - `waac_ablations`, `waac_step_log`: WAAC's ablations beside the paper's Tables 3a/6 deltas, and its per-step
   compression log (harness.report.waac_tables).
 Which runs (harness.report.runs): for each experiment the newest run whose manifest says `complete`, never a
@@ -31,6 +33,7 @@ import pandas as pd
 import yaml
 
 from harness.report.console import per_run
+from harness.report.methods_table import METHODS, comparison_table
 from harness.report.runs import (
     EPISODES,
     Run,
@@ -273,6 +276,28 @@ def _expense(results: Path, chosen: dict[str, Run], out: Path) -> list[Path]:
                            f"Ratios: ours ({label(episodes)}) vs paper", notes)
 
 
+def _methods(results: Path, chosen: dict[str, Run], pins: dict[str, Path], out: Path) -> list[Path]:
+    """From the newest methods sweep when it has complete jobs (pinned runs still win), else the chosen runs."""
+    jobs, notes = sweep_runs(results, "methods")
+    runs = {**jobs, **{k: v for k, v in chosen.items() if k in pins}} if jobs else chosen
+    paths = {k: r.path for k, r in runs.items()}
+    episodes = load(paths, METHODS)
+    present = set(episodes.get("experiment", []))
+    if not present & (set(METHODS) - {"c2", "waac"}):
+        return []  # no comparison method has run: C1-C4 and WAAC have their own tables
+    used = [n for n in METHODS if n in present]
+    notes += status_notes(runs, used) + mismatch_notes(episodes, used)
+    sources = {n: where(paths[n], results) for n in used}
+    paper = yaml.safe_load(WAAC_PAPER.read_text())
+    stand_ins = sorted({str(b) for b in episodes.get("aux_backend", []) if "stand-in" in str(b)})
+    if stand_ins:
+        notes.append("NOTE: auxiliary work done by offline stand-ins, not LLMs: " + "; ".join(stand_ins))
+    return write(comparison_table(episodes, paper, sources), out, "methods_comparison",
+                 f"The WAAC paper's comparison methods on the expense benchmark ({label(episodes)}; per episode, "
+                 f"mean ± 95% CI over runs) beside the paper's Table 1 ({paper['benchmark']}, {paper['model']}, "
+                 "totals over all tasks: compare the input ratios to Vanilla)", notes)
+
+
 def _budget(results: Path, out: Path) -> list[Path]:
     episodes, notes = budget_sweep(results)
     table = budget_table(episodes)
@@ -304,7 +329,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     pins = pins_of(args.run)
     chosen = select(args.results, pins)
     written = _expense(args.results, chosen, out) + _waac(args.results, chosen, pins, out)
-    written += _budget(args.results, out)
+    written += _methods(args.results, chosen, pins, out) + _budget(args.results, out)
     return announce(written, args.results)
 
 

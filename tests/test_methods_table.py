@@ -1,0 +1,48 @@
+"""`make tables`' method comparison: ours per episode beside the WAAC paper's Table 1, from results files only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from fixtures.make_results import episodes, run_manifest, write_run
+
+from harness.report import tables
+
+STAMP = "2026-03-01_00-00-00"
+
+
+def _run(root: Path, name: str, like: str, **columns: object) -> None:
+    frame = episodes(like).assign(experiment=name, **columns)
+    write_run(root / name / STAMP, frame, run_manifest(name, frame))
+
+
+def test_the_comparison_puts_ratios_to_vanilla_beside_the_papers_and_says_what_did_not_run(tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    _run(root, "c2", "c2", aux_backend="none", aux_calls=0, aux_time_s=0.0)
+    _run(root, "keep_last_n", "c3", aux_backend="none", aux_calls=0, aux_time_s=0.0)
+    stand_in = "extractive-stand-in (deterministic, offline; no LLM)"
+    _run(root, "summary", "c4", aux_backend=stand_in, aux_calls=2, aux_time_s=0.5)
+    tables.main(["--results", str(root), "--out", str(tmp_path / "tables")])
+    table = pd.read_csv(tmp_path / "tables" / "methods_comparison.csv", index_col=0, dtype=str)
+    assert table.loc["WARNING"].iloc[0].startswith("NOTE: auxiliary work done by offline stand-ins")  # CSV notes row
+    table = table.drop(index="WARNING")
+    assert list(table.index) == ["Vanilla (C2)", "Keep-Last-N", "Summary", "TokenSkip"]
+    assert table.loc["Keep-Last-N", "input vs Vanilla, ours"] == "0.400"  # 400 vs 1,000 tokens per episode
+    assert table.loc["Keep-Last-N", "input vs Vanilla, paper"] == "0.981"  # 9.312 M vs 9.496 M (Table 1)
+    assert table.loc["Summary", "input vs Vanilla, ours"] == "0.420"
+    assert table.loc["Summary", "aux input tokens / episode"] == "10 ± 0"
+    assert table.loc["Summary", "aux calls / episode"] == "2.0 ± 0.0"
+    assert table.loc["Vanilla (C2)", "completed (%)"] == "75.0 ± 317.7"  # runs of 50% and 100%
+    assert table.loc["Summary", "auxiliary backend"] == stand_in
+    assert table.loc["TokenSkip", "run"].startswith("not run: TokenSkip cannot run here")
+    assert table.loc["TokenSkip", "paper: overall"] == "79.2"
+    md = (tmp_path / "tables" / "methods_comparison.md").read_text()
+    assert "SIMULATED" in md and "NOTE: auxiliary work done by offline stand-ins" in md
+
+
+def test_without_any_comparison_method_there_is_no_comparison_table(tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    _run(root, "c2", "c2")
+    written = tables.main(["--results", str(root), "--out", str(tmp_path / "tables")])
+    assert not any(p.name.startswith("methods_comparison") for p in written)
