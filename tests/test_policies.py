@@ -132,6 +132,7 @@ def snapshot(history: Sequence[Message]) -> list[dict[str, Any]]:
 POLICIES = st.one_of(
     st.just(("full", None, None)),
     st.tuples(st.just("last_n"), st.integers(0, 8), st.none()),
+    st.tuples(st.just("keep_last_n"), st.integers(0, 8), st.none()),
     st.tuples(st.just("last_n_summary"), st.integers(0, 8), st.integers(0, 4)),
 )
 
@@ -142,6 +143,8 @@ def make(spec: tuple[str, int | None, int | None]) -> Any:
         return FullHistory()
     if kind == "last_n":
         return LastN(n)  # type: ignore[arg-type]
+    if kind == "keep_last_n":
+        return LastN(n, unit="round")  # type: ignore[arg-type]
     return LastNSummary(n, w, ExtractiveSummarizer())  # type: ignore[arg-type]
 
 
@@ -190,6 +193,29 @@ def test_last_n_keeps_exactly_the_most_recent_pairs(history: list[Message], n: i
     assert_conversation_kept(history, view.messages)
     assert_no_foreign_messages(history, view.messages, allow_summary=False)
     assert view.aux_usage == Usage()
+
+
+@settings(max_examples=200)
+@given(history=histories(), n=st.integers(0, 8))
+def test_keep_last_n_rounds_keeps_every_call_of_the_last_n_calling_turns(history: list[Message], n: int) -> None:
+    """WAAC B.2 (2): a round is one assistant turn and all of its tool results, kept or evicted whole."""
+    view = LastN(n, unit="round").render(tuple(history), ctx())
+    turns = [m for m in history if m.role == "assistant" and m.tool_calls]
+    recent = turns[len(turns) - min(n, len(turns)):]
+    expected = [c.id for m in recent for c in m.tool_calls]
+    assert call_ids(view.messages) == expected
+    assert all(m in view.messages for m in recent)  # each kept turn whole: the history's own message object
+    assert sorted(m.tool_call_id for m in view.messages if m.role == "tool") == sorted(expected)
+    assert_conversation_kept(history, view.messages)
+    assert_no_foreign_messages(history, view.messages, allow_summary=False)
+
+
+def test_keep_last_n_records_its_unit_and_overflow_rule() -> None:
+    record = LastN(5, unit="round").record()
+    assert record["n"] == 5 and record["unit"].startswith("round: one assistant turn and all of its tool results")
+    assert "oldest kept pairs are evicted whole" in record["overflow"]
+    with pytest.raises(ValueError, match="policy.unit"):
+        LastN(5, unit="turn")
 
 
 @settings(max_examples=200)
