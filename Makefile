@@ -77,8 +77,9 @@ lint: $(STAMP) ## ruff + mypy
 	$(PY) -m ruff check harness tests bench
 	$(PY) -m mypy
 
-bench: $(STAMP) ## Speed figures: offline throughput, policy time, WAAC analysis time, client overhead, concurrency
+bench: $(STAMP) ## Speed figures: throughput, policy time, each method's per-step overhead, WAAC analysis, client
 	$(PY) -m bench.offline $(ARGS)
+	$(PY) -m bench.methods
 	$(PY) -m bench.waac
 	$(PY) -m bench.backends
 
