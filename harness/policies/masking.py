@@ -1,0 +1,69 @@
+"""Observation masking: every tool result but the first and the last `n` is replaced by a one-line placeholder
+(SWE-agent sweagent/agent/history_processors.py::LastNObservations; "The Complexity Trap" uses n=10).
+
+The agent's own messages (calls, reasoning text) and all conversation messages stay untouched; a masked result
+keeps its message (same tool_call_id, name, is_error), so no call ever loses its result and nothing is dropped.
+Upstream's "first observation" is SWE-agent's instance template (the task); here the task is in the fixed opening,
+which is always kept, and `keep_first` keeps the first tool result as well (set it false for the stricter reading).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.policies.base import RenderContext, View
+from harness.types import Message
+
+PLACEHOLDER = "Old environment output: ({lines} lines omitted)"  # LastNObservations.__call__
+CHARS_SUFFIX = " ({chars} characters omitted)"  # ours, in the shape of upstream's "(k images omitted)" suffix
+
+
+def masked_indices(history: Sequence[Message], n: int, polling: int, keep_first: bool) -> list[int]:
+    """History indices of the tool results to mask. With polling p the masked set only grows when the number of
+    results crosses a multiple of p, so between n and n+p-1 recent results stay visible (LastNObservations
+    ._get_omit_indices)."""
+    results = [i for i, m in enumerate(history) if m.role == "tool"]
+    last_masked = max(0, (len(results) // polling) * polling - n)
+    return results[(1 if keep_first else 0):last_masked]
+
+
+def placeholder(content: str, count_chars: bool) -> str:
+    """The placeholder with the original's line count (and character count: the expense tools answer with
+    one-line JSON, so `1 lines omitted` alone would say nothing about how much was hidden)."""
+    text = PLACEHOLDER.format(lines=len(content.splitlines()))
+    return text + CHARS_SUFFIX.format(chars=len(content)) if count_chars else text
+
+
+@dataclass
+class ObservationMasking:
+    n: int = 10
+    polling: int = 1
+    keep_first: bool = True
+    count_chars: bool = True
+    name: str = "observation_masking"
+
+    def __post_init__(self) -> None:
+        if self.n < 1:  # LastNObservations.validate_n
+            raise ValueError(f"policy.n must be a positive integer, got {self.n}")
+        if self.polling < 1:
+            raise ValueError(f"policy.polling must be >= 1, got {self.polling}")
+
+    def record(self) -> dict[str, Any]:
+        return {"method": "observation_masking", "n": self.n, "polling": self.polling,
+                "placeholder": PLACEHOLDER + (CHARS_SUFFIX if self.count_chars else ""),
+                "first_observation_kept": self.keep_first,
+                "always_kept": "instructions, task, user replies, every assistant message (calls and text)",
+                "reference": "SWE-agent sweagent/agent/history_processors.py::LastNObservations"}
+
+    def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
+        masked = set(masked_indices(history, self.n, self.polling, self.keep_first))
+        messages = [self._mask(m) if i in masked else m for i, m in enumerate(history)]
+        n_results = sum(1 for m in history if m.role == "tool")
+        return View(messages, decisions={"masked_results": len(masked), "visible_results": n_results - len(masked),
+                                         "masked_chars": sum(len(history[i].content) for i in masked)})
+
+    def _mask(self, m: Message) -> Message:
+        return Message("tool", placeholder(m.content, self.count_chars), tool_call_id=m.tool_call_id, name=m.name,
+                       is_error=m.is_error)
