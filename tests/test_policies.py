@@ -14,8 +14,11 @@ from hypothesis import strategies as st
 
 from harness.envs.expense.env import ExpenseEnv
 from harness.policies import ExtractiveSummarizer, FullHistory, LastN, LastNSummary, RenderContext
+from harness.policies.agentfold import AgentFold
 from harness.policies.base import keep_pairs, tool_pairs
 from harness.policies.last_n_summary import HEADER, SUMMARY_NAME
+from harness.policies.masking import ObservationMasking
+from harness.policies.summary import SummaryCondenser
 from harness.tokens import TokenCounter
 from harness.types import Message, ToolCall, Usage
 
@@ -133,6 +136,9 @@ POLICIES = st.one_of(
     st.just(("full", None, None)),
     st.tuples(st.just("last_n"), st.integers(0, 8), st.none()),
     st.tuples(st.just("keep_last_n"), st.integers(0, 8), st.none()),
+    st.tuples(st.just("masking"), st.integers(1, 8), st.none()),
+    st.tuples(st.just("summary"), st.integers(0, 8), st.none()),
+    st.tuples(st.just("agentfold"), st.integers(1, 4), st.none()),
     st.tuples(st.just("last_n_summary"), st.integers(0, 8), st.integers(0, 4)),
 )
 
@@ -145,6 +151,12 @@ def make(spec: tuple[str, int | None, int | None]) -> Any:
         return LastN(n)  # type: ignore[arg-type]
     if kind == "keep_last_n":
         return LastN(n, unit="round")  # type: ignore[arg-type]
+    if kind == "masking":
+        return ObservationMasking(n=n)  # type: ignore[arg-type]
+    if kind == "summary":  # small max_size so that random histories condense, several times
+        return SummaryCondenser(max_size=8 + n, keep_first=2, summarizer=ExtractiveSummarizer())  # type: ignore[operator]
+    if kind == "agentfold":
+        return AgentFold(ExtractiveSummarizer(), max_blocks=n)  # type: ignore[arg-type]
     return LastNSummary(n, w, ExtractiveSummarizer())  # type: ignore[arg-type]
 
 
