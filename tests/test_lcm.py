@@ -1,0 +1,287 @@
+"""LCM (harness.policies.lcm): lossless store, leaf/condensed summaries, escalation, assembly, the agent's tools."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_policies import assert_pairs_intact, histories, snapshot
+
+from harness.policies.base import RenderContext, Summary, View
+from harness.policies.lcm import FOOTER, LCM, SUMMARY_NAME, SYSTEM
+from harness.policies.summarizers import ExtractiveSummarizer, LLMSummarizer
+from harness.tokens import TokenCounter
+from harness.types import Completion, Message, ToolCall, Usage
+
+TOKENS = TokenCounter()
+SUM_ID = re.compile(r'<summary id="(sum_[0-9a-f]{16})"')
+
+SHAPES = {"fresh_tail_count": st.integers(1, 6), "leaf_chunk_tokens": st.integers(20, 400),
+          "leaf_min_fanout": st.integers(1, 4), "condensed_min_fanout": st.integers(1, 3),
+          "max_depth": st.integers(0, 2), "expand_token_cap": st.just(10**9),
+          "summarizer": st.just(ExtractiveSummarizer())}
+CONFIGS = st.builds(
+    LCM, context_tokens=st.sampled_from([60, 300, 1200, 100_000]), context_threshold=st.sampled_from([0.01, 0.3, 0.75]),
+    max_sweep_iterations=st.sampled_from([0, 12]),  # 0: no summaries, only the window cuts (pairs repaired)
+    **SHAPES)
+# compaction at every step and a window nothing falls out of: the view and the expansions cover the history
+RECOVERY = st.builds(LCM, context_tokens=st.just(10**6), context_threshold=st.just(1e-6), **SHAPES)
+
+
+def steps(history: Sequence[Message]) -> list[int]:
+    """The history lengths at which the orchestrator renders: never between a call and its results."""
+    return [n for n in range(2, len(history) + 1) if n == len(history) or history[n].role != "tool"]
+
+
+def run(policy: LCM, history: Sequence[Message]) -> View:
+    view = View([])
+    for i, n in enumerate(steps(history)):
+        view = policy.render(history if n == len(history) else history[:n], RenderContext(i, TOKENS))
+    return view
+
+
+def pairs(n: int, pad: int = 1500) -> list[Message]:
+    """system, task, then n tool pairs whose results are long JSON the extractive stand-in shortens a lot."""
+    out = [Message("system", "You are an expense assistant."), Message("user", "Itemize USMF-123456.")]
+    for i in range(n):
+        call = ToolCall(f"call_{i:03d}", "form_click_control", json.dumps({"controlName": f"C{i}"}))
+        out += [Message("assistant", "", (call,)),
+                Message("tool", json.dumps({"Status": "Success", "Message": f"clicked {i}", "Pad": "x" * pad}),
+                        tool_call_id=call.id, name=call.name)]
+    return out
+
+
+def call(policy: LCM, name: str, **args: Any) -> Any:
+    content, error = policy.call_tool(ToolCall("t", name, json.dumps(args)))
+    assert not error, content
+    return json.loads(content)
+
+
+def expanded_messages(policy: LCM, node: dict[str, Any]) -> list[dict[str, Any]]:
+    """The messages under an expanded node; a node deeper than maxDepth lists `source_ids`: expand those too,
+    as an agent would."""
+    out = list(node.get("messages", []))
+    for source in node.get("sources", []):
+        out += expanded_messages(policy, source)
+    if node.get("source_ids"):
+        result = call(policy, "lcm_expand", summaryIds=node["source_ids"], includeMessages=True, maxDepth=3)
+        assert not result["truncated"]
+        out += [m for n in result["expansions"] for m in expanded_messages(policy, n)]
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(history=histories(), policy=RECOVERY)
+def test_every_original_byte_is_recoverable_through_the_tools(history: list[Message], policy: LCM) -> None:
+    view = run(policy, history)
+    ids = [m for v in view.messages if v.name == SUMMARY_NAME for m in SUM_ID.findall(v.content)]
+    recovered: dict[int, dict[str, Any]] = {}
+    if ids:
+        result = call(policy, "lcm_expand", summaryIds=ids, includeMessages=True, maxDepth=3)
+        assert not result["truncated"]
+        for node in result["expansions"]:
+            for m in expanded_messages(policy, node):
+                recovered[int(m.pop("id")[4:])] = m
+    index = {id(m): i for i, m in enumerate(history)}
+    recovered |= {index[id(m)]: m.to_dict() for m in view.messages[2:] if id(m) in index}
+    assert sorted(recovered) == list(range(2, len(history)))
+    assert "".join(recovered[s]["content"] for s in sorted(recovered)) == "".join(m.content for m in history[2:])
+    assert [recovered[s] for s in sorted(recovered)] == [m.to_dict() for m in history[2:]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(history=histories(), policy=CONFIGS)
+def test_view_keeps_pairs_opening_and_history(history: list[Message], policy: LCM) -> None:
+    before = snapshot(history)
+    view = run(policy, history)
+    for seq in range(len(history)):  # whatever the window shows, the store has every message
+        assert call(policy, "lcm_describe", id=f"msg_{seq}")["message"] == history[seq].to_dict()
+    assert snapshot(history) == before  # the history is never mutated
+    assert view.messages[:2] == history[:2] and view.messages[0] is history[0]  # system + task first
+    assert_pairs_intact(view.messages)
+    for m in view.messages:  # every summary ends with the expansion footer
+        if m.name == SUMMARY_NAME:
+            assert FOOTER in m.content.split("\n  </content>")[0].splitlines()[-1]
+
+
+def test_nothing_is_deleted_from_the_store() -> None:
+    history = pairs(30)
+    policy = LCM(context_tokens=3000, fresh_tail_count=4, leaf_chunk_tokens=900, leaf_min_fanout=3,
+                 summarizer=ExtractiveSummarizer())
+    made: set[str] = set()
+    for i, n in enumerate(steps(history)):
+        policy.render(history[:n], RenderContext(i, TOKENS))
+        now = {r.summary_id for r in policy.store.summaries()}
+        assert made <= now  # a summary, once made, stays (condensation only replaces it in the context)
+        made = now
+    assert {r.depth for r in policy.store.summaries()} == {0, 1}
+    assert policy.store.n_messages() == len(history)
+    assert all(policy.store.message(i) == m.to_dict() for i, m in enumerate(history))
+
+
+def test_summaries_come_before_the_fresh_tail() -> None:
+    history = pairs(20)
+    # 7 raw messages would start on a result: the tail takes its call too (8)
+    policy = LCM(context_tokens=4000, context_threshold=0.01, fresh_tail_count=7, leaf_chunk_tokens=900,
+                 summarizer=ExtractiveSummarizer())
+    view = run(policy, history)
+    body = view.messages[2:]
+    kinds = ["s" if m.name == SUMMARY_NAME else "r" for m in body]
+    assert "s" in kinds and "".join(kinds) == "s" * kinds.count("s") + "r" * 8
+    assert all(a is b for a, b in zip(body[-8:], history[-8:], strict=True))
+    assert view.decisions["evicted_by_window"] == 0
+
+
+def test_fresh_tail_never_starts_on_a_tool_result() -> None:
+    history = pairs(10)
+    # a tail of 3 messages would start on a result: it takes the call as well
+    policy = LCM(context_tokens=2000, context_threshold=0.01, fresh_tail_count=3, summarizer=ExtractiveSummarizer())
+    body = run(policy, history).messages[2:]
+    raw = [m for m in body if m.name != SUMMARY_NAME]
+    assert raw[0].role == "assistant" and len(raw) == 4
+
+
+@settings(max_examples=40, deadline=None)
+@given(history=histories(), policy=CONFIGS)
+def test_a_leaf_never_separates_a_call_from_its_results(history: list[Message], policy: LCM) -> None:
+    run(policy, history)
+    for row in policy.store.summaries():
+        sources = [history[s] for s in policy.store.source_messages(row.summary_id)]
+        calls = {c.id for m in sources for c in m.tool_calls}
+        assert calls == {m.tool_call_id for m in sources if m.role == "tool"}
+
+
+def condense(n_leaves: int, fanout: int, condensed_fanout: int = 100) -> LCM:
+    """One leaf per pair (chunks of one pair), everything outside a 2-message tail compacted in one render."""
+    policy = LCM(context_tokens=10_000, context_threshold=0.01, fresh_tail_count=2, leaf_chunk_tokens=50,
+                 leaf_min_fanout=fanout, condensed_min_fanout=condensed_fanout, max_sweep_iterations=100,
+                 summarizer=ExtractiveSummarizer())
+    policy.render(pairs(n_leaves + 1), RenderContext(0, TOKENS))
+    return policy
+
+
+def depths_in_context(policy: LCM) -> list[int]:
+    return [policy._depth(it) for it in policy._items if it.kind == "summary"]
+
+
+def test_condensation_triggers_at_the_fan_out() -> None:
+    assert depths_in_context(condense(3, fanout=4)) == [0, 0, 0]  # below the fan-out: leaves stay
+    assert depths_in_context(condense(4, fanout=4)) == [1]
+    assert depths_in_context(condense(9, fanout=4)) == [1, 1, 0]
+    policy = condense(12, fanout=3, condensed_fanout=4)  # 4 depth-1 nodes -> one depth-2 node (max_depth 1)
+    assert depths_in_context(policy) == [2]
+    top = policy.store.summary(policy._items[0].summary_id)
+    assert top is not None and top.descendant_count == 4 + 12
+    assert depths_in_context(condense(12, fanout=3, condensed_fanout=5)) == [1, 1, 1, 1]
+
+
+@dataclass
+class FakeLLM:
+    """An auxiliary model with `complete`: replies[i] for the i-th call (the last one repeated)."""
+
+    replies: list[str]
+    prompts: list[str] = field(default_factory=list)
+    label: str = "llm:fake"
+
+    def complete(self, system: str, user: str) -> Summary:
+        self.prompts.append(user)
+        return Summary(self.replies[min(len(self.prompts), len(self.replies)) - 1], Usage(100, 10), 1.5, 0.01)
+
+
+def test_escalation_reaches_truncation_when_the_summary_is_too_long() -> None:
+    llm = FakeLLM(["word " * 5000])
+    policy = LCM(context_tokens=4000, context_threshold=0.01, fresh_tail_count=4, summarizer=llm)
+    view = policy.render(pairs(6), RenderContext(0, TOKENS))
+    assert view.decisions["levels"] == ["fallback"] and view.aux_calls == 2
+    assert "Normal summary policy" in llm.prompts[0] and "Aggressive summary policy" in llm.prompts[1]
+    (row,) = policy.store.summaries()
+    assert row.level == "fallback" and row.token_count <= 512
+    assert row.content.startswith("[LCM fallback summary") and "[Truncated from " in row.content
+    assert row.content.splitlines()[-1].startswith(FOOTER)
+    assert view.aux_usage == Usage(200, 20) and view.aux_modeled_time_s == 3.0
+    assert policy.record()["aux_backend"] == "llm:fake"
+
+
+def test_escalation_stops_at_aggressive_when_that_is_short_enough() -> None:
+    llm = FakeLLM(["word " * 5000, "Clicked C0-C1. " + FOOTER + "click results"])
+    policy = LCM(context_tokens=4000, context_threshold=0.01, fresh_tail_count=4, summarizer=llm)
+    view = policy.render(pairs(6), RenderContext(0, TOKENS))
+    assert view.decisions["levels"] == ["aggressive"]
+    assert policy.store.summaries()[0].content == "Clicked C0-C1. " + FOOTER + "click results"
+
+
+def test_leaf_target_follows_the_input() -> None:
+    llm = FakeLLM(["short. " + FOOTER + "x"])
+    policy = LCM(context_tokens=4000, context_threshold=0.01, fresh_tail_count=4, summarizer=llm)
+    policy.render(pairs(6, pad=300), RenderContext(0, TOKENS))
+    target = int(re.search(r"about (\d+) tokens", llm.prompts[0]).group(1))  # type: ignore[union-attr]
+    assert 192 <= target < 2400  # min(2400, 0.35 x input) for a small chunk
+
+
+def test_tools_find_and_describe_summarized_content() -> None:
+    policy = LCM(context_tokens=4000, context_threshold=0.01, fresh_tail_count=4, summarizer=ExtractiveSummarizer())
+    view = run(policy, pairs(12))
+    assert [t.name for t in policy.tools()] == ["lcm_grep", "lcm_describe", "lcm_expand"]
+    hits = call(policy, "lcm_grep", pattern="clicked 0\\b", scope="messages")["matches"]
+    assert [h["id"] for h in hits] == ["msg_3"]
+    assert all(m.content != pairs(12)[3].content for m in view.messages)  # only reachable through the tools
+    sid = SUM_ID.findall(next(m.content for m in view.messages if m.name == SUMMARY_NAME))[0]
+    described = call(policy, "lcm_describe", id=sid)
+    assert described["kind"] in ("leaf", "condensed") and (described["source_message_ids"] or described["parent_ids"])
+    assert call(policy, "lcm_grep", pattern="SUCCESS clicked 11", mode="full_text", limit=1)["count"] == 1
+    _, error = policy.call_tool(ToolCall("t", "lcm_describe", '{"id": "sum_nope"}'))
+    assert error
+    capped = call(policy, "lcm_expand", query="click", includeMessages=True, tokenCap=10)
+    assert capped["truncated"] and capped["tokens"] <= 10
+
+
+def test_below_the_threshold_the_view_is_the_history() -> None:
+    history = pairs(5)
+    policy = LCM(summarizer=ExtractiveSummarizer())  # upstream defaults: 0.75 x 128k
+    view = run(policy, history)
+    assert view.messages == history and not view.decisions["compacted"] and view.aux_calls == 0
+    assert policy.record()["compression_threshold_tokens"] == 96_000
+
+
+def test_a_window_cut_between_a_call_and_its_result_is_repaired() -> None:
+    history = pairs(6)
+    fixed, tail = TOKENS.messages(history[:2]), TOKENS.messages(history[-2:])
+    window = fixed + tail + TOKENS.message(history[-3]) + 1  # the previous result fits, its call does not
+    policy = LCM(context_tokens=window, context_threshold=1.0, fresh_tail_count=2, max_sweep_iterations=0,
+                 summarizer=ExtractiveSummarizer())
+    view = policy.render(history, RenderContext(0, TOKENS))
+    assert view.decisions["pairs_repaired"] == 1
+    assert view.messages == history[:2] + history[-2:]
+    assert_pairs_intact(view.messages)
+
+
+@dataclass
+class EchoBackend:
+    """A model backend for LLMSummarizer: answers every request with a short summary, records the requests."""
+
+    name: str = "echo"
+    requests: list[list[Message]] = field(default_factory=list)
+
+    def generate(self, messages: list[Message], tools: Any) -> Completion:
+        self.requests.append(messages)
+        return Completion(Message("assistant", "Clicked controls. " + FOOTER + "click results"), Usage(50, 5))
+
+
+def test_the_llm_backend_gets_the_lcm_prompts_through_complete() -> None:
+    backend = EchoBackend()
+    policy = LCM(context_tokens=4000, context_threshold=0.01, fresh_tail_count=2, leaf_chunk_tokens=50,
+                 leaf_min_fanout=3, summarizer=LLMSummarizer(backend))
+    view = policy.render(pairs(4), RenderContext(0, TOKENS))
+    assert view.decisions["leaf_created"] == 3 and view.decisions["condensed_created"] == 1
+    system, user = backend.requests[0]
+    assert system.content == SYSTEM and "<conversation_segment>" in user.content
+    assert "<previous_context>\n(none)" in user.content and "<previous_context>\n(none)" not in \
+        backend.requests[1][1].content  # a later leaf sees the previous summary
+    assert "<conversation_to_condense>" in backend.requests[3][1].content
+    assert view.aux_calls == 4 and view.aux_usage == Usage(200, 20)
+    assert policy.record()["aux_backend"] == "llm:echo"
