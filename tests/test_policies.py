@@ -17,6 +17,7 @@ from harness.policies import ExtractiveSummarizer, FullHistory, LastN, LastNSumm
 from harness.policies.agentfold import AgentFold
 from harness.policies.base import keep_pairs, tool_pairs
 from harness.policies.last_n_summary import HEADER, SUMMARY_NAME
+from harness.policies.lcm import LCM
 from harness.policies.masking import ObservationMasking
 from harness.policies.summary import SummaryCondenser
 from harness.tokens import TokenCounter
@@ -139,6 +140,7 @@ POLICIES = st.one_of(
     st.tuples(st.just("masking"), st.integers(1, 8), st.none()),
     st.tuples(st.just("summary"), st.integers(0, 8), st.none()),
     st.tuples(st.just("agentfold"), st.integers(1, 4), st.none()),
+    st.tuples(st.just("lcm"), st.integers(1, 8), st.none()),
     st.tuples(st.just("last_n_summary"), st.integers(0, 8), st.integers(0, 4)),
 )
 
@@ -155,6 +157,9 @@ def make(spec: tuple[str, int | None, int | None]) -> Any:
         return ObservationMasking(n=n)  # type: ignore[arg-type]
     if kind == "summary":  # small max_size so that random histories condense, several times
         return SummaryCondenser(max_size=8 + n, keep_first=2, summarizer=ExtractiveSummarizer())  # type: ignore[operator]
+    if kind == "lcm":  # a tiny window and threshold so that random histories compact
+        return LCM(context_tokens=2000, context_threshold=0.01, fresh_tail_count=n, leaf_chunk_tokens=300,  # type: ignore[arg-type]
+                   leaf_min_fanout=2, summarizer=ExtractiveSummarizer())
     if kind == "agentfold":
         return AgentFold(ExtractiveSummarizer(), max_blocks=n)  # type: ignore[arg-type]
     return LastNSummary(n, w, ExtractiveSummarizer())  # type: ignore[arg-type]
