@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -128,3 +129,14 @@ def test_the_readme_real_model_command_composes_with_its_overrides(monkeypatch: 
     assert build_user(cfg).keywords["backend"].model == "gpt-4.1"  # type: ignore[union-attr]
     assert build_policy(cfg).summarizer.backend.model == "gpt-4.1-mini"  # type: ignore[attr-defined]
     assert cfg.model.max_tokens_param == "max_completion_tokens"
+
+
+@pytest.mark.usefixtures("hydra_ctx")
+@pytest.mark.parametrize("exp", sorted(p.stem for p in (Path(CONFIG_DIR) / "experiment").glob("*.yaml")))
+def test_every_experiment_file_builds_a_policy_that_records_its_method(exp: str) -> None:
+    """Every experiment config composes, its policy instantiates and records what WAAC's B.2 asks of it."""
+    cfg = load(f"experiment={exp}", "n_tasks=2")
+    assert cfg.name == exp
+    record = build.method_columns(build.build_policy(cfg), build.build_model(cfg, seed=1))
+    assert json.loads(record["method_params"])["method"]
+    assert isinstance(record["aux_backend"], str) and record["aux_backend"]
