@@ -49,3 +49,22 @@ def test_ablations_sweep_runs_every_waac_variant_and_feeds_the_tables(tmp_path: 
     table = pd.read_csv(tmp_path / "tables" / "waac_ablations.csv", index_col=0)
     assert tmp_path / "tables" / "waac_step_log.md" in written and len(table) == 7
     assert table.loc["waac_no_drop", "paper Δ input (%)"] == "+15.1" and set(table.simulated) == {"yes"}
+
+
+def test_methods_sweep_feeds_the_comparison_table(tmp_path: Path) -> None:
+    """`make sweep SWEEP=methods` (here three of its experiments: the full list runs LLMLingua-1 and Mem0 on the
+    CPU for minutes), then `make tables` writes the comparison from the sweep's jobs."""
+    sweep = tmp_path / "sweeps" / "methods" / "x"
+    subprocess.run([sys.executable, "-m", "harness.sweep", "methods", "n_tasks=1", "n_runs=1",
+                    f"hydra.sweep.dir={sweep}", "experiment=c2,keep_last_n,masking"],
+                   cwd=ROOT, check=True, capture_output=True, timeout=900)
+    merged = pd.read_parquet(sweep / "merged.parquet")
+    assert sorted(merged.experiment) == ["c2", "keep_last_n", "masking"]
+    from harness.report.tables import main as tables
+
+    tables(["--results", str(tmp_path), "--out", str(tmp_path / "tables")])
+    table = pd.read_csv(tmp_path / "tables" / "methods_comparison.csv", index_col=0, dtype=str)
+    assert list(table.index) == ["Vanilla (C2)", "Keep-Last-N", "Observation masking", "TokenSkip"]
+    assert table.loc["Vanilla (C2)", "input vs Vanilla, ours"] == "1.000"
+    assert all(str(r).startswith(str(Path("sweeps") / "methods" / "x")) for r in table.run.iloc[:3])
+    assert set(table.simulated.iloc[:3]) == {"yes"}
