@@ -11,7 +11,8 @@ ARGS ?=
 .DEFAULT_GOAL := help
 PORT ?= 8765
 LOCAL_STAMP := $(VENV)/.local-model-stamp
-.PHONY: help setup run library sweep runs tables plots test test-unit test-integration serve-local serve-sim lint bench clean
+.PHONY: help setup run library sweep runs tables plots test test-unit test-integration serve-local serve-sim lint bench clean \
+	sandbox-deps check-bench
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-17s %s\n", $$1, $$2}'
@@ -58,10 +59,10 @@ tables: $(STAMP) ## Regenerate the papers' tables from the newest complete runs 
 plots: $(STAMP) ## Regenerate the figures from results/ (PNG and PDF in results/figures/)
 	$(PY) -m harness.report.plots $(ARGS)
 
-test: $(STAMP) $(LOCAL_STAMP) ## Run every test, the local-model integration tests included (offline)
+test: $(STAMP) $(LOCAL_STAMP) sandbox-deps ## Run every test, the local-model integration tests included (offline)
 	$(PY) -m pytest
 
-test-unit: $(STAMP) ## Run the tests without the real-server integration tests
+test-unit: $(STAMP) sandbox-deps ## Run the tests without the real-server integration tests
 	$(PY) -m pytest -m "not integration"
 
 test-integration: $(LOCAL_STAMP) ## Run the integration tests (real llama.cpp server, fault proxy) only
@@ -76,6 +77,20 @@ serve-sim: $(STAMP) ## Serve the SIMULATED agent as an OpenAI-compatible API on 
 lint: $(STAMP) ## ruff + mypy
 	$(PY) -m ruff check harness tests bench
 	$(PY) -m mypy
+
+# PinchBench's sandbox: bubblewrap (Debian package) for every agent shell command and every task's grade().
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+sandbox-deps: ## Install bubblewrap (the PinchBench sandbox) and check it can create namespaces here
+	@command -v bwrap >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap; }
+	@bwrap --unshare-all --ro-bind / / true || { echo "bwrap cannot create namespaces here; on Ubuntu >= 23.10:" \
+	  "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"; exit 1; }
+
+BENCH ?= pinchbench
+BENCH_DIR ?=
+check-bench: $(STAMP) sandbox-deps ## Load every task of BENCH_DIR, build every workspace, run every grade() sandboxed (BENCH=pinchbench)
+	@test -n "$(BENCH_DIR)" || { echo "usage: make check-bench BENCH=pinchbench BENCH_DIR=<a clone of pinchbench/skill>"; exit 2; }
+	@test "$(BENCH)" = pinchbench || { echo "check-bench knows BENCH=pinchbench only (Odysseys is not built yet)"; exit 2; }
+	$(PY) -m harness.envs.pinchbench.check $(BENCH_DIR)
 
 bench: $(STAMP) ## Speed figures: throughput, policy time, each method's per-step overhead, WAAC analysis, client
 	$(PY) -m bench.offline $(ARGS)

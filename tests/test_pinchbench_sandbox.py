@@ -1,0 +1,216 @@
+"""The PinchBench sandbox and the agent's tools: escapes are refused or contained, limits hold, nothing lingers."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from harness.envs.pinchbench import sandbox as sandbox_mod
+from harness.envs.pinchbench.sandbox import Sandbox, SandboxUnavailable
+from harness.envs.pinchbench.tools import WorkspaceTools
+from harness.types import ToolCall
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    """A host file outside the workspace that nothing in the sandbox may read."""
+    path = tmp_path / "secret.txt"
+    path.write_text("TOP-SECRET-HOST-DATA")
+    return path
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    (path / "notes.txt").write_text("alpha\nbeta\ngamma\n")
+    return path
+
+
+@pytest.fixture
+def tools(ws: Path) -> WorkspaceTools:
+    return WorkspaceTools(ws, Sandbox(ws, timeout_s=5, max_output_bytes=4096, memory_mb=256, max_processes=32))
+
+
+def call(tools: WorkspaceTools, name: str, **args: object) -> tuple[str, bool]:
+    result = tools.execute(ToolCall("c1", name, json.dumps(args)))
+    return result.content, result.is_error
+
+
+def _no_process(marker: str) -> bool:
+    return subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 1
+
+
+# ---- file tools: escapes --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", ["../secret.txt", "ws/../../secret.txt", "/etc/passwd", "/workspace/../etc/passwd"])
+def test_file_tools_refuse_paths_outside(tools: WorkspaceTools, secret: Path, path: str) -> None:
+    for name, extra in (("read", {}), ("write", {"content": "x"}), ("edit", {"oldText": "a", "newText": "b"}),
+                        ("ls", {})):
+        content, is_error = call(tools, name, path=path, **extra)
+        assert is_error and "outside the workspace" in content, (name, content)
+    assert secret.read_text() == "TOP-SECRET-HOST-DATA"
+
+
+def test_absolute_secret_path_refused(tools: WorkspaceTools, secret: Path) -> None:
+    content, is_error = call(tools, "read", path=str(secret))
+    assert is_error and "TOP-SECRET" not in content
+
+
+def test_symlinks_made_by_the_host_do_not_escape(tools: WorkspaceTools, ws: Path, secret: Path) -> None:
+    (ws / "link.txt").symlink_to(secret)
+    (ws / "outdir").symlink_to(secret.parent)
+    assert call(tools, "read", path="link.txt")[1]
+    assert call(tools, "write", path="link.txt", content="pwned")[1]
+    assert call(tools, "write", path="outdir/new.txt", content="pwned")[1]
+    assert call(tools, "edit", path="link.txt", oldText="TOP", newText="x")[1]
+    assert secret.read_text() == "TOP-SECRET-HOST-DATA" and not (secret.parent / "new.txt").exists()
+
+
+def test_symlinks_made_by_exec_do_not_escape(tools: WorkspaceTools, ws: Path, secret: Path) -> None:
+    out, err = call(tools, "exec", command=f"ln -s /etc/passwd pw && ln -s / root && ln -s {secret} s && ls")
+    assert not err, out
+    for path in ("pw", "root/etc/passwd", "s"):
+        content, is_error = call(tools, "read", path=path)
+        assert is_error and "outside the workspace" in content
+    assert call(tools, "write", path="root/tmp/evil.txt", content="x")[1]
+    assert call(tools, "ls", path="root")[1]
+    assert secret.read_text() == "TOP-SECRET-HOST-DATA"
+
+
+def test_inside_paths_work_in_both_spellings(tools: WorkspaceTools, ws: Path) -> None:
+    assert call(tools, "write", path="/workspace/sub/a.txt", content="one two")[0].startswith("Successfully")
+    assert call(tools, "read", path="sub/a.txt") == ("one two", False)
+    assert call(tools, "read", path=str(ws / "sub" / "a.txt")) == ("one two", False)
+    assert not call(tools, "edit", path="sub/./a.txt", oldText="two", newText="three")[1]
+    assert (ws / "sub" / "a.txt").read_text() == "one three"
+    assert call(tools, "ls") == ("notes.txt\nsub/", False)
+
+
+def test_fifo_made_by_exec_is_refused_not_blocking(tools: WorkspaceTools, ws: Path) -> None:
+    assert not call(tools, "exec", command="mkfifo pipe")[1]
+    for name, extra, unblock in (("read", {}, os.O_WRONLY), ("write", {"content": "x"}, os.O_RDONLY)):
+        box: list[tuple[str, bool]] = []
+        worker = threading.Thread(target=lambda b=box, n=name, e=extra: b.append(call(tools, n, path="pipe", **e)),
+                                  daemon=True)
+        worker.start()
+        worker.join(2)
+        if worker.is_alive():  # the tool opened the FIFO and blocks: release it, then fail
+            os.close(os.open(ws / "pipe", unblock | os.O_NONBLOCK))
+            worker.join(2)
+            pytest.fail(f"{name} blocked on a FIFO")
+        assert box[0][1] and "not a regular file" in box[0][0]
+
+
+def test_read_offset_limit_and_edit_uniqueness(tools: WorkspaceTools) -> None:
+    content, _ = call(tools, "read", path="notes.txt", offset=2, limit=1)
+    assert content.startswith("beta\n\n[Showing lines 2-2 of 4. Use offset=3")
+    assert "beyond end of file" in call(tools, "read", path="notes.txt", offset=99)[0]
+    call(tools, "write", path="d.txt", content="x x")
+    content, is_error = call(tools, "edit", path="d.txt", oldText="x", newText="y")
+    assert is_error and "Found 2 occurrences" in content
+    assert "missing required parameter 'path'" in call(tools, "read")[0]
+
+
+def test_unavailable_tools_only_when_asked(ws: Path) -> None:
+    sandbox = Sandbox(ws, timeout_s=5)
+    plain = WorkspaceTools(ws, sandbox)
+    assert [t.name for t in plain.tools()] == ["read", "write", "edit", "exec", "ls"]
+    assert "Unknown tool" in call(plain, "web_search", query="x")[0]
+    offline = WorkspaceTools(ws, sandbox, unavailable=("web_search", "web_fetch"))
+    assert "web_fetch" in [t.name for t in offline.tools()]
+    content, is_error = call(offline, "web_search", query="x")
+    assert is_error and "unavailable offline" in content
+    with pytest.raises(ValueError, match="unknown unavailable"):
+        WorkspaceTools(ws, sandbox, unavailable=("teleport",))
+
+
+# ---- the shell -------------------------------------------------------------------------------------------------
+def test_shell_sees_only_public_system_files(tools: WorkspaceTools, ws: Path, secret: Path) -> None:
+    out, is_error = call(tools, "exec", command="cd /; cat /etc/passwd > out")
+    assert is_error and ("Permission denied" in out or "Read-only" in out), out
+    out, _ = call(tools, "exec", command=f"cat {secret}; cat /etc/shadow; ls /root /home {ws}")
+    assert "TOP-SECRET" not in out and "No such file" in out
+    # /etc holds a whitelist of public files (bash and awk need some); they can be read, never written.
+    out, is_error = call(tools, "exec", command="cat /etc/passwd > copy && head -1 copy && echo x >> /etc/passwd")
+    assert is_error and out.startswith("root:") and (ws / "copy").exists()
+
+
+def test_shell_cannot_write_outside_the_workspace(tools: WorkspaceTools, tmp_path: Path) -> None:
+    marker = f"pb-sandbox-{uuid.uuid4().hex}"
+    out, is_error = call(tools, "exec", command=f"touch /usr/{marker}; touch {tmp_path}/{marker}; "
+                                                f"touch /{marker}; touch /etc/{marker}")
+    assert is_error and out.count("touch: cannot touch") == 4
+    assert call(tools, "exec", command=f"echo private > /tmp/{marker} && cat /tmp/{marker}") == ("private\n", False)
+    assert not Path("/tmp", marker).exists() and not (tmp_path / marker).exists()
+
+
+def test_no_network_but_loopback_and_no_connection_reaches_the_host(tools: WorkspaceTools) -> None:
+    out, _ = call(tools, "exec", command="python3 -c 'import socket; print(socket.if_nameindex())'")
+    assert out.strip() == "[(1, 'lo')]"
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(0.5)
+        port = server.getsockname()[1]
+        out, is_error = call(tools, "exec", command=f"echo hi > /dev/tcp/127.0.0.1/{port}")
+        assert is_error and "Connection refused" in out
+        with pytest.raises(TimeoutError):
+            server.accept()
+
+
+def test_timeout_kills_everything_including_escaped_sessions(ws: Path) -> None:
+    marker = f"{time.time_ns() % 10**9}.{os.getpid()}"
+    sandbox = Sandbox(ws, timeout_s=1)
+    result = sandbox.run(f"sleep {marker} & setsid sleep {marker} & nohup sleep {marker} & sleep {marker}")
+    assert result.timed_out and result.exit_code is None and result.duration_s < 3
+    time.sleep(0.2)
+    assert _no_process(f"sleep {marker}")
+
+
+def test_background_process_does_not_outlive_a_finished_command(ws: Path) -> None:
+    marker = f"{time.time_ns() % 10**9}.{os.getpid() + 1}"
+    result = Sandbox(ws, timeout_s=5).run(f"(sleep {marker} &) ; setsid sleep {marker} & echo started")
+    assert result.output.strip() == "started" and not result.timed_out and result.duration_s < 2
+    time.sleep(0.2)
+    assert _no_process(f"sleep {marker}")
+
+
+def test_output_is_capped_keeping_the_tail(ws: Path) -> None:
+    result = Sandbox(ws, max_output_bytes=1000).run("seq 1 50000")
+    assert result.truncated and result.total_bytes > 200_000 and len(result.output) == 1000
+    assert result.output.endswith("49999\n50000\n")
+
+
+def test_process_and_memory_caps(ws: Path) -> None:
+    sandbox = Sandbox(ws, timeout_s=10, memory_mb=256, max_processes=16)
+    forks = ("import os, time\nn = 0\ntry:\n    while n < 100:\n        if os.fork() == 0:\n"
+             "            time.sleep(5); os._exit(0)\n        n += 1\nexcept OSError: pass\nprint(n)")
+    result = sandbox.run(f"python3 -c '{forks}'")
+    assert 0 < int(result.output.split()[-1]) < 16, result.output
+    result = sandbox.run("python3 -c 'x = bytearray(600 * 2**20)'")
+    assert result.exit_code != 0 and "MemoryError" in result.output
+
+
+def test_exec_tool_reports_failures_and_timeouts(tools: WorkspaceTools) -> None:
+    assert call(tools, "exec", command="echo out; exit 3") == ("out\n\n\nCommand exited with code 3", True)
+    content, is_error = call(tools, "exec", command="sleep 5", timeout=0.5)
+    assert is_error and "timed out after 0.5 seconds" in content
+    assert call(tools, "exec", command="pwd", workdir="sub")[1]  # no such directory yet
+    call(tools, "exec", command="mkdir sub")
+    assert call(tools, "exec", command="pwd", workdir="sub") == ("/workspace/sub\n", False)
+    assert "outside the workspace" in call(tools, "exec", command="pwd", workdir="..")[0]
+
+
+def test_missing_bubblewrap_is_a_clear_error(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = sandbox_mod.shutil.which
+    monkeypatch.setattr(sandbox_mod.shutil, "which", lambda name: None if name == "bwrap" else real(name))
+    with pytest.raises(SandboxUnavailable, match="bubblewrap"):
+        Sandbox(ws)
