@@ -54,7 +54,8 @@ def test_masking_never_drops_a_call_or_a_tool_message(history: list[Message], n:
 def test_exactly_the_first_and_last_n_results_are_unmasked(history: list[Message], n: int) -> None:
     view = ObservationMasking(n=n).render(history, CTX).messages
     idx = results(history)
-    expected = set(idx[:1]) | set(idx[-n:])
+    latest = max((i for i, m in enumerate(history) if m.tool_calls), default=len(history))
+    expected = set(idx[:1]) | set(idx[-n:]) | {i for i in idx if i > latest}  # the newest turn's results too
     unmasked = {i for i in idx if view[i] is history[i]}
     assert unmasked == expected
     for i in set(idx) - expected:
@@ -105,3 +106,13 @@ def test_record_and_decisions() -> None:
 def test_rejects_bad_parameters(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         ObservationMasking(**kwargs)
+
+
+def test_the_newest_turn_is_never_masked_even_with_more_than_n_parallel_calls() -> None:
+    """Review finding: n counts results, so 12 parallel results with n=10 would hide two the agent never saw."""
+    calls = tuple(ToolCall(f"p{i}", "form_find_menu_item", "{}") for i in range(12))
+    history = [Message("system", "s"), Message("user", "t"), Message("assistant", "", calls),
+               *(Message("tool", f'{{"Line": {i}}}', tool_call_id=f"p{i}", name="form_find_menu_item")
+                 for i in range(12))]
+    view = ObservationMasking(n=10).render(tuple(history), RenderContext(0, TokenCounter())).messages
+    assert [m.content for m in view[3:]] == [m.content for m in history[3:]]

@@ -149,7 +149,6 @@ class LCM:
     grep_max_limit: int = 200
     expand_max_depth: int = 3
     expand_token_cap: int = 16_000
-    db_path: str | None = None
     summarizer: Any = None
     name: str = "lcm"
     store: LcmStore = field(init=False, repr=False)
@@ -167,14 +166,17 @@ class LCM:
         self._reset()
 
     def _reset(self) -> None:
-        self.store, self._items, self._seen, self._summary_msgs = LcmStore(self.db_path), [], [], {}
+        old = getattr(self, "store", None)
+        if old is not None:
+            old.close()
+        self.store, self._items, self._seen, self._summary_msgs = LcmStore(), [], [], {}
 
     @property
     def threshold_tokens(self) -> int:
         return int(self.context_threshold * self.context_tokens)
 
     def record(self) -> dict[str, Any]:
-        return {"method": "lcm", "implementation": VERSION, "store": f"sqlite3 {self.db_path or ':memory:'}",
+        return {"method": "lcm", "implementation": VERSION, "store": "sqlite3 :memory: (one per episode)",
                 "context_tokens": self.context_tokens, "context_threshold": self.context_threshold,
                 "compression_threshold_tokens": self.threshold_tokens, "fresh_tail_count": self.fresh_tail_count,
                 "tail_keeps_newest_user_turn": self.tail_keeps_newest_user_turn,
@@ -332,13 +334,16 @@ class LCM:
     # ---- compaction: src/compaction.ts compactFullSweep ----------------------------------------------
     def _sweep(self, history: Sequence[Message], ctx: RenderContext, aux: _Aux) -> tuple[int, int]:
         leaves = condensed = 0
-        while leaves < self.max_sweep_iterations and (chunk := self._leaf_chunk(history, ctx.tokens)) is not None:
+        # compactFullSweep: leaf passes until the context is back under the threshold, then condensed passes only
+        # while it is still over it
+        while (leaves < self.max_sweep_iterations and self._over(history, ctx)
+               and (chunk := self._leaf_chunk(history, ctx.tokens)) is not None):
             before = self._context_tokens(history, ctx)
             self._replace(chunk, self._leaf(history, chunk, ctx, aux))
             leaves += 1
             if self._context_tokens(history, ctx) >= before:  # no progress: stop (upstream's sweep guard)
                 break
-        while (leaves + condensed < self.max_sweep_iterations
+        while (leaves + condensed < self.max_sweep_iterations and self._over(history, ctx)
                and (run := self._condense_run(history, ctx.tokens)) is not None):
             before = self._context_tokens(history, ctx)
             self._replace(run, self._condensed(history, run, ctx, aux))
@@ -347,6 +352,9 @@ class LCM:
                 break
         self.store.set_context(self._items)
         return leaves, condensed
+
+    def _over(self, history: Sequence[Message], ctx: RenderContext) -> bool:
+        return self._context_tokens(history, ctx) > self.threshold_tokens
 
     def _leaf_chunk(self, history: Sequence[Message], tokens: TokenCounter) -> tuple[int, int] | None:
         """The oldest contiguous raw messages outside the tail, <= leaf_chunk_tokens (at least one message;

@@ -6,8 +6,8 @@ condensed: depth >= 1 over summaries), `summary_messages` and `summary_parents` 
 condensed node's sources its "parents"), and `context_items` (the ordered list the model sees: a range of items is
 replaced by the summary made of it, the rows it replaced stay in the other tables).
 
-One store per episode, in memory by default: the policy object is built fresh per episode and the transcript
-already records the history, so a file would only duplicate it (`db_path` writes one where wanted).
+One store per episode, in memory: the policy object is built fresh per episode and the transcript
+already records the history, so a file would only duplicate it.
 A message's row keeps its full JSON (content, tool calls, tool-call id, name, error flag), so the agent's
 `lcm_expand` returns it byte for byte.
 """
@@ -70,14 +70,17 @@ def message_id(seq: int) -> str:
 
 
 class LcmStore:
-    def __init__(self, db_path: str | None = None) -> None:
-        self.db = sqlite3.connect(db_path or ":memory:")
+    def __init__(self) -> None:
+        self.db = sqlite3.connect(":memory:")
         self.db.executescript(SCHEMA)
 
     # ---- messages -------------------------------------------------------------------------------------
     def add_message(self, seq: int, message: Message, token_count: int) -> None:
         self.db.execute("INSERT INTO messages VALUES (?, ?, ?, ?, ?)",
                         (seq, message.role, message.content, json.dumps(message.to_dict()), token_count))
+
+    def close(self) -> None:
+        self.db.close()
 
     def n_messages(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM messages").fetchone()[0])

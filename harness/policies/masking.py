@@ -26,7 +26,14 @@ def masked_indices(history: Sequence[Message], n: int, polling: int, keep_first:
     ._get_omit_indices)."""
     results = [i for i, m in enumerate(history) if m.role == "tool"]
     last_masked = max(0, (len(results) // polling) * polling - n)
-    return results[(1 if keep_first else 0):last_masked]
+    latest = latest_turn(history)  # upstream has one observation per step; a turn's parallel results are one step
+    return [i for i in results[(1 if keep_first else 0):last_masked] if i < latest]
+
+
+def latest_turn(history: Sequence[Message]) -> int:
+    """Index of the newest assistant message that made tool calls (len(history) if none): the results after it
+    are the agent's newest observations, never masked before it has seen them."""
+    return next((i for i in range(len(history) - 1, -1, -1) if history[i].tool_calls), len(history))
 
 
 def placeholder(content: str, count_chars: bool) -> str:
