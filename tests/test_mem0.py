@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from test_policies import assert_pairs_intact
 
+from harness import lifecycle
 from harness.backends.openai_compat import OpenAICompatible
 from harness.policies.base import RenderContext, View
 from harness.policies.mem0_memory import MEMORY_NAME, STAND_IN, UPDATE_RULES, Mem0Memory, json_chunks, window_start
@@ -216,9 +217,10 @@ def test_infer_true_uses_the_aux_backend_endpoint_and_accounts_its_tokens(monkey
     _StubLLM.requests.clear()
     try:
         backend = OpenAICompatible(model="stub-model", base_url=f"http://127.0.0.1:{server.server_port}/v1",
-                                   api_key_env=None, name="stub")
+                                   api_key_env=None, name="stub", prices={"stub-model": {"input": 1.0, "output": 2.0}})
         policy = Mem0Memory(window=1, top_k=2, summarizer=LLMSummarizer(backend))
         assert policy.record()["aux_backend"] == "llm:stub"
+        lifecycle.METER.reset(None, 0.0)
         views = _render_all(policy, _history())
     finally:
         server.shutdown()
@@ -230,6 +232,9 @@ def test_infer_true_uses_the_aux_backend_endpoint_and_accounts_its_tokens(monkey
     assert first["path"] == "/v1/chat/completions" and first["model"] == "stub-model"
     assert "Parking" in first["messages"][1]["content"] or "LookupGrid" in first["messages"][1]["content"]
     assert all(v.aux_usage.input_tokens == 123 and v.aux_usage.output_tokens == 17 for v in llm_steps)
+    per_call = (123 * 1.0 + 17 * 2.0) / 1e6  # mem0's own client made the calls: the run's cost meter sees them
+    assert lifecycle.METER.spent == pytest.approx(per_call * len(llm_steps))
+    assert all(v.aux_cost_usd == pytest.approx(per_call) for v in llm_steps)
     assert sum(v.aux_calls for v in llm_steps) >= len(llm_steps)
     assert any("INCD-PARK" in m.content for m in views[-1][1].messages if m.name == MEMORY_NAME)
 
@@ -246,3 +251,15 @@ def test_keep_conversation_keeps_older_user_replies_and_text_turns(episode: Any)
         visible = {i for i, m in enumerate(history[:n]) if any(m is r for r in rest)}
         assert not visible & set(view.decisions["injected_from"])
     assert history[4] in view.messages and history[5] in view.messages  # the question and the folio reply
+
+
+def test_accounting_does_not_depend_on_what_other_episodes_cached(episode: Any) -> None:
+    """A second episode over the same messages (every vector already cached in this process) is charged the same
+    embedding calls, texts and word pieces per step as the first (review finding: it was charged nothing)."""
+    history, _, first, _, _ = episode
+    again = _render_all(Mem0Memory(window=2, top_k=3, keep_conversation=False, summarizer=ExtractiveSummarizer()),
+                        history)
+    keys = ("embed_calls", "embed_texts", "embed_tokens")
+    assert [v.aux_calls for _, v in again] == [v.aux_calls for _, v in first]
+    assert [[v.decisions[k] for k in keys] for _, v in again] == [[v.decisions[k] for k in keys] for _, v in first]
+    assert sum(v.decisions["embed_cached"] for _, v in again) > 0  # the vectors did come from the cache

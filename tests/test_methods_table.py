@@ -9,6 +9,8 @@ from fixtures.make_results import episodes, run_manifest, write_run
 
 from harness.report import tables
 
+MEM0_STAND_IN = "mem0 infer=False stand-in: raw messages stored, no LLM extraction"  # as mem0_memory.STAND_IN
+
 STAMP = "2026-03-01_00-00-00"
 
 
@@ -23,11 +25,13 @@ def test_the_comparison_puts_ratios_to_vanilla_beside_the_papers_and_says_what_d
     _run(root, "keep_last_n", "c3", aux_backend="none", aux_calls=0, aux_time_s=0.0)
     stand_in = "extractive-stand-in (deterministic, offline; no LLM)"
     _run(root, "summary", "c4", aux_backend=stand_in, aux_calls=2, aux_time_s=0.5)
+    _run(root, "mem0", "c4", aux_backend=MEM0_STAND_IN, aux_calls=3, aux_time_s=1.0)
     tables.main(["--results", str(root), "--out", str(tmp_path / "tables")])
     table = pd.read_csv(tmp_path / "tables" / "methods_comparison.csv", index_col=0, dtype=str)
-    assert table.loc["WARNING"].iloc[0].startswith("NOTE: auxiliary work done by offline stand-ins")  # CSV notes row
+    note = table.loc["WARNING"].iloc[0]  # the CSV's notes row
+    assert note.startswith("NOTE: auxiliary work done by offline stand-ins or substitutes") and MEM0_STAND_IN in note
     table = table.drop(index="WARNING")
-    assert list(table.index) == ["Vanilla (C2)", "Keep-Last-N", "Summary", "TokenSkip"]
+    assert list(table.index) == ["Vanilla (C2)", "Keep-Last-N", "Summary", "Mem0", "TokenSkip"]
     assert table.loc["Keep-Last-N", "input vs Vanilla, ours"] == "0.400"  # 400 vs 1,000 tokens per episode
     assert table.loc["Keep-Last-N", "input vs Vanilla, paper"] == "0.981"  # 9.312 M vs 9.496 M (Table 1)
     assert table.loc["Summary", "input vs Vanilla, ours"] == "0.420"
@@ -38,7 +42,7 @@ def test_the_comparison_puts_ratios_to_vanilla_beside_the_papers_and_says_what_d
     assert table.loc["TokenSkip", "run"].startswith("not run: TokenSkip cannot run here")
     assert table.loc["TokenSkip", "paper: overall"] == "79.2"
     md = (tmp_path / "tables" / "methods_comparison.md").read_text()
-    assert "SIMULATED" in md and "NOTE: auxiliary work done by offline stand-ins" in md
+    assert "SIMULATED" in md and "NOTE: auxiliary work done by offline stand-ins or substitutes" in md
 
 
 def test_without_any_comparison_method_there_is_no_comparison_table(tmp_path: Path) -> None:

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from harness import lifecycle
 from harness.policies.base import RenderContext, View
 from harness.policies.summarizers import aux_label, is_llm
 from harness.tokens import TokenCounter
@@ -62,7 +63,7 @@ os.environ.setdefault("MEM0_DIR", os.path.join(tempfile.gettempdir(), "harness-m
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 log = logging.getLogger("harness.policies.mem0")
-STAND_IN = "mem0 infer=False: raw messages stored, no LLM extraction"
+STAND_IN = "mem0 infer=False stand-in: raw messages stored, no LLM extraction"
 UPDATE_RULES = "ADD only; no UPDATE/DELETE in mem0 2.x"
 MEMORY_NAME = "mem0_memories"
 ROLES = ("system", "user")
@@ -133,25 +134,34 @@ def _embedding_class() -> type:
             self.model = _MODELS[path]
             self.config.embedding_dims = self.config.embedding_dims or EMBEDDING_DIMS
             self.counts = {"calls": 0, "texts": 0, "cached": 0, "tokens": 0, "seconds": 0.0}
+            self.embedded: set[str] = set()  # texts this episode's Memory has embedded (the cache may hold more)
 
         def embed(self, text: str, memory_action: str | None = None) -> list[float]:
             return self.embed_batch([text], memory_action or "add")[0]
 
         def embed_batch(self, texts: list[str], memory_action: str = "add") -> list[list[float]]:
+            """Calls, texts and word pieces are charged per episode (each new text once), whether or not another
+            episode of the process already cached its vector: the accounting does not depend on episode order
+            or on how episodes are spread over workers. Seconds are the time actually spent."""
             key = self.config.model
-            todo = [t for t in dict.fromkeys(texts) if (key, t) not in _VECTORS]
-            self.counts["cached"] += len(texts) - len(todo)
-            if todo:
-                t0 = time.perf_counter()
-                if len(_VECTORS) + len(todo) > MAX_CACHED:
-                    _VECTORS.clear()
-                for text, vec in zip(todo, super().embed_batch(todo, memory_action), strict=True):
-                    _VECTORS[(key, text)] = np.asarray(vec, dtype=np.float32)
-                self.counts["seconds"] += time.perf_counter() - t0
+            fresh = [t for t in dict.fromkeys(texts) if t not in self.embedded]
+            self.embedded.update(fresh)
+            with _LOCK:  # the process-wide cache is shared by threaded episodes
+                todo = [t for t in dict.fromkeys(texts) if (key, t) not in _VECTORS]
+                self.counts["cached"] += len(texts) - len(todo)
+                if todo:
+                    t0 = time.perf_counter()
+                    if len(_VECTORS) + len(todo) > MAX_CACHED:
+                        _VECTORS.clear()
+                    for text, vec in zip(todo, super().embed_batch(todo, memory_action), strict=True):
+                        _VECTORS[(key, text)] = np.asarray(vec, dtype=np.float32)
+                    self.counts["seconds"] += time.perf_counter() - t0
+                vectors = [_VECTORS[(key, t)].tolist() for t in texts]
+            if fresh:
                 self.counts["calls"] += 1
-                self.counts["texts"] += len(todo)
-                self.counts["tokens"] += self._word_pieces(todo)
-            return [_VECTORS[(key, t)].tolist() for t in texts]
+                self.counts["texts"] += len(fresh)
+                self.counts["tokens"] += self._word_pieces(fresh)
+            return vectors
 
         def _word_pieces(self, texts: list[str]) -> int:
             ids = self.model.tokenizer(texts, add_special_tokens=True)["input_ids"]
@@ -262,8 +272,9 @@ class Mem0Memory:
                      "embed_calls": spent["calls"], "embed_texts": spent["texts"], "embed_cached": spent["cached"],
                      "embed_tokens": spent["tokens"], "embed_s": round(spent["seconds"], 4),
                      "llm_calls": len(llm)}
-        return View(messages, aux_usage=usage, aux_modeled_time_s=sum(s for _, s in llm),
-                    aux_cost_usd=float(cost(usage)) if llm and callable(cost) else 0.0,
+        aux_cost = float(cost(usage)) if llm and callable(cost) else 0.0
+        lifecycle.METER.add(aux_cost)  # mem0's own client made these calls: the run's cost cap must see them
+        return View(messages, aux_usage=usage, aux_modeled_time_s=sum(s for _, s in llm), aux_cost_usd=aux_cost,
                     aux_calls=spent["calls"] + len(llm), aux_time_s=time.perf_counter() - t0, decisions=decisions)
 
     # --- mem0 ---

@@ -289,9 +289,11 @@ def _methods(results: Path, chosen: dict[str, Run], pins: dict[str, Path], out: 
     notes += status_notes(runs, used) + mismatch_notes(episodes, used)
     sources = {n: where(paths[n], results) for n in used}
     paper = yaml.safe_load(WAAC_PAPER.read_text())
-    stand_ins = sorted({str(b) for b in episodes.get("aux_backend", []) if "stand-in" in str(b)})
+    stand_ins = sorted({str(b) for b in episodes.get("aux_backend", []) if "stand-in" in str(b)
+                        or "not the paper's" in str(b)})
     if stand_ins:
-        notes.append("NOTE: auxiliary work done by offline stand-ins, not LLMs: " + "; ".join(stand_ins))
+        notes.append("NOTE: auxiliary work done by offline stand-ins or substitutes, not the paper's: "
+                     + "; ".join(stand_ins))
     return write(comparison_table(episodes, paper, sources), out, "methods_comparison",
                  f"The WAAC paper's comparison methods on the expense benchmark ({label(episodes)}; per episode, "
                  f"mean ± 95% CI over runs) beside the paper's Table 1 ({paper['benchmark']}, {paper['model']}, "
