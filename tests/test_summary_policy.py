@@ -209,3 +209,16 @@ def test_record_names_the_backend_and_the_trigger() -> None:
     assert rec["method"] == "summary" and rec["aux_backend"].startswith("extractive-stand-in")
     assert rec["trigger"] == {"max_size_events": 30, "max_tokens": None}
     assert rec["keep_first"] == 2 and rec["tail_events"] == 12 and rec["sections"] == list(SECTIONS)
+
+
+def test_the_token_trigger_never_summarizes_the_newest_round() -> None:
+    """Review finding: with a large last round the token trigger's hard cut moved past it, leaving the agent
+    only [system, task, summary]."""
+    big = json.dumps({"Status": "Success", "Rows": ["x" * 40] * 200})
+    history = [Message("system", "s"), Message("user", "task"),
+               Message("assistant", "", (ToolCall("c1", "form_open", "{}"), ToolCall("c1_1", "form_open", "{}"))),
+               Message("tool", big, tool_call_id="c1", name="form_open"),
+               Message("tool", big, tool_call_id="c1_1", name="form_open")]
+    view = SummaryCondenser(max_size=100, max_tokens=500, summarizer=ExtractiveSummarizer()).render(
+        tuple(history), RenderContext(0, TokenCounter())).messages
+    assert view[-3:] == history[-3:]

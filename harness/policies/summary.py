@@ -86,6 +86,11 @@ def prev_cut(view: Sequence[Message], i: int) -> int:
     return i
 
 
+def latest_round(view: Sequence[Message]) -> int:
+    """Index of the newest assistant message that made tool calls (len(view) if none)."""
+    return next((i for i in range(len(view) - 1, -1, -1) if view[i].tool_calls), len(view))
+
+
 def forgotten_pairs(events: Sequence[Message]) -> list[tuple[Message, Message | None]]:
     """The tool pairs among forgotten events, one call per pair (the shape ExtractiveSummarizer reads)."""
     results = {m.tool_call_id: m for m in events if m.role == "tool"}
@@ -173,6 +178,7 @@ class SummaryCondenser:
         start = next_cut(view, head)
         cut = len(view) - self._tail(view, reasons, head, ctx.tokens)
         end = next_cut(view, cut) if "tokens" in reasons else prev_cut(view, cut)  # tokens: a hard limit (V1)
+        end = min(end, latest_round(view))  # the agent always sees its newest calls and their results raw
         forgotten = [m for m in view[start:end] if m is not self._summary]
         decisions |= {"reasons": reasons}
         if not forgotten:  # the tail and head already cover the view: nothing can be forgotten
