@@ -36,8 +36,15 @@ def build_domain(cfg: DictConfig) -> Domain:
 
 
 def build_policy(cfg: DictConfig) -> ContextPolicy:
-    """A fresh policy per episode: policies may cache per-episode work (e.g. summaries)."""
-    return instantiate(cfg.policy)
+    """A fresh policy per episode: policies may cache per-episode work (e.g. summaries). A policy refusing its
+    settings (its ValueError, e.g. `policy.unit=turn`) comes out as one InputError line, not Hydra's wrapper."""
+    try:
+        return instantiate(cfg.policy)
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        if isinstance(cause, InputError | ValueError):
+            raise InputError(str(cause)) from None
+        raise
 
 
 def build_model(cfg: DictConfig, seed: int) -> LLMBackend:

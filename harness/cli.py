@@ -19,7 +19,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
-from harness.build import build_domain
+from harness.build import build_domain, check_policy_model
 from harness.config import RunConfig
 from harness.errors import InputError
 from harness.run import CONFIG_DIR, main
@@ -114,7 +114,8 @@ def check_run(cfg: DictConfig) -> str | None:
         return f"error: n_runs={cfg.n_runs} is out of range (valid: 1 or more)"
     try:
         build_domain(cfg)  # validates the tasks file and n_tasks (1..available); ~10 ms for the benchmark
-    except InputError as exc:  # harness.build unwraps Hydra's InstantiationException around it
+        check_policy_model(cfg)  # the policy's settings, and a model it cannot run with (TokenSkip)
+    except InputError as exc:  # harness.build unwraps Hydra's InstantiationException around them
         return f"error: {exc}"
     try:
         out_dir = Path(cfg.out_dir)

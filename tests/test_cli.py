@@ -104,3 +104,12 @@ def test_a_bad_tasks_file_names_file_and_line(tmp_path: Path) -> None:
     refused(run_cli("n_tasks=1", f"env.tasks_path={p}", out_dir=tmp_path / "out"),
             f"{p}:3: task ../evil: task_id: '../evil' is not a safe file name")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("override", "reason"), [
+    ("policy.n=-1", "policy.n must be >= 0, got -1"),
+    ("policy.unit=turn", "policy.unit='turn' must be one of pair, round")])
+def test_a_setting_the_policy_refuses_is_one_line_before_anything_is_written(tmp_path: Path, override: str,
+                                                                             reason: str) -> None:
+    refused(run_cli(override, out_dir=tmp_path / "out"), reason)
+    assert not (tmp_path / "out").exists()

@@ -9,12 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from _support import CONFIG_DIR
 from hydra import compose, initialize_config_dir
 
 from harness.backends.sim_server import SimServer, answer, parse_request
 from harness.backends.tokenskip import TokenSkipBackend, with_ratio
 from harness.config import register
+from harness.errors import InputError
 from harness.records import read_transcript
 from harness.run import run
 from harness.types import Message, ToolCall
@@ -91,3 +93,13 @@ def test_without_a_tokenskip_model_the_run_is_refused_with_the_reason_and_how(tm
         assert len(lines) == 1 and "TokenSkip cannot run here" in lines[0] and "make run CONFIG=tokenskip" in lines[0]
         assert "Traceback" not in done.stderr
         assert not list((tmp_path / "out").glob("transcripts/*"))
+
+
+def test_the_runner_itself_refuses_too(tmp_path: Path) -> None:
+    """Sweeps start harness.run directly, past the CLI's checks: the runner refuses before any episode."""
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", ["experiment=tokenskip", "model=sim", "n_tasks=1", "n_runs=1",
+                                 f"out_dir={tmp_path}", "progress=false"])
+    with pytest.raises(InputError, match="TokenSkip cannot run here"):
+        run(cfg, verbose=False)
+    assert not list(tmp_path.glob("transcripts/*"))

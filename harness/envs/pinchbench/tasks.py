@@ -289,12 +289,17 @@ def _weights(raw: object) -> tuple[tuple[str, float], ...]:
     return tuple(out)
 
 
-def _workspace_files(raw: object) -> tuple[WorkspaceFile, ...]:
+def _list(raw: object, key: str) -> list[Any]:
+    """A front-matter list field: absent is empty, anything but a list is a load error naming the key."""
     if raw is None:
-        return ()
+        return []
     if not isinstance(raw, list):
-        raise ValueError("workspace_files must be a list")
-    return tuple(_workspace_file(i, entry) for i, entry in enumerate(raw))
+        raise ValueError(f"{key} must be a list")
+    return raw
+
+
+def _workspace_files(raw: object) -> tuple[WorkspaceFile, ...]:
+    return tuple(_workspace_file(i, entry) for i, entry in enumerate(_list(raw, "workspace_files")))
 
 
 def _workspace_file(i: int, entry: object) -> WorkspaceFile:
@@ -309,13 +314,9 @@ def _workspace_file(i: int, entry: object) -> WorkspaceFile:
 
 def _sessions(raw: object) -> tuple[Session, ...]:
     """Strings or `{prompt|message, new_session?, id?}`; a bare `{new_session: true}` marks the next prompt."""
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise ValueError("sessions must be a list")
     out: list[Session] = []
     fresh = False
-    for i, entry in enumerate(raw):
+    for i, entry in enumerate(_list(raw, "sessions")):
         if isinstance(entry, str):
             out.append(Session(entry, fresh))
             fresh = False
@@ -337,11 +338,7 @@ def _sessions(raw: object) -> tuple[Session, ...]:
 
 
 def _prerequisites(raw: object) -> tuple[str, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise ValueError("prerequisites must be a list")
-    return tuple(str(p) for p in raw)
+    return tuple(str(p) for p in _list(raw, "prerequisites"))
 
 
 def _flagged(task: PinchTask, overrides: _Overrides) -> PinchTask:
