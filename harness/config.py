@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 
 @dataclass
@@ -30,8 +32,19 @@ class RunConfig:
     model: Any = None
     user: Any = None
     summarizer: Any = None
+    judge: Any = None
+    benchmark: Any = None
     budget: Any = None
+
+
+def policy_label(*, _root_: Any) -> str:
+    """`${policy_label:}`: the configured policy's class in snake case (LastN -> last_n), for run names of
+    experiments that take any policy (PinchBench's); pass `name=` to tell two settings of one policy apart."""
+    target = str(_root_.policy.get("_target_", "policy")).rsplit(".", 1)[-1]
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", target).lower()
 
 
 def register() -> None:
     ConfigStore.instance().store(name="schema", node=RunConfig)
+    if not OmegaConf.has_resolver("policy_label"):
+        OmegaConf.register_new_resolver("policy_label", policy_label)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness import lifecycle
 from harness.backends.base import ContextWindowExceeded, InfraError, LLMBackend
-from harness.envs.base import Episode
+from harness.envs.base import NEW_SESSION, Episode
 from harness.policies.base import ContextPolicy, RenderContext, Summarizer
 from harness.policies.budget import fit_to_budget
 from harness.tokens import TokenCounter
@@ -64,6 +64,7 @@ class StepRecord:
     info: dict[str, Any] = field(default_factory=dict)
     aux_calls: int = 0  # the policy's auxiliary calls for this step's view (summaries, compressor, memory)
     aux_time_s: float = 0.0  # their wall seconds (part of policy_time_s)
+    session: int = 0  # which conversation of the episode (multi-session tasks start fresh ones)
 
 
 @dataclass
@@ -81,21 +82,40 @@ class EpisodeResult:
     failed_call_retries: int = 0  # retries of the call that ended the episode as an infrastructure failure
 
 
+@dataclass
+class Conversation:
+    """The conversation the model is in: where it starts in the episode's history, its fixed opening messages,
+    and the policy rendering it (a fresh conversation gets a fresh policy: it starts with no memory)."""
+
+    policy: ContextPolicy
+    start: int = 0
+    n_fixed: int = 2
+    session: int = 0
+
+
+@dataclass(frozen=True)
+class _NewSession:
+    prompt: str
+
+
 def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: TokenCounter,
                 max_steps: int, aux: Summarizer | None = None, budget: int | None = None,
-                max_unusable_replies: int = 3) -> EpisodeResult:
+                max_unusable_replies: int = 3, new_policy: Callable[[], ContextPolicy] | None = None
+                ) -> EpisodeResult:
     """`max_unusable_replies`: that many truncated or empty replies in a row end the episode
-    (Termination.UNUSABLE_REPLIES), instead of paying for the same useless output until max_steps."""
+    (Termination.UNUSABLE_REPLIES), instead of paying for the same useless output until max_steps.
+    `new_policy` makes the policy of a fresh conversation (a user reply opening with NEW_SESSION); without it the
+    same policy object carries on. `max_steps` counts model calls over all conversations of the episode."""
     start = time.perf_counter()
     history: list[Message] = episode.opening()
-    n_fixed = len(history)
+    convo = Conversation(policy, 0, len(history))
     tools = [*episode.env.tools(), *_policy_tools(policy)]
     steps: list[StepRecord] = []
     termination, error, failed_retries = Termination.MAX_STEPS, None, 0
     for step in range(max_steps):
         try:
-            ctx = RenderContext(step, tokens, tools, budget=budget, aux=aux, n_fixed=n_fixed)
-            ended = _step(episode, policy, model, tokens, history, steps, ctx)
+            ctx = RenderContext(step, tokens, tools, budget=budget, aux=aux, n_fixed=convo.n_fixed)
+            ended = _step(episode, convo, model, tokens, history, steps, ctx)
         except InfraError as exc:  # the endpoint, not the agent, failed
             termination, error, failed_retries = Termination.INFRA_ERROR, f"{type(exc).__name__}: {exc}", exc.retries
             break
@@ -105,6 +125,9 @@ def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, toke
         except Exception:  # an episode's crash is recorded, never the whole run's
             termination, error = Termination.ERROR, traceback.format_exc(limit=8)
             break
+        if isinstance(ended, _NewSession):
+            convo = _fresh_conversation(history, convo, ended.prompt, new_policy)
+            continue
         if ended is None and _unusable_in_a_row(steps) >= max_unusable_replies > 0:
             ended = Termination.UNUSABLE_REPLIES
         if ended is not None:
@@ -113,9 +136,22 @@ def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, toke
     tool_errors = sum(1 for m in history if m.role == "tool" and m.is_error)
     malformed = sum(1 for m in history for c in m.tool_calls if is_malformed(c, tools))
     user_usage = getattr(episode.user, "usage", Usage())
-    return EpisodeResult(history, steps, termination, episode.score(), time.perf_counter() - start,
+    usage = [Usage(s.input_tokens, s.output_tokens, s.cached_input_tokens, s.reasoning_tokens) for s in steps]
+    return EpisodeResult(history, steps, termination, episode.score(history, usage), time.perf_counter() - start,
                          tool_errors, malformed, user_usage, getattr(episode.user, "cost_usd", 0.0), error,
                          failed_retries)
+
+
+def _fresh_conversation(history: list[Message], convo: Conversation, prompt: str,
+                        new_policy: Callable[[], ContextPolicy] | None) -> Conversation:
+    """Open a new conversation at the end of the history: the same system messages (new objects: the model is
+    sent them again), then the prompt. The history stays one append-only record of every conversation."""
+    systems = [m for m in history[convo.start:convo.start + convo.n_fixed] if m.role == "system"]
+    opening = [Message(m.role, m.content, name=m.name) for m in systems] + [Message("user", prompt)]
+    fresh = Conversation(new_policy() if new_policy else convo.policy, len(history), len(opening),
+                         convo.session + 1)
+    history.extend(opening)
+    return fresh
 
 
 def _unusable_in_a_row(steps: list[StepRecord]) -> int:
@@ -158,10 +194,12 @@ def is_malformed(call: ToolCall, tools: Sequence[ToolSpec]) -> bool:
     return False
 
 
-def _step(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: TokenCounter,
-          history: list[Message], steps: list[StepRecord], ctx: RenderContext) -> Termination | None:
+def _step(episode: Episode, convo: Conversation, model: LLMBackend, tokens: TokenCounter,
+          history: list[Message], steps: list[StepRecord], ctx: RenderContext) -> Termination | _NewSession | None:
+    """One model call in the current conversation; the policy sees only that conversation's messages."""
     t0 = time.perf_counter()
-    view = policy.render(tuple(history), ctx)
+    policy, here = convo.policy, history[convo.start:]
+    view = policy.render(tuple(here), ctx)
     native = getattr(policy, "manages_budget", False)
     fit = fit_to_budget(view.messages, ctx.n_fixed, None if native else ctx.budget, tokens)
     over = fit.over_budget or (native and ctx.budget is not None and fit.compressible_tokens > ctx.budget)
@@ -186,12 +224,12 @@ def _step(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: To
         log.warning("step %d: API reports %d input tokens, local count %d (model tokenizer or framing differs)",
                     ctx.step, reported, input_tokens)
     steps.append(StepRecord(
-        step=ctx.step, history_tokens=tokens.request(history, ctx.tools), input_tokens=reported,
+        step=ctx.step, history_tokens=tokens.request(here, ctx.tools), input_tokens=reported,
         local_input_tokens=input_tokens, output_tokens=completion.usage.output_tokens,
         aux_input_tokens=view.aux_usage.input_tokens, aux_output_tokens=view.aux_usage.output_tokens,
         policy_time_s=policy_time,
         model_time_s=time.perf_counter() - t1, modeled_time_s=completion.modeled_time_s + view.aux_modeled_time_s,
-        n_history_messages=len(history), n_view_messages=len(view.messages),
+        n_history_messages=len(here), n_view_messages=len(view.messages),
         view_compressible_tokens=fit.compressible_tokens, budget=ctx.budget, over_budget=over,
         budget_evicted_pairs=fit.evicted_pairs,
         action=",".join(c.name for c in message.tool_calls) or "message", cached=completion.cached,
@@ -200,7 +238,7 @@ def _step(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: To
         view=view_refs(history, view.messages), decisions=view.decisions, info=completion.info,
         cached_input_tokens=completion.usage.cached_input_tokens, reasoning_tokens=completion.usage.reasoning_tokens,
         usage_missing=bool(completion.info.get("usage_missing")), finish_reason=finish, unusable=bad,
-        aux_calls=view.aux_calls, aux_time_s=view.aux_time_s))
+        aux_calls=view.aux_calls, aux_time_s=view.aux_time_s, session=convo.session))
     history.append(message)
     if message.tool_calls:
         history.extend(_tool_result(episode, policy, call) for call in message.tool_calls)
@@ -210,6 +248,8 @@ def _step(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: To
     if episode.user is None:
         return Termination.AGENT_FINAL
     reply = episode.user.respond(message.content)
+    if reply.startswith(NEW_SESSION):
+        return _NewSession(reply.removeprefix(NEW_SESSION).lstrip("\n"))
     history.append(Message("user", reply))
     return Termination.USER_STOP if STOP in reply else None
 

@@ -82,6 +82,8 @@ def episode_row(meta: dict[str, Any], result: EpisodeResult) -> dict[str, Any]:
         "termination": result.termination.value,
         "error": result.error,
         "score_details": json.dumps(result.score.details, sort_keys=True),
+        "n_sessions": 1 + max((x.session for x in s), default=0),
+        **result.score.columns,
     }
 
 

@@ -34,8 +34,10 @@ from tqdm import tqdm
 from harness import episode as episode_loop
 from harness import lifecycle, manifest, preflight
 from harness.backends.base import InfraError
+from harness.backends.local import serving
 from harness.build import (
     build_domain,
+    build_judge,
     build_model,
     build_policy,
     build_user,
@@ -45,7 +47,7 @@ from harness.build import (
     method_columns,
 )
 from harness.config import register
-from harness.envs.base import Domain
+from harness.envs.base import Domain, EpisodeContext
 from harness.episode import run_episode
 from harness.errors import InputError
 from harness.io import atomic_write
@@ -72,10 +74,12 @@ def run_one(cfg: DictConfig, domain: Domain, job: Job) -> dict[str, Any]:
     model = build_model(cfg, seed)
     budget = budget_tokens(cfg.budget.reference_tokens, cfg.budget.fraction)
     policy = build_policy(cfg)
-    result = run_episode(domain.episode(task, build_user(cfg)), policy, model,
+    context = EpisodeContext(run, Path(out_dir), *build_judge(cfg, model))
+    result = run_episode(domain.episode(task, build_user(cfg), context), policy, model,
                          TokenCounter(cfg.encoding), cfg.max_steps, budget=budget,
-                         max_unusable_replies=cfg.max_unusable_replies)
-    meta = {**describe(cfg, model), **method_columns(policy, model), "task_id": task.task_id, "run": run, "seed": seed,
+                         max_unusable_replies=cfg.max_unusable_replies, new_policy=lambda: build_policy(cfg))
+    meta = {**describe(cfg, model), **method_columns(policy, model), "benchmark": domain.name,
+            "task_id": task.task_id, "run": run, "seed": seed,
             "budget_fraction": cfg.budget.fraction, "budget_tokens": budget, "fingerprint": print_}
     write_transcript(transcript_path(Path(out_dir), task.task_id, run), meta, result)
     return {"completed": result.score.completed, "input_tokens": sum(s.input_tokens for s in result.steps),
@@ -118,7 +122,8 @@ def pending(cfg: DictConfig, domain: Domain, out_dir: Path, print_: str | None =
 
 # Settings that change no episode's outcome: a resumed run may differ in these and nothing else.
 NEUTRAL = ("out_dir", "progress", "n_workers", "concurrency", "n_tasks", "n_runs", "rerun_failed", "dry_run",
-           "max_cost_usd", "preflight")
+           "max_cost_usd", "preflight",
+           "judge", "benchmark")  # both reach episodes only through the env block, which carries them
 
 
 # ... and, in every backend block, how calls are made and paid for, not what they return (e.g. a lower rpm after
@@ -132,6 +137,11 @@ def fingerprint(cfg: DictConfig) -> str:
     relevant = {k: v for k, v in resolved.items() if k not in NEUTRAL}
     relevant["env"] = {k: v for k, v in relevant.get("env", {}).items() if k != "n_tasks"}
     relevant["model"] = _without_knobs(relevant.get("model"))
+    if isinstance(relevant["model"], dict) and relevant["model"].get("serve"):  # a served model's port varies
+        relevant["model"] = {k: v for k, v in relevant["model"].items() if k not in ("base_url", "model", "name")}
+    if isinstance(relevant["env"].get("judge"), dict):  # where judge replies are cached changes no grade
+        judge = {k: v for k, v in relevant["env"]["judge"].items() if k != "cache_dir"}
+        relevant["env"]["judge"] = {**judge, "model": _without_knobs(judge.get("model"))}
     for group in ("user", "summarizer"):
         if isinstance(relevant.get(group), dict) and "backend" in relevant[group]:
             relevant[group] = {**relevant[group], "backend": _without_knobs(relevant[group]["backend"])}
@@ -338,7 +348,13 @@ def check_shape(cfg: DictConfig) -> None:
 
 
 def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
-    """Run (or resume) every episode of the config into cfg.out_dir; returns the episodes table."""
+    """Run (or resume) every episode of the config into cfg.out_dir; returns the episodes table. A model the
+    runner serves itself (`model=local`) is started first and stopped when the run ends."""
+    with serving(cfg) as served:
+        return _run(served, verbose)
+
+
+def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
     lifecycle.reset()
     episode_loop.reset_warnings()
     check_shape(cfg)

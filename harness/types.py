@@ -157,6 +157,7 @@ class Score:
     any_line_itemized: bool
     amount_itemized_pct: float
     details: dict[str, Any] = field(default_factory=dict)
+    columns: dict[str, Any] = field(default_factory=dict)  # benchmark-specific episode columns (PinchBench: score)
 
 
 class Termination(StrEnum):

@@ -135,6 +135,7 @@ class OpenAICompatible:
     encoding: str = "o200k_base"
     extra_body: dict[str, Any] = field(default_factory=dict)
     simulated: bool = False  # true only for endpoints serving the simulated agent (harness.backends.sim_server)
+    serve: bool = False  # the runner starts (and stops) a local server for this backend: harness.backends.local
     executor: str = "thread"  # how the runner parallelizes episodes: threads, since calls wait on the network
 
     def __post_init__(self) -> None:

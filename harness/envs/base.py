@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
 
-from harness.types import Message, Score, Task, ToolCall, ToolSpec
+from harness.types import Message, Score, Task, ToolCall, ToolSpec, Usage
+
+# A user reply starting with this marker ends the current conversation and opens a fresh one (the same system
+# messages, then the rest of the reply as the user's first turn); the environment (e.g. a workspace) persists.
+# PinchBench's `new_session: true` entries use it (FORMATS.md, multi-session tasks).
+NEW_SESSION = "###NEW_SESSION###"
 
 
 class ToolResultLike(Protocol):
@@ -24,19 +31,34 @@ class UserModel(Protocol):
     def respond(self, agent_text: str) -> str: ...
 
 
+@dataclass(frozen=True)
+class EpisodeContext:
+    """Where and how one episode runs, for domains that need it (a workspace under the run folder, a judge).
+    `judge` is an LLM backend (or None, then `judge_reason` says why there is none)."""
+
+    run: int = 0
+    out_dir: Path | None = None
+    judge: Any = None
+    judge_reason: str = "no judge configured"
+    judge_cache_dir: str | None = None
+    judge_attempts: int = 2
+
+
 class Episode(Protocol):
-    """Everything task-specific for one episode, made fresh by the domain."""
+    """Everything task-specific for one episode, made fresh by the domain. `score` gets the whole history (every
+    session) and each assistant turn's usage, for benchmarks graded on the transcript."""
 
     task: Task
     env: Environment
     user: UserModel | None
 
     def opening(self) -> list[Message]: ...
-    def score(self) -> Score: ...
+    def score(self, history: Sequence[Message] = (), usage: Sequence[Usage] = ()) -> Score: ...
 
 
 class Domain(Protocol):
     name: str
     tasks: list[Task]
 
-    def episode(self, task: Task, user_factory: Callable[[Task], UserModel] | None) -> Episode: ...
+    def episode(self, task: Task, user_factory: Callable[[Task], UserModel] | None,
+                context: EpisodeContext | None = None) -> Episode: ...

