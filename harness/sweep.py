@@ -4,10 +4,11 @@
   visible-history tokens, WAAC B.3) in the sweep folder; then every policy x tier runs with that reference.
 - n_w: C4's N x W sensitivity (the expense paper).
 - ablations: WAAC, its five ablations (WAAC B.3, B.4) and C3 on the same tasks, runs and seeds.
-- methods: the WAAC paper's comparison methods (Table 1's rows), Vanilla and WAAC on the same tasks, runs and seeds.
+- methods: the WAAC paper's comparison methods (Table 1's rows), Vanilla and WAAC on the same tasks, runs and seeds
+  (on PinchBench: ARGS='env=pinchbench benchmark.path=<clone> model=local|openai ...').
+- workflow: WAAC Table 4, PinchBench chains of K = 2/4/8/16 tasks per method (ARGS='benchmark.path=<clone>').
 Jobs run in parallel through Hydra's joblib launcher; add `hydra/launcher=ray` (and e.g.
-`+hydra.launcher.ray.init.num_cpus=2`) to run them on a Ray instance instead. The continuous-workflow sweep
-needs the PinchBench/Odysseys adapters.
+`+hydra.launcher.ray.init.num_cpus=2`) to run them on a Ray instance instead.
 """
 
 from __future__ import annotations
@@ -23,14 +24,18 @@ from harness.lifecycle import die_with_parent
 from harness.report.budget import read_reference
 
 ROOT = Path(__file__).resolve().parents[1]
-SWEEPS = ("budget", "n_w", "ablations", "methods")
-# ablations and methods sweep the experiment itself
-BASE = {"budget": ["experiment=c2"], "n_w": ["experiment=c4"], "ablations": [], "methods": []}
+SWEEPS = ("budget", "n_w", "ablations", "methods", "workflow")
+# ablations, methods and workflow sweep the experiment itself; workflow runs on PinchBench's chains (its env,
+# the local model unless ARGS says otherwise, and no user model: the tasks' sessions are the user's turns)
+BASE = {"budget": ["experiment=c2"], "n_w": ["experiment=c4"], "ablations": [], "methods": [],
+        "workflow": ["env=pinchbench_workflow", "model=local", "user=none", "max_steps=480"]}
 
 
 def multirun(sweep: str, sweep_dir: Path, args: list[str]) -> None:
-    cmd = [sys.executable, "-m", "harness.run", "-m", *BASE[sweep], f"+sweep={sweep}",
-           f"hydra.sweep.dir={sweep_dir}", *args]
+    given = {a.split("=", 1)[0] for a in args}
+    base = [b for b in BASE[sweep] if b.split("=", 1)[0] not in given]  # ARGS win (e.g. model=openai)
+    cmd = [sys.executable, "-m", "harness.run", "-m", *base, f"+sweep={sweep}",
+           f"hydra.sweep.dir={sweep_dir}", *[a for a in args if not a.startswith("hydra.sweep.dir=")]]
     subprocess.run(cmd, cwd=ROOT, check=True, preexec_fn=_with_us())
 
 
@@ -49,12 +54,14 @@ def vanilla_reference(sweep_dir: Path, args: list[str]) -> int:
 def main(argv: list[str] | None = None) -> Path:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in SWEEPS:
-        sys.exit(f"usage: make sweep SWEEP=<{'|'.join(SWEEPS)}> [ARGS='overrides']; "
-                 "the workflow-size sweep needs the PinchBench/Odysseys adapters (not built yet)")
+        sys.exit(f"usage: make sweep SWEEP=<{'|'.join(SWEEPS)}> [ARGS='overrides']")
     sweep, args = argv[0], argv[1:]
-    sweep_dir = ROOT / "results" / "sweeps" / sweep / time.strftime("%Y-%m-%d_%H-%M-%S")
+    given = [a.split("=", 1)[1] for a in args if a.startswith("hydra.sweep.dir=")]
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    sweep_dir = Path(given[-1]) if given else ROOT / "results" / "sweeps" / sweep / stamp
     if sweep == "budget":
-        ref = vanilla_reference(sweep_dir, [a for a in args if not a.startswith("hydra")])
+        swept = ("hydra", "policy=", "budget.fraction=")  # Vanilla's reference run takes none of the swept keys
+        ref = vanilla_reference(sweep_dir, [a for a in args if not a.startswith(swept)])
         print(f"budget reference (median per-task peak visible history under Vanilla): {ref} tokens")
         args = [f"budget.reference_tokens={ref}", *args]
     multirun(sweep, sweep_dir, args)
