@@ -24,7 +24,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.report.console import per_run  # noqa: E402
-from harness.report.runs import mismatch_notes, read_frame, select, status_notes  # noqa: E402
+from harness.report.pinchbench_tables import EXPENSE as EXPENSE_KIND  # noqa: E402
+from harness.report.pinchbench_tables import select_kind  # noqa: E402
+from harness.report.runs import mismatch_notes, read_frame, status_notes  # noqa: E402
 from harness.report.tables import (  # noqa: E402
     EXPENSE,
     ROOT,
@@ -130,7 +132,7 @@ def decisions_by_step(steps: pd.DataFrame, simulated: bool, out: Path, notes: li
 
 def _runs(results: Path, pins: dict[str, Path], out: Path) -> list[Path]:
     """The per-run figures, from the runs the tables use (the same choice, the same warnings)."""
-    chosen = {k: r for k, r in select(results, pins).items() if k in (*EXPENSE, "waac")}
+    chosen = {k: r for k, r in select_kind(results, pins, EXPENSE_KIND).items() if k in (*EXPENSE, "waac")}
     pairs = [(name, read_frame(r.path / "episodes.parquet"), read_frame(r.path / "steps.parquet"))
              for name, r in chosen.items()]
     pairs = [(n, e[e.experiment == n], s[s.experiment == n]) for n, e, s in pairs if e is not None and s is not None]

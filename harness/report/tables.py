@@ -8,6 +8,11 @@
   the paper's values (harness.report.methods_table), from the newest methods sweep or the chosen runs.
 - `waac_ablations`, `waac_step_log`: WAAC's ablations beside the paper's Tables 3a/6 deltas, and its per-step
   compression log (harness.report.waac_tables).
+- `pinchbench_table1`, `pinchbench_table4`: the WAAC paper's PinchBench Table 1 (category scores, overall, tokens,
+  time per method) and Table 4 (continuous workflows: Acc. and Rel. per workflow size), beside the paper's values
+  (harness.report.pinchbench_tables), from the newest PinchBench methods / workflow sweep or the chosen runs.
+Each table reads only runs of its own benchmark (episodes' `benchmark` column, missing = expense; PinchBench
+chains apart from single tasks): a newer PinchBench run or sweep never replaces an expense one.
 Which runs (harness.report.runs): for each experiment the newest run whose manifest says `complete`, never a
 smoke, partial, failed or running run and never a sweep job; `--run c3=results/c3/<stamp>` pins another (if
 it is not complete, or has no manifest, the table warns). Runs made before manifests are used only when
@@ -18,7 +23,7 @@ ablations come from the newest ablations sweep's complete jobs, the budget table
 sweep's complete jobs (jobs left out are named in a WARNING). Damaged or empty run folders are skipped with a
 one-line warning.
 Outputs Markdown, CSV and LaTeX under results/tables/. Simulated results are labelled in every output.
-The WAAC paper's Tables 1, 2 and 4 need the PinchBench/Odysseys adapters: not generated yet.
+The WAAC paper's Table 2 needs the Odysseys adapter: not generated yet.
 """
 
 from __future__ import annotations
@@ -32,15 +37,18 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from harness.report import pinchbench_tables
 from harness.report.console import per_run
 from harness.report.methods_table import METHODS, comparison_table
+from harness.report.pinchbench_tables import EXPENSE as EXPENSE_KIND
+from harness.report.pinchbench_tables import newest_sweep, select_kind, sweep_jobs
 from harness.report.runs import (
     EPISODES,
     Run,
     describe,
+    discover,
     mismatch_notes,
     read_frame,
-    select,
     status_notes,
     where,
 )
@@ -64,8 +72,8 @@ ROWS = (
 
 
 def find_runs(results: Path, pins: dict[str, Path] | None = None) -> dict[str, Path]:
-    """Experiment -> the run folder its tables use: pinned, else the newest complete run (harness.report.runs)."""
-    return {name: run.path for name, run in select(results, pins).items()}
+    """Experiment -> the run folder the expense tables use: pinned, else the newest complete expense run."""
+    return {name: run.path for name, run in select_kind(results, pins, EXPENSE_KIND).items()}
 
 
 def load(runs: dict[str, Path], names: Iterable[str]) -> pd.DataFrame:
@@ -139,9 +147,8 @@ def ratio_table(episodes: pd.DataFrame, paper: dict[str, Any], sources: dict[str
 
 
 def newest_sweep_dir(results: Path, kind: str) -> Path | None:
-    """The newest merged sweep folder of a kind (sweep folders are named by their start time)."""
-    merged = sorted((results / "sweeps").glob(f"{kind}/*/merged.parquet"))
-    return merged[-1].parent if merged else None
+    """The newest merged sweep folder of a kind holding expense episodes (named by their start time)."""
+    return newest_sweep(results, kind, EXPENSE_KIND)
 
 
 def budget_sweep(results: Path) -> tuple[pd.DataFrame, list[str]]:
@@ -227,14 +234,8 @@ def announce(written: list[Path], results: Path) -> list[Path]:
 
 
 def sweep_runs(results: Path, kind: str) -> tuple[dict[str, Run], list[str]]:
-    """Experiment -> complete job of the newest sweep of a kind, and a warning per job left out."""
-    folder = newest_sweep_dir(results, kind)
-    if folder is None:
-        return {}, []
-    jobs = [describe(p, results) for p in sorted(folder.iterdir()) if p.is_dir() and p.name.isdigit()]
-    notes = [f"WARNING: sweep job {where(j.path, results)} ({j.experiment}) left out: status {j.status}"
-             for j in jobs if not j.usable]
-    return {j.experiment: j for j in jobs if j.usable}, notes
+    """Experiment -> complete job of the newest expense sweep of a kind, and a warning per job left out."""
+    return sweep_jobs(results, kind, EXPENSE_KIND)
 
 
 def _waac(results: Path, chosen: dict[str, Run], pins: dict[str, Path], out: Path) -> list[Path]:
@@ -312,6 +313,13 @@ def _budget(results: Path, out: Path) -> list[Path]:
                  "the Vanilla peak reference; mean ± 95% CI over runs)", notes)
 
 
+def _pinchbench(results: Path, pins: dict[str, Path], out: Path, found: list[Run]) -> list[Path]:
+    written: list[Path] = []
+    for table in pinchbench_tables.build(results, pins, found):
+        written += write(table.table, out, table.name, table.caption, table.notes)
+    return written
+
+
 def pins_of(args: list[str]) -> dict[str, Path]:
     """`--run EXPERIMENT=DIR` options as a mapping."""
     pairs = [r.split("=", 1) for r in args]
@@ -329,9 +337,11 @@ def main(argv: list[str] | None = None) -> list[Path]:
     args = parser.parse_args(argv)
     out = args.out or args.results / "tables"
     pins = pins_of(args.run)
-    chosen = select(args.results, pins)
+    found = discover(args.results)  # once: a damaged run folder is warned about once
+    chosen = select_kind(args.results, pins, EXPENSE_KIND, found)
     written = _expense(args.results, chosen, out) + _waac(args.results, chosen, pins, out)
     written += _methods(args.results, chosen, pins, out) + _budget(args.results, out)
+    written += _pinchbench(args.results, pins, out, found)
     return announce(written, args.results)
 
 
