@@ -80,6 +80,7 @@ class EpisodeResult:
     user_cost_usd: float = 0.0
     error: str | None = None
     failed_call_retries: int = 0  # retries of the call that ended the episode as an infrastructure failure
+    scoring_time_s: float = 0.0  # grading the episode (graders, judges): not part of wall_time_s
 
 
 @dataclass
@@ -104,8 +105,8 @@ def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, toke
                 ) -> EpisodeResult:
     """`max_unusable_replies`: that many truncated or empty replies in a row end the episode
     (Termination.UNUSABLE_REPLIES), instead of paying for the same useless output until max_steps.
-    `new_policy` makes the policy of a fresh conversation (a user reply opening with NEW_SESSION); without it the
-    same policy object carries on. `max_steps` counts model calls over all conversations of the episode."""
+    `new_policy` makes the policy of a fresh conversation (a user reply opening with NEW_SESSION; without it such
+    a reply ends the episode as an error). `max_steps` counts model calls over all conversations of the episode."""
     start = time.perf_counter()
     history: list[Message] = episode.opening()
     convo = Conversation(policy, 0, len(history))
@@ -116,6 +117,9 @@ def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, toke
         try:
             ctx = RenderContext(step, tokens, tools, budget=budget, aux=aux, n_fixed=convo.n_fixed)
             ended = _step(episode, convo, model, tokens, history, steps, ctx)
+            if isinstance(ended, _NewSession):
+                convo = _fresh_conversation(history, convo, ended.prompt, new_policy)
+                continue
         except InfraError as exc:  # the endpoint, not the agent, failed
             termination, error, failed_retries = Termination.INFRA_ERROR, f"{type(exc).__name__}: {exc}", exc.retries
             break
@@ -125,9 +129,6 @@ def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, toke
         except Exception:  # an episode's crash is recorded, never the whole run's
             termination, error = Termination.ERROR, traceback.format_exc(limit=8)
             break
-        if isinstance(ended, _NewSession):
-            convo = _fresh_conversation(history, convo, ended.prompt, new_policy)
-            continue
         if ended is None and _unusable_in_a_row(steps) >= max_unusable_replies > 0:
             ended = Termination.UNUSABLE_REPLIES
         if ended is not None:
@@ -137,9 +138,11 @@ def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, toke
     malformed = sum(1 for m in history for c in m.tool_calls if is_malformed(c, tools))
     user_usage = getattr(episode.user, "usage", Usage())
     usage = [Usage(s.input_tokens, s.output_tokens, s.cached_input_tokens, s.reasoning_tokens) for s in steps]
-    return EpisodeResult(history, steps, termination, episode.score(history, usage), time.perf_counter() - start,
-                         tool_errors, malformed, user_usage, getattr(episode.user, "cost_usd", 0.0), error,
-                         failed_retries)
+    elapsed, scoring = time.perf_counter() - start, time.perf_counter()
+    score = episode.score(history, usage)  # graders and judges run here: timed apart from the episode
+    return EpisodeResult(history, steps, termination, score, elapsed, tool_errors, malformed, user_usage,
+                         getattr(episode.user, "cost_usd", 0.0), error, failed_retries,
+                         time.perf_counter() - scoring)
 
 
 def _fresh_conversation(history: list[Message], convo: Conversation, prompt: str,
@@ -148,8 +151,9 @@ def _fresh_conversation(history: list[Message], convo: Conversation, prompt: str
     sent them again), then the prompt. The history stays one append-only record of every conversation."""
     systems = [m for m in history[convo.start:convo.start + convo.n_fixed] if m.role == "system"]
     opening = [Message(m.role, m.content, name=m.name) for m in systems] + [Message("user", prompt)]
-    fresh = Conversation(new_policy() if new_policy else convo.policy, len(history), len(opening),
-                         convo.session + 1)
+    if new_policy is None:  # the old policy would see its history restart: never silently
+        raise ValueError("a new session needs a fresh policy: run_episode(..., new_policy=...)")
+    fresh = Conversation(new_policy(), len(history), len(opening), convo.session + 1)
     history.extend(opening)
     return fresh
 

@@ -30,10 +30,17 @@ PER_EPISODE = ("n_steps", "input_tokens", "output_tokens", "aux_input_tokens", "
 
 def real_backends(cfg: DictConfig, seed: int) -> dict[str, Any]:
     """Role -> live backend, for the config's backends that call an endpoint (they have `preflight`)."""
+    judge = cfg.get("judge") or {}
     blocks = {"agent": cfg.model, "user": (cfg.user or {}).get("backend"),
-              "summarizer": (cfg.summarizer or {}).get("backend")}
+              "summarizer": (cfg.summarizer or {}).get("backend"),
+              "judge": None if judge.get("use_agent") or not _judges(cfg) else judge.get("model")}
     backends = {role: instantiate(b, seed=seed) for role, b in blocks.items() if b is not None and b.get("_target_")}
     return {role: b for role, b in backends.items() if callable(getattr(b, "preflight", None))}
+
+
+def _judges(cfg: DictConfig) -> bool:
+    """Whether the benchmark uses the judge (its env block carries the judge settings: PinchBench, Odysseys)."""
+    return "judge" in (cfg.get("env") or {})
 
 
 def check_endpoints(backends: dict[str, Any]) -> list[str]:

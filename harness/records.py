@@ -78,6 +78,7 @@ def episode_row(meta: dict[str, Any], result: EpisodeResult) -> dict[str, Any]:
         "over_budget_steps": sum(x.over_budget for x in s),
         "modeled_time_s": sum(x.modeled_time_s for x in s),
         "wall_time_s": result.wall_time_s,
+        "scoring_time_s": result.scoring_time_s,
         "policy_time_s": sum(x.policy_time_s for x in s),
         "termination": result.termination.value,
         "error": result.error,

@@ -178,6 +178,7 @@ POOL = ["task_sanity", "task_notes_answer", "task_sales_summary", "task_second_b
 def chain_script(chains: list[list[str]], out: Path) -> Path:
     """A script for the chains: each chain is one conversation (keyed by its first task's prompt) whose replies
     are its tasks' scripted replies in order; the judge's entries are kept."""
+    assert len({c[0] for c in chains}) == len(chains), "the script tells chains apart by their first task's prompt"
     script = json.loads(SCRIPT.read_text())["conversations"]
     judges = [c for c in script if "system" in c]
     agent = {c["match"]: c["replies"] for c in script if "system" not in c}
@@ -203,8 +204,9 @@ def workflow_config(out: Path, script: Path, *extra: str) -> Any:
 
 
 def test_a_k2_workflow_grades_each_task_on_its_slice_and_its_own_directory(tmp_path: Path) -> None:
-    chains = draw_chains(POOL, 2, 3, 0)
-    episodes = run(workflow_config(tmp_path / "run", chain_script(chains, tmp_path)), verbose=False)
+    chains = draw_chains(POOL, 2, 3, 2)  # seed 2: three different first tasks, a new session and a judged task
+    cfg = workflow_config(tmp_path / "run", chain_script(chains, tmp_path), "benchmark.workflow.chain_seed=2")
+    episodes = run(cfg, verbose=False)
     assert sorted(episodes.task_id) == ["chain-k2-000", "chain-k2-001", "chain-k2-002"]
     assert set(episodes.workflow_size) == {2} and set(episodes.termination) == {"user_stop"}
     for row in episodes.itertuples():
@@ -217,7 +219,7 @@ def test_a_k2_workflow_grades_each_task_on_its_slice_and_its_own_directory(tmp_p
         assert folders == [f"00_{chains[k][0]}", f"01_{chains[k][1]}"]
     details = json.loads(read_transcript(tmp_path / "run" / "transcripts" / "chain-k2-000__run0.jsonl")[-1]
                          ["score_details"])
-    assert details["chain"] == chains[0] and details["chain_seed"] == 0 and "workspace_layout" in details
+    assert details["chain"] == chains[0] and details["chain_seed"] == 2 and "workspace_layout" in details
 
 
 def test_chains_are_drawn_with_a_fixed_seed_and_stable_when_more_are_drawn() -> None:
@@ -284,8 +286,11 @@ def test_a_chain_cut_short_grades_the_unreached_task_as_it_stands_and_marks_it(t
     row = run(cfg, verbose=False).iloc[0]
     scores = json.loads(row.chain_scores)
     assert row.termination == "max_steps" and [s["reached"] for s in scores] == [True, False]
-    # each graded as it stands, not skipped: no answer.txt (0); no report (0) x 0.7 + the scripted judge's 0.5 x 0.3
-    assert [s["score"] for s in scores] == pytest.approx([0.0, 0.15])
+    # the first graded as it stands (its output file missing: automated 0; the scripted judge's 0.5 x 0.3 for the
+    # sales summary); the second never sent: failed (0), neither graded nor judged
+    first = {"task_notes_answer": 0.0, "task_sales_summary": 0.15}[chains[0][0]]
+    assert [s["score"] for s in scores] == pytest.approx([first, 0.0])
+    assert row.judge_calls == (chains[0][0] == "task_sales_summary")
 
 
 def test_each_chain_task_is_graded_on_its_own_slice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -307,3 +312,88 @@ def test_each_chain_task_is_graded_on_its_own_slice(tmp_path: Path, monkeypatch:
     texts = {k: [b.get("text") for line in v[1:] for b in line["message"]["content"]] for k, v in seen.items()}
     assert texts[second][-1] == "two" and "one" not in texts[second]
     assert texts[first][-1] == "one" and "two" not in texts[first]
+
+
+def test_a_chain_continues_a_tasks_new_session_in_its_one_conversation(tmp_path: Path) -> None:
+    pool = ["task_sanity", "task_second_brain"]  # in the benchmark's order, as the domain draws from it
+    chains = draw_chains(pool, 2, 1, 0)
+    cfg = workflow_config(tmp_path / "run", chain_script(chains, tmp_path), "benchmark.workflow.n_chains=1",
+                          f"benchmark.ids=[{','.join(pool)}]")
+    row = run(cfg, verbose=False).iloc[0]
+    assert row.n_sessions == 1 and row.termination == "user_stop"
+    assert json.loads(row.chain_scores)[[*chains[0]].index("task_second_brain")]["score"] == pytest.approx(0.875)
+
+
+def test_a_chains_score_is_the_mean_of_its_graded_tasks(tmp_path: Path) -> None:
+    pool = ["task_sanity", "task_email_draft"]  # without a judge the email task has no score at all
+    chains = draw_chains(pool, 2, 1, 0)
+    with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", ["experiment=pinchbench_workflow", f"benchmark.path={V2}", "model=scripted",
+                                 f"model.script={chain_script(chains, tmp_path)}", "judge=none",
+                                 "benchmark.workflow.size=2", "benchmark.workflow.n_chains=1",
+                                 f"benchmark.ids=[{','.join(pool)}]", f"out_dir={tmp_path / 'run'}",
+                                 "progress=false"])
+    row = run(cfg, verbose=False).iloc[0]
+    assert row.score == 1.0 and row.not_graded_parts == 1  # the sanity task alone; the email task counted
+
+
+def test_the_runner_gives_a_new_session_a_fresh_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness.run as runner
+
+    built: list[object] = []
+    real = runner.build_policy
+
+    def counting(cfg: Any) -> Any:
+        built.append(policy := real(cfg))
+        return policy
+
+    monkeypatch.setattr(runner, "build_policy", counting)
+    run(config(tmp_path, "benchmark.ids=[task_second_brain]", "n_workers=1"), verbose=False)
+    assert len(built) == 2  # the episode's policy, then the new session's
+
+
+def test_a_crashing_grader_is_a_grading_error_never_a_score(tmp_path: Path) -> None:
+    clone = tmp_path / "clone"
+    shutil.copytree(V2, clone)
+    task = clone / "tasks" / "task_notes_answer.md"
+    task.write_text(task.read_text().replace('    answer = Path(workspace_path) / "answer.txt"',
+                                             '    raise RuntimeError("broken grader")'))
+    cfg = config(tmp_path / "run", f"benchmark.path={clone}", "benchmark.ids=[task_notes_answer]")
+    row = run(cfg, verbose=False).iloc[0]
+    assert math.isnan(row.score) and "broken grader" in row.grading_error and row.not_graded_parts == 1
+
+
+def test_a_served_models_port_is_not_part_of_the_fingerprint(tmp_path: Path) -> None:
+    with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+        a, b = (compose("config", ["experiment=pinchbench", f"benchmark.path={V2}", f"model.base_url={url}"])
+                for url in ("http://127.0.0.1:4001/v1", "http://127.0.0.1:4002/v1"))
+        c = compose("config", ["experiment=pinchbench", f"benchmark.path={V2}", "model.serve=false",
+                               "model.base_url=http://127.0.0.1:4001/v1"])
+    assert fingerprint(a) == fingerprint(b) and fingerprint(c) != fingerprint(a)
+
+
+def test_only_zero_weight_parts_graded_is_no_score() -> None:
+    from harness.envs.pinchbench.scoring import blend
+
+    both = ("automated", "llm_judge")
+    assert blend({"automated": 1.0, "llm_judge": None}, {"automated": 0.0, "llm_judge": 1.0}, both) is None
+    assert blend({"automated": 1.0, "llm_judge": 0.5}, {"automated": 0.7, "llm_judge": 0.3}, both) == \
+        pytest.approx(0.85)
+
+
+def test_grading_time_is_not_the_episodes_wall_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness.episode as loop
+
+    now = [0.0]
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: now[0])
+    domain = PinchBenchDomain(path=str(V2), ids=["task_sanity"])
+    episode = domain.episode(domain.tasks[0], None, EpisodeContext(0, tmp_path))
+    grade = episode.score
+
+    def slow_grade(*args: Any) -> Any:
+        now[0] += 100.0  # grading "takes" 100 s on the loop's clock
+        return grade(*args)
+
+    monkeypatch.setattr(episode, "score", slow_grade)
+    result = run_episode(episode, FullHistory(), ScriptedModel([say("Hello, I'm ready!")]), TokenCounter(), 3)
+    assert result.wall_time_s < 100.0 <= result.scoring_time_s and result.score.columns["score"] == 1.0

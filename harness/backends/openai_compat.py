@@ -231,8 +231,10 @@ class OpenAICompatible:
         return InfraError(" ".join(f"the endpoint {self.base_url} {hint}: {reason}".split()))
 
     def cache_key(self, body: dict[str, Any]) -> str:
-        """The endpoint is part of the key: another server with the same model name is another model."""
-        return cache_key({"endpoint": self.base_url.rstrip("/"), "request": body, "seed": self.seed,
+        """The endpoint is part of the key: another server with the same model name is another model. A server the
+        runner starts itself (`serve`) gets a new port each run, so it is keyed by the model it serves instead."""
+        endpoint = f"served:{self.model}" if self.serve else self.base_url.rstrip("/")
+        return cache_key({"endpoint": endpoint, "request": body, "seed": self.seed,
                           "extra_body": self.extra_body})
 
     def generate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion:

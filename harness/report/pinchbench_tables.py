@@ -162,6 +162,8 @@ def _episodes(run_dir: Path, name: str, kind: str) -> pd.DataFrame | None:
     frame = read_frame(run_dir / EPISODES)
     if frame is None:
         return None
+    if kind == WORKFLOW and "experiment" in frame:  # single workflow runs under the paper's method names
+        frame = frame.assign(experiment=frame.experiment.map(lambda n: WORKFLOW_RUNS.get(n, n)))
     mine = frame[(frame.experiment == name) & (kinds_of(frame) == kind)] if "experiment" in frame else frame[:0]
     missing = [c for c in NEEDS[kind] if c not in mine]
     why = f"no {kind} episodes of experiment {name}" if mine.empty else \
@@ -273,6 +275,10 @@ def _who(mine: pd.DataFrame) -> dict[str, str]:
 SINGLE_RUNS = {"pinchbench_full_history": "c2", "pinchbench_last_n": "keep_last_n", "pinchbench_waac": "waac",
                "pinchbench_summary_condenser": "summary", "pinchbench_llm_lingua_policy": "llmlingua",
                "pinchbench_lcm": "lcm", "pinchbench_agent_fold": "agentfold", "pinchbench_mem0_memory": "mem0"}
+
+
+# ... and a single workflow run's name (`CONFIG=pinchbench_workflow`) -> the method's name in Table 4 (c2: Vanilla)
+WORKFLOW_RUNS = {k.replace("pinchbench_", "pinchbench_workflow_", 1): v for k, v in SINGLE_RUNS.items()}
 
 
 def _paper1(paper: dict[str, Any], name: str) -> dict[str, str]:
@@ -397,6 +403,7 @@ def _build1(results: Path, pins: dict[str, Path] | None, paper: dict[str, Any], 
 
 def _build4(results: Path, pins: dict[str, Path] | None, paper: dict[str, Any], found: list[Run]) -> Table | None:
     runs, notes = chosen_runs(results, pins, WORKFLOW, "workflow", found)
+    runs = {WORKFLOW_RUNS.get(k, k): v for k, v in runs.items()}  # single runs under the paper's method names
     episodes = load_kind(runs, WORKFLOW)
     if episodes.empty:
         return None

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import InputError
+from harness.tokens import TokenCounter
 from harness.types import Completion, Message, ToolCall, ToolSpec, Usage
 
 EXHAUSTED = "(script exhausted)"
@@ -49,7 +50,9 @@ class ScriptedBackend:
         n = self.sent.get(k if k is not None else -1, 0)
         self.sent[k if k is not None else -1] = n + 1
         reply = replies[n] if n < len(replies) else {"content": EXHAUSTED}
-        return Completion(_message(reply, n), Usage(sum(len(m.content) for m in messages) // 4 + 1, 8))
+        message = _message(reply, n)
+        # no input count of its own: the orchestrator's local count of the request stands in (as for model=sim)
+        return Completion(message, Usage(0, TokenCounter(self.encoding).message(message)))
 
     def _conversation(self, messages: Sequence[Message]) -> int | None:
         first = next((m.content for m in messages if m.role == "user"), "")

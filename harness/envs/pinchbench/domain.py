@@ -23,7 +23,7 @@ from typing import Any
 from harness.envs.base import NEW_SESSION, EpisodeContext, UserModel
 from harness.envs.pinchbench.judge import Judge
 from harness.envs.pinchbench.sandbox import Sandbox, SandboxUnavailable, require_tools
-from harness.envs.pinchbench.scoring import TaskGrade, grade_task, mean_score
+from harness.envs.pinchbench.scoring import TaskGrade, grade_task, mean_score, not_reached
 from harness.envs.pinchbench.tasks import Benchmark, PinchTask, Session, load_benchmark, select
 from harness.envs.pinchbench.tools import UNAVAILABLE_SPECS, ToolResult, WorkspaceTools
 from harness.envs.pinchbench.transcript import dumps, to_openclaw
@@ -119,15 +119,17 @@ class PinchEpisode:
         if self.openclaw_path is not None:
             atomic_write(self.openclaw_path, dumps(to_openclaw(kept, turn_usage)))
         starts = self._starts(kept)
-        grades = [self._grade(i, seg, kept, turn_usage, starts) for i, seg in enumerate(self.env.segments)]
+        grades = [self._grade(i, seg, kept, turn_usage, starts) if starts[i] < len(kept) else not_reached(seg.task)
+                  for i, seg in enumerate(self.env.segments)]
         return self._score(grades, [start < len(kept) for start in starts])
 
     def _grade(self, i: int, seg: Segment, history: list[Message], usage: list[dict[str, Any]],
                starts: list[int]) -> TaskGrade:
         """A chain's task is graded on its own slice of the transcript; a single task on all of it."""
         part, part_usage = _slice(history, usage, starts, i)
+        caps = {"memory_mb": self.sandboxing.memory_mb, "max_processes": self.sandboxing.max_processes}
         return grade_task(seg.task, to_openclaw(part, part_usage), seg.workspace, self.judge, self.version,
-                          self.sandboxing.grade_timeout_s)
+                          self.sandboxing.grade_timeout_s, caps)
 
     def _starts(self, history: list[Message]) -> list[int]:
         """Where each segment's first prompt is in the history: the k-th user message is the k-th turn sent."""
@@ -249,7 +251,7 @@ class PinchBenchDomain:
         turns = [(0, s) for s in pinch.turns]
         driver = SessionDriver(turns, lambda _: None)
         return PinchEpisode(task, env, driver if len(turns) > 1 else None, driver,
-                            SYSTEM_PROMPT.format(cwd="/workspace"), make_judge(context), self.benchmark.version,
+                            system_prompt([pinch]), make_judge(context), self.benchmark.version,
                             self.sandbox, openclaw_path(context, task.task_id))
 
 
@@ -308,13 +310,27 @@ def make_segment(task: PinchTask, bench_path: Path, root: Path, caps: Sandboxing
     workspace = build_workspace(task, bench_path, root)
     sandbox = Sandbox(workspace, timeout_s=caps.exec_timeout_s, max_output_bytes=caps.max_output_bytes,
                       memory_mb=caps.memory_mb, max_processes=caps.max_processes)
-    unavailable = NETWORK_TOOLS if task.needs_network else ()
+    unavailable = unavailable_tools(task)
     return Segment(task, workspace, WorkspaceTools(workspace, sandbox, unavailable))
 
 
+def unavailable_tools(task: PinchTask) -> tuple[str, ...]:
+    """The offline-unavailable tools a task needs (offered, and answered "unavailable offline")."""
+    if not task.needs_network:
+        return ()
+    image = "image generation" in task.offline_reason
+    return (*NETWORK_TOOLS, *(("generate_image",) if image else ()))
+
+
 def offered_tools(tasks: Sequence[PinchTask], tools: WorkspaceTools) -> list[ToolSpec]:
-    """The upstream tools, plus the network tools (answered as unavailable) when any task needs the network."""
-    specs = [s for s in tools.tools() if s.name not in NETWORK_TOOLS]
-    if any(t.needs_network for t in tasks):
-        specs += [UNAVAILABLE_SPECS[n] for n in NETWORK_TOOLS]
-    return specs
+    """The upstream tools, plus the tools any task needs that cannot work offline (answered as unavailable)."""
+    specs = [s for s in tools.tools() if s.name not in UNAVAILABLE_SPECS]
+    names = dict.fromkeys(n for t in tasks for n in unavailable_tools(t))
+    return specs + [UNAVAILABLE_SPECS[n] for n in names]
+
+
+def system_prompt(tasks: Sequence[PinchTask]) -> str:
+    """Our instructions; a task needing the gws/gh mock servers is told they are not available in this run."""
+    mocks = " The `gws` and `gh` command-line tools and their services are not available in this run." \
+        if any(t.needs_mock for t in tasks) else ""
+    return SYSTEM_PROMPT.format(cwd="/workspace") + mocks

@@ -38,10 +38,13 @@ class TaskGrade:
     automated_scores: dict[str, float] | None
     grading_error: str | None
     judge: JudgeResult | None
+    reached: bool = True  # a chain's task the agent was never sent scores 0, ungraded (workflow.py)
 
     @property
     def parts(self) -> tuple[int, int]:
-        """(graded, not graded) parts of this task."""
+        """(graded, not graded) parts of this task; a task never reached has none."""
+        if not self.reached:
+            return 0, 0
         wanted = _wanted(self.grading_type)
         got = [self.automated is not None if p == "automated" else self._judged for p in wanted]
         return sum(got), len(got) - sum(got)
@@ -62,18 +65,24 @@ class TaskGrade:
                                                       "model": judge.model}}
 
 
+def not_reached(task: PinchTask) -> TaskGrade:
+    """A chain's task the episode ended before: the agent failed it (0), and nothing is graded or judged."""
+    return TaskGrade(task.id, task.category, task.grading_type, 0.0, None, None, None, None, reached=False)
+
+
 def _wanted(grading_type: str) -> tuple[str, ...]:
     return {"automated": ("automated",), "llm_judge": ("llm_judge",)}.get(grading_type, ("automated", "llm_judge"))
 
 
 def grade_task(task: PinchTask, transcript: Sequence[dict[str, Any]], workspace: Path, judge: Judge,
-               version: int, grade_timeout_s: float = 60.0) -> TaskGrade:
+               version: int, grade_timeout_s: float = 60.0, caps: dict[str, int] | None = None) -> TaskGrade:
     """Grade one task on its transcript (OpenClaw lines) and workspace."""
     wanted = _wanted(task.grading_type)
     automated, scores, error = None, None, None
     if "automated" in wanted:
         if task.grade_source:
-            result = run_grade(task.grade_source, list(transcript), workspace, grade_timeout_s, label=task.id)
+            result = run_grade(task.grade_source, list(transcript), workspace, grade_timeout_s, label=task.id,
+                               **(caps or {}))
             automated, scores, error = result.score, result.scores, result.error
         else:
             error = "no Automated Checks python block"
@@ -90,8 +99,10 @@ def blend(parts: dict[str, float | None], weights: dict[str, float], wanted: Seq
     total = sum(weight for weight, _ in graded)
     if not graded:
         return None
-    if len(wanted) == 1 or total <= 0:
+    if len(wanted) == 1:
         return float(sum(v for _, v in graded if v is not None) / len(graded))
+    if total <= 0:  # only zero-weight parts were graded: they say nothing about the score
+        return None
     return float(sum(weight * v for weight, v in graded if v is not None) / total)
 
 

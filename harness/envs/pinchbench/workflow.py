@@ -2,26 +2,26 @@
 
 Choices, recorded in every chain's transcript (score details) as the paper's checklist asks (B.3: "task
 combinations, order, and session reset scope are recorded"):
-- chains: `n_chains` chains of `size` distinct tasks, drawn from the selected tasks with `chain_seed` (chain i is
-  `random.Random("<seed>:<size>:<i>").sample(pool, size)`), so every method runs the same chains;
+- chains: `n_chains` distinct chains of `size` distinct tasks, drawn from the selected tasks with `chain_seed`
+  (`random.Random("<seed>:<size>")`, a repeated chain redrawn), so every method runs the same chains;
 - session reset scope: none: the chain is one conversation; a task's own `new_session` entries continue it;
 - workspace layout: each task has its own subdirectory `<pp>_<task id>/` of the chain's folder, built from its
   files, and is the tools' root (and the only directory the sandbox mounts) while the agent works on it, so file
   names never collide; once the next task starts nothing can change it, so it is the task's end-of-task snapshot;
 - grading: each task on its own slice of the transcript (from its first prompt to the next task's) and on its
-  directory; a task the agent never reached (the episode ended first) is graded as it stands, and marked in the
-  chain's details. The chain's `score` is the mean of its tasks' scores.
+  directory; a task the agent was never sent (the episode ended first) failed: it scores 0, is neither graded nor
+  judged, and is marked `reached: false`. The chain's `score` is the mean of its tasks' scores.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.envs.base import EpisodeContext, UserModel
 from harness.envs.pinchbench.domain import (
-    SYSTEM_PROMPT,
     PinchBenchDomain,
     PinchEnv,
     PinchEpisode,
@@ -31,6 +31,7 @@ from harness.envs.pinchbench.domain import (
     make_segment,
     offered_tools,
     openclaw_path,
+    system_prompt,
     workspace_dir,
 )
 from harness.envs.pinchbench.tasks import PinchTask
@@ -42,11 +43,21 @@ RESET_SCOPE = "none (one conversation per chain; new_session entries continue it
 
 
 def draw_chains(pool: list[str], size: int, n_chains: int, seed: int) -> list[list[str]]:
-    """`n_chains` chains of `size` distinct task ids, each from its own seeded generator (stable when n grows)."""
+    """`n_chains` distinct chains of `size` distinct task ids from one seeded generator, a repeat redrawn (so the
+    first n chains are the same whatever n_chains is)."""
     if not 1 <= size <= len(pool):
         raise InputError(f"benchmark.workflow.size={size} is out of range: {len(pool)} tasks are selected "
                          f"(valid: 1..{len(pool)})")
-    return [random.Random(f"{seed}:{size}:{i}").sample(pool, size) for i in range(n_chains)]
+    possible = math.perm(len(pool), size)
+    if n_chains > possible:
+        raise InputError(f"benchmark.workflow.n_chains={n_chains}: only {possible} distinct chains of {size} of the "
+                         f"{len(pool)} selected tasks exist")
+    rng, chains = random.Random(f"{seed}:{size}"), list[list[str]]()
+    while len(chains) < n_chains:
+        chain = rng.sample(pool, size)
+        if chain not in chains:
+            chains.append(chain)
+    return chains
 
 
 @dataclass
@@ -75,6 +86,6 @@ class PinchBenchWorkflows(PinchBenchDomain):
         driver = SessionDriver(turns, lambda p: setattr(env, "current", p), fresh_sessions=False)
         record = {"chain": [t.id for t in chain], "chain_seed": self.chain_seed, "workflow_size": self.size,
                   "workspace_layout": LAYOUT, "session_reset_scope": RESET_SCOPE}
-        return PinchEpisode(task, env, driver, driver, SYSTEM_PROMPT.format(cwd="/workspace"), make_judge(context),
+        return PinchEpisode(task, env, driver, driver, system_prompt(chain), make_judge(context),
                             self.benchmark.version, self.sandbox, openclaw_path(context, task.task_id),
                             workflow_size=self.size, record=record)
