@@ -12,7 +12,7 @@ ARGS ?=
 PORT ?= 8765
 LOCAL_STAMP := $(VENV)/.local-model-stamp
 .PHONY: help setup setup-local run library sweep runs tables plots test test-unit test-integration serve-local serve-sim lint bench clean \
-	sandbox-deps check-bench
+	sandbox-deps browser-deps check-bench judge
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-17s %s\n", $$1, $$2}'
@@ -64,10 +64,10 @@ tables: $(STAMP) ## Regenerate the papers' tables from the newest complete runs 
 plots: $(STAMP) ## Regenerate the figures from results/ (PNG and PDF in results/figures/)
 	$(PY) -m harness.report.plots $(ARGS)
 
-test: $(STAMP) $(LOCAL_STAMP) sandbox-deps ## Run every test, the local-model integration tests included (offline)
+test: $(STAMP) $(LOCAL_STAMP) sandbox-deps browser-deps ## Run every test, the local-model integration tests included (offline)
 	$(PY) -m pytest
 
-test-unit: $(STAMP) sandbox-deps ## Run the tests without the real-server integration tests
+test-unit: $(STAMP) sandbox-deps browser-deps ## Run the tests without the real-server integration tests
 	$(PY) -m pytest -m "not integration"
 
 test-integration: $(LOCAL_STAMP) ## Run the integration tests (real llama.cpp server, fault proxy) only
@@ -85,6 +85,9 @@ lint: $(STAMP) ## ruff + mypy
 
 # PinchBench's sandbox: bubblewrap (Debian package) for every agent shell command and every task's grade().
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser-deps: ## Install Debian's Chromium (the Odysseys browser; Playwright drives it, never downloads its own)
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
+
 sandbox-deps: ## Install bubblewrap (the PinchBench sandbox) and check it can create namespaces here
 	@command -v bwrap >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap; }
 	@bwrap --unshare-all --ro-bind / / true || { echo "bwrap cannot create namespaces here; on Ubuntu >= 23.10:" \

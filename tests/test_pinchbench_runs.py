@@ -397,3 +397,10 @@ def test_grading_time_is_not_the_episodes_wall_time(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(episode, "score", slow_grade)
     result = run_episode(episode, FullHistory(), ScriptedModel([say("Hello, I'm ready!")]), TokenCounter(), 3)
     assert result.wall_time_s < 100.0 <= result.scoring_time_s and result.score.columns["score"] == 1.0
+
+
+def test_a_separate_judge_endpoint_is_checked_before_the_run(tmp_path: Path) -> None:
+    from harness.preflight import real_backends
+
+    assert set(real_backends(config(tmp_path, judge="openai"), 0)) == {"judge"}  # the scripted agent has none
+    assert real_backends(config(tmp_path, judge="agent"), 0) == {}
