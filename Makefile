@@ -95,10 +95,17 @@ sandbox-deps: ## Install bubblewrap (the PinchBench sandbox) and check it can cr
 
 BENCH ?= pinchbench
 BENCH_DIR ?=
-check-bench: $(STAMP) sandbox-deps ## Load every task of BENCH_DIR, build every workspace, run every grade() sandboxed (BENCH=pinchbench)
-	@test -n "$(BENCH_DIR)" || { echo "usage: make check-bench BENCH=pinchbench BENCH_DIR=<a clone of pinchbench/skill>"; exit 2; }
-	@test "$(BENCH)" = pinchbench || { echo "check-bench knows BENCH=pinchbench only (Odysseys is not built yet)"; exit 2; }
-	$(PY) -m harness.envs.pinchbench.check $(BENCH_DIR)
+check-bench: $(STAMP) ## Check a benchmark loads: BENCH=pinchbench BENCH_DIR=<clone> (workspaces, graders) | BENCH=odysseys
+	@case "$(BENCH)" in \
+	  odysseys) $(PY) -m harness.envs.odysseys.check $(BENCH_DIR) ;; \
+	  pinchbench) test -n "$(BENCH_DIR)" || { echo "usage: make check-bench BENCH=pinchbench BENCH_DIR=<a clone of pinchbench/skill>"; exit 2; }; \
+	    $(MAKE) --no-print-directory sandbox-deps && $(PY) -m harness.envs.pinchbench.check $(BENCH_DIR) ;; \
+	  *) echo "check-bench knows BENCH=pinchbench|odysseys"; exit 2 ;; \
+	esac
+
+judge: $(STAMP) ## Judge a saved Odysseys run (or sweep) folder once per rubric item: RUN=<folder> [ARGS='judge=openai ...']
+	@test -n "$(RUN)" || { echo "usage: make judge RUN=<run or sweep folder> [ARGS='judge=openai ...']"; exit 2; }
+	$(PY) -m harness.envs.odysseys.judge_run $(RUN) $(ARGS)
 
 bench: $(STAMP) ## Speed figures: throughput, policy time, each method's per-step overhead, WAAC analysis, client
 	$(PY) -m bench.offline $(ARGS)

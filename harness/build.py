@@ -57,21 +57,22 @@ def build_user(cfg: DictConfig) -> Callable[[Task], UserModel] | None:
     return instantiate(cfg.user)
 
 
-def build_judge(cfg: DictConfig, agent: LLMBackend) -> tuple[Any, str, str | None, int]:
+def build_judge(cfg: DictConfig, agent: LLMBackend) -> tuple[Any, str, str | None, int, int]:
     """The LLM judge for benchmarks graded by one (`judge=agent|none|openai`): (backend or None, why there is
-    none, its cache folder, attempts). A simulated agent cannot judge, so `judge=agent` over `model=sim` has none."""
+    none, its cache folder, attempts, max_images). A simulated agent cannot judge, so `judge=agent` over
+    `model=sim` has none."""
     judge = cfg.get("judge")
     if judge is None:
-        return None, "no judge configured (judge=none)", None, 2
-    cache, attempts = judge.get("cache_dir"), int(judge.get("attempts", 2))
+        return None, "no judge configured (judge=none)", None, 2, 0
+    cache, attempts, images = judge.get("cache_dir"), int(judge.get("attempts", 2)), int(judge.get("max_images", 0))
     if judge.get("use_agent"):
         if getattr(agent, "simulated", False):
             return (None, f"the agent's backend ({getattr(agent, 'name', '?')}) is simulated and cannot judge; "
-                    "set judge=openai (any OpenAI-compatible endpoint)", cache, attempts)
-        return agent, "", cache, attempts
+                    "set judge=openai (any OpenAI-compatible endpoint)", cache, attempts, images)
+        return agent, "", cache, attempts, images
     if judge.get("model") is None:
-        return None, "no judge configured (judge=none)", cache, attempts
-    return instantiate(judge.model, seed=cfg.seed), "", cache, attempts
+        return None, "no judge configured (judge=none)", cache, attempts, images
+    return instantiate(judge.model, seed=cfg.seed), "", cache, attempts, images
 
 
 def method_columns(policy: ContextPolicy, model: Any = None) -> dict[str, Any]:

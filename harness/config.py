@@ -34,6 +34,7 @@ class RunConfig:
     summarizer: Any = None
     judge: Any = None
     benchmark: Any = None
+    browser: Any = None
     budget: Any = None
 
 

@@ -123,7 +123,7 @@ def pending(cfg: DictConfig, domain: Domain, out_dir: Path, print_: str | None =
 # Settings that change no episode's outcome: a resumed run may differ in these and nothing else.
 NEUTRAL = ("out_dir", "progress", "n_workers", "concurrency", "n_tasks", "n_runs", "rerun_failed", "dry_run",
            "max_cost_usd", "preflight",
-           "judge", "benchmark")  # both reach episodes only through the env block, which carries them
+           "judge", "benchmark", "browser")  # these reach episodes only through the env block, which carries them
 
 
 # ... and, in every backend block, how calls are made and paid for, not what they return (e.g. a lower rpm after

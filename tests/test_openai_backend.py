@@ -272,3 +272,28 @@ def test_many_concurrent_episodes_run_in_processes_times_threads(server: SimServ
     cols = ["task_id", "completed", "input_tokens", "n_tool_calls"]
     pd.testing.assert_frame_equal(hybrid[cols].sort_values("task_id").reset_index(drop=True),
                                   threads[cols].sort_values("task_id").reset_index(drop=True))
+
+
+def test_a_multimodal_backend_sends_images_after_the_last_messages_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import dataclass
+
+    from harness.backends.openai_compat import OpenAICompatible
+
+    @dataclass
+    class Image:
+        data_url: str
+
+    sent: list[dict[str, Any]] = []
+    raw = {"id": "x", "model": "m", "choices": [{"index": 0, "finish_reason": "stop",
+                                                "message": {"role": "assistant", "content": 'Status: "success"'}}],
+           "usage": {"prompt_tokens": 5, "completion_tokens": 2}}
+    backend = OpenAICompatible(model="m", api_key_env=None, base_url="http://127.0.0.1:9/v1", multimodal=True)
+    monkeypatch.setattr(backend, "_call", lambda body: sent.append(body) or raw)
+    reply = backend.generate_with_images([Message("system", "judge"), Message("user", "the rubric")],
+                                         [Image("data:image/png;base64,AAAA")])
+    assert reply.message.content == 'Status: "success"'
+    assert sent[0]["messages"][-1]["content"] == [
+        {"type": "text", "text": "the rubric"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "high"}}]
+    with pytest.raises(ValueError, match="multimodal"):
+        OpenAICompatible(model="m", api_key_env=None).generate_with_images([Message("user", "x")], [])

@@ -136,6 +136,7 @@ class OpenAICompatible:
     extra_body: dict[str, Any] = field(default_factory=dict)
     simulated: bool = False  # true only for endpoints serving the simulated agent (harness.backends.sim_server)
     serve: bool = False  # the runner starts (and stops) a local server for this backend: harness.backends.local
+    multimodal: bool = False  # the model takes images: judges may send it screenshots (generate_with_images)
     executor: str = "thread"  # how the runner parallelizes episodes: threads, since calls wait on the network
 
     def __post_init__(self) -> None:
@@ -238,9 +239,21 @@ class OpenAICompatible:
                           "extra_body": self.extra_body})
 
     def generate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion:
-        body = self.request(messages, tools)
+        return self._generate(self.request(messages, tools), self.tokens.request(messages, tools))
+
+    def generate_with_images(self, messages: Sequence[Message], images: Sequence[Any]) -> Completion:
+        """The last message's text followed by the images (objects with a `data_url`), as OpenAI's image parts
+        (detail "high", as Odysseys' judge sends them); only for a backend configured `multimodal: true`."""
+        if not self.multimodal:
+            raise ValueError(f"{self.name}: images need a multimodal model (model.multimodal=true)")
+        body = self.request(messages, ())
+        last = body["messages"][-1]
+        last["content"] = [{"type": "text", "text": last["content"]}] + [
+            {"type": "image_url", "image_url": {"url": image.data_url, "detail": "high"}} for image in images]
+        return self._generate(body, self.tokens.request(messages))
+
+    def _generate(self, body: dict[str, Any], local_input: int) -> Completion:
         key = self.cache_key(body)
-        local_input = self.tokens.request(messages, tools)
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             return self._completion(hit, cached=True, retries=[], seconds=float(hit.get("_harness_latency_s", 0.0)),
                                     local_input_tokens=local_input)

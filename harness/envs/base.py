@@ -42,6 +42,7 @@ class EpisodeContext:
     judge_reason: str = "no judge configured"
     judge_cache_dir: str | None = None
     judge_attempts: int = 2
+    judge_max_images: int = 0  # screenshots a multimodal judge gets (the last N; 0 = all)
 
 
 class Episode(Protocol):

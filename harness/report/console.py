@@ -26,7 +26,8 @@ PER_RUN = (
     ("Infra failures (episodes)", "infra", "sum", 0, 1.0),
 )
 # PinchBench (FORMATS.md): the score of a task is in [0, 1]; a run's score is the mean over its graded tasks x 100
-# (a task nothing of which could be graded is left out and its parts counted as not graded).
+# (a task nothing of which could be graded is left out and its parts counted as not graded). Odysseys: an episode's
+# score is its rubric average; its rubric items not judged (or judged with an error) are its parts not graded.
 GRADED = (
     ("Score (mean task score x 100)", "task_score", "mean", 1, 100.0),
     ("Perfect tasks (%)", "task_completed", "mean", 1, 100.0),
@@ -36,7 +37,7 @@ GRADED = (
 
 def rows(episodes: pd.DataFrame) -> tuple[tuple[str, str, str, int, float], ...]:
     """The expense paper's rows, or for a benchmark with task scores (PinchBench) its score rows instead."""
-    if "score" in episodes.columns and "not_graded_parts" in episodes.columns:
+    if "score" in episodes.columns:
         return GRADED + PER_RUN[3:]
     return PER_RUN
 
@@ -48,8 +49,10 @@ def per_run(episodes: pd.DataFrame) -> pd.DataFrame:
                          task_completed=episodes.completed.astype(float).mask(infra),
                          task_any_line=episodes.any_line_itemized.astype(float).mask(infra),
                          task_amount_pct=episodes.amount_itemized_pct.mask(infra))
-    if "score" in df.columns:
-        df = df.assign(task_score=df.score.astype(float).mask(infra))
+    if "score" in df.columns:  # PinchBench's parts, Odysseys' rubric items not graded
+        ungraded = df.not_graded_parts if "not_graded_parts" in df.columns else \
+            df.get("rubric_not_judged", 0) + df.get("rubric_errors", 0)
+        df = df.assign(task_score=df.score.astype(float).mask(infra), not_graded_parts=ungraded)
     df = df.assign(total_tokens=df.input_tokens + df.output_tokens + df.aux_tokens,
                    user_tokens=df.user_input_tokens + df.user_output_tokens)
     aggs: dict[str, Any] = {col: how for _, col, how, _, _ in PER_RUN + (GRADED if "score" in df.columns else ())}

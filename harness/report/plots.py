@@ -23,6 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from harness.report import odysseys_plots  # noqa: E402
 from harness.report.console import per_run  # noqa: E402
 from harness.report.pinchbench_tables import EXPENSE as EXPENSE_KIND  # noqa: E402
 from harness.report.pinchbench_tables import select_kind  # noqa: E402
@@ -160,6 +161,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     sweep, notes = budget_sweep(args.results)
     if not sweep.empty:
         written += completion_vs_budget(sweep, out, notes)
+    written += odysseys_plots.build(args.results, out)
     return announce(written, args.results)
 
 

@@ -23,7 +23,7 @@ ablations come from the newest ablations sweep's complete jobs, the budget table
 sweep's complete jobs (jobs left out are named in a WARNING). Damaged or empty run folders are skipped with a
 one-line warning.
 Outputs Markdown, CSV and LaTeX under results/tables/. Simulated results are labelled in every output.
-The WAAC paper's Table 2 needs the Odysseys adapter: not generated yet.
+- `odysseys_table2`: WAAC Table 2 beside the paper's, from judged Odysseys runs (harness.report.odysseys_tables).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from harness.report import pinchbench_tables
+from harness.report import odysseys_tables, pinchbench_tables
 from harness.report.console import per_run
 from harness.report.methods_table import METHODS, comparison_table
 from harness.report.pinchbench_tables import EXPENSE as EXPENSE_KIND
@@ -320,6 +320,13 @@ def _pinchbench(results: Path, pins: dict[str, Path], out: Path, found: list[Run
     return written
 
 
+def _odysseys(results: Path, pins: dict[str, Path], out: Path, found: list[Run]) -> list[Path]:
+    written: list[Path] = []
+    for table in odysseys_tables.build(results, pins, found):
+        written += write(table.table, out, table.name, table.caption, table.notes)
+    return written
+
+
 def pins_of(args: list[str]) -> dict[str, Path]:
     """`--run EXPERIMENT=DIR` options as a mapping."""
     pairs = [r.split("=", 1) for r in args]
@@ -342,6 +349,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     written = _expense(args.results, chosen, out) + _waac(args.results, chosen, pins, out)
     written += _methods(args.results, chosen, pins, out) + _budget(args.results, out)
     written += _pinchbench(args.results, pins, out, found)
+    written += _odysseys(args.results, pins, out, found)
     return announce(written, args.results)
 
 

@@ -1,0 +1,843 @@
+"""A real browser for a text-observing agent: Playwright's sync API driving the system Chromium, headless.
+
+One `Browser` per episode, with a fresh profile folder; `close()` leaves no process behind (it closes Chromium
+through Playwright, then SIGKILLs whatever of that browser is still alive, found by its profile path in /proc).
+
+**Where pages come from** (`BrowserConfig.source`): `live` (the network), `record` (live, and the browser context
+saves every request and response to a HAR archive, written when the browser closes), `replay` (Playwright's HAR
+router answers from the archive; anything not in it gets an error page naming the URL, from a catch-all route,
+and Chromium is pointed at a dead proxy with no loopback bypass, so nothing reaches the network even by mistake).
+
+**Observation.** Playwright 1.65 has no `page.accessibility.snapshot()` any more; we read its ARIA snapshot in
+"ai" mode (`page.aria_snapshot(mode="ai")`): the accessibility tree as Playwright computes it (role, accessible
+name, states, text), each node tagged with a ref that the `aria-ref=<ref>` selector resolves for that frame's
+latest snapshot. We number the interactive nodes in document order (`[3] link "Cart"`), so a page gives the same
+numbers every time it is read, and act on them through their refs.
+
+**Failures.** An agent's mistake or a page that does not load in time is an `ActionError` (a tool error). A
+crashed or closed browser, or a page that stops answering (its snapshot times out, or nothing at all answers
+within `hang_timeout_s`, after which the browser is killed), is `BrowserCrashed`: an infrastructure failure.
+
+Threading: the sync API is bound to the thread that started it (and refuses to start a second time in one
+thread), so each Browser runs its own Playwright in a private worker thread; callers may be in any one thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from urllib.parse import urlsplit
+
+from harness.errors import InputError
+
+if TYPE_CHECKING:
+    from playwright.sync_api import BrowserContext, CDPSession, Locator, Page, Playwright, Route
+
+T = TypeVar("T")
+SOURCES = ("live", "record", "replay")
+WAIT_UNTIL = ("load", "domcontentloaded")
+SCROLL_DIRECTIONS = ("up", "down", "top", "bottom")
+SETUP_HINT = "run `make browser-deps` (apt-get install -y chromium)"
+# Headless Chromium as root, with nothing started in the background (without these, its background connections
+# make the loopback servers refuse connections many at a time).
+CHROMIUM_ARGS = ("--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-breakpad", "--disable-crash-reporter")
+# Replay: every request is answered by a route; one that escapes goes to a proxy that is not there.
+NO_NETWORK_ARGS = ("--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>")
+# Roles an agent can act on (WAI-ARIA widget roles); options of a list are chosen with select(), not numbered.
+INTERACTIVE_ROLES = frozenset({
+    "link", "button", "textbox", "searchbox", "combobox", "listbox", "checkbox", "radio", "switch", "slider",
+    "spinbutton", "menuitem", "menuitemcheckbox", "menuitemradio", "tab", "treeitem"})
+_CRASH_WORDS = ("Target crashed", "Target closed", "has been closed", "Browser closed", "Connection closed",
+                "browser has disconnected")
+_NAVIGATING_WORDS = ("Execution context was destroyed", "navigating", "Frame was detached")
+_SCROLL_JS = "() => [Math.round(scrollY), innerHeight, document.documentElement.scrollHeight]"
+_TARGET_JS = ("e => { const a = e.closest('a[href], area[href], form') || e.form;"
+              " return a ? (a.getAttribute('target') || '') : ''; }")
+_OPTIONS_JS = ("e => e.tagName === 'SELECT' ?"
+               " [...e.options].map(o => [o.value, o.label || o.textContent.trim()]) : null")
+
+
+class BrowserUnavailable(InputError):
+    """Chromium or Playwright is not installed, or the replay archive is missing: a setup problem, one line."""
+
+
+class BrowserCrashed(RuntimeError):
+    """The browser or page crashed, closed or hung: an infrastructure failure, not the agent's. The Browser is
+    unusable until restart()."""
+
+
+class ActionError(Exception):
+    """An action the agent asked for could not be done (bad element, page not loading in time): a tool error."""
+
+
+@dataclass(frozen=True)
+class BrowserConfig:
+    """`hang_timeout_s` bounds one whole operation (action + loading + observation); None: derived from the two
+    timeouts. `observation_cap` is in characters (BrowserTools applies it)."""
+
+    executable: str = "/usr/bin/chromium"
+    source: str = "live"
+    navigation_timeout_s: float = 30.0
+    action_timeout_s: float = 10.0
+    hang_timeout_s: float | None = None
+    wait_until: str = "load"
+    observation_cap: int = 20_000
+    viewport_width: int = 1280
+    viewport_height: int = 800
+    extra_args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _choice("browser.source", self.source, SOURCES)
+        _choice("browser.wait_until", self.wait_until, WAIT_UNTIL)
+        for key in ("navigation_timeout_s", "action_timeout_s", "hang_timeout_s"):
+            value = getattr(self, key)
+            if value is not None and not value > 0:
+                raise InputError(f"browser.{key}: {value!r} must be a positive number of seconds")
+        for key, low in (("observation_cap", 200), ("viewport_width", 100), ("viewport_height", 100)):
+            if getattr(self, key) < low:
+                raise InputError(f"browser.{key}: {getattr(self, key)!r} must be at least {low}")
+
+    @property
+    def hang_s(self) -> float:
+        return self.hang_timeout_s or self.navigation_timeout_s + 2 * self.action_timeout_s + 5.0
+
+
+def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise InputError(f"{key}: {value!r} is not one of {', '.join(valid)}")
+
+
+# ---- observations ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Element:
+    """A numbered interactive node: `ref` is Playwright's aria ref for it in the latest snapshot."""
+
+    number: int
+    role: str
+    name: str
+    ref: str
+
+    def label(self) -> str:
+        return f"[{self.number}] {self.role}" + (f" {json.dumps(self.name, ensure_ascii=False)}" if self.name else "")
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One tab as the agent sees it. `scroll` is (scrollY, viewport height, page height) in CSS pixels."""
+
+    url: str
+    title: str
+    tabs: tuple[str, ...]
+    active_tab: int
+    page: str
+    elements: tuple[Element, ...] = ()
+    scroll: tuple[int, int, int] = (0, 0, 0)
+
+    def text(self) -> str:
+        tabs = " | ".join(f"[{i}] {t}" + (" (active)" if i == self.active_tab else "") for i, t in enumerate(self.tabs))
+        y, height, total = self.scroll
+        return (f"URL: {self.url}\nTitle: {self.title}\nTabs: {tabs}\n"
+                f"Scroll: {y}-{y + height} of {total} px\n"
+                f"Elements: {len(self.elements)} numbered (use the numbers with click, type and select)\n\n"
+                f"{self.page or '(the page shows nothing)'}")
+
+
+@dataclass
+class _Node:
+    key: str
+    value: str | None
+    children: list[_Node] = field(default_factory=list)
+
+
+_ITEM = re.compile(r"^( *)- (.*)$")
+_HEAD = re.compile(r'^(?P<role>[\w-]+)(?: "(?P<name>(?:[^"\\]|\\.)*)")?(?P<attrs>(?: \[[^\]]*\])*)$')
+_ATTR = re.compile(r"\[([^\]]*)\]")
+
+
+def parse_snapshot(text: str) -> list[_Node]:
+    """Playwright's ARIA snapshot (a YAML list of `role "name" [attrs]: value` items) as a tree."""
+    roots: list[_Node] = []
+    stack: list[tuple[int, _Node]] = []
+    for line in text.splitlines():
+        m = _ITEM.match(line)
+        if not m:
+            continue
+        node = _Node(*_split_item(m.group(2)))
+        while stack and stack[-1][0] >= len(m.group(1)):
+            stack.pop()
+        (stack[-1][1].children if stack else roots).append(node)
+        stack.append((len(m.group(1)), node))
+    return roots
+
+
+def _split_item(body: str) -> tuple[str, str | None]:
+    """(key, inline value) of one item; keys holding ': ' come single-quoted (YAML)."""
+    if body.startswith("'"):
+        key, rest = _single_quoted(body)
+    elif ": " in body:
+        key, rest = body.split(": ", 1)
+    else:
+        key, rest = body.removesuffix(":"), ""
+    rest = rest.removeprefix(":").strip()
+    return key, _unquote(rest) if rest else None
+
+
+def _single_quoted(body: str) -> tuple[str, str]:
+    """A YAML single-quoted scalar at the start of `body` ('' is a quote), and the rest of the line."""
+    i = 1
+    while i < len(body):
+        if body[i] == "'" and body[i + 1:i + 2] == "'":
+            i += 2
+        elif body[i] == "'":
+            return body[1:i].replace("''", "'"), body[i + 1:]
+        else:
+            i += 1
+    return body[1:], ""
+
+
+def _unquote(value: str) -> str:
+    if value.startswith('"') and value.endswith('"'):
+        with contextlib.suppress(json.JSONDecodeError):
+            return str(json.loads(value))
+    if value.startswith("'") and value.endswith("'") and len(value) > 1:
+        return value[1:-1].replace("''", "'")
+    return value
+
+
+def render_snapshot(snapshot: str) -> tuple[str, tuple[Element, ...]]:
+    """The page text with numbered interactive elements, and those elements (numbered 1.. in document order)."""
+    lines: list[str] = []
+    elements: list[Element] = []
+    for node in parse_snapshot(snapshot):
+        _render(node, 0, False, lines, elements)
+    return "\n".join(lines), tuple(elements)
+
+
+def _render(node: _Node, depth: int, inside: bool, lines: list[str], elements: list[Element]) -> None:
+    if node.key.startswith("/"):  # a property (/url, /placeholder): shown on its parent's line
+        return
+    head = _HEAD.match(node.key)
+    if node.key == "text":
+        lines.append("  " * depth + "- " + (node.value or ""))
+        return
+    if head is None:
+        lines.append("  " * depth + "- " + _join(node.key, node.value))
+        for child in node.children:
+            _render(child, depth + 1, inside, lines, elements)
+        return
+    attrs = _ATTR.findall(head.group("attrs") or "")
+    ref = next((a[4:] for a in attrs if a.startswith("ref=")), "")
+    role, name = head.group("role"), head.group("name")
+    numbered = bool(ref) and (role in INTERACTIVE_ROLES or ("cursor=pointer" in attrs and not inside))
+    if role == "generic" and name is None and node.value is None and not numbered:  # a layout wrapper
+        for child in node.children:
+            _render(child, depth, inside, lines, elements)
+        return
+    text = role + (f' "{name}"' if name is not None else "")
+    text += "".join(f" [{a}]" for a in attrs if not a.startswith(("ref=", "cursor=")) and a != "active")
+    if numbered:
+        elements.append(Element(len(elements) + 1, role, _unquote(f'"{name}"') if name else "", ref))
+        text = f"[{len(elements)}] {text}"
+    for child in node.children:
+        if child.key.startswith("/"):
+            text += f" -> {child.value}" if child.key == "/url" else f" {child.key[1:]}={json.dumps(child.value)}"
+    lines.append("  " * depth + "- " + _join(text, node.value))
+    for child in node.children:
+        _render(child, depth + 1, inside or numbered, lines, elements)
+
+
+def _join(key: str, value: str | None) -> str:
+    return key if value is None else f"{key}: {value}"
+
+
+# ---- processes ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    state: str
+    start: int  # start time in clock ticks since boot: (pid, start) names one process even after pid reuse
+    cmdline: str
+
+
+def processes() -> dict[int, Proc]:
+    """Every process of this machine (Linux /proc), skipping those that vanish while read."""
+    out: dict[int, Proc] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # proc(5): after "pid (comm) ": state ppid ... starttime
+        out[int(entry)] = Proc(int(entry), int(fields[1]), fields[0], int(fields[19]), cmd.strip())
+    return out
+
+
+def descendants(table: dict[int, Proc], roots: set[int]) -> set[int]:
+    """`roots` and every process below them."""
+    found, frontier = set(roots), set(roots)
+    while frontier:
+        frontier = {p.pid for p in table.values() if p.ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+def chromium_processes(ancestor: int | None = None, marker: str | None = None) -> list[Proc]:
+    """Live (not zombie) Chromium processes below `ancestor`, or whose command line contains `marker`, and their
+    descendants. Tests use it to prove that nothing is left running."""
+    table = processes()
+    roots = {p.pid for p in table.values() if marker and marker in p.cmdline}
+    below = descendants(table, roots | ({ancestor} if ancestor else set())) - {ancestor}
+    return [table[pid] for pid in sorted(below)
+            if table[pid].state not in ("Z", "X") and "chrom" in table[pid].cmdline.split(" ", 1)[0]]
+
+
+def profile_prefix(pid: int | None = None) -> str:
+    """Profile folders are named after the process that made them: a check for leftovers can be limited to its
+    own browsers, even those that outlived their parent and were adopted by init."""
+    return f"harness-chromium-{pid or os.getpid()}-"
+
+
+def kill(procs: list[Proc], wait_s: float = 5.0) -> None:
+    """SIGKILL each process that is still the one listed (same pid and start time), and wait (bounded) until
+    they are gone, so that a caller who checks right after finds none."""
+    for proc in _alive(procs):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + wait_s
+    while _alive(procs) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _alive(procs: list[Proc]) -> list[Proc]:
+    current = processes()
+    return [p for p in procs if (c := current.get(p.pid)) is not None and c.start == p.start
+            and c.state not in ("Z", "X")]
+
+
+# ---- the worker thread ----------------------------------------------------------------------------------------
+class _Worker:
+    """One daemon thread that owns every Playwright object of a browser and runs the jobs it is given."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, name="browser", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, future = job
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as exc:  # handed to the caller, who re-raises it
+                    future.set_exception(exc)
+
+    def call(self, fn: Callable[[], T], timeout: float) -> T:
+        """fn's result or exception; builtin TimeoutError when it has not finished within `timeout` seconds."""
+        future: Future[T] = Future()
+        self._jobs.put((fn, future))
+        return future.result(timeout)
+
+    def stop(self, timeout: float) -> None:
+        self._jobs.put(None)
+        self.thread.join(timeout)
+
+
+# ---- the browser ----------------------------------------------------------------------------------------------
+class Browser:
+    """One headless Chromium for one episode. Every method may raise BrowserCrashed; actions raise ActionError."""
+
+    def __init__(self, config: BrowserConfig | None = None, archive: str | Path | None = None) -> None:
+        self.config = config or BrowserConfig()
+        self.archive = Path(archive) if archive is not None else None
+        _check_setup(self.config, self.archive)
+        self.archive_misses: list[tuple[str, str]] = []  # (url, resource type) answered with the error page
+        self._worker: _Worker | None = None
+        self._start()
+
+    # ---- lifecycle --------------------------------------------------------------------------------------------
+    def _start(self) -> None:
+        self._crash: str | None = None
+        self._profile = Path(tempfile.mkdtemp(prefix=profile_prefix()))
+        self._tabs: list[Page] = []
+        self._current: Page | None = None
+        self._elements: dict[Page, dict[int, Element]] = {}
+        self._cdp: dict[Page, CDPSession] = {}
+        self._worker = _Worker()
+        try:
+            self._worker.call(self._launch, timeout=max(60.0, self.config.hang_s))
+        except Exception as exc:
+            self.close()
+            raise BrowserCrashed(f"could not start Chromium ({self.config.executable}): "
+                                 f"{_first_line(exc)}") from exc
+
+    def _launch(self) -> None:
+        from playwright.sync_api import sync_playwright
+
+        self._pw: Playwright = sync_playwright().start()
+        self._context: BrowserContext = self._pw.chromium.launch_persistent_context(
+            str(self._profile), **self._launch_options())
+        self._context.set_default_timeout(self.config.action_timeout_s * 1000)
+        self._context.set_default_navigation_timeout(self.config.navigation_timeout_s * 1000)
+        if self.config.source == "replay" and self.archive is not None:
+            self._context.route("**/*", self._archive_miss)  # reached only when the archive has no answer
+            self._context.route_from_har(self.archive, not_found="fallback")
+        self._context.on("page", self._adopt)
+        self._context.on("close", lambda _: self._set_crash("the browser closed unexpectedly (crashed or killed)"))
+        for page in self._context.pages:
+            self._adopt(page)
+        if not self._tabs:
+            self._adopt(self._context.new_page())
+        self._current = self._tabs[0]
+
+    def _launch_options(self) -> dict[str, Any]:
+        c = self.config
+        args = [*CHROMIUM_ARGS, *(NO_NETWORK_ARGS if c.source == "replay" else ()), *c.extra_args]
+        # Chromium's crash handler and caches go under the profile too: nothing outside it, and every process
+        # of this browser has the profile path on its command line (how close() finds them).
+        env = {**os.environ, "XDG_CONFIG_HOME": str(self._profile / "xdg-config"),
+               "XDG_CACHE_HOME": str(self._profile / "xdg-cache")}
+        options: dict[str, Any] = dict(
+            executable_path=c.executable, headless=True, args=args, env=env, service_workers="block",
+            accept_downloads=False, viewport={"width": c.viewport_width, "height": c.viewport_height})
+        if c.source == "record":
+            assert self.archive is not None
+            self.archive.parent.mkdir(parents=True, exist_ok=True)
+            options["record_har_path"] = str(self.archive)
+        return options
+
+    def processes(self) -> list[Proc]:
+        """This browser's live processes: Chromium's (found by its profile path) and the Playwright driver that
+        started it (a child of this process)."""
+        procs = chromium_processes(marker=str(self._profile))  # --user-data-dir=..., crashpad's --database=...
+        table = processes()
+        mains = [p for p in procs if "--type=" not in p.cmdline and p.ppid in table]
+        drivers = [table[p.ppid] for p in mains if table[p.ppid].ppid == os.getpid()]
+        return procs + drivers[:1]
+
+    def close(self) -> None:
+        """Close Chromium (writing the HAR archive when recording), stop Playwright, kill what is left, delete the
+        profile. Idempotent; never raises."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        procs = self.processes()
+        with contextlib.suppress(Exception):
+            worker.call(self._shutdown, timeout=15.0)
+        kill(procs + self.processes())
+        worker.stop(timeout=5.0)
+        shutil.rmtree(self._profile, ignore_errors=True)
+
+    def _shutdown(self) -> None:
+        for step in (lambda: self._context.close(), lambda: self._pw.stop()):
+            with contextlib.suppress(Exception):
+                step()
+
+    def restart(self) -> None:
+        """A fresh browser (about:blank, one tab) after a crash or hang; the element numbering is reset."""
+        self.close()
+        self._start()
+
+    @property
+    def _wait_until(self) -> Literal["load", "domcontentloaded"]:
+        return cast(Literal["load", "domcontentloaded"], self.config.wait_until)  # checked by BrowserConfig
+
+    @property
+    def alive(self) -> bool:
+        return self._worker is not None and self._crash is None
+
+    def __enter__(self) -> Browser:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- running a job ----------------------------------------------------------------------------------------
+    def _run(self, what: str, fn: Callable[[], T]) -> T:
+        """Run fn in the worker; ActionError passes through, anything else from Playwright is BrowserCrashed."""
+        from playwright.sync_api import Error as PwError
+        from playwright.sync_api import TimeoutError as PwTimeout
+
+        worker = self._worker
+        if worker is None or self._crash:
+            raise BrowserCrashed(self._crash or "the browser is closed")
+        try:
+            return worker.call(fn, self.config.hang_s)
+        except TimeoutError:  # builtin (concurrent.futures.TimeoutError): the worker did not answer at all
+            self._set_crash(f"{what}: no answer from the browser within {self.config.hang_s:g}s; it was killed")
+            kill([p for p in self.processes() if "chrom" in p.cmdline.split(" ", 1)[0]])
+            raise BrowserCrashed(self._crash) from None
+        except PwTimeout as exc:  # an observation or read timed out: the page is hung
+            self._set_crash(f"{what}: the page stopped answering (hung): {_first_line(exc)}")
+            raise BrowserCrashed(self._crash) from exc
+        except PwError as exc:
+            self._set_crash(f"{what}: {_first_line(exc)}")
+            raise BrowserCrashed(self._crash) from exc
+
+    def _set_crash(self, reason: str) -> None:
+        if self._crash is None and self._worker is not None:
+            self._crash = reason
+
+    def _guard(self, what: str, action: Callable[[], T], page: Page, nav: bool = False) -> T:
+        """Run a page action; its timeout or failure is the agent's ActionError, unless the browser is gone."""
+        from playwright.sync_api import Error
+        from playwright.sync_api import TimeoutError as PwTimeout
+
+        try:
+            return action()
+        except PwTimeout as exc:
+            self._stop_loading(page)  # a navigation still pending would keep the probe waiting
+            self._probe(page)
+            limit = self.config.navigation_timeout_s if nav else self.config.action_timeout_s
+            raise ActionError(f"{what}: timed out after {limit:g}s{_call_log_reason(exc)}") from exc
+        except Error as exc:
+            if _is_crash(exc):
+                raise
+            raise ActionError(f"{what}: {_first_line(exc)}") from exc
+
+    def _probe(self, page: Page) -> None:
+        """After an action timed out: a page that cannot run a trivial script is hung (Playwright's TimeoutError
+        escapes to _run as BrowserCrashed); one that can merely refused the action (hidden, disabled, slow)."""
+        from playwright.sync_api import Error
+        from playwright.sync_api import TimeoutError as PwTimeout
+
+        try:
+            page.wait_for_function("() => true", timeout=min(2.0, self.config.action_timeout_s) * 1000)
+        except Error as exc:  # e.g. the document changed meanwhile: it answered, so it is not hung
+            if isinstance(exc, PwTimeout) or _is_crash(exc):
+                raise
+
+    def _stop_loading(self, page: Page) -> None:
+        """Cancel a navigation still pending after a timeout (else the next snapshot waits for it to finish)."""
+        with contextlib.suppress(Exception):
+            if page not in self._cdp:  # kept, never detached: detaching waits on a hung renderer
+                self._cdp[page] = self._context.new_cdp_session(page)
+            self._cdp[page].send("Page.stopLoading")
+
+    # ---- tabs and pages ---------------------------------------------------------------------------------------
+    def _adopt(self, page: Page) -> None:
+        """A new tab (ours or a popup the page opened) joins the tab list and becomes the active one."""
+        if page not in self._tabs:
+            self._tabs.append(page)
+            page.on("crash", lambda p: self._set_crash(f"the page crashed: {p.url}"))
+            page.on("close", self._forget)
+        self._current = page
+
+    def _forget(self, page: Page) -> None:
+        if page in self._tabs:
+            self._tabs.remove(page)
+        self._elements.pop(page, None)
+        self._cdp.pop(page, None)
+        if self._current is page:
+            self._current = self._tabs[-1] if self._tabs else None
+
+    def _page(self) -> Page:
+        if self._current is None or self._current.is_closed():
+            if not self._tabs:
+                self._adopt(self._context.new_page())
+            self._current = self._tabs[-1]
+        return self._current
+
+    def _archive_miss(self, route: Route) -> None:
+        request = route.request
+        self.archive_misses.append((request.url, request.resource_type))
+        if request.resource_type == "document":
+            route.fulfill(status=404, content_type="text/html; charset=utf-8",
+                          body=miss_page(request.url, self.archive))
+        else:
+            route.fulfill(status=404, body="")
+
+    # ---- observation ------------------------------------------------------------------------------------------
+    def observe(self) -> Observation:
+        """The active tab as text, numbering its interactive elements afresh."""
+        return self._run("read the page", self._observe)
+
+    def _observe(self) -> Observation:
+        from playwright.sync_api import Error
+        from playwright.sync_api import TimeoutError as PwTimeout
+
+        page = self._page()
+        for attempt in range(3):
+            try:
+                snapshot = page.aria_snapshot(mode="ai", timeout=self.config.action_timeout_s * 1000)
+                title, scroll = page.title(), page.evaluate(_SCROLL_JS)
+                break
+            except Error as exc:  # a page that navigates while read (a redirect): read it again once loaded
+                if isinstance(exc, PwTimeout) or attempt == 2 or not _is_navigating(exc):
+                    raise
+                with contextlib.suppress(Error):
+                    page.wait_for_load_state("domcontentloaded", timeout=self.config.navigation_timeout_s * 1000)
+        text, elements = render_snapshot(snapshot)
+        self._elements[page] = {e.number: e for e in elements}
+        tabs = tuple(_tab_label(p) for p in self._tabs)
+        return Observation(page.url, title, tabs, self._tabs.index(page), text, elements,
+                           tuple(int(v) for v in scroll))  # type: ignore[arg-type]
+
+    def element(self, number: int) -> Element:
+        """The element numbered `number` in the active tab's latest observation."""
+        return self._run("element", lambda: self._element(self._page(), number))
+
+    def _element(self, page: Page, number: int) -> Element:
+        known = self._elements.get(page, {})
+        if number not in known:
+            span = f"elements are numbered 1 to {len(known)}" if known else "it has no numbered elements"
+            raise ActionError(f"there is no element [{number}] on this page ({span}); read_page() shows them")
+        return known[number]
+
+    def _locate(self, page: Page, number: int) -> tuple[Element, Locator]:
+        element = self._element(page, number)
+        locator = page.locator(f"aria-ref={element.ref}")
+        if locator.count() == 0:
+            raise ActionError(f"element {element.label()} is no longer on the page; read_page() for a fresh view")
+        return element, locator
+
+    def url(self) -> str:
+        return self._run("url", lambda: self._page().url)
+
+    def screenshot(self, path: str | Path) -> Path:
+        """A PNG of the active tab's viewport; ActionError when it cannot be taken in time."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self._run("screenshot", lambda: self._guard("screenshot", lambda: self._page().screenshot(
+            path=str(target), timeout=self.config.action_timeout_s * 1000, animations="disabled", caret="hide"),
+            self._page()))
+        return target
+
+    # ---- actions (each returns the new observation) -----------------------------------------------------------
+    def goto(self, url: str) -> Observation:
+        target = normalize_url(url)
+        return self._run(f"goto {target}", lambda: self._navigate(self._page(), target))
+
+    def _navigate(self, page: Page, url: str) -> Observation:
+        self._guard(f"could not open {url}", lambda: page.goto(url, wait_until=self._wait_until), page, nav=True)
+        return self._observe()
+
+    def go_back(self) -> Observation:
+        return self._run("go_back", self._go_back)
+
+    def _go_back(self) -> Observation:
+        page = self._page()
+        before = page.url
+        response = self._guard("go back", lambda: page.go_back(wait_until=self._wait_until), page, nav=True)
+        if response is None and page.url == before:
+            raise ActionError("there is no previous page in this tab")
+        return self._observe()
+
+    def tab_open(self, url: str | None = None) -> Observation:
+        target = normalize_url(url) if url else None
+        return self._run("tab_open", lambda: self._tab_open(target))
+
+    def _tab_open(self, url: str | None) -> Observation:
+        page = self._context.new_page()
+        self._adopt(page)
+        return self._navigate(page, url) if url else self._observe()
+
+    def tab_switch(self, index: int) -> Observation:
+        return self._run("tab_switch", lambda: self._tab_switch(index))
+
+    def _tab_switch(self, index: int) -> Observation:
+        self._current = self._tab(index)
+        self._current.bring_to_front()
+        return self._observe()
+
+    def tab_close(self, index: int) -> Observation:
+        return self._run("tab_close", lambda: self._tab_close(index))
+
+    def _tab_close(self, index: int) -> Observation:
+        page = self._tab(index)
+        if len(self._tabs) == 1:
+            raise ActionError("cannot close the only tab; open another one first")
+        was_active = page is self._current
+        page.close()
+        self._forget(page)
+        if was_active:  # as a browser does: the tab to its left becomes active
+            self._current = self._tabs[max(0, index - 1)]
+        return self._observe()
+
+    def _tab(self, index: int) -> Page:
+        if not 0 <= index < len(self._tabs):
+            raise ActionError(f"there is no tab {index}; tabs are numbered 0 to {len(self._tabs) - 1}")
+        return self._tabs[index]
+
+    def click(self, number: int) -> Observation:
+        return self._run(f"click [{number}]", lambda: self._click(number))
+
+    def _click(self, number: int) -> Observation:
+        page = self._page()
+        element, locator = self._locate(page, number)
+        what = f"click {element.label()}"
+        target = self._guard(what, lambda: locator.evaluate(_TARGET_JS), page)
+        tabs = len(self._tabs)
+        self._guard(what, lambda: locator.click(), page)
+        if str(target).lower() not in ("", "_self", "_parent", "_top") and len(self._tabs) == tabs:
+            self._guard(f"{what} (new tab)", lambda: self._context.wait_for_event(
+                "page", timeout=self.config.navigation_timeout_s * 1000), page, nav=True)
+        self._settle(self._page(), what)
+        return self._observe()
+
+    def _settle(self, page: Page, what: str) -> None:
+        """Wait for a navigation an action started; a page that never finishes is the agent's timeout."""
+        self._guard(f"{what}: the page did not finish loading",
+                    lambda: page.wait_for_load_state(self._wait_until),
+                    page, nav=True)
+
+    def type(self, number: int, text: str, submit: bool = False) -> Observation:
+        return self._run(f"type [{number}]", lambda: self._type(number, text, submit))
+
+    def _type(self, number: int, text: str, submit: bool) -> Observation:
+        page = self._page()
+        element, locator = self._locate(page, number)
+        what = f"type into {element.label()}"
+        self._guard(what, lambda: locator.fill(text), page)
+        if submit:
+            self._guard(what, lambda: locator.press("Enter"), page)
+            self._settle(self._page(), what)
+        return self._observe()
+
+    def select(self, number: int, value: str) -> Observation:
+        return self._run(f"select [{number}]", lambda: self._select(number, value))
+
+    def _select(self, number: int, value: str) -> Observation:
+        page = self._page()
+        element, locator = self._locate(page, number)
+        what = f"select in {element.label()}"
+        options = self._guard(what, lambda: locator.evaluate(_OPTIONS_JS), page)
+        if options is None:
+            raise ActionError(f"{element.label()} is not a drop-down list (<select>); use click for other menus")
+        chosen = _match_option(options, value)
+        if chosen is None:
+            labels = ", ".join(json.dumps(label, ensure_ascii=False) for _, label in options)
+            raise ActionError(f"{element.label()} has no option {value!r}; its options are {labels}")
+        self._guard(what, lambda: locator.select_option(value=chosen), page)
+        self._settle(self._page(), what)
+        return self._observe()
+
+    def scroll(self, direction: str) -> Observation:
+        if direction not in SCROLL_DIRECTIONS:
+            raise ActionError(f"direction must be one of {', '.join(SCROLL_DIRECTIONS)}, not {direction!r}")
+        # a property, not a call: a page's own global function (e.g. a `scrollBy`) is never run
+        to = {"up": "e.scrollTop - 0.8 * innerHeight", "down": "e.scrollTop + 0.8 * innerHeight", "top": "0",
+              "bottom": "e.scrollHeight"}[direction]
+        js = f"() => {{ const e = document.scrollingElement || document.documentElement; e.scrollTop = {to}; }}"
+        return self._run("scroll", lambda: self._evaluate_then_observe(js))
+
+    def _evaluate_then_observe(self, js: str) -> Observation:
+        self._page().evaluate(js)
+        return self._observe()
+
+    def find(self, text: str) -> tuple[list[str], Observation]:
+        """Lines of the page containing `text` (case-insensitive), and the page scrolled to the first match."""
+        if not text.strip():
+            raise ActionError("text to find is empty")
+        obs = self._run("find", lambda: self._scroll_to_text(text))
+        needle = text.casefold()
+        return [f"line {i}: {line.strip()}" for i, line in enumerate(obs.page.splitlines(), 1)
+                if needle in line.casefold()], obs
+
+
+    def _scroll_to_text(self, text: str) -> Observation:
+        """Best effort: scroll the first element whose text contains `text` into view (for the screenshot)."""
+        from playwright.sync_api import Error
+
+        match = self._page().get_by_text(text).first
+        with contextlib.suppress(Error):  # hidden or gone: the page is shown where it was
+            if match.count():
+                match.scroll_into_view_if_needed(timeout=min(2.0, self.config.action_timeout_s) * 1000)
+        return self._observe()
+
+
+# ---- helpers --------------------------------------------------------------------------------------------------
+def _check_setup(config: BrowserConfig, archive: Path | None) -> None:
+    """One line, naming what is missing and how to get it."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        raise BrowserUnavailable("the Python package `playwright` is not installed (pip install playwright; "
+                                 "it is in pyproject.toml)") from None
+    if not (os.path.isfile(config.executable) and os.access(config.executable, os.X_OK)):
+        raise BrowserUnavailable(f"browser.executable: no Chromium at {config.executable}; {SETUP_HINT}")
+    if config.source in ("record", "replay") and archive is None:
+        raise BrowserUnavailable(f"browser.source={config.source} needs a HAR archive path (browser.archive)")
+    if config.source == "replay" and archive is not None and not archive.is_file():
+        raise BrowserUnavailable(f"browser.archive: {archive} does not exist; record it first with "
+                                 "browser.source=record")
+
+
+def normalize_url(url: str) -> str:
+    """http(s) and about: only (no file: or chrome: pages for an agent); a bare host gets https:// as in an
+    address bar."""
+    url = url.strip()
+    if not url:
+        raise ActionError("the URL is empty")
+    if url.startswith("about:"):
+        return url
+    if "://" not in url:
+        url = "https://" + url
+    scheme = urlsplit(url).scheme.lower()
+    if scheme not in ("http", "https"):
+        raise ActionError(f"only http(s) URLs can be opened, not {scheme}:")
+    return url
+
+
+def miss_page(url: str, archive: Path | None) -> str:
+    """The page a replay shows for a request the archive does not hold."""
+    from html import escape
+
+    where = escape(archive.name) if archive else "the archive"
+    return (f"<!doctype html><title>Not in the replay archive</title><h1>Not in the replay archive</h1>"
+            f"<p>This run replays recorded pages with no network. {escape(url)} was not recorded in {where}.</p>")
+
+
+def _match_option(options: list[list[str]], value: str) -> str | None:
+    """The option value matching `value` by value or label, exactly first, then ignoring case and spaces."""
+    for same in (lambda a, b: a == b, lambda a, b: a.strip().casefold() == b.strip().casefold()):
+        for option_value, label in options:
+            if same(option_value, value) or same(label, value):
+                return option_value
+    return None
+
+
+def _tab_label(page: Page) -> str:
+    label = page.url
+    return label if len(label) <= 80 else label[:77] + "..."
+
+
+def _first_line(exc: BaseException) -> str:
+    """Playwright's message without its 'Page.goto: ' prefix and call log."""
+    line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return re.sub(r"^([A-Z]\w*\.\w+: )?(Error: )?", "", line)
+
+
+def _call_log_reason(exc: BaseException) -> str:
+    """The last step of Playwright's call log (e.g. 'element is not visible'), which says why it timed out."""
+    steps = [s.strip()[2:] for s in str(exc).splitlines() if s.strip().startswith("- ")]
+    return f" ({steps[-1]})" if steps else ""
+
+
+def _is_crash(exc: BaseException) -> bool:
+    from playwright._impl._errors import TargetClosedError
+
+    return isinstance(exc, TargetClosedError) or any(w in str(exc) for w in _CRASH_WORDS)
+
+
+def _is_navigating(exc: BaseException) -> bool:
+    return any(w in str(exc) for w in _NAVIGATING_WORDS)

@@ -1,0 +1,179 @@
+"""Odysseys behind the Domain/Episode contract: one episode per task, in a real browser (browser.py, tools.py).
+
+An episode starts Chromium (pages live, recorded into `<archive>/<task_id>.har`, or replayed from it with the
+network off: `browser.source`), opens the task's start page and shows it in the first user message, and lets the
+agent act through the browser tools until it answers without a tool call (no user model, as upstream). A browser
+that crashes or hangs ends the episode as an infrastructure failure (rerun on resume), never a task failure.
+Every episode is also written in the layout upstream's judge reads (layout.py; screenshots per step), and is
+judged at the end when a judge is available (`judge=...`, one call per rubric item); otherwise it is saved unjudged
+for `make judge RUN=...` later.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.backends.base import InfraError
+from harness.envs.base import EpisodeContext, UserModel
+from harness.envs.odysseys.browser import Browser, BrowserConfig, BrowserCrashed, BrowserUnavailable
+from harness.envs.odysseys.judge import Judge
+from harness.envs.odysseys.layout import episode_dir, read_steps, write_episode
+from harness.envs.odysseys.metrics import episode_columns
+from harness.envs.odysseys.tasks import DEFAULT_PATH, OdysseyTask, TaskSet, load_tasks
+from harness.envs.odysseys.tools import BrowserResult, BrowserTools, cap_text
+from harness.errors import InputError
+from harness.types import Message, Score, Task, ToolCall, ToolSpec, Usage
+
+ROOT = Path(__file__).resolve().parents[3]
+STEP_BUDGET = 100  # upstream's step budget (SOURCE.md): set max_steps=100
+SYSTEM_PROMPT = """You are a web agent operating a real browser to complete the user's task, which may span \
+several websites. Each tool returns the current page as text: its URL and title, the open tabs, and the page's \
+interactive elements numbered like [12] link "Cart" — use those numbers with click, type and select. Open new \
+tabs when the task asks to keep pages open. Use only information you saw on the pages. When the task is done, \
+reply without a tool call, giving the user everything the task asks for in one concise final answer."""
+
+
+class BrowserEnv:
+    """The episode's tools over one Browser; a crash or hang is an infrastructure failure (InfraError)."""
+
+    def __init__(self, tools: BrowserTools | None, failure: str | None = None) -> None:
+        self.browser_tools, self.failure = tools, failure
+        self.records: dict[str, BrowserResult] = {}  # per tool-call id: url, screenshot, cap
+
+    def tools(self) -> list[ToolSpec]:
+        from harness.envs.odysseys.tools import TOOL_SPECS
+
+        return list(TOOL_SPECS)
+
+    def execute(self, call: ToolCall) -> BrowserResult:
+        if self.browser_tools is None or self.failure is not None:
+            raise InfraError(f"browser unavailable: {self.failure}")
+        try:
+            result = self.browser_tools.execute(call)
+        except BrowserCrashed as exc:
+            self.failure = str(exc)
+            self.close()
+            raise InfraError(f"browser crashed or hung: {exc}") from None
+        self.records[call.id] = result
+        return result
+
+    def close(self) -> None:
+        if self.browser_tools is not None:
+            self.browser_tools.browser.close()
+
+
+@dataclass
+class OdysseysEpisode:
+    task: Task
+    odyssey: OdysseyTask
+    env: BrowserEnv
+    start_page: str
+    judge: Judge
+    folder: Path | None
+    user: UserModel | None = None
+
+    def opening(self) -> list[Message]:
+        return [Message("system", SYSTEM_PROMPT),
+                Message("user", f"{self.odyssey.instruction}\n\nThe browser is open at {self.odyssey.website}. "
+                                f"Current page:\n{self.start_page}")]
+
+    def score(self, history: Sequence[Message] = (), usage: Sequence[Usage] = ()) -> Score:
+        """Close the browser, write the upstream layout, judge every rubric item when a judge is available."""
+        self.env.close()
+        complete = self.env.failure is None
+        judgments = []
+        if self.folder is not None:
+            shots = {k: r.screenshot_file for k, r in self.env.records.items() if r.screenshot_file}
+            urls = {k: r.url for k, r in self.env.records.items() if r.url}
+            write_episode(self.folder, history, shots, urls, complete=complete)
+            if complete:
+                judgments = self.judge.judge_episode(self.odyssey, read_steps(self.folder), self.folder)
+        columns = {**episode_columns(judgments), "level": self.odyssey.level, "rubric_total": len(self.odyssey.rubrics),
+                   "judged": bool(judgments) and all(j.status in ("success", "failure") for j in judgments),
+                   "observation_truncations": sum(r.truncated for r in self.env.records.values()),
+                   "archive_misses": sum(len(r.archive_misses) for r in self.env.records.values())}
+        value = columns["rubric_score"] if judgments else math.nan
+        return Score(completed=columns["perfect"] == 1.0, any_line_itemized=bool(value and value > 0),
+                     amount_itemized_pct=math.nan, columns={**columns, "score": value},
+                     details={"rubrics": [vars(j) | {"usage": vars(j.usage)} for j in judgments],
+                              "calls": {k: r.record() for k, r in self.env.records.items()},
+                              "browser_failure": self.env.failure})
+
+
+def _browser_config(raw: Any) -> tuple[BrowserConfig, str | None]:
+    """The browser settings from config (Hydra passes a DictConfig): its BrowserConfig and the archive folder."""
+    values = {str(k): v for k, v in dict(raw or {}).items()}
+    archive = values.pop("archive", None)
+    if "extra_args" in values:
+        values["extra_args"] = tuple(values["extra_args"] or ())
+    try:
+        return BrowserConfig(**values), archive
+    except TypeError as exc:
+        raise InputError(f"browser: {exc} (known: archive, {', '.join(BrowserConfig.__dataclass_fields__)})") from None
+
+
+@dataclass
+class OdysseysDomain:
+    """The shipped 200 tasks (`tasks_path`), filtered by `levels` and `ids`, the first `limit` of them."""
+
+    tasks_path: str = str(DEFAULT_PATH)
+    levels: list[str] | None = None
+    ids: list[str] | None = None
+    limit: int | None = None
+    browser: Any = None
+    judge: Any = None  # the judge settings (root `judge`), carried here so the run's fingerprint covers them
+    name: str = "odysseys"
+    tasks: list[Task] = field(init=False)
+    taskset: TaskSet = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.config, self.archive = _browser_config(self.browser)
+        if self.config.source in ("record", "replay") and not self.archive:
+            raise InputError(f"browser.source={self.config.source} needs browser.archive=<a folder of HAR files>")
+        if not Path(self.config.executable).exists():
+            raise InputError(f"browser.executable: no Chromium at {self.config.executable}; run `make browser-deps` "
+                             "(apt-get install -y chromium)")
+        path = Path(self.tasks_path) if Path(self.tasks_path).is_absolute() else ROOT / self.tasks_path
+        self.taskset = load_tasks(path, levels=self.levels, ids=self.ids)
+        chosen = self.taskset.tasks[:self.limit] if self.limit else self.taskset.tasks
+        self.tasks = [Task(t.task_id, t.instruction, {"level": t.level}) for t in chosen]
+
+    def episode(self, task: Task, user_factory: Callable[[Task], UserModel] | None,
+                context: EpisodeContext | None = None) -> OdysseysEpisode:
+        odyssey = self.taskset.by_id(task.task_id)
+        folder = None if context is None or context.out_dir is None else \
+            episode_dir(context.out_dir, task.task_id, context.run)
+        if folder is not None and folder.exists():
+            shutil.rmtree(folder)  # a rerun starts a fresh record
+        env, page = self._open(odyssey, folder)
+        context = context or EpisodeContext()
+        judge = Judge(context.judge, Path(context.judge_cache_dir) if context.judge_cache_dir else None,
+                      context.judge_attempts, context.judge_max_images, unavailable_reason=context.judge_reason)
+        return OdysseysEpisode(task, odyssey, env, page, judge, folder)
+
+    def _open(self, odyssey: OdysseyTask, folder: Path | None) -> tuple[BrowserEnv, str]:
+        """Start the browser at the task's website; a browser that cannot start is the episode's infra failure."""
+        archive = Path(self.archive) / f"{odyssey.task_id}.har" if self.archive else None
+        try:
+            browser = Browser(self.config, archive)
+        except (BrowserCrashed, BrowserUnavailable) as exc:  # e.g. this task's archive is missing: its episode
+            return BrowserEnv(None, str(exc)), "(the browser did not start)"
+        tools = BrowserTools(browser, folder / "shots" if folder is not None else None)
+        env = BrowserEnv(tools)
+        try:
+            first = env.execute(ToolCall("start", "goto", _json({"url": odyssey.website})))
+        except InfraError as exc:
+            return env, f"(the start page did not load: {exc})"
+        env.records.pop("start", None)
+        return env, cap_text(first.content, self.config.observation_cap)[0]
+
+
+def _json(value: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(value)

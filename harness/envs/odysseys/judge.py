@@ -1,0 +1,299 @@
+"""The Odysseys rubric judge: one call per rubric item, as upstream's judge (ljang0/Odysseys
+scripts/python/run_full_trajectory_per_rubric.py), through any harness `LLMBackend`.
+
+Each call gets upstream's system prompt and user message: the task ("context only"), ONE rubric item (its id,
+requirement and, when non-empty, verification), the numbered action history, the count of screenshots attached
+and of steps, and the reply format `Thoughts: ... / Status: "success" or "failure"`. The prompt wording is
+upstream's word for word, because a judge's verdicts depend on it. A rubric counts as satisfied when the judge
+says success (upstream: satisfied anywhere in the trajectory; the prompt says so by showing all of it).
+
+Where we differ, and why:
+- Each history line also shows the page URL after the step (`URL: ...`) when the run recorded one: upstream's
+  judges read it off the screenshots' address bar, a text-only judge has no other way to see where the agent was.
+- Screenshots are sent only to a backend that declares `multimodal = True` and offers
+  `generate_with_images(messages, images)` (`ImageBackend`; `image_parts` builds the OpenAI content parts it
+  sends, as upstream: text first, then each image as a data URL with detail "high"); any other backend gets the
+  text alone and the message says "Screenshots attached below: 0". `max_images` keeps the last N screenshots
+  (upstream's `--max-images`; 0 = all, upstream's default).
+- Upstream scores a reply without a `Status:` line, and a failed call, as failure (0). Here an unusable reply is
+  asked again with a reminder of the format, and after `attempts` calls the item is `error`: no score, counted
+  apart, never a failure. A judge that cannot be asked (`backend=None`) gives `not_judged` with its reason.
+- Verdicts are cached on disk by a SHA-256 of the inputs (judge model name, system, user message and the
+  SHA-256 of every image); errors are not cached, so they are asked again next time.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import mimetypes
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from harness.backends.base import ContextWindowExceeded, LLMBackend
+from harness.envs.odysseys.layout import Step, screenshot_path
+from harness.envs.odysseys.tasks import OdysseyTask, Rubric
+from harness.errors import InputError
+from harness.io import atomic_write
+from harness.types import Completion, Message, Usage
+
+log = logging.getLogger("harness.envs.odysseys.judge")
+
+# run_full_trajectory_per_rubric.py FULL_TRAJ_JUDGMENT_SYSTEM (verbatim: the judge was calibrated on it)
+SYSTEM = """You are an expert evaluator of web-navigation agent trajectories.
+
+You will receive:
+- The user task (for context).
+- ONE specific rubric item with a requirement and a verification description.
+- The agent's full action history (one line per step).
+- Every screenshot from the trajectory, in chronological order.
+
+Your goal is to decide whether this single rubric item is satisfied by the trajectory.
+
+Evaluation rules:
+- Judge ONLY the one rubric item you are given; ignore all other implicit requirements.
+- Ground your judgment in what the screenshots and actions actually show. Do not invent state.
+- Filtering / sorting / form requirements must be applied and confirmed to count as satisfied.
+- If the agent was blocked (captcha, access denied, etc.) and therefore could not satisfy the rubric, report failure.
+
+Respond in exactly this format:
+
+Thoughts: <your reasoning, citing specific steps/screenshots>
+Status: "success" or "failure"
+"""
+_STATUS = re.compile(r"Status:\s*[\"']?(success|failure)[\"']?", re.IGNORECASE)  # upstream's parser
+_THOUGHTS = re.compile(r"Thoughts:\s*(.+?)(?:Status:|$)", re.DOTALL)  # upstream's parser
+RETRY_REMINDER = ("\n\nIMPORTANT: Your previous reply had no usable Status line. Reply again in exactly this "
+                  "format:\n\nThoughts: <your reasoning>\nStatus: \"success\" or \"failure\"")
+VERDICTS = ("success", "failure")
+STATUSES = ("success", "failure", "error", "not_judged")
+
+
+@dataclass(frozen=True)
+class JudgeImage:
+    """One screenshot as sent to a multimodal judge."""
+
+    mime: str
+    data: bytes
+
+    @property
+    def data_url(self) -> str:
+        return f"data:{self.mime};base64,{base64.b64encode(self.data).decode()}"
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+
+@runtime_checkable
+class ImageBackend(Protocol):
+    """A backend that can send screenshots: the text of the last user message followed by the images."""
+
+    name: str
+    multimodal: bool
+
+    def generate_with_images(self, messages: Sequence[Message], images: Sequence[JudgeImage]) -> Completion: ...
+
+
+def image_parts(text: str, images: Sequence[JudgeImage]) -> list[dict[str, Any]]:
+    """OpenAI chat content parts for a user message with images (upstream's OpenAI branch: text, then each image
+    as a data URL with detail "high"): what an `ImageBackend` built on the OpenAI-compatible client sends."""
+    return [{"type": "text", "text": text}] + [
+        {"type": "image_url", "image_url": {"url": image.data_url, "detail": "high"}} for image in images]
+
+
+@dataclass(frozen=True)
+class RubricJudgment:
+    key: str  # the rubric's key ("R1", ...)
+    status: str  # success | failure | error (the judge's replies unusable or its calls failed) | not_judged
+    thoughts: str = ""
+    reason: str | None = None  # one line: why not judged / what failed
+    cached: bool = False
+    calls: int = 0  # judge calls made now (0 when cached)
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    model: str | None = None
+    images_sent: int = 0
+
+    @property
+    def score(self) -> float | None:
+        """1 for success, 0 for failure, None when the item was not graded (error, not_judged)."""
+        return {"success": 1.0, "failure": 0.0}.get(self.status)
+
+
+# ---- the prompt ------------------------------------------------------------------------------------------------
+
+def action_history(steps: Sequence[Step]) -> str:
+    """Numbered steps (upstream's `Full Action History`): `i. Response: ...` / `Action: ...`, plus `URL: ...`
+    (ours, see the module docstring); a step with none of them keeps its number but prints nothing."""
+    lines = []
+    for i, step in enumerate(steps, start=1):
+        parts = [f"{label}: {value.strip()}" for label, value in
+                 (("Response", step.response), ("Action", step.action), ("URL", step.url)) if value.strip()]
+        if parts:
+            lines.append(f"{i}. " + "\n".join(parts))
+    return "\n".join(lines) if lines else "No actions recorded."
+
+
+def build_prompt(task: OdysseyTask, rubric: Rubric, steps: Sequence[Step], n_images: int) -> tuple[str, str]:
+    """(system, user) as upstream sends them for one rubric item."""
+    rubric_lines = [f"Rubric ID: {rubric.key}", f"Requirement: {rubric.requirement.strip()}"]
+    if rubric.verification.strip():
+        rubric_lines.append(f"Verification: {rubric.verification.strip()}")
+    user = (f"User Task (context only): {task.instruction.strip()}\n\nEvaluate ONLY this rubric item:\n"
+            + "\n".join(rubric_lines)
+            + f"\n\nFull Action History:\n{action_history(steps)}\n\nScreenshots attached below: {n_images} "
+            f"(trajectory had {len(steps)} total step(s)).\n\nDecide whether the rubric ({rubric.key}) is satisfied. "
+            "Use the required 'Thoughts:' / 'Status:' format.")
+    return SYSTEM, user
+
+
+def parse_reply(text: str) -> tuple[str, str] | None:
+    """(status, thoughts) from a judge reply, None when it has no `Status: success|failure` (upstream's patterns;
+    the first Status line counts, as upstream's re.search)."""
+    status = _STATUS.search(text or "")
+    if status is None:
+        return None
+    thoughts = _THOUGHTS.search(text)
+    return status.group(1).lower(), (thoughts.group(1).strip() if thoughts else text.strip())
+
+
+def load_images(folder: Path, steps: Sequence[Step], max_images: int) -> list[JudgeImage]:
+    """The steps' screenshots that exist, in order; the last `max_images` of them (0 = all, upstream's)."""
+    paths = [p for step in steps if (p := screenshot_path(folder, step.screenshot)) is not None]
+    images = []
+    for path in paths[-max_images:] if max_images > 0 else paths:
+        try:
+            images.append(JudgeImage(mimetypes.guess_type(path.name)[0] or "image/png", path.read_bytes()))
+        except OSError as exc:  # upstream skips an unreadable screenshot too
+            log.warning("screenshot %s unreadable, not sent: %s", path, exc)
+    return images
+
+
+# ---- the judge -------------------------------------------------------------------------------------------------
+
+class Judge:
+    """Judges every rubric item of an episode; see the module docstring."""
+
+    def __init__(self, backend: LLMBackend | None, cache_dir: Path | str | None = None, attempts: int = 2,
+                 max_images: int = 0, unavailable_reason: str = "no judge backend configured") -> None:
+        if attempts < 1:
+            raise InputError(f"judge attempts must be >= 1, got {attempts!r}")
+        if max_images < 0:
+            raise InputError(f"judge max_images must be >= 0 (0 = all), got {max_images!r}")
+        if getattr(backend, "multimodal", False) is True and not isinstance(backend, ImageBackend):
+            raise InputError(f"judge backend {getattr(backend, 'name', '?')} declares multimodal=True but has no "
+                             "generate_with_images(messages, images)")
+        self.backend = backend
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.attempts = attempts
+        self.max_images = max_images
+        self.unavailable_reason = unavailable_reason
+
+    @property
+    def multimodal(self) -> bool:
+        return getattr(self.backend, "multimodal", False) is True
+
+    @property
+    def model(self) -> str | None:
+        return getattr(self.backend, "name", None) if self.backend is not None else None
+
+    def judge_episode(self, task: OdysseyTask, steps: Sequence[Step], folder: Path | None = None
+                      ) -> list[RubricJudgment]:
+        """One judgment per rubric item, in the task's order. Screenshots are read from `folder` (the episode's
+        upstream-layout folder) for a multimodal judge only. An empty trajectory is an error, as upstream's."""
+        if self.backend is None:
+            return [RubricJudgment(r.key, "not_judged", reason=self.unavailable_reason) for r in task.rubrics]
+        if not steps:
+            return [RubricJudgment(r.key, "error", reason="empty trajectory: no steps recorded", model=self.model)
+                    for r in task.rubrics]
+        images = load_images(folder, steps, self.max_images) if self.multimodal and folder is not None else []
+        return [self.judge_rubric(task, rubric, steps, images) for rubric in task.rubrics]
+
+    def judge_rubric(self, task: OdysseyTask, rubric: Rubric, steps: Sequence[Step],
+                     images: Sequence[JudgeImage] = ()) -> RubricJudgment:
+        if self.backend is None:
+            return RubricJudgment(rubric.key, "not_judged", reason=self.unavailable_reason)
+        system, user = build_prompt(task, rubric, steps, len(images))
+        key = cache_key(self.backend.name, system, user, [image.sha256 for image in images])
+        hit = self._cached(key, rubric.key)
+        if hit is not None:
+            return hit
+        result = self._ask(rubric.key, system, user, images)
+        if result.status in VERDICTS and self.cache_dir is not None:
+            atomic_write(self._path(key), json.dumps(_entry(key, result), sort_keys=True))
+        return result
+
+    def _ask(self, rubric_key: str, system: str, user: str, images: Sequence[JudgeImage]) -> RubricJudgment:
+        """Up to `attempts` calls: a failed call re-sends the same prompt, an unusable reply adds the reminder."""
+        assert self.backend is not None
+        calls, usage, cost, problem, prompt = 0, Usage(), 0.0, "", user
+        for _ in range(self.attempts):
+            calls += 1
+            try:
+                completion = self._generate([Message("system", system), Message("user", prompt)], images)
+            except ContextWindowExceeded as exc:  # the same prompt cannot fit on a second try
+                problem = f"the judge prompt does not fit the judge's context window ({_one_line(exc)})"
+                break
+            except Exception as exc:  # an infrastructure failure or a backend bug: this attempt failed
+                problem = f"judge call failed: {type(exc).__name__}: {_one_line(exc)}"
+                continue
+            usage, cost = usage + completion.usage, cost + completion.cost_usd
+            parsed = parse_reply(completion.message.content)
+            if parsed is not None:
+                return RubricJudgment(rubric_key, parsed[0], parsed[1], calls=calls, usage=usage, cost_usd=cost,
+                                      model=self.model, images_sent=len(images))
+            problem = f"judge reply has no Status line: {_one_line(completion.message.content)[:120]!r}"
+            prompt = user + RETRY_REMINDER
+        return RubricJudgment(rubric_key, "error", reason=f"{problem} (after {calls} call{'s' * (calls != 1)})",
+                              calls=calls, usage=usage, cost_usd=cost, model=self.model, images_sent=len(images))
+
+    def _generate(self, messages: list[Message], images: Sequence[JudgeImage]) -> Completion:
+        assert self.backend is not None
+        if images and isinstance(self.backend, ImageBackend):
+            return self.backend.generate_with_images(messages, images)
+        return self.backend.generate(messages, [])
+
+    def _path(self, key: str) -> Path:
+        assert self.cache_dir is not None
+        return self.cache_dir / f"{key}.json"
+
+    def _cached(self, key: str, rubric_key: str) -> RubricJudgment | None:
+        if self.cache_dir is None or not self._path(key).exists():
+            return None
+        try:
+            return _from_entry(key, rubric_key, json.loads(self._path(key).read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
+            # a miss, not a crash: the judge is asked again and its answer replaces the bad entry
+            log.warning("ignoring invalid judge cache entry %s: %s", self._path(key), _one_line(exc))
+            return None
+
+
+def cache_key(model: str, system: str, user: str, image_hashes: Sequence[str] = ()) -> str:
+    payload = json.dumps({"model": model, "system": system, "user": user, "images": list(image_hashes)},
+                         sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _entry(key: str, r: RubricJudgment) -> dict[str, Any]:
+    return {"key": key, "status": r.status, "thoughts": r.thoughts, "model": r.model, "calls": r.calls,
+            "usage": vars(r.usage), "cost_usd": r.cost_usd, "images_sent": r.images_sent}
+
+
+def _from_entry(key: str, rubric_key: str, entry: Any) -> RubricJudgment:
+    """A cached verdict: nothing is spent now, so calls, usage and cost are zero."""
+    if not isinstance(entry, dict) or entry.get("key") != key:
+        raise ValueError("not an entry for this judge prompt")
+    if entry["status"] not in VERDICTS:
+        raise ValueError(f"status {entry['status']!r} is not a verdict")
+    return RubricJudgment(rubric_key, str(entry["status"]), str(entry.get("thoughts", "")), cached=True,
+                          model=entry.get("model"), images_sent=int(entry.get("images_sent", 0)))
+
+
+def _one_line(value: object) -> str:
+    return " ".join(str(value).split()) or type(value).__name__

@@ -1,0 +1,278 @@
+"""`make judge RUN=<run folder>` (`python -m harness.envs.odysseys.judge_run RUN_DIR [judge=NAME] [judge.KEY=VALUE
+...] [--tasks FILE] [--workers N]`): judge every Odysseys episode a run saved, from its upstream-layout folders
+(`<RUN_DIR>/odysseys/run<r>/<task_id>/`, layout.py), one judge call per rubric item (judge.py), and write
+`<RUN_DIR>/odysseys_judged.parquet`: one row per task x run x rubric item.
+
+RUN_DIR may also be a sweep folder: every run folder under it holding an `odysseys/` folder is judged on its own
+(each job's own parquet). Episodes that did not finish (no numeric result.txt, or `infra_error` in the run's
+episodes.parquet) get rows with status `not_judged`, and the metrics leave them out (metrics.py).
+
+Which judge: the function that does the work, `judge_run_dir(run_dir, tasks, judge)`, takes a `Judge` around any
+`LLMBackend` (or None) and knows nothing of configs. The command line builds that judge from the run's own
+config.yaml (its `judge` and `model` blocks, so `judge=agent` is the run's agent), or from `judge=NAME`
+(configs/judge/NAME.yaml) plus `judge.KEY=VALUE` overrides, through harness.build.build_judge. Resumable: verdicts
+are cached by their inputs (the judge's `cache_dir`, else `<RUN_DIR>/odysseys_judge_cache`), so a rerun after an
+interruption asks only what was not answered, and errors are asked again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from hydra.errors import InstantiationException
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from harness.backends.base import LLMBackend
+from harness.envs.odysseys.judge import Judge, RubricJudgment
+from harness.envs.odysseys.layout import EPISODES_DIR, Step, is_complete, parse_episode_dir, read_steps
+from harness.envs.odysseys.tasks import DEFAULT_PATH, OdysseyTask, TaskSet, load_tasks
+from harness.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[3]
+JUDGE_CONFIGS = ROOT / "configs" / "judge"
+JUDGED = "odysseys_judged.parquet"
+CACHE = "odysseys_judge_cache"
+META = ("experiment", "policy", "model", "simulated", "budget_fraction", "termination")  # from episodes.parquet
+COLUMNS = (*META, "task_id", "run", "level", "rubric_index", "rubric_key", "requirement", "status", "score",
+           "thoughts", "reason", "judge_model", "judge_calls", "judge_input_tokens", "judge_output_tokens",
+           "judge_cost_usd", "judge_cached", "images_sent", "n_steps", "complete", "episode_dir")
+log = logging.getLogger("harness.envs.odysseys.judge_run")
+
+
+@dataclass(frozen=True)
+class EpisodeFolder:
+    task_id: str
+    run: int
+    path: Path
+
+
+# --- the work ------------------------------------------------------------------------------------------------------
+
+def episode_folders(run_dir: Path) -> list[EpisodeFolder]:
+    """The run's episode folders in (task, run) order; anything else under odysseys/ is named in a warning."""
+    root = Path(run_dir) / EPISODES_DIR
+    if not root.is_dir():
+        raise InputError(f"{run_dir}: no {EPISODES_DIR}/ folder (not an Odysseys run folder)")
+    found = []
+    for path in sorted(p for p in root.glob("*/*") if p.is_dir()):
+        parsed = parse_episode_dir(path)
+        if parsed is None:
+            log.warning("ignoring %s: not an episode folder run<r>/<task_id>", path)
+            continue
+        found.append(EpisodeFolder(parsed[0], parsed[1], path))
+    return sorted(found, key=lambda f: (f.task_id, f.run))
+
+
+def judge_run_dir(run_dir: Path, tasks: TaskSet, judge: Judge, workers: int = 1) -> pd.DataFrame:
+    """Judge every episode folder of one run and write `<run_dir>/odysseys_judged.parquet`; returns its rows."""
+    run_dir = Path(run_dir)
+    folders = episode_folders(run_dir)
+    by_id = {t.task_id: t for t in tasks.tasks}
+    unknown = sorted({f.task_id for f in folders} - set(by_id))
+    if unknown:
+        raise InputError(f"{run_dir}: task id(s) {', '.join(unknown[:3])}{' ...' if len(unknown) > 3 else ''} "
+                         f"are not in {tasks.path} (pass --tasks <the run's task file>)")
+    meta = episode_meta(run_dir)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        parts = list(pool.map(lambda f: judged_rows(f, by_id[f.task_id], judge, meta.get((f.task_id, f.run), {})),
+                              folders))
+    frame = pd.DataFrame([row for part in parts for row in part], columns=list(COLUMNS))
+    write_parquet(frame, run_dir / JUDGED)
+    return frame
+
+
+def judged_rows(folder: EpisodeFolder, task: OdysseyTask, judge: Judge, meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of one episode: every rubric item judged, or all of them not_judged / error with the reason."""
+    complete = is_complete(folder.path) and meta.get("termination") != "infra_error"
+    steps, problem = _steps(folder.path)
+    if not complete:
+        why = "the episode did not finish (no numeric result.txt, or an infrastructure failure): not judged"
+        judgments = [RubricJudgment(r.key, "not_judged", reason=why) for r in task.rubrics]
+    elif problem is not None:
+        judgments = [RubricJudgment(r.key, "error", reason=problem, model=judge.model) for r in task.rubrics]
+    else:
+        judgments = judge.judge_episode(task, steps, folder.path)
+    base = {k: meta.get(k) for k in META} | {"task_id": task.task_id, "run": folder.run, "level": task.level,
+                                             "n_steps": len(steps), "complete": complete,
+                                             "episode_dir": str(folder.path)}
+    return [base | _judgment_row(i, rubric.key, rubric.requirement, j)
+            for i, (rubric, j) in enumerate(zip(task.rubrics, judgments, strict=True))]
+
+
+def _steps(path: Path) -> tuple[list[Step], str | None]:
+    """The episode's steps, or none and why they cannot be read."""
+    try:
+        return read_steps(path), None
+    except ValueError as exc:
+        return [], str(exc)
+
+
+def _judgment_row(index: int, key: str, requirement: str, j: RubricJudgment) -> dict[str, Any]:
+    return {"rubric_index": index, "rubric_key": key, "requirement": requirement, "status": j.status,
+            "score": j.score, "thoughts": j.thoughts, "reason": j.reason, "judge_model": j.model,
+            "judge_calls": j.calls, "judge_input_tokens": j.usage.input_tokens,
+            "judge_output_tokens": j.usage.output_tokens, "judge_cost_usd": j.cost_usd, "judge_cached": j.cached,
+            "images_sent": j.images_sent}
+
+
+def episode_meta(run_dir: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """Per (task, run): experiment, policy, model, simulated, budget tier and termination from the run's
+    episodes.parquet; empty (the columns stay null) when the folder has none or it cannot be read."""
+    path = Path(run_dir) / "episodes.parquet"
+    if not path.exists():
+        log.warning("%s: no episodes.parquet; experiment, model and termination columns left empty", run_dir)
+        return {}
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several types for a damaged file
+        log.warning("%s unreadable (%s); experiment, model and termination columns left empty", path, exc)
+        return {}
+    keep = [c for c in META if c in frame]
+    return {(str(r["task_id"]), int(r["run"])): {k: r[k] for k in keep} for r in frame.to_dict("records")}
+
+
+def write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    """Atomically: a reader sees the old file or the new one, never half of one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        frame.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """`root` when it is a run folder with episodes in the upstream layout, else every such folder under it."""
+    root = Path(root)
+    if (root / EPISODES_DIR).is_dir():
+        return [root]
+    found = sorted({p.parent for p in root.rglob(EPISODES_DIR) if p.is_dir() and _is_run(p.parent)})
+    if not found:
+        raise InputError(f"{root}: no Odysseys run folder (a folder holding {EPISODES_DIR}/) in or under it")
+    return found
+
+
+def _is_run(folder: Path) -> bool:
+    return (folder / "config.yaml").exists() or (folder / "episodes.parquet").exists()
+
+
+# --- which judge (the command line) --------------------------------------------------------------------------------
+
+def judge_config(run_dir: Path, overrides: Sequence[str]) -> DictConfig:
+    """The run's config.yaml (its `model`, `seed`, `encoding`, `judge`), its judge replaced by `judge=NAME`
+    (configs/judge/NAME.yaml) and then changed by `judge.KEY=VALUE` overrides."""
+    path = Path(run_dir) / "config.yaml"
+    base = OmegaConf.load(path) if path.exists() else OmegaConf.create({})
+    assert isinstance(base, DictConfig)
+    cfg = OmegaConf.create({"seed": base.get("seed", 0), "encoding": base.get("encoding", "o200k_base"),
+                            "model": base.get("model"), "judge": base.get("judge"), "env": base.get("env"),
+                            "benchmark": base.get("benchmark")})
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not (key == "judge" or key.startswith("judge.")):
+            raise InputError(f"judge override {item!r}: expected judge=NAME or judge.KEY=VALUE")
+        with open_dict(cfg):
+            if key == "judge":
+                cfg.judge = _judge_group(value)
+            else:
+                cfg.merge_with(OmegaConf.from_dotlist([item]))
+    if cfg.get("judge") is None:
+        raise InputError(f"{run_dir}: no judge in its config.yaml; choose one with judge=NAME "
+                         f"({', '.join(_judge_names())})")
+    return cfg
+
+
+def _judge_group(name: str) -> DictConfig:
+    path = JUDGE_CONFIGS / f"{name}.yaml"
+    if not path.exists():
+        raise InputError(f"judge={name}: no such judge config (valid: {', '.join(_judge_names())})")
+    group = OmegaConf.load(path)
+    assert isinstance(group, DictConfig)
+    return group
+
+
+def _judge_names() -> list[str]:
+    return sorted(p.stem for p in JUDGE_CONFIGS.glob("*.yaml"))
+
+
+@contextmanager
+def configured_judge(cfg: DictConfig, run_dir: Path) -> Iterator[Judge]:
+    """A Judge from a config (harness.build.build_judge's rules: judge=agent is the run's agent, a simulated
+    agent cannot judge); a model the runner serves itself (model=local) is started for the judging and stopped."""
+    from harness.backends.local import serving
+    from harness.build import build_judge, build_model
+
+    use_agent = bool(cfg.judge.get("use_agent"))
+    try:
+        with (serving(cfg) if use_agent else nullcontext(cfg)) as served:
+            agent: LLMBackend | None = build_model(served, int(served.seed)) if use_agent else None
+            backend, reason, cache, attempts, images = build_judge(served, agent)  # type: ignore[arg-type]
+            yield Judge(backend, Path(cache) if cache else Path(run_dir) / CACHE, attempts, images,
+                        reason or "no judge configured")
+    except InstantiationException as exc:  # e.g. a scripted judge's unreadable script: its own InputError
+        cause = exc.__cause__
+        raise InputError(str(cause) if isinstance(cause, InputError) else f"judge config: {_one_line(exc)}") from None
+    except OmegaConfBaseException as exc:
+        raise InputError(f"judge config: {_one_line(exc)}") from None
+
+
+def tasks_path(cfg: DictConfig, given: Path | None) -> Path:
+    """--tasks, else the task file the run's config names (env.tasks_path, env.path or benchmark.path when it is
+    a .json file), else the shipped file."""
+    if given is not None:
+        return given
+    for value in (OmegaConf.select(cfg, key) for key in ("env.tasks_path", "env.path", "benchmark.path")):
+        if isinstance(value, str) and value.endswith(".json"):
+            return Path(value)
+    return DEFAULT_PATH
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", type=Path, help="a run folder (or a sweep folder) holding odysseys/ episodes")
+    parser.add_argument("overrides", nargs="*", help="judge=NAME, judge.KEY=VALUE")
+    parser.add_argument("--tasks", type=Path, default=None, help="the task file (default: the run's, else shipped)")
+    parser.add_argument("--workers", type=int, default=1, help="episodes judged at once (threads)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        for run_dir in run_dirs(args.run_dir):
+            cfg = judge_config(run_dir, args.overrides)
+            tasks = load_tasks(tasks_path(cfg, args.tasks))
+            with configured_judge(cfg, run_dir) as judge:
+                frame = judge_run_dir(run_dir, tasks, judge, args.workers)
+            print(report_line(run_dir, frame, judge))
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def report_line(run_dir: Path, frame: pd.DataFrame, judge: Judge) -> str:
+    counts = frame.status.value_counts()
+    spent = int(frame.judge_calls.sum())
+    parts = ", ".join(f"{int(counts.get(s, 0))} {s}" for s in ("success", "failure", "error", "not_judged"))
+    return (f"{run_dir / JUDGED}: {frame[['task_id', 'run']].drop_duplicates().shape[0]} episodes, {len(frame)} "
+            f"rubric items ({parts}); judge {judge.model or 'none'}: {spent} calls, "
+            f"{int(frame.judge_cached.sum())} cached")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+if __name__ == "__main__":
+    sys.exit(main())

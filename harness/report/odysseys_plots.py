@@ -1,0 +1,140 @@
+"""The WAAC paper's Figure 3 on Odysseys (peak-limit testing) from results files only; `make plots`
+(harness.report.plots) draws it as `odysseys_figure3` (PNG and PDF).
+
+Left panel: completion per budget tier (100/90/70/50/30% of the Vanilla peak reference, WAAC B.3), one line per
+method: Rubric Avg (the paper's Figure 3 metric, §4.5) or the perfect-task rate (`metric="perfect"`), from each
+sweep job's judged rubric items (`odysseys_judged.parquet`; harness.envs.odysseys.metrics). Right panel: agent input
+tokens per episode (thousands, mean) per tier, from the jobs' episodes.parquet. The one value the paper's text
+states (WAAC keeps a Rubric Avg of 35 at 50%) is marked. Source: the newest budget sweep holding Odysseys
+episodes, its complete jobs only; a job left out (not complete, not judged) is named in a line under the axes.
+Simulated results say so in the title.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import yaml  # noqa: E402
+
+from harness.envs.odysseys.metrics import summarize  # noqa: E402
+from harness.report.odysseys_tables import KIND, POLICIES, judged_rows  # noqa: E402
+from harness.report.pinchbench_tables import PAPER, kinds_of, newest_sweep  # noqa: E402
+from harness.report.runs import EPISODES, describe, read_frame, where  # noqa: E402
+
+TIERS = [100, 90, 70, 50, 30]  # WAAC B.3 / Figure 3
+METRICS = {"rubric_avg": "Rubric Avg (%)", "perfect": "Perfect tasks (%)"}
+COLUMNS = ["method", "tier", "rubric_avg", "perfect", "input_tokens_k", "episodes", "scored_episodes", "simulated"]
+
+
+def figure3_frame(results: Path) -> tuple[pd.DataFrame, list[str]]:
+    """One row per method x tier (pooled over the sweep's complete, judged jobs), and a note per job left out."""
+    folder = newest_sweep(results, "budget", KIND)
+    if folder is None:
+        return pd.DataFrame(columns=COLUMNS), []
+    rows, notes = [], []
+    for job in sorted((p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)):
+        row, why = _job(job, results)
+        rows += row
+        notes += [f"WARNING: sweep job {where(job, results)} left out: {why}"] if why else []
+    return _pooled(rows), notes
+
+
+def _job(job: Path, results: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """(episode-level rows of one job, why it is left out)."""
+    run = describe(job, results)
+    if not run.usable:
+        return [], f"status {run.status}"
+    frame = read_frame(job / EPISODES)
+    mine = frame[kinds_of(frame) == KIND] if frame is not None else None
+    if mine is None or mine.empty:
+        return [], f"no {KIND} episodes"
+    tier = pd.to_numeric(mine.budget_fraction, errors="coerce").iloc[0] if "budget_fraction" in mine else None
+    if tier is None or pd.isna(tier):
+        return [], "no budget tier (budget_fraction) in its episodes"
+    judged = judged_rows(job, str(mine.experiment.iloc[0]))
+    if judged is None or judged.empty:
+        return [], "not judged (make judge RUN=<the sweep folder> judges every job)"
+    policy = str(mine.policy.iloc[0])
+    return [{"method": POLICIES.get(policy, policy), "tier": 100 * float(tier),
+             "episodes": mine, "judged": judged, "simulated": bool(mine.simulated.astype(bool).any())}], None
+
+
+def _pooled(jobs: list[dict[str, Any]]) -> pd.DataFrame:
+    """Jobs of the same method and tier (e.g. several runs) pooled before the metrics are computed."""
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for job in jobs:
+        groups.setdefault((job["method"], job["tier"]), []).append(job)
+    out = []
+    for (method, tier), group in sorted(groups.items()):
+        episodes = pd.concat([j["episodes"] for j in group], ignore_index=True)
+        metrics = summarize(pd.concat([j["judged"] for j in group], ignore_index=True))
+        out.append({"method": method, "tier": tier, "rubric_avg": 100 * metrics.rubric_avg,
+                    "perfect": 100 * metrics.perfect, "input_tokens_k": episodes.input_tokens.mean() / 1e3,
+                    "episodes": metrics.episodes, "scored_episodes": metrics.scored_episodes,
+                    "simulated": any(j["simulated"] for j in group)})
+    return pd.DataFrame(out, columns=COLUMNS)
+
+
+def figure3(frame: pd.DataFrame, out: Path, metric: str = "rubric_avg", notes: list[str] | None = None,
+            paper: dict[str, Any] | None = None) -> list[Path]:
+    """Completion and tokens per tier, one line per method (PNG and PDF)."""
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", "-"), ("P", "--")]
+    labels = (paper or {}).get("table2", {})
+    for i, (method, g) in enumerate(frame.sort_values("tier").groupby("method")):
+        marker, line = styles[i % len(styles)]
+        name = labels.get(method, {}).get("label", method)
+        left.plot(g.tier, g[metric], marker=marker, linestyle=line, label=name, alpha=0.85)
+        right.plot(g.tier, g.input_tokens_k, marker=marker, linestyle=line, label=name, alpha=0.85)
+    _paper_points(left, paper, metric)
+    sim = "SIMULATED, not LLM results" if frame.simulated.astype(bool).any() else "real model backend"
+    left.set(xlabel="Context budget (% of Vanilla peak reference)", ylabel=METRICS[metric], ylim=(0, 105))
+    right.set(xlabel="Context budget (% of Vanilla peak reference)", ylabel="Agent input tokens / episode (k)")
+    for ax in (left, right):
+        ax.set_xticks(TIERS)
+        ax.invert_xaxis()
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Odysseys: completion vs budget (WAAC Figure 3) — {sim}")
+    return _save(fig, out, "odysseys_figure3", notes)
+
+
+def _paper_points(ax: Any, paper: dict[str, Any] | None, metric: str) -> None:
+    """The values the paper's text states (figure3.stated), for the metric it states them in."""
+    fig3 = (paper or {}).get("figure3", {})
+    if fig3.get("metric") != metric:
+        return
+    for method, points in fig3.get("stated", {}).items():
+        tiers = [100 * float(t) for t in points]
+        label = (paper or {}).get("table2", {}).get(method, {}).get("label", method)
+        ax.scatter(tiers, list(points.values()), marker="*", s=120, color="black", zorder=5,
+                   label=f"paper: {label} (stated in §4.5; another model and judge)")
+
+
+def _save(fig: plt.Figure, out: Path, name: str, notes: list[str] | None) -> list[Path]:
+    """PNG and PDF; warnings printed under the axes (as harness.report.plots does)."""
+    if notes:
+        fig.text(0.0, -0.02, "\n".join(notes), ha="left", va="top", fontsize=7, color="tab:red", wrap=True)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.png", out / f"{name}.pdf"]
+    for path in paths:
+        fig.savefig(path, bbox_inches="tight", dpi=130)
+    plt.close(fig)
+    return paths
+
+
+def build(results: Path, out: Path, metric: str = "rubric_avg") -> list[Path]:
+    """Figure 3 when the newest Odysseys budget sweep has judged complete jobs; else nothing (notes are logged)."""
+    frame, notes = figure3_frame(results)
+    if frame.empty:
+        for note in notes:
+            print(note)
+        return []
+    return figure3(frame, out, metric, notes, yaml.safe_load(PAPER.read_text()))

@@ -1,0 +1,262 @@
+"""The WAAC paper's Table 2 (Odysseys) from results files only, each of our cells beside the paper's value
+(benchmarks/papers/waac.yaml `table2`); `make tables` (harness.report.tables) writes it as `odysseys_table2`.
+
+Per method: Perfect, Perfect (Hard), Partial (>= 50%), Rubric Avg (all %), Avg. Steps, Traj. Eff. (x 100) from the
+run's judged rubric items (`odysseys_judged.parquet`, written by `make judge RUN=...`; metrics as
+harness.envs.odysseys.metrics computes them: items and episodes not graded are left out and counted), and agent
+Input / Output tokens (millions; totals over the tasks of a run, mean over runs, from episodes.parquet). A run not
+judged yet keeps its column, with its metrics n/a and a NOTE naming the command that judges it; a judged file
+that misses episodes of the run (judged before a resume) gets a WARNING.
+
+Which runs: episodes whose `benchmark` is "odysseys", from the newest methods sweep holding them (its complete
+jobs), else the newest complete single run of each experiment (harness.report.runs' rule); `--run NAME=DIR` pins
+one. A column matches the paper's row by experiment name (`c2`, `keep_last_n`, ..., with or without an
+`odysseys_` prefix, or a policy label such as `odysseys_full_history`), else by the episodes' policy class.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from harness.envs.odysseys.judge_run import JUDGED
+from harness.envs.odysseys.metrics import OdysseyMetrics, summarize
+from harness.report.pinchbench_tables import PAPER, Table, chosen_runs, folders, kinds_of
+from harness.report.runs import EPISODES, Run, discover, mismatch_notes, read_frame, status_notes
+
+KIND = "odysseys"  # the episodes' `benchmark` column (the domain's name)
+PAPER_TASKS = 200
+# experiment names (without an `odysseys_` prefix) and policy labels -> the paper's row
+ALIASES = {"vanilla": "c2", "full": "c2", "full_history": "c2", "last_n": "keep_last_n",
+           "summary_condenser": "summary", "llm_lingua_policy": "llmlingua", "agent_fold": "agentfold",
+           "mem0_memory": "mem0", "token_skip": "tokenskip"}
+POLICIES = {"FullHistory": "c2", "LastN": "keep_last_n", "SummaryCondenser": "summary", "LLMLinguaPolicy": "llmlingua",
+            "LCM": "lcm", "AgentFold": "agentfold", "Mem0Memory": "mem0", "TokenSkip": "tokenskip", "WAAC": "waac"}
+# (row, our metric, the paper's key, digits): rates in %, as the paper prints them
+ROWS = (("Perfect (%)", "perfect", "perfect", 1), ("Perfect (Hard) (%)", "perfect_hard", "perfect_hard", 1),
+        ("Partial >= 50% (%)", "partial", "partial", 1), ("Rubric Avg (%)", "rubric_avg", "rubric_avg", 1),
+        ("Avg. Steps", "avg_steps", "steps", 1), ("Traj. Eff.", "traj_eff_x100", "traj_eff", 2),
+        ("Input (M)", "input_m", "input_m", 3), ("Output (M)", "output_m", "output_m", 3))
+PERCENT = {"perfect", "perfect_hard", "partial", "rubric_avg"}
+PAPER_DIGITS = {"steps": 0, "input_m": 2}  # as the paper prints them
+TOKENS = {"input_m", "output_m"}  # from episodes.parquet, not from the judged items
+log = logging.getLogger(__name__)
+
+
+def paper_key(experiment: str, policy: str | None, paper: dict[str, Any]) -> str | None:
+    """The paper's Table 2 row for a column: by experiment name, else by policy class (see the module docstring)."""
+    rows = paper.get("table2", {})
+    name = experiment.removeprefix(f"{KIND}_")
+    for key in (name, ALIASES.get(name, name)):
+        if key in rows:
+            return key
+    by_policy = POLICIES.get(policy or "")
+    return by_policy if by_policy in rows else None
+
+
+# --- reading -------------------------------------------------------------------------------------------------------
+
+def load(runs: dict[str, list[Run]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(episodes, judged rows) of every chosen run, each with `source` (the run folder) and `experiment`."""
+    episodes, judged = [], []
+    for name, group in runs.items():
+        for run in group:
+            mine = _episodes(run.path, name)
+            if mine is None:
+                continue
+            episodes.append(mine.assign(source=str(run.path)))
+            rows = judged_rows(run.path, name)
+            if rows is not None:
+                judged.append(rows.assign(source=str(run.path), experiment=name))
+    return (pd.concat(episodes, ignore_index=True) if episodes else pd.DataFrame(),
+            pd.concat(judged, ignore_index=True) if judged else pd.DataFrame())
+
+
+def _episodes(run_dir: Path, name: str) -> pd.DataFrame | None:
+    frame = read_frame(run_dir / EPISODES)
+    if frame is None:
+        return None
+    mine = frame[(frame.experiment == name) & (kinds_of(frame) == KIND)] if "experiment" in frame else frame[:0]
+    if mine.empty:
+        log.warning("skipping %s: no %s episodes of experiment %s", run_dir, KIND, name)
+        return None
+    return mine
+
+
+def judged_rows(run_dir: Path, name: str) -> pd.DataFrame | None:
+    """The run's judged rubric items of this experiment (rows with no experiment, judged without an
+    episodes.parquet, count as the run's); None when the run has not been judged or the file is unusable."""
+    path = run_dir / JUDGED
+    if not path.exists():
+        return judged_in_run(run_dir, name)
+    frame = read_frame(path)
+    if frame is None:
+        return None
+    if "experiment" in frame:
+        frame = frame[frame.experiment.isna() | (frame.experiment == name)]
+    return frame
+
+
+def judged_in_run(run_dir: Path, name: str) -> pd.DataFrame | None:
+    """The rubric items a run judged as it ran (harness.envs.odysseys.domain: each episode's score details), in
+    the judged file's shape; None when no episode of the run was judged."""
+    episodes = read_frame(run_dir / EPISODES)
+    if episodes is None or "score_details" not in episodes or "rubric_items" not in episodes:
+        return None
+    mine = episodes[episodes.experiment == name] if "experiment" in episodes else episodes
+    rows = [{"experiment": e.experiment, "task_id": e.task_id, "run": e.run, "level": e.level, "rubric_index": i,
+             "rubric_key": r["key"], "status": r["status"], "score": _verdict(r["status"]), "n_steps": e.n_steps,
+             "complete": e.termination != "infra_error", "judge_model": r.get("model")}
+            for e in mine.itertuples() for i, r in enumerate(json.loads(e.score_details).get("rubrics", []))]
+    judged = [r for r in rows if r["status"] != "not_judged"]
+    return pd.DataFrame(rows) if judged else None
+
+
+def _verdict(status: str) -> float | None:
+    return {"success": 1.0, "failure": 0.0}.get(status)
+
+
+# --- Table 2 -------------------------------------------------------------------------------------------------------
+
+def table2(episodes: pd.DataFrame, judged: pd.DataFrame, paper: dict[str, Any],
+           sources: dict[str, str] | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """Rows: the metrics, then what each column is computed over; columns: each method's "ours" beside its
+    "paper". Also the NOTE/WARNING lines about runs not (fully) judged."""
+    columns: dict[str, dict[str, str]] = {}
+    notes: list[str] = []
+    for name in experiments(episodes, paper):
+        mine = episodes[episodes.experiment == name]
+        rows = judged[judged.experiment == name] if not judged.empty else judged
+        key = paper_key(name, _first(mine, "policy"), paper)
+        label = _label(name, key, paper, columns)
+        cells, more = _ours(name, mine, rows, (sources or {}).get(name, "–"))
+        columns[f"{label} ours"], notes = cells, notes + more
+        columns[f"{label} paper"] = _paper(paper, key)
+    order = [r for r, *_ in ROWS] + _PROVENANCE
+    return pd.DataFrame(columns).reindex(order).fillna("–"), notes
+
+
+_PROVENANCE = ["Episodes", "Episodes scored", "Episodes partly graded", "Episodes not finished", "Rubric items",
+               "Items judge errors", "Items not judged", "Tasks", "Runs", "Judge", "Model", "Simulated", "Run"]
+
+
+def experiments(episodes: pd.DataFrame, paper: dict[str, Any]) -> list[str]:
+    """The experiments present: those matching the paper's rows first, in its order, then the others by name."""
+    present = sorted(set(map(str, episodes.experiment))) if not episodes.empty else []
+    order = list(paper.get("table2", {}))
+    keyed = {n: paper_key(n, _first(episodes[episodes.experiment == n], "policy"), paper) for n in present}
+    return sorted(present, key=lambda n: (order.index(k) if (k := keyed[n]) else len(order), n))
+
+
+def _ours(name: str, mine: pd.DataFrame, rows: pd.DataFrame, source: str) -> tuple[dict[str, str], list[str]]:
+    tokens = _tokens(mine)
+    who = {"Tasks": str(mine.task_id.nunique()), "Runs": str(mine.run.nunique()), "Model": _models(mine),
+           "Simulated": "yes" if mine.simulated.astype(bool).any() else "no", "Run": source}
+    if rows.empty:
+        steps = pd.to_numeric(mine.n_steps, errors="coerce").mean() if "n_steps" in mine else math.nan
+        unjudged = {label: "not judged" for label, metric, _, _ in ROWS if metric not in TOKENS}
+        return (unjudged | tokens | who | {"Avg. Steps": _num(steps, 1), "Episodes": str(len(mine)),
+                                           "Judge": "not judged"},
+                [f"NOTE: {name} ({source}) is not judged yet: its rubric metrics are n/a "
+                 f"(make judge RUN={_first(mine, 'source') or '<its run folder>'})"])
+    metrics = summarize(rows)
+    cells = {label: _cell(metrics, metric) for label, metric, _, _ in ROWS if metric not in TOKENS}
+    return cells | tokens | who | _counts(metrics, rows), _coverage(name, source, mine, rows)
+
+
+def _tokens(mine: pd.DataFrame) -> dict[str, str]:
+    """Agent tokens: totals over the tasks of a run, mean over runs (the paper's are over its 200 tasks)."""
+    if not {"input_tokens", "output_tokens"} <= set(mine):
+        return {}
+    per_run = mine.groupby(["source", "run"])[["input_tokens", "output_tokens"]].sum().mean()
+    return {"Input (M)": f"{per_run.input_tokens / 1e6:.3f}", "Output (M)": f"{per_run.output_tokens / 1e6:.3f}"}
+
+
+def _cell(metrics: OdysseyMetrics, metric: str) -> str:
+    value = metrics.as_dict()[metric]
+    digits = next(d for _, m, _, d in ROWS if m == metric)
+    return _num(100 * value if metric in PERCENT else value, digits)
+
+
+def _counts(m: OdysseyMetrics, rows: pd.DataFrame) -> dict[str, str]:
+    judges = sorted({str(j) for j in rows.judge_model.dropna()}) if "judge_model" in rows else []
+    return {"Episodes": str(m.episodes), "Episodes scored": str(m.scored_episodes),
+            "Episodes partly graded": str(m.partly_graded_episodes),
+            "Episodes not finished": str(m.incomplete_episodes), "Rubric items": str(m.rubric_items),
+            "Items judge errors": str(m.error_items), "Items not judged": str(m.not_judged_items),
+            "Judge": ", ".join(judges) or "none"}
+
+
+def _coverage(name: str, source: str, mine: pd.DataFrame, rows: pd.DataFrame) -> list[str]:
+    """A WARNING when the judged file lacks episodes the run has (judged before a resume), or has others."""
+    ran = set(zip(mine.task_id.astype(str), mine.run.astype(int), strict=True))
+    judged = set(zip(rows.task_id.astype(str), rows.run.astype(int), strict=True))
+    notes = []
+    if ran - judged:
+        notes.append(f"WARNING: {len(ran - judged)} episode(s) of {name} ({source}) are not in its {JUDGED}: "
+                     f"judge it again (make judge RUN={_first(mine, 'source') or '<its run folder>'})")
+    if judged - ran:
+        notes.append(f"WARNING: {JUDGED} of {name} ({source}) holds {len(judged - ran)} episode(s) its "
+                     "episodes.parquet does not: they are counted")
+    return notes
+
+
+def _paper(paper: dict[str, Any], key: str | None) -> dict[str, str]:
+    theirs = paper.get("table2", {}).get(key) if key else None
+    if theirs is None:
+        return {"Run": "not in the paper"}
+    return {label: _num(theirs.get(pkey), PAPER_DIGITS.get(pkey, digits)) for label, _, pkey, digits in ROWS} | {
+        "Tasks": str(PAPER_TASKS), "Model": str(paper.get("model")), "Simulated": "no", "Run": "the paper"}
+
+
+def _label(name: str, key: str | None, paper: dict[str, Any], taken: dict[str, Any]) -> str:
+    label = str(paper["table2"][key]["label"]) if key else name
+    return label if f"{label} ours" not in taken else f"{label} [{name}]"
+
+
+def _first(frame: pd.DataFrame, column: str) -> str | None:
+    return str(frame[column].iloc[0]) if column in frame and len(frame) else None
+
+
+def _models(mine: pd.DataFrame) -> str:
+    return ", ".join(sorted(map(str, mine.model.unique()))) if "model" in mine else "?"
+
+
+def _num(value: Any, digits: int) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a" if value is not None else "–"
+    return f"{value:,.{digits}f}"
+
+
+# --- the table -----------------------------------------------------------------------------------------------------
+
+def build(results: Path, pins: dict[str, Path] | None = None, found: list[Run] | None = None) -> list[Table]:
+    """Table 2 when the results hold Odysseys runs (else nothing); `found` is `discover(results)` if known."""
+    paper = yaml.safe_load(PAPER.read_text())
+    found = discover(results) if found is None else found
+    runs, notes = chosen_runs(results, pins, KIND, "methods", found)
+    episodes, judged = load(runs)
+    if episodes.empty:
+        return []
+    used = experiments(episodes, paper)
+    sources = {n: folders([r.path for r in runs[n]], results) for n in used}
+    table, more = table2(episodes, judged, paper, sources)
+    notes += [n for name in used for run in runs[name] for n in status_notes({name: run}, [name])]
+    notes += mismatch_notes(episodes, used) + more
+    return [Table("odysseys_table2", table, _caption(episodes, judged, paper), notes)]
+
+
+def _caption(episodes: pd.DataFrame, judged: pd.DataFrame, paper: dict[str, Any]) -> str:
+    sim = "SIMULATED, not LLM results" if episodes.simulated.astype(bool).any() else "real model backend"
+    judges = sorted({str(j) for j in judged.judge_model.dropna()}) if "judge_model" in judged else []
+    return (f"WAAC Table 2 on Odysseys: ours ({sim}; model {_models(episodes)}; judge {', '.join(judges) or 'none'}; "
+            "rates over episodes, each run of a task one episode; Rubric Avg over judged rubric items; items and "
+            "episodes not graded left out and counted; Traj. Eff. = mean of rubric avg / steps x 100; tokens are "
+            f"totals over the tasks of a run, mean over runs) beside the paper's (Odysseys, {PAPER_TASKS} tasks, "
+            f"{paper['model']}; their judge is not ours)")

@@ -1,0 +1,422 @@
+"""The Odysseys browser environment against two fixture sites served on loopback: observations, actions, tabs,
+find, the cap, record and replay (with the server stopped), and the failures (a page that never loads, a missing
+archive entry, a killed or hung browser), and that no Chromium process outlives a browser or this module."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.envs.odysseys.browser import (
+    Browser,
+    BrowserConfig,
+    BrowserCrashed,
+    BrowserUnavailable,
+    chromium_processes,
+    profile_prefix,
+    render_snapshot,
+)
+from harness.envs.odysseys.tools import BrowserResult, BrowserTools, cap_text
+from harness.errors import InputError
+from harness.testing.fixture_sites import STALL_PREFIX, FixtureSites
+from harness.types import ToolCall
+
+CHROMIUM = "/usr/bin/chromium"
+SITES = Path(__file__).parent / "fixtures" / "odysseys" / "sites"
+pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
+if not os.access(CHROMIUM, os.X_OK):
+    pytest.skip(f"no Chromium at {CHROMIUM} (make browser-deps)", allow_module_level=True)
+FAST = BrowserConfig(navigation_timeout_s=2.0, action_timeout_s=2.0)
+
+
+# ---- fixtures ---------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module", autouse=True)
+def no_browser_left() -> Iterator[None]:
+    """Torn down after every other fixture of the module: no Chromium below this process is still alive."""
+    yield
+    assert chromium_processes(ancestor=os.getpid()) == []
+    assert chromium_processes(marker=profile_prefix()) == []
+
+
+@pytest.fixture(scope="module")
+def sites() -> Iterator[FixtureSites]:
+    with FixtureSites(SITES) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with Browser(FAST) as b:
+        yield b
+
+
+@pytest.fixture
+def tools(browser: Browser, tmp_path: Path) -> BrowserTools:
+    browser.tab_open()  # a clean tab of its own for each test, the others closed
+    for _ in range(len(browser.observe().tabs) - 1):
+        browser.tab_close(0)
+    return BrowserTools(browser, tmp_path / "shots")
+
+
+def call(tools: BrowserTools, name: str, **args: object) -> BrowserResult:
+    return tools.execute(ToolCall("c1", name, json.dumps(args)))
+
+
+def number(result: BrowserResult, label: str) -> int:
+    """The element number shown before `label` (e.g. 'link "Cart"') in an observation."""
+    m = re.search(r"\[(\d+)\] " + re.escape(label), result.content)
+    assert m, f"{label} not in:\n{result.content}"
+    return int(m.group(1))
+
+
+# ---- rendering (no browser) -------------------------------------------------------------------------------------
+SNAPSHOT = """\
+- generic [active] [ref=e1]:
+  - 'heading "Title: sub" [level=1] [ref=e2]'
+  - generic [ref=e3]:
+    - link "Cart" [ref=e4] [cursor=pointer]:
+      - /url: /cart.html
+      - img "cart icon" [ref=e5]
+    - paragraph [ref=e6]: "Text with: colon"
+  - textbox "Search" [ref=e7]:
+    - /placeholder: Find things
+  - combobox "Qty" [ref=e8]:
+    - option "1" [selected]
+  - generic [ref=e9] [cursor=pointer]:
+    - generic [ref=e10] [cursor=pointer]: Clickable card
+  - checkbox "Gift" [checked] [ref=e11]
+"""
+
+
+def test_render_snapshot_numbers_interactive_elements_in_document_order() -> None:
+    text, elements = render_snapshot(SNAPSHOT)
+    assert text == "\n".join([
+        '- heading "Title: sub" [level=1]',
+        '- [1] link "Cart" -> /cart.html',
+        '  - img "cart icon"',
+        "- paragraph: Text with: colon",
+        '- [2] textbox "Search" placeholder="Find things"',
+        '- [3] combobox "Qty"',
+        '  - option "1" [selected]',
+        "- [4] generic",  # a clickable wrapper is numbered once, not its clickable children
+        "  - generic: Clickable card",
+        '- [5] checkbox "Gift" [checked]'])
+    assert [(e.number, e.role, e.name, e.ref) for e in elements] == [
+        (1, "link", "Cart", "e4"), (2, "textbox", "Search", "e7"), (3, "combobox", "Qty", "e8"),
+        (4, "generic", "", "e9"), (5, "checkbox", "Gift", "e11")]
+
+
+def test_cap_text_cuts_at_a_line_and_says_how_much() -> None:
+    text = "\n".join(f"line {i}" for i in range(200))
+    capped, truncated = cap_text(text, 300)
+    assert truncated and len(capped) <= 300 and capped.startswith("line 0\n")
+    assert f"of {len(text)} characters shown" in capped
+    assert cap_text("short", 300) == ("short", False)
+
+
+# ---- the fixture server (no browser) ----------------------------------------------------------------------------
+def test_fixture_sites_fill_links_and_form_fields(sites: FixtureSites) -> None:
+    page = urllib.request.urlopen(sites.url("wiki", "/search.html?q=kettle&section=<b>")).read().decode()
+    assert 'Results for "kettle" in &lt;b&gt;' in page
+    shop = urllib.request.urlopen(sites.url("wiki", "/kettle.html")).read().decode()
+    assert f'href="{sites.base("shop")}/kettle.html"' in shop
+    with pytest.raises(urllib.error.HTTPError, match="404"):
+        urllib.request.urlopen(sites.url("wiki", "/../shop/index.html"))
+
+
+def test_fixture_sites_stop_wakes_a_stalled_request(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    s = FixtureSites(tmp_path).start()
+    errors: list[BaseException] = []
+
+    def fetch() -> None:
+        try:
+            urllib.request.urlopen(s.url("a", STALL_PREFIX + "x"), timeout=30)
+        except BaseException as exc:  # the connection is closed without an answer
+            errors.append(exc)
+
+    thread = threading.Thread(target=fetch)
+    thread.start()
+    while not s.log:
+        thread.join(0.01)
+    s.stop()
+    thread.join(10)
+    assert not thread.is_alive() and errors and s.threads_alive() == 0
+
+
+# ---- set-up errors (no browser) ---------------------------------------------------------------------------------
+def test_setup_problems_are_one_line_errors(tmp_path: Path) -> None:
+    with pytest.raises(BrowserUnavailable, match=r"no Chromium at /nope/chromium; run `make browser-deps`"):
+        Browser(BrowserConfig(executable="/nope/chromium"))
+    with pytest.raises(BrowserUnavailable, match=r"browser.archive: .*missing.har does not exist"):
+        Browser(BrowserConfig(source="replay"), archive=tmp_path / "missing.har")
+    with pytest.raises(BrowserUnavailable, match="needs a HAR archive path"):
+        Browser(BrowserConfig(source="record"))
+    with pytest.raises(InputError, match="browser.source: 'offline' is not one of live, record, replay"):
+        BrowserConfig(source="offline")
+    with pytest.raises(InputError, match="browser.navigation_timeout_s: 0"):
+        BrowserConfig(navigation_timeout_s=0)
+
+
+# ---- observations and actions -----------------------------------------------------------------------------------
+def test_numbering_is_stable_across_two_loads(tools: BrowserTools, sites: FixtureSites) -> None:
+    first = call(tools, "goto", url=sites.url("shop", "/index.html"))
+    second = call(tools, "goto", url=sites.url("shop", "/index.html"))
+    again = call(tools, "read_page")
+    assert not first.is_error and first.content == second.content
+    assert again.content.split("\n", 1)[1] == first.content.split("\n", 1)[1]  # all but the header line
+    assert '[5] link "Blue Kettle" -> /kettle.html' in first.content
+    assert "Kitchen things since 1999" in first.content  # the visible text, not just the controls
+
+
+def test_a_form_on_each_site_and_links_across_them(tools: BrowserTools, sites: FixtureSites) -> None:
+    shop = call(tools, "goto", url=sites.url("shop", "/index.html"))
+    wiki = call(tools, "click", element=number(shop, 'link "TeaWiki"'))
+    assert wiki.url == sites.url("wiki", "/index.html") and wiki.content.startswith('Clicked [3] link "TeaWiki".')
+    picked = call(tools, "select", element=number(wiki, 'combobox "Section"'), value="Appliances")
+    assert 'Selected "Appliances"' in picked.content
+    results = call(tools, "type", element=number(picked, 'textbox "Search"'), text="kettle", submit=True)
+    assert results.url == sites.url("wiki", "/search.html?q=kettle&section=appliances")
+    assert 'heading "Results for \\"kettle\\" in appliances"' in results.content  # names are JSON strings
+    article = call(tools, "click", element=number(results, 'link "Electric kettle"'))
+    assert "SKU K-100" in article.content
+    product = call(tools, "click", element=number(article, 'link "Buy the Blue Kettle at Acme Shop"'))
+    assert product.url == sites.url("shop", "/kettle.html")
+    call(tools, "type", element=number(product, 'textbox "Name"'), text="Ada Lovelace")
+    call(tools, "select", element=number(product, 'combobox "Quantity"'), value="2")
+    gift = call(tools, "click", element=number(product, 'checkbox "Gift wrap"'))
+    assert 'checkbox "Gift wrap" [checked]' in gift.content
+    done = call(tools, "click", element=number(gift, 'button "Place order"'))
+    assert done.url == sites.url("shop", "/order.html") and not done.is_error
+    assert "Order A-1001: 2 x Blue Kettle for Ada Lovelace. Gift wrap: yes." in done.content
+    assert any(h.method == "POST" and "name=Ada+Lovelace" in h.body for h in sites.log)
+    back = call(tools, "go_back")
+    assert back.url == sites.url("shop", "/kettle.html")
+
+
+def test_tabs_open_switch_and_close(tools: BrowserTools, sites: FixtureSites) -> None:
+    home = call(tools, "goto", url=sites.url("shop", "/index.html"))
+    popup = call(tools, "click", element=number(home, 'link "Opening hours"'))  # target=_blank
+    assert popup.url == sites.url("shop", "/hours.html")
+    assert re.search(r"Tabs: \[0\] \S+/index.html \| \[1\] \S+/hours.html \(active\)", popup.content)
+    third = call(tools, "tab_open", url=sites.url("wiki", "/tea.html"))
+    assert "[2] " + sites.url("wiki", "/tea.html") + " (active)" in third.content
+    first = call(tools, "tab_switch", index=0)
+    assert first.url == sites.url("shop", "/index.html") and "[0] " in first.content
+    closed = call(tools, "tab_close", index=1)
+    assert closed.url == sites.url("shop", "/index.html") and "hours.html" not in closed.content.split("\n\n")[1]
+    assert call(tools, "tab_switch", index=5).content.startswith("Error: tab_switch: there is no tab 5")
+    call(tools, "tab_close", index=1)
+    assert "cannot close the only tab" in call(tools, "tab_close", index=0).content
+    call(tools, "tab_open")
+    assert "there is no previous page in this tab" in call(tools, "go_back").content
+
+
+def test_find_lists_matching_lines(tools: BrowserTools, sites: FixtureSites) -> None:
+    call(tools, "goto", url=sites.url("wiki", "/kettle.html"))
+    found = call(tools, "find", text="sku k-100")
+    assert not found.is_error and found.content.startswith('1 line(s) of the page contain "sku k-100"')
+    assert "Acme Blue Kettle (SKU K-100)" in found.content.split("\n")[1]
+    nothing = call(tools, "find", text="zebra")
+    assert not nothing.is_error and nothing.content.startswith('No match for "zebra"')
+
+
+def test_the_cap_is_applied_and_recorded(browser: Browser, sites: FixtureSites) -> None:
+    small = BrowserTools(browser, None, observation_cap=300)
+    capped = call(small, "goto", url=sites.url("wiki", "/tea.html"))
+    assert capped.truncated and len(capped.content) <= 300 < capped.observation_chars
+    assert capped.record()["truncated"] is True and capped.record()["observation_cap"] == 300
+    assert "use find(text) to search the rest" in capped.content
+    full = call(BrowserTools(browser, None), "read_page")
+    assert not full.truncated and full.observation_chars == len(full.content)
+
+
+def test_bad_arguments_are_tool_errors(tools: BrowserTools, sites: FixtureSites) -> None:
+    page = call(tools, "goto", url=sites.url("shop", "/kettle.html"))
+    cases = {
+        ("open", '{"url": "x"}'): "unknown tool 'open'",
+        ("click", "{not json"): "arguments are not valid JSON",
+        ("click", '{"element": "Cart"}'): "'element' must be a number such as 3",
+        ("click", '{"element": 99}'): "there is no element [99] on this page (elements are numbered 1 to",
+        ("goto", "{}"): "'url' must be a string (missing)",
+        ("goto", '{"url": "file:///etc/passwd"}'): "only http(s) URLs can be opened, not file:",
+        ("scroll", '{"direction": "sideways"}'): "direction must be one of up, down, top, bottom",
+        ("type", json.dumps({"element": number(page, 'link "Home"'), "text": "x"})): "Element is not an <input>",
+        ("select", json.dumps({"element": number(page, 'combobox "Quantity"'), "value": "7"})):
+            "has no option '7'; its options are \"1\", \"2\", \"3\"",
+        ("select", json.dumps({"element": number(page, 'textbox "Name"'), "value": "7"})):
+            "is not a drop-down list",
+        ("type", json.dumps({"element": 1, "text": "x", "submit": "maybe"})): "'submit' must be true or false",
+    }
+    for (name, arguments), message in cases.items():
+        result = tools.execute(ToolCall("c1", name, arguments))
+        assert result.is_error and result.content.startswith("Error: ") and message in result.content, result
+    home = number(page, 'link "Home"')
+    assert not call(tools, "click", element=f"[{home}]").is_error  # "[1]", as the page shows it, is accepted
+
+
+def test_an_element_gone_since_the_observation_is_a_tool_error(
+        tools: BrowserTools, browser: Browser, sites: FixtureSites) -> None:
+    page = call(tools, "goto", url=sites.url("shop", "/index.html"))
+    kettle = number(page, 'link "Blue Kettle"')
+    browser._run("test", lambda: browser._page().evaluate(  # the page changes by itself after it was read
+        "document.querySelector('a[href=\"/kettle.html\"]').remove()"))
+    gone = call(tools, "click", element=kettle)
+    assert gone.is_error and f'element [{kettle}] link "Blue Kettle" is no longer on the page' in gone.content
+
+
+def test_screenshot_per_step(tools: BrowserTools, sites: FixtureSites) -> None:
+    first = call(tools, "goto", url=sites.url("shop", "/index.html"))
+    error = call(tools, "click", element=99)
+    assert first.screenshot_file and Path(first.screenshot_file).name == "step_001.png"
+    assert error.screenshot_file and Path(error.screenshot_file).name == "step_002.png"
+    assert Path(first.screenshot_file).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sites_under_two_host_names(tools: BrowserTools) -> None:
+    with FixtureSites(SITES, hosts=True) as named:
+        shop = call(tools, "goto", url=named.url("shop", "/index.html"))
+        wiki = call(tools, "click", element=number(shop, 'link "TeaWiki"'))
+        assert wiki.url.startswith("http://wiki.localhost:") and "Featured articles" in wiki.content
+        assert {h.site for h in named.log} == {"shop", "wiki"}
+
+
+def test_a_page_that_never_loads_is_a_tool_error(tools: BrowserTools, tmp_path: Path) -> None:
+    with FixtureSites(hang_site(tmp_path)) as s:
+        page = call(tools, "goto", url=s.url("h", "/slow.html"))
+        stalled = call(tools, "goto", url=s.url("h", STALL_PREFIX + "page.html"))
+        assert stalled.is_error and "goto: could not open" in stalled.content
+        assert "timed out after 2s" in stalled.content
+        assert stalled.url == s.url("h", "/slow.html")  # the navigation was cancelled, the old page stays
+        clicked = call(tools, "click", element=number(page, 'link "Never"'))  # a link to it: the same
+        assert clicked.is_error and "timed out" in clicked.content and clicked.url == s.url("h", "/slow.html")
+        assert not call(tools, "read_page").is_error
+
+
+# ---- record and replay ------------------------------------------------------------------------------------------
+SCRIPT = (("goto", "shop", "/kettle.html"), ("type", 'textbox "Name"', "Ada"), ("click", 'button "Place order"'),
+          ("click", 'link "Back to the shop"'), ("click", 'link "TeaWiki"'), ("goto", "wiki", "/tea.html"))
+
+
+def run_script(tools: BrowserTools, urls: dict[str, str]) -> list[str]:
+    """A fixed sequence of actions (a form POST included); the element numbers are read from each page."""
+    contents: list[str] = []
+    last: BrowserResult | None = None
+    for action, target, *rest in SCRIPT:
+        if action == "goto":
+            last = call(tools, "goto", url=urls[target] + rest[0])
+        else:
+            assert last is not None
+            args = {"element": number(last, target), **({"text": rest[0]} if rest else {})}
+            last = call(tools, action, **args)
+        assert not last.is_error, last.content
+        contents.append(last.content)
+    return contents
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str], list[str]]:
+    """(archive, site origins, observations): the script run live while recording; the server then stopped."""
+    archive = tmp_path_factory.mktemp("har") / "task.har"
+    with FixtureSites(SITES) as live:
+        urls = {s: live.base(s) for s in live.sites}
+        with Browser(BrowserConfig(source="record", navigation_timeout_s=3, action_timeout_s=2), archive) as rec:
+            contents = run_script(BrowserTools(rec, None), urls)
+    assert archive.is_file()
+    return archive, urls, contents
+
+
+@pytest.fixture(scope="module")
+def replay(recording: tuple[Path, dict[str, str], list[str]]) -> Iterator[Browser]:
+    with Browser(BrowserConfig(source="replay", navigation_timeout_s=3, action_timeout_s=2), recording[0]) as b:
+        yield b
+
+
+def test_replay_gives_the_same_observations_with_the_server_stopped(
+        recording: tuple[Path, dict[str, str], list[str]], replay: Browser) -> None:
+    _, urls, live = recording
+    assert run_script(BrowserTools(replay, None), urls) == live
+    assert "Order A-1001: 1 x Blue Kettle for Ada." in live[2]
+
+
+def test_replay_answers_a_missing_entry_with_an_error_page_and_no_network(
+        replay: Browser, sites: FixtureSites) -> None:
+    tools = BrowserTools(replay, None)
+    requests_before = len(sites.log)
+    url = sites.url("wiki", "/never-recorded.html")  # a live server, so a request that escaped would show up
+    missing = call(tools, "goto", url=url)
+    assert missing.is_error and missing.archive_misses == (url,)
+    assert missing.content.startswith(f"Error: not in the replay archive (no network in replay mode): {url}")
+    assert "Not in the replay archive" in missing.content and f"{url} was not recorded in task.har" in missing.content
+    assert len(sites.log) == requests_before
+    assert not call(tools, "read_page").is_error  # the error page is an ordinary page: the episode can go on
+
+
+# ---- crashes, hangs and clean-up --------------------------------------------------------------------------------
+def main_process(b: Browser) -> int:
+    return next(p.pid for p in b.processes() if "--type=" not in p.cmdline and "chrom" in p.cmdline.split()[0])
+
+
+def test_a_killed_browser_raises_browser_crashed_and_restarts(sites: FixtureSites) -> None:
+    with Browser(FAST) as b:
+        tools = BrowserTools(b, None)
+        assert not call(tools, "goto", url=sites.url("shop", "/index.html")).is_error
+        os.kill(main_process(b), signal.SIGKILL)
+        with pytest.raises(BrowserCrashed):
+            call(tools, "read_page")
+        with pytest.raises(BrowserCrashed):  # and stays crashed until restarted
+            call(tools, "goto", url=sites.url("shop", "/index.html"))
+        assert not b.alive
+        b.restart()
+        assert b.alive and not call(tools, "goto", url=sites.url("wiki", "/index.html")).is_error
+
+
+def hang_site(tmp_path: Path) -> Path:
+    """Pages that never load (`slow.html` links to one) or never stop running a script (`freeze.html`)."""
+    (tmp_path / "h").mkdir()
+    (tmp_path / "h" / "slow.html").write_text(f'<title>Slow</title><a href="{STALL_PREFIX}x.html">Never</a>')
+    (tmp_path / "h" / "freeze.html").write_text(
+        '<title>Freeze</title><button onclick="for(;;){}">Freeze</button>')
+    return tmp_path
+
+
+def test_a_page_that_stops_answering_raises_browser_crashed(tmp_path: Path) -> None:
+    config = BrowserConfig(navigation_timeout_s=2.0, action_timeout_s=1.0, hang_timeout_s=8.0)
+    with FixtureSites(hang_site(tmp_path)) as s, Browser(config) as b:
+        tools = BrowserTools(b, None)
+        page = call(tools, "goto", url=s.url("h", "/freeze.html"))
+        with pytest.raises(BrowserCrashed, match="hung"):
+            call(tools, "click", element=number(page, 'button "Freeze"'))
+
+
+def test_an_operation_with_no_answer_at_all_is_killed_by_the_watchdog(tmp_path: Path) -> None:
+    # The whole-operation bound set below Playwright's own action timeout, so only the watchdog can end the click.
+    config = BrowserConfig(action_timeout_s=30.0, hang_timeout_s=2.0)
+    with FixtureSites(hang_site(tmp_path)) as s, Browser(config) as b:
+        tools = BrowserTools(b, None)
+        page = call(tools, "goto", url=s.url("h", "/freeze.html"))
+        with pytest.raises(BrowserCrashed, match="no answer from the browser within 2s; it was killed"):
+            call(tools, "click", element=number(page, 'button "Freeze"'))
+        assert not [p for p in b.processes() if "chrom" in p.cmdline.split()[0]]  # killed, not left hanging
+
+
+def test_close_leaves_no_process_and_no_profile() -> None:
+    b = Browser(FAST)
+    procs, profile = b.processes(), b._profile
+    assert any("--type=renderer" in p.cmdline for p in procs) and profile.is_dir()
+    b.close()
+    b.close()  # idempotent
+    still = {(p.pid, p.start) for p in chromium_processes(ancestor=os.getpid())}  # the module's browser is alive
+    assert still.isdisjoint((p.pid, p.start) for p in procs)
+    assert chromium_processes(marker=str(profile)) == [] and not profile.exists()
+    with pytest.raises(BrowserCrashed, match="the browser is closed"):
+        b.observe()
