@@ -108,7 +108,10 @@ def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, toke
     `new_policy` makes the policy of a fresh conversation (a user reply opening with NEW_SESSION; without it such
     a reply ends the episode as an error). `max_steps` counts model calls over all conversations of the episode."""
     start = time.perf_counter()
-    history: list[Message] = episode.opening()
+    try:
+        history: list[Message] = episode.opening()
+    except InfraError as exc:  # the environment could not start (e.g. a browser): no model call was made
+        return _not_started(episode, start, f"{type(exc).__name__}: {exc}")
     convo = Conversation(policy, 0, len(history))
     tools = [*episode.env.tools(), *_policy_tools(policy)]
     steps: list[StepRecord] = []
@@ -139,10 +142,17 @@ def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, toke
     user_usage = getattr(episode.user, "usage", Usage())
     usage = [Usage(s.input_tokens, s.output_tokens, s.cached_input_tokens, s.reasoning_tokens) for s in steps]
     elapsed, scoring = time.perf_counter() - start, time.perf_counter()
-    score = episode.score(history, usage)  # graders and judges run here: timed apart from the episode
+    score = episode.score(history, usage, termination.value)  # graders and judges: timed apart from the episode
     return EpisodeResult(history, steps, termination, score, elapsed, tool_errors, malformed, user_usage,
                          getattr(episode.user, "cost_usd", 0.0), error, failed_retries,
                          time.perf_counter() - scoring)
+
+
+def _not_started(episode: Episode, start: float, error: str) -> EpisodeResult:
+    elapsed, scoring = time.perf_counter() - start, time.perf_counter()
+    score = episode.score([], [], Termination.INFRA_ERROR.value)
+    return EpisodeResult([], [], Termination.INFRA_ERROR, score, elapsed, error=error,
+                         scoring_time_s=time.perf_counter() - scoring)
 
 
 def _fresh_conversation(history: list[Message], convo: Conversation, prompt: str,

@@ -75,9 +75,12 @@ def run_one(cfg: DictConfig, domain: Domain, job: Job) -> dict[str, Any]:
     budget = budget_tokens(cfg.budget.reference_tokens, cfg.budget.fraction)
     policy = build_policy(cfg)
     context = EpisodeContext(run, Path(out_dir), *build_judge(cfg, model))
-    result = run_episode(domain.episode(task, build_user(cfg), context), policy, model,
-                         TokenCounter(cfg.encoding), cfg.max_steps, budget=budget,
-                         max_unusable_replies=cfg.max_unusable_replies, new_policy=lambda: build_policy(cfg))
+    episode = domain.episode(task, build_user(cfg), context)
+    try:
+        result = run_episode(episode, policy, model, TokenCounter(cfg.encoding), cfg.max_steps, budget=budget,
+                             max_unusable_replies=cfg.max_unusable_replies, new_policy=lambda: build_policy(cfg))
+    finally:  # an abandoned episode (a stopped run) frees what it holds, e.g. a browser
+        getattr(episode, "close", lambda: None)()
     meta = {**describe(cfg, model), **method_columns(policy, model), "benchmark": domain.name,
             "task_id": task.task_id, "run": run, "seed": seed,
             "budget_fraction": cfg.budget.fraction, "budget_tokens": budget, "fingerprint": print_}

@@ -45,8 +45,12 @@ def _with_us() -> partial[None]:
 
 
 def vanilla_reference(sweep_dir: Path, args: list[str]) -> int:
+    """Vanilla (full history) measures the reference: C2, or the benchmark's own experiment when ARGS name one
+    (e.g. experiment=odysseys, whose policy is full history too)."""
     out = sweep_dir / "vanilla_reference"
-    cmd = [sys.executable, "-m", "harness.cli", "experiment=c2", f"out_dir={out}", "progress=false", *args]
+    experiment = next((a for a in args if a.startswith("experiment=")), "experiment=c2")
+    rest = [a for a in args if not a.startswith("experiment=")]
+    cmd = [sys.executable, "-m", "harness.cli", experiment, f"out_dir={out}", "progress=false", *rest]
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, preexec_fn=_with_us())
     return read_reference(out)
 

@@ -94,8 +94,8 @@ def test_a_two_site_task_runs_and_is_judged_per_rubric_exactly(recorded: tuple[P
     folder = episode_dir(tmp / "record", TASK, 0)
     steps = [json.loads(x) for x in (folder / "steps.jsonl").read_text().splitlines()]
     assert [s["action"] for s in steps if not s["final"]] == ["goto", "find", "tab_open"] and steps[-1]["final"]
-    assert (folder / "result.txt").exists() and all((folder / s["screenshot_file"]).exists()
-                                                    for s in steps if s.get("screenshot_file"))
+    acted = [s for s in steps if not s["final"]]
+    assert (folder / "result.txt").exists() and all((folder / s["screenshot_file"]).is_file() for s in acted)
     assert (tmp / "har" / f"{TASK}.har").exists()
 
 
@@ -107,10 +107,23 @@ def test_the_replay_with_the_server_stopped_gives_the_same_observations(
     assert replayed.score.tolist() == episodes.score.tolist() and replayed.archive_misses.tolist() == [0]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_browser_left() -> Iterator[None]:
+    """Torn down after every other fixture of the module: no Chromium of this process is still alive."""
+    import os
+
+    from harness.envs.odysseys.browser import profile_prefix
+
+    yield
+    assert chromium_processes(ancestor=os.getpid()) == [] and chromium_processes(marker=profile_prefix()) == []
+
+
 def test_no_browser_is_left_running_after_a_run(recorded: tuple[Path, Path, Path, pd.DataFrame]) -> None:
     import os
 
-    assert chromium_processes(ancestor=os.getpid()) == []
+    from harness.envs.odysseys.browser import profile_prefix
+
+    assert chromium_processes(ancestor=os.getpid()) == [] and chromium_processes(marker=profile_prefix()) == []
 
 
 def test_a_page_missing_from_the_archive_is_an_error_page_not_a_hang(
@@ -128,8 +141,12 @@ def test_a_page_missing_from_the_archive_is_an_error_page_not_a_hang(
 
 def test_without_a_judge_the_run_is_saved_unjudged(recorded: tuple[Path, Path, Path, pd.DataFrame]) -> None:
     tmp, tasks, scripted, _ = recorded
-    row = run(config(tmp / "nojudge", tasks, scripted, "replay", tmp / "har", judge="none"), verbose=False).iloc[0]
+    episodes = run(config(tmp / "nojudge", tasks, scripted, "replay", tmp / "har", judge="none"), verbose=False)
+    row = episodes.iloc[0]
     assert row.rubric_not_judged == 2 and pd.isna(row.score) and "judge=none" in row.judge_reason
+    from harness.report.console import per_run
+
+    assert per_run(episodes).task_completed.isna().all()  # not judged is no verdict, not a failure
     assert (episode_dir(tmp / "nojudge", TASK, 0) / "steps.jsonl").exists()  # for `make judge RUN=...` later
 
 
@@ -194,7 +211,7 @@ def test_the_budget_sweep_runs_on_odysseys_and_draws_figure_3(recorded: tuple[Pa
     tmp, tasks, scripted, _ = recorded
     sweep_dir = tmp / "results" / "sweeps" / "budget" / "x"
     done = subprocess.run(
-        [sys.executable, "-m", "harness.sweep", "budget", f"hydra.sweep.dir={sweep_dir}", "env=odysseys",
+        [sys.executable, "-m", "harness.sweep", "budget", f"hydra.sweep.dir={sweep_dir}", "experiment=odysseys",
          f"env.tasks_path={tasks}", "model=scripted", f"model.script={scripted}", "judge=scripted",
          f"judge.model.script={scripted}", "user=none", "browser.source=replay", f"browser.archive={tmp / 'har'}",
          "n_runs=1", "policy=full,keep_last_n", "budget.fraction=1.0,0.5"],
@@ -202,7 +219,72 @@ def test_the_budget_sweep_runs_on_odysseys_and_draws_figure_3(recorded: tuple[Pa
     assert done.returncode == 0, done.stderr[-3000:]
     merged = pd.read_parquet(sweep_dir / "merged.parquet")
     assert len(merged) == 4 and set(merged.benchmark) == {"odysseys"} and merged.budget_tokens.notna().all()
+    assert "max_steps: 100" in (sweep_dir / "0" / "config.yaml").read_text()  # the experiment's own settings
     from harness.report.plots import main as plots
 
     written = plots(["--results", str(tmp / "results"), "--out", str(tmp / "figures")])
     assert tmp / "figures" / "odysseys_figure3.png" in written
+
+
+def test_a_task_whose_start_page_is_not_in_the_archive_is_an_infra_failure_before_any_call(
+        recorded: tuple[Path, Path, Path, pd.DataFrame]) -> None:
+    tmp, tasks, scripted, _ = recorded
+    (tmp / "empty-har").mkdir()
+    with pytest.raises(SystemExit, match="every episode .* is an infrastructure failure.*does not exist"):
+        run(config(tmp / "nohar", tasks, scripted, "replay", tmp / "empty-har"), verbose=False)
+    row = pd.read_parquet(tmp / "nohar" / "episodes.parquet").iloc[0]
+    assert row.termination == "infra_error" and row.n_steps == 0 and "archive" in row.error
+    assert pd.isna(row.score) and row.rubric_not_judged == 0 and row.judge_calls == 0
+
+
+def test_a_stopped_run_leaves_no_browser(recorded: tuple[Path, Path, Path, pd.DataFrame],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from harness import lifecycle
+    from harness.build import build_domain
+    from harness.run import fingerprint, run_one
+
+    tmp, tasks, scripted, _ = recorded
+    cfg = config(tmp / "stopped", tasks, scripted, "replay", tmp / "har")
+    monkeypatch.setattr(lifecycle, "stopping", lambda: True)  # the run is told to stop before the first request
+    with pytest.raises(lifecycle.Interrupted):
+        run_one(cfg, build_domain(cfg), (0, 0, str(tmp / "stopped"), fingerprint(cfg)))
+    assert chromium_processes(ancestor=os.getpid()) == []
+
+
+def test_an_episode_the_harness_crashed_in_is_neither_finished_nor_judged(
+        recorded: tuple[Path, Path, Path, pd.DataFrame]) -> None:
+    tmp, tasks, _, _ = recorded
+    (tmp / "crash.json").write_text(json.dumps({"conversations": [
+        {"match": "Find the Blue Kettle", "replies": [{"tool_calls": [{"name": "goto", "arguments": {"url": 7}}]}]}]}))
+    from harness.envs.base import EpisodeContext
+    from harness.envs.odysseys.domain import OdysseysDomain
+    from harness.episode import run_episode
+    from harness.policies.full import FullHistory
+    from harness.testing.scripted import ScriptedBackend
+    from harness.tokens import TokenCounter
+
+    class Boom(ScriptedBackend):
+        def generate(self, messages: Any, tools: Any) -> Any:
+            raise RuntimeError("a bug in the harness")
+
+    domain = OdysseysDomain(tasks_path=str(tasks), browser={"source": "replay", "archive": str(tmp / "har")})
+    context = EpisodeContext(0, tmp / "crashed", judge=ScriptedBackend(str(tmp / "crash.json")))
+    result = run_episode(domain.episode(domain.tasks[0], None, context), FullHistory(),
+                         Boom(str(tmp / "crash.json")), TokenCounter(), 3)
+    assert result.termination.value == "error" and result.score.columns["judge_calls"] == 0
+    assert not (episode_dir(tmp / "crashed", TASK, 0) / "result.txt").exists()
+
+
+def test_table2_counts_an_infra_failure_as_not_finished(recorded: tuple[Path, Path, Path, pd.DataFrame]) -> None:
+    from harness.report.tables import main as tables
+
+    tmp, tasks, scripted, _ = recorded
+    (tmp / "empty-har2").mkdir()
+    with pytest.raises(SystemExit):
+        run(config(tmp / "infra", tasks, scripted, "replay", tmp / "empty-har2"), verbose=False)
+    tables(["--results", str(tmp / "infra"), "--out", str(tmp / "infra-tables"),
+            "--run", f"odysseys_full_history={tmp / 'infra'}"])
+    table = pd.read_csv(tmp / "infra-tables" / "odysseys_table2.csv", index_col=0, dtype=str)
+    assert table.loc["Episodes not finished", table.columns[0]] == "1"

@@ -47,14 +47,18 @@ class EpisodeContext:
 
 class Episode(Protocol):
     """Everything task-specific for one episode, made fresh by the domain. `score` gets the whole history (every
-    session) and each assistant turn's usage, for benchmarks graded on the transcript."""
+    session), each assistant turn's usage and why the episode ended, for benchmarks graded on the transcript. An
+    environment that cannot start raises InfraError from `opening()`: the episode is an infrastructure failure
+    before any model call. `close()` (optional) frees what the episode holds if it is abandoned (the runner calls
+    it whatever happened)."""
 
     task: Task
     env: Environment
     user: UserModel | None
 
     def opening(self) -> list[Message]: ...
-    def score(self, history: Sequence[Message] = (), usage: Sequence[Usage] = ()) -> Score: ...
+    def score(self, history: Sequence[Message] = (), usage: Sequence[Usage] = (),
+              termination: str | None = None) -> Score: ...
 
 
 class Domain(Protocol):

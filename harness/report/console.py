@@ -45,8 +45,9 @@ def rows(episodes: pd.DataFrame) -> tuple[tuple[str, str, str, int, float], ...]
 def per_run(episodes: pd.DataFrame) -> pd.DataFrame:
     """One row per (experiment, run): the paper's per-run figures, each over the run's tasks."""
     infra = episodes.termination == "infra_error"
+    unscored = infra | episodes.score.isna() if "score" in episodes else infra  # never judged: not a failure
     df = episodes.assign(aux_tokens=episodes.aux_input_tokens + episodes.aux_output_tokens, infra=infra,
-                         task_completed=episodes.completed.astype(float).mask(infra),
+                         task_completed=episodes.completed.astype(float).mask(unscored),
                          task_any_line=episodes.any_line_itemized.astype(float).mask(infra),
                          task_amount_pct=episodes.amount_itemized_pct.mask(infra))
     if "score" in df.columns:  # PinchBench's parts, Odysseys' rubric items not graded

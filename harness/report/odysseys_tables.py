@@ -27,6 +27,7 @@ import yaml
 
 from harness.envs.odysseys.judge_run import JUDGED
 from harness.envs.odysseys.metrics import OdysseyMetrics, summarize
+from harness.records import FAILED
 from harness.report.pinchbench_tables import PAPER, Table, chosen_runs, folders, kinds_of
 from harness.report.runs import EPISODES, Run, discover, mismatch_notes, read_frame, status_notes
 
@@ -112,10 +113,16 @@ def judged_in_run(run_dir: Path, name: str) -> pd.DataFrame | None:
     mine = episodes[episodes.experiment == name] if "experiment" in episodes else episodes
     rows = [{"experiment": e.experiment, "task_id": e.task_id, "run": e.run, "level": e.level, "rubric_index": i,
              "rubric_key": r["key"], "status": r["status"], "score": _verdict(r["status"]), "n_steps": e.n_steps,
-             "complete": e.termination != "infra_error", "judge_model": r.get("model")}
-            for e in mine.itertuples() for i, r in enumerate(json.loads(e.score_details).get("rubrics", []))]
-    judged = [r for r in rows if r["status"] != "not_judged"]
-    return pd.DataFrame(rows) if judged else None
+             "complete": e.termination not in FAILED, "judge_model": r.get("model")}
+            for e in mine.itertuples() for i, r in enumerate(_rubrics(e))]
+    settled = [r for r in rows if r["status"] != "not_judged" or not r["complete"]]  # judged, or never will be
+    return pd.DataFrame(rows) if settled else None
+
+
+def _rubrics(episode: Any) -> list[dict[str, Any]]:
+    """An episode's judged rubric items; one not judged (an infra failure, a crash) has each item not_judged."""
+    judged = json.loads(episode.score_details).get("rubrics", [])
+    return judged or [{"key": f"R{i + 1}", "status": "not_judged"} for i in range(int(episode.rubric_total))]
 
 
 def _verdict(status: str) -> float | None:

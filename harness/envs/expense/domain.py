@@ -53,7 +53,8 @@ class ExpenseEpisode:
     def opening(self) -> list[Message]:
         return [Message("system", self.system), Message("user", self.task.instruction)]
 
-    def score(self, history: Sequence[Message] = (), usage: Sequence[Usage] = ()) -> Score:
+    def score(self, history: Sequence[Message] = (), usage: Sequence[Usage] = (),
+              termination: str | None = None) -> Score:
         """Scored on the environment's final state; the transcript is not needed."""
         return score(folio_of(self.task), self.env.saved_lines(), self.env.hotel_line()["amount"])
 

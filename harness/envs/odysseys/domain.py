@@ -27,6 +27,7 @@ from harness.envs.odysseys.metrics import episode_columns
 from harness.envs.odysseys.tasks import DEFAULT_PATH, OdysseyTask, TaskSet, load_tasks
 from harness.envs.odysseys.tools import BrowserResult, BrowserTools, cap_text
 from harness.errors import InputError
+from harness.records import FAILED
 from harness.types import Message, Score, Task, ToolCall, ToolSpec, Usage
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -78,14 +79,23 @@ class OdysseysEpisode:
     user: UserModel | None = None
 
     def opening(self) -> list[Message]:
+        """The task and the start page; a browser or start page that failed is the episode's infra failure."""
+        if self.env.failure is not None:
+            raise InfraError(f"the browser could not open the start page: {self.env.failure}")
         return [Message("system", SYSTEM_PROMPT),
                 Message("user", f"{self.odyssey.instruction}\n\nThe browser is open at {self.odyssey.website}. "
                                 f"Current page:\n{self.start_page}")]
 
-    def score(self, history: Sequence[Message] = (), usage: Sequence[Usage] = ()) -> Score:
-        """Close the browser, write the upstream layout, judge every rubric item when a judge is available."""
+    def close(self) -> None:
         self.env.close()
-        complete = self.env.failure is None
+
+    def score(self, history: Sequence[Message] = (), usage: Sequence[Usage] = (),
+              termination: str | None = None) -> Score:
+        """Close the browser, write the upstream layout, judge every rubric item when a judge is available. An
+        episode that did not really run (infra failure, a harness crash: rerun on resume) is neither finished
+        nor judged."""
+        self.env.close()
+        complete = self.env.failure is None and termination not in FAILED
         judgments = []
         if self.folder is not None:
             shots = {k: r.screenshot_file for k, r in self.env.records.items() if r.screenshot_file}
@@ -140,6 +150,9 @@ class OdysseysDomain:
                              "(apt-get install -y chromium)")
         path = Path(self.tasks_path) if Path(self.tasks_path).is_absolute() else ROOT / self.tasks_path
         self.taskset = load_tasks(path, levels=self.levels, ids=self.ids)
+        if self.taskset.errors:  # never a silently shorter run
+            raise InputError(f"{self.taskset.errors[0]} ({len(self.taskset.errors)} task(s) do not load; "
+                             "make check-bench BENCH=odysseys lists them)")
         chosen = self.taskset.tasks[:self.limit] if self.limit else self.taskset.tasks
         self.tasks = [Task(t.task_id, t.instruction, {"level": t.level}) for t in chosen]
 
@@ -150,10 +163,10 @@ class OdysseysDomain:
             episode_dir(context.out_dir, task.task_id, context.run)
         if folder is not None and folder.exists():
             shutil.rmtree(folder)  # a rerun starts a fresh record
-        env, page = self._open(odyssey, folder)
         context = context or EpisodeContext()
         judge = Judge(context.judge, Path(context.judge_cache_dir) if context.judge_cache_dir else None,
                       context.judge_attempts, context.judge_max_images, unavailable_reason=context.judge_reason)
+        env, page = self._open(odyssey, folder)  # last: nothing after it can fail and leave the browser running
         return OdysseysEpisode(task, odyssey, env, page, judge, folder)
 
     def _open(self, odyssey: OdysseyTask, folder: Path | None) -> tuple[BrowserEnv, str]:
@@ -162,14 +175,18 @@ class OdysseysDomain:
         try:
             browser = Browser(self.config, archive)
         except (BrowserCrashed, BrowserUnavailable) as exc:  # e.g. this task's archive is missing: its episode
-            return BrowserEnv(None, str(exc)), "(the browser did not start)"
+            return BrowserEnv(None, str(exc)), ""
         tools = BrowserTools(browser, folder / "shots" if folder is not None else None)
         env = BrowserEnv(tools)
         try:
             first = env.execute(ToolCall("start", "goto", _json({"url": odyssey.website})))
         except InfraError as exc:
-            return env, f"(the start page did not load: {exc})"
+            env.failure = env.failure or str(exc)
+            return env, ""
         env.records.pop("start", None)
+        if first.is_error or first.archive_misses:  # the agent could not even begin: not its failure
+            env.failure = first.content.splitlines()[0] if first.content else "the start page did not load"
+            env.close()
         return env, cap_text(first.content, self.config.observation_cap)[0]
 
 

@@ -39,6 +39,7 @@ from harness.envs.odysseys.judge import Judge, RubricJudgment
 from harness.envs.odysseys.layout import EPISODES_DIR, Step, is_complete, parse_episode_dir, read_steps
 from harness.envs.odysseys.tasks import DEFAULT_PATH, OdysseyTask, TaskSet, load_tasks
 from harness.errors import InputError
+from harness.records import FAILED
 
 ROOT = Path(__file__).resolve().parents[3]
 JUDGE_CONFIGS = ROOT / "configs" / "judge"
@@ -95,7 +96,7 @@ def judge_run_dir(run_dir: Path, tasks: TaskSet, judge: Judge, workers: int = 1)
 
 def judged_rows(folder: EpisodeFolder, task: OdysseyTask, judge: Judge, meta: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows of one episode: every rubric item judged, or all of them not_judged / error with the reason."""
-    complete = is_complete(folder.path) and meta.get("termination") != "infra_error"
+    complete = is_complete(folder.path) and meta.get("termination") not in FAILED  # infra failure or crash
     steps, problem = _steps(folder.path)
     if not complete:
         why = "the episode did not finish (no numeric result.txt, or an infrastructure failure): not judged"

@@ -113,7 +113,8 @@ class PinchEpisode:
     def opening(self) -> list[Message]:
         return [Message("system", self.system), Message("user", self.driver.turns[0][1].prompt)]
 
-    def score(self, history: Sequence[Message] = (), usage: Sequence[Usage] = ()) -> Score:
+    def score(self, history: Sequence[Message] = (), usage: Sequence[Usage] = (),
+              termination: str | None = None) -> Score:
         kept = [m for m in history if not (m.role == "user" and m.content == STOP)]
         turn_usage = [_usage_dict(u) for u in usage]
         if self.openclaw_path is not None:
