@@ -151,7 +151,8 @@ def test_without_a_judge_the_run_is_saved_unjudged(recorded: tuple[Path, Path, P
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", ["keep_last_n", "masking", "lcm", "waac"])
+@pytest.mark.parametrize("policy", ["last_n", "last_n_summary", "keep_last_n", "masking", "summary", "lcm", "agentfold",
+                                    "mem0", "llmlingua", "waac"])
 def test_every_policy_runs_on_odysseys(policy: str, recorded: tuple[Path, Path, Path, pd.DataFrame]) -> None:
     tmp, tasks, scripted, episodes = recorded
     out = tmp / f"policy-{policy}"
