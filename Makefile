@@ -43,15 +43,18 @@ $(LOCAL_STAMP): $(STAMP)
 	$(PY) -m pip install -q --find-links $(WHEELS) '$(LLAMA)' 'llama-cpp-python[server]'
 	@touch $(LOCAL_STAMP)
 
-# PinchBench runs need the sandbox (bubblewrap) and, offline, the local model server (model=local).
+# PinchBench runs need the sandbox (bubblewrap), Odysseys runs the browser (Chromium); offline, both use the local
+# model server (model=local).
 PINCH_DEPS := $(if $(filter pinchbench%,$(CONFIG)),$(LOCAL_STAMP) sandbox-deps)
-run: $(STAMP) $(PINCH_DEPS) ## Run an experiment: CONFIG=c1..c4|waac|waac_no_*|keep_last_n|...|pinchbench|pinchbench_workflow
+ODYSSEYS_DEPS := $(if $(filter odysseys%,$(CONFIG)),$(LOCAL_STAMP) browser-deps)
+run: $(STAMP) $(PINCH_DEPS) $(ODYSSEYS_DEPS) ## Run an experiment: CONFIG=c1..c4|waac|waac_no_*|keep_last_n|...|pinchbench|pinchbench_workflow
 	$(PY) -m harness.cli experiment=$(CONFIG) $(ARGS)
 
 library: $(STAMP) ## Rebuild WAAC's history library from the dev split (ARGS='model=openai ...' to use another model)
 	$(PY) -m harness.waac.build_library $(ARGS)
 
-SWEEP_DEPS := $(if $(filter workflow,$(SWEEP))$(findstring pinchbench,$(ARGS)),$(LOCAL_STAMP) sandbox-deps)
+SWEEP_DEPS := $(if $(filter workflow,$(SWEEP))$(findstring pinchbench,$(ARGS)),$(LOCAL_STAMP) sandbox-deps) \
+	$(if $(findstring odysseys,$(ARGS)),$(LOCAL_STAMP) browser-deps)
 sweep: $(STAMP) $(SWEEP_DEPS) ## Hydra multirun: SWEEP=budget|n_w|ablations|methods|workflow, ARGS='n_tasks=5 n_runs=1'
 	$(PY) -m harness.sweep $(SWEEP) $(ARGS)
 
