@@ -1,9 +1,10 @@
-"""Helpers for the WAAC tests: trajectories as histories, a toy file-writing workflow, a test embedder."""
+"""Helpers for the WAAC tests: trajectories as histories, toy file workflows, a fake extractor, a test embedder."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,62 @@ def toy_schemas() -> Schemas:
                    (InputSpec("path", "WorkbookPath"),)),
         ToolSchema("search", "search", "read", (status, FieldSpec("Results", "SearchResults", Role.REFERENCE_TABLE))),
     )
+
+
+def file_schemas(**options: Any) -> Schemas:
+    """A benchmark-neutral file workflow: objects are files named by their path (identity by value), a call
+    acts on its path (failure target), and a new file's path is the agent's own choice."""
+    status = FieldSpec("status", "ResultStatus", Role.STATUS, facts=status_facts)
+    content = FieldSpec("content", "FileContent", Role.STATE, ("FilePath",), versioned=True)
+    path_in = InputSpec("path", "FilePath", target=True)
+    return Schemas(**options).register(
+        ToolSchema("read_file", "read", "read", (status, content), (path_in,), identity=("arg:path",)),
+        ToolSchema("cat", "read", "read", (status, content), (path_in,), identity=("arg:path",)),
+        ToolSchema("write_file", "write", "commit", (status, FieldSpec("error", "ResultMessage", Role.BODY_TEXT)),
+                   (InputSpec("path", "FilePath", chosen=True, target=True), InputSpec("text", "Literal"))),
+        ToolSchema("edit_file", "edit", "edit", (status, FieldSpec("error", "ResultMessage", Role.BODY_TEXT)),
+                   (path_in, InputSpec("old", "Literal"))),
+        ToolSchema("exec", "exec", "read", (), (InputSpec("command", "Literal"),)),
+        ToolSchema("echo", "echo", "read", (), (), extract=False),
+    )
+
+
+@dataclass(frozen=True)
+class FakePart:
+    path: str
+    text: str
+    kind: str
+    start: int
+
+
+@dataclass(frozen=True)
+class FakeExtracted:
+    parser: str
+    parts: tuple[FakePart, ...]
+
+
+class LineExtractor:
+    """A stand-in for harness.waac.extract.Extractor: every non-empty line of a text with several lines is a
+    part; a one-line text cannot be structured (None). `shift` misplaces parts (an extractor breaking its
+    contract)."""
+
+    def __init__(self, shift: int = 0, kind: Callable[[str], str] = lambda line: "line") -> None:
+        self.calls: list[str] = []
+        self.shift, self.kind = shift, kind
+
+    def extract(self, text: str) -> FakeExtracted | None:
+        self.calls.append(text)
+        if "\n" not in text.strip():
+            return None
+        parts, start = [], 0
+        for k, line in enumerate(text.split("\n")):
+            if line.strip():
+                parts.append(FakePart(f"L{k}", line, self.kind(line), start + self.shift))
+            start += len(line) + 1
+        return FakeExtracted("lines", tuple(parts))
+
+    def drain(self) -> None:
+        return None
 
 
 class BagOfWords:

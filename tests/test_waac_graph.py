@@ -31,7 +31,8 @@ def test_fields_are_typed_and_data_edges_follow_bindings() -> None:
     assert menu.type == "MenuItemList" and menu.role == Role.REFERENCE_TABLE and menu.consumed
     opened = g.events[g.order[2]]
     assert opened.tool == "form_open_menu_item"
-    assert g.g.edges[menu.id, f"{opened.id}/in:name"]["kind"] == "data"
+    assert g.g.edges[menu.id, f"{opened.id}/in:name"] == {"kind": "data", "itype": "MenuItemName"}
+    assert g.data_sources(opened.id) == [(menu.id, "MenuItemName", "name")]
     grid = next(f for f in g.fields.values() if f.path == "Form.Grids.ExpenseReportsGrid" and f.event == g.order[3])
     select = g.order[4]
     assert g.g.has_edge(grid.id, f"{select}/in:rowNumber")  # the row number came from the grid it names

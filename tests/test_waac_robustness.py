@@ -132,8 +132,8 @@ def test_keys_and_names_survive_projection() -> None:
     from harness.waac.schema import split_result
 
     grids = {"Form": {"FormName": "F", "Grids": [{"Name": "G", "Rows": [1]}, {"Name": "G", "Rows": [2]}]}}
-    _, parts = split_result(json.dumps(grids), schemas().tools["form_save_form"])
-    assert [p for p, _, _ in parts] == ["Form.Grids.G", "Form.Grids.G#2"]
+    split = split_result(json.dumps(grids), schemas().tools["form_save_form"])
+    assert [p.path for p in split.fields] == ["Form.Grids.G", "Form.Grids.G#2"]
 
 
 def test_grid_rows_bind_only_to_that_grid_and_that_row() -> None:
@@ -163,8 +163,14 @@ def test_closing_the_last_form_releases_its_view() -> None:
 
 
 def test_recall_returns_text_fields_as_text() -> None:
+    texts = ("", "[warn] disk", "plain")
+    h = opening()
+    for k, content in enumerate(texts):
+        h += exchange(f"t{k}", "search", {}, content)
     policy = WAAC(toy_schemas())
-    for content in ("", "[warn] disk", "plain"):
-        art = policy.store.put(f"f{len(content)}", "id", 0, content)
+    policy.render(h, ctx())
+    for k, content in enumerate(texts):
+        f = policy.graph.fields[f"t{k}/$text"]
+        art = policy.store.put(f.id, f.identity or f.id, f.version, content)
         out, error = policy.call_tool(ToolCall("r", "waac_recall", json.dumps({"ref": art.ref})))
         assert not error and json.loads(out)["Content"] == content

@@ -1,11 +1,15 @@
 """Typed trace-to-DAG (§3.2.1, A.2), built incrementally from executed events.
 
-Nodes are operations (one per executed event: tool result, user turn, the instruction as root) and their typed
-fields; edges run op -> output field (produces), input field -> op (consumes), output field -> input field
-(data: an argument binding backed by evidence that the value appears in the producer), and condition field ->
-op (control: the failed attempt a retry answers, the state version an operation acted on). Every edge points
-from an earlier event to a later one, so the graph stays acyclic; retries and artifact updates are distinct
-events, and a versioned field superseded by a later version of the same object keeps its own node.
+Nodes are operations (one per executed event: tool result, user turn, the instruction as root), their input
+nodes and their typed fields; edges run op -> output field ("produces"), input node -> op ("consumes"),
+producer field -> input node ("data": an argument binding backed by evidence that the value appears in the
+producer; attribute `itype`), and condition field -> op ("control": the failed attempt a retry answers, the
+state version an operation acted on; attribute `why`). Every edge points from an earlier event to a later one,
+so the graph stays acyclic; retries and artifact updates are distinct events, and a versioned field superseded
+by a later version of the same object keeps its own node.
+
+Nothing here knows a benchmark: identities, failure targets, named lists and rows come from the schemas
+(harness.waac.schema); non-JSON results are structured by the schemas' extractor when one is configured.
 """
 
 from __future__ import annotations
@@ -19,9 +23,24 @@ from typing import Any
 import networkx as nx
 
 from harness.types import Message, ToolCall
-from harness.waac.schema import FieldSpec, Role, Schemas, ToolSchema, flatten_args, split_result
+from harness.waac.schema import (
+    KIND_ROLES,
+    Arg,
+    ExtractedText,
+    FieldSpec,
+    InputSpec,
+    ResultField,
+    Role,
+    Schemas,
+    Split,
+    TextPart,
+    ToolSchema,
+    flatten_args,
+    split_result,
+    unique,
+)
 
-FORM_TYPES = {"GridRow", "GridName", "ControlName", "TabName"}  # only a form shows these, never a user
+PARTS = "$parts"  # Field.loc[0] of an extracted part: ("$parts", path); the projection rebuilds text from them
 
 
 @dataclass
@@ -34,7 +53,7 @@ class Field:
     msg_index: int  # reference to the original value: the history message it sits in
     value: Any
     spec: FieldSpec | None
-    loc: tuple[str, ...] = ()  # where the value sits in the result: (key,) | (container, key) | (container, list, name)
+    loc: tuple[str, ...] = ()  # where it sits: (key,) | (container, key) | (container, list, name) | ("$parts", path)
     identity: str | None = None
     version: int = 0
     uncertain: bool = False  # unregistered or unparseable: forces EXACT (§3.2.1)
@@ -42,6 +61,8 @@ class Field:
     superseded: bool = False
     consumed: bool = False  # bound by a data edge into a successful operation
     tokens: int | None = None  # of its original text, counted when first needed
+    span: tuple[int, int] | None = None  # its original text: history[msg_index].content[span[0]:span[1]]
+    item_key: str | None = None  # a named-list item: the key holding its name (ToolSchema.item_name)
     _text: str | None = None
 
     @property
@@ -65,12 +86,12 @@ class Event:
     out_edges: list[tuple[str, str, str]] = field(default_factory=list)  # (kind, consumer op, consumer input type)
     unresolved: list[str] = field(default_factory=list)  # typed inputs no observed value explains (-> uncertain)
     stamp: int = 0  # bumped whenever the event's neighbourhood changes (library keys are cached on it)
+    targets: tuple[tuple[str, str], ...] = ()  # what the call acted on: (argument path, value as JSON)
 
-    def target(self) -> tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]:
-        """What the call acted on: its tool, the arguments it set, and the form elements it named (a control,
-        grid or tab) — not the values it passed, which a retry corrects."""
-        named = tuple((p, json.dumps(v)) for p, t, v in self.inputs if t in FORM_TYPES)
-        return self.tool, tuple(sorted(p for p, _, _ in self.inputs)), named
+    def target(self) -> tuple[str, tuple[tuple[str, str], ...]]:
+        """What the call acted on: its operation and its target arguments (InputSpec.target, and the names of
+        named argument items) — not the other values it passed, which a retry corrects."""
+        return self.op, self.targets
 
 
 class TraceGraph:
@@ -89,8 +110,8 @@ class TraceGraph:
         self.state_event: str | None = None  # the newest event that showed a stateful object
         self.pending: dict[str, None] = {}  # fields awaiting their registered consumer (ordered set)
         self.uncertain: list[str] = []
-        self.open_failures: dict[str, None] = {}  # failed events no later success of their tool answered
-        self.memo: dict[tuple[str, str], Any] = {}  # per-field objects rules rebuild every step (obligations)
+        self.open_failures: dict[str, None] = {}  # failed events no later success on the same target answered
+        self.memo: dict[Any, Any] = {}  # per-field objects rules rebuild every step (obligations)
         self.touched: set[str] = set()  # events added or whose neighbourhood changed since pop_touched()
         self.last_batch: list[str] = []  # the results of the newest assistant turn's tool calls
         self._calls: dict[str, ToolCall] = {}
@@ -138,7 +159,7 @@ class TraceGraph:
         ev = self._new_event(Event("instruction" if root else f"user:{i}", i, "user",
                                    "instruction" if root else "user_turn", "plan", True))
         self._add_field(ev, Field(f"{ev.id}/text", ev.id, "text", "UserText", Role.BODY_TEXT, i, m.content,
-                                  None, fixed=True))
+                                  None, fixed=True, span=(0, len(m.content))))
         self.user_fields.append(f"{ev.id}/text")
         return ev.id
 
@@ -152,49 +173,75 @@ class TraceGraph:
                                    schema.category if schema else "unknown", not m.is_error))
         if call is not None:
             self._bind_inputs(ev, call, schema)
-        scaffold, parts = split_result(m.content, schema)
-        ev.scaffold = scaffold
-        for path, loc, value in parts:
-            self._add_field(ev, self._make_field(ev, i, path, loc, value, schema, scaffold is None))
+        split = split_result(m.content, schema)
+        ev.scaffold = split.scaffold
+        for f in self._result_fields(ev, m.content, split, schema):
+            self._add_field(ev, f)
         if ev.unresolved and ev.ok:  # it ran on a value no observation explains: its results cannot be
             self._mark_uncertain(ev)    # vouched for (a failed call's error stays a failed branch instead)
         self._track_state(ev, schema)
         self._track_failure(ev)
         return ev.id
 
-    def _track_state(self, ev: Event, schema: ToolSchema | None) -> None:
-        if any(self.fields[f].role in (Role.STATE, Role.AFFORDANCE) for f in ev.fields):
-            self.state_event = ev.id
-        elif schema is not None and schema.closes_state and ev.ok:
-            self.state_event = None  # the last open object was closed
+    def _result_fields(self, ev: Event, content: str, split: Split, schema: ToolSchema | None) -> list[Field]:
+        """JSON members as typed fields; other text as its extracted parts (§3.2.1, appendix C), or, when
+        nothing can structure it, one field `$text` (uncertain unless the schema registers "$text")."""
+        if split.scaffold is None:
+            ex = self.schemas.extractor
+            extracted = ex.extract(content) if ex is not None and self.schemas.extracts(schema) else None
+            if extracted is not None and extracted.parts:
+                return self._extracted_fields(ev, content, extracted, schema)
+            spec = schema.text_spec() if schema else None
+            return [self._make_field(ev, split.fields[0], spec, schema, split.payload)]
+        specs = [schema.output_spec(p.path) if schema else None for p in split.fields]
+        return [self._make_field(ev, p, s, schema, split.payload) for p, s in zip(split.fields, specs, strict=True)]
 
-    def _mark_uncertain(self, ev: Event) -> None:
-        for fid in ev.fields:
-            if not self.fields[fid].uncertain:
-                self.fields[fid].uncertain = True
-                self.uncertain.append(fid)
+    def _extracted_fields(self, ev: Event, content: str, ex: ExtractedText, schema: ToolSchema | None) -> list[Field]:
+        """Part -> field: path "<parser>:<part path>", type "Text:<parser>:<kind>", a role by kind, certain
+        (its text is checked to sit verbatim at its offset, else it is uncertain), located ("$parts", path);
+        a FieldSpec matching the path types it instead (provides, versions, facts)."""
+        parts = list(ex.parts)
+        located = unique([ResultField(f"{ex.parser}:{p.path}", (), p.text, _part_span(content, p)) for p in parts])
+        by_path = {r.path: r.value for r in located if r.span is not None}  # "result:<parser>:<path>" identities
+        out = []
+        for r, p in zip(located, parts, strict=True):
+            r = r._replace(loc=(PARTS, r.path))
+            spec = schema.output_spec(r.path) if schema and r.span is not None else None
+            if spec is not None:
+                out.append(self._make_field(ev, r, spec, schema, by_path))
+                continue
+            out.append(Field(f"{ev.id}/{r.path}", ev.id, r.path, f"Text:{ex.parser}:{p.kind}",
+                             KIND_ROLES.get(p.kind, Role.UNKNOWN), ev.msg_index, p.text, None, r.loc,
+                             uncertain=r.span is None, span=r.span))
+        return out
 
-    def _track_failure(self, ev: Event) -> None:
-        """A failure is answered by a later success on the same target (a retry that worked, its values
-        corrected or not); until then it may still constrain the agent's decisions (A.3)."""
-        if not ev.ok:
-            self.open_failures[ev.id] = None
-            return
-        for eid in [e for e in self.open_failures if self.events[e].target() == ev.target()]:
-            del self.open_failures[eid]
-
-    def _make_field(self, ev: Event, i: int, path: str, loc: tuple[str, ...], value: Any,
-                    schema: ToolSchema | None, unparsed: bool) -> Field:
-        spec = schema.output_spec(path) if schema and not unparsed else None
+    def _make_field(self, ev: Event, r: ResultField, spec: FieldSpec | None, schema: ToolSchema | None,
+                    payload: Any) -> Field:
+        fid = f"{ev.id}/{r.path}"
+        item = schema.item_name if schema is not None and len(r.loc) == 3 else None
         if spec is None:  # conservative extraction: kept, typed unknown, uncertain
-            return Field(f"{ev.id}/{path}", ev.id, path, "Unknown", Role.UNKNOWN, i, value, None, loc,
-                         uncertain=True)
-        ftype = spec.type.replace("{name}", loc[-1])
-        f = Field(f"{ev.id}/{path}", ev.id, path, ftype, spec.role, i, value, spec, loc)
+            return Field(fid, ev.id, r.path, "Unknown", Role.UNKNOWN, ev.msg_index, r.value, None, r.loc,
+                         uncertain=True, span=r.span, item_key=item)
+        f = Field(fid, ev.id, r.path, spec.type.replace("{name}", r.loc[-1]), spec.role, ev.msg_index, r.value,
+                  spec, r.loc, span=r.span, item_key=item)
         if spec.versioned:
-            owner = (ev.scaffold or {}).get(path.split(".", 1)[0], {})
-            f.identity = f"{owner.get('FormName', ev.op)}/{path}"
+            f.identity = f"{self._owner(ev, schema, r.loc, payload)}/{r.path}"
         return f
+
+    def _owner(self, ev: Event, schema: ToolSchema | None, loc: tuple[str, ...], payload: Any) -> str:
+        """The acted-on object's identity by value (a form's name, a file path, a URL), read from the first
+        source of the schema's `identity` that resolves: an argument, a key of the JSON result, or the text of
+        an extracted part ("result:<parser>:<part path>"); else the operation."""
+        for src in schema.identity if schema else ():
+            kind, _, key = src.partition(":")
+            if "{container}" in key:
+                if len(loc) < 2 or loc[0] == "$parts":
+                    continue
+                key = key.replace("{container}", loc[0])
+            value = next((v for p, _, v in ev.inputs if p == key), None) if kind == "arg" else _dig(payload, key)
+            if value not in (None, "") and not isinstance(value, (dict, list)):
+                return str(value)
+        return ev.op
 
     def _add_field(self, ev: Event, f: Field) -> None:
         self.fields[f.id] = f
@@ -215,45 +262,86 @@ class TraceGraph:
         if f.spec is not None and f.spec.pending_until_consumed and self.events[f.event].ok:
             self.pending[f.id] = None
 
+    def _track_state(self, ev: Event, schema: ToolSchema | None) -> None:
+        if any(self.fields[f].role in (Role.STATE, Role.AFFORDANCE) for f in ev.fields):
+            self.state_event = ev.id
+        elif schema is not None and schema.closes_state and ev.ok:
+            self.state_event = None  # the last open object was closed
+
+    def _mark_uncertain(self, ev: Event) -> None:
+        for fid in ev.fields:
+            if not self.fields[fid].uncertain:
+                self.fields[fid].uncertain = True
+                self.uncertain.append(fid)
+
+    def _track_failure(self, ev: Event) -> None:
+        """A failure is answered by a later success of the same operation on the same target (a retry that
+        worked, its other values corrected or not); until then it may still constrain the agent (A.3)."""
+        if not ev.ok:
+            self.open_failures[ev.id] = None
+            return
+        for eid in [e for e in self.open_failures if self.events[e].target() == ev.target()]:
+            del self.open_failures[eid]
+
+    # ---- inputs: data edges ---------------------------------------------------------------------------
     def _bind_inputs(self, ev: Event, call: ToolCall, schema: ToolSchema | None) -> None:
-        args = flatten_args(call.arguments)
-        grid = next((str(v) for p, v in args if p == "gridName"), "")
-        for k, (path, value) in enumerate(args):
-            itype = schema.input_type(path) if schema else "Literal"
-            ev.inputs.append((path, itype, value))
-            node = f"{ev.id}/in:{path}" if f"{ev.id}/in:{path}" not in self.g else f"{ev.id}/in:{path}#{k}"
+        args = flatten_args(call.arguments, schema.arg_item_name if schema else None)
+        values = {a.path: a.value for a in args}
+        targets: list[tuple[str, str]] = []
+        for k, arg in enumerate(args):
+            spec = schema.input_spec(arg.path) if schema else None
+            itype = spec.type if spec else "Literal"
+            ev.inputs.append((arg.path, itype, arg.value))
+            if arg.item is not None or (spec is not None and spec.target):  # a named item is acted on too
+                targets.append((arg.path, json.dumps(arg.value) if spec is not None and spec.target else ""))
+            node = f"{ev.id}/in:{arg.path}" if f"{ev.id}/in:{arg.path}" not in self.g else f"{ev.id}/in:{arg.path}#{k}"
+            self.g.add_node(node, kind="input", path=arg.path, itype=itype)
             self.g.add_edge(node, ev.id, kind="consumes")
-            if itype == "Literal" or value in (None, ""):
-                continue
-            producer = self._producer(itype, value, grid)
-            if producer is None:
-                ev.unresolved.append(path)
-                continue
-            self.g.add_edge(producer, node, kind="data")
-            p = self.fields[producer]
-            self.events[p.event].out_edges.append(("data", ev.op, itype))
-            self._bump(self.events[p.event])
-            p.consumed = p.consumed or ev.ok
-            if p.consumed:
-                self.pending.pop(producer, None)
+            if spec is not None and itype != "Literal" and arg.value not in (None, ""):
+                self._bind(ev, node, arg, spec, values, schema)
+        ev.targets = tuple(sorted(targets))
         self._control_edges(ev, schema)
 
-    def _producer(self, itype: str, value: Any, grid: str) -> str | None:
-        """The newest field of a type providing `itype` whose value shows the literal (evidence), else the
-        newest user text stating it (values a user can state, of three characters or more). A grid row binds
-        only to a row with that number in the grid the call names."""
+    def _bind(self, ev: Event, node: str, arg: Arg, spec: InputSpec, values: dict[str, Any],
+              schema: ToolSchema | None) -> None:
+        producer = self._producer(spec, arg.value, values, schema)
+        if producer is None:
+            if not spec.chosen:  # an agent-chosen value (a new path, a query) needs no producer
+                ev.unresolved.append(arg.path)
+            return
+        self.g.add_edge(producer, node, kind="data", itype=spec.type)
+        p = self.fields[producer]
+        self.events[p.event].out_edges.append(("data", ev.op, spec.type))
+        self._bump(self.events[p.event])
+        p.consumed = p.consumed or ev.ok
+        if p.consumed:
+            self.pending.pop(producer, None)
+
+    def _producer(self, spec: InputSpec, value: Any, values: dict[str, Any], schema: ToolSchema | None) -> str | None:
+        """The newest field of a type providing the input's type whose value shows the literal (evidence),
+        else (match "value") the newest user text stating it (values of three characters or more). A row
+        number binds only to a row with that number in the list item the scope argument names."""
         literal = json.dumps(value) if not isinstance(value, str) else value
-        if itype == "GridRow":
-            row = re.compile(rf'"RowNumber": {re.escape(literal)}[,}}]')
-            return next((fid for fid in reversed(self.providers.get(itype, []))
-                         if self.fields[fid].loc[-1] == grid and row.search(self.fields[fid].text)), None)
-        for fid in reversed(self.providers.get(itype, [])):
+        providers = self.providers.get(spec.type, [])
+        if spec.match == "row":
+            return self._row_producer(providers, literal, spec, values, schema)
+        for fid in reversed(providers):
             if literal in self.fields[fid].text:
                 return fid
-        if itype in FORM_TYPES or len(literal) < 3:
+        if spec.match == "shown" or len(literal) < 3:
             return None
         return next((u for u in reversed(self.user_fields) if literal in self.fields[u].text), None)
 
+    def _row_producer(self, providers: list[str], literal: str, spec: InputSpec, values: dict[str, Any],
+                      schema: ToolSchema | None) -> str | None:
+        if schema is None or schema.row_key is None:
+            return None
+        row = re.compile(rf"{re.escape(json.dumps(schema.row_key))}: {re.escape(literal)}[,}}]")
+        scope = str(values.get(spec.scope, "")) if spec.scope else None
+        return next((fid for fid in reversed(providers) if (scope is None or self.fields[fid].loc[-1:] == (scope,))
+                     and row.search(self.fields[fid].text)), None)
+
+    # ---- control edges --------------------------------------------------------------------------------
     def _control_edges(self, ev: Event, schema: ToolSchema | None) -> None:
         prev = self.events[self.order[-2]] if len(self.order) > 1 else None
         if prev is not None and not prev.ok and prev.tool == ev.tool:  # a retry answers the failed attempt
@@ -274,5 +362,33 @@ class TraceGraph:
         """Condition fields with a control edge into the event's operation."""
         return [u for u, _, k in self.g.in_edges(event_id, data="kind") if k == "control"]
 
+    def data_sources(self, event_id: str) -> list[tuple[str, str, str]]:
+        """(producer field, input type, input path) for every data edge into the event's inputs (eq. 5)."""
+        out = []
+        for node, _, kind in self.g.in_edges(event_id, data="kind"):
+            if kind != "consumes":
+                continue
+            path = self.g.nodes[node]["path"]
+            out += [(u, d["itype"], path) for u, _, d in self.g.in_edges(node, data=True) if d.get("kind") == "data"]
+        return out
+
     def event_of(self, field_id: str) -> Event:
         return self.events[self.fields[field_id].event]
+
+
+def _dig(payload: Any, key: str) -> Any:
+    """payload[key] when present (an extracted part's path), else payload["a"]["b"] for the dotted key "a.b";
+    None when a step is missing."""
+    if isinstance(payload, dict) and key in payload:
+        return payload[key]
+    for part in key.split("."):
+        if not isinstance(payload, dict):
+            return None
+        payload = payload.get(part)
+    return payload
+
+
+def _part_span(content: str, part: TextPart) -> tuple[int, int] | None:
+    """The part's span, None when its text is not at its start offset (the extractor broke its contract)."""
+    end = part.start + len(part.text)
+    return (part.start, end) if part.start >= 0 and content[part.start:end] == part.text else None

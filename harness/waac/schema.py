@@ -1,21 +1,30 @@
-"""Registered schemas for tool arguments and results (§3.2.1, A.1).
+"""Registered schemas for tool arguments and results (§3.2.1, A.1), benchmark-neutral.
 
 A schema names each field of a tool's result (by path), gives it a type and a role, says which value types it
 can feed to later tool inputs (`provides`), how its versions are identified, and which semantic facts a
 SUMMARY of it may state. Fields of an unregistered tool, unparseable results and keys a schema does not name
-are extracted conservatively and marked uncertain, which forces EXACT (§3.2.1).
+are extracted conservatively and marked uncertain, which forces EXACT (§3.2.1). A result that is not a JSON
+object goes through the auxiliary extractor (`Schemas.extractor`) when one is configured; what it cannot
+structure stays one uncertain field.
+
+Everything a benchmark's results look like is a schema option, never a literal here: which keys are containers
+(`containers`), which of their lists are split into one field per named item (`named_lists`, `item_name`), how
+list-valued arguments name their items (`arg_item_name`), how a row number is found in a list (`row_key`), where
+an acted-on object's identity is read (`identity`), and what a call acts on (`InputSpec.target`).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 FactFn = Callable[[Any], list[str]]
+MATCHES = ("value", "shown", "row")
 
 
 class Role(StrEnum):
@@ -24,15 +33,23 @@ class Role(StrEnum):
     STATUS = "status"
     NUMERIC_CONSTRAINT = "numeric_constraint"
     BODY_TEXT = "body_text"
-    STATE = "state"  # a view of a stateful object (a form's controls or grid): versioned
-    REFERENCE_TABLE = "reference_table"  # rows the agent looks values up in (codes, menu items)
-    AFFORDANCE = "affordance"  # what can be done next (buttons, actions)
+    STATE = "state"  # a view of a stateful object (a form, a page, an open document): versioned
+    REFERENCE_TABLE = "reference_table"  # rows the agent looks values up in (codes, menu items, listings)
+    AFFORDANCE = "affordance"  # what can be done next (buttons, actions, page elements)
     UNKNOWN = "unknown"
+
+
+# The role of an extracted part, by its kind (harness.waac.extract's Part.kind); a FieldSpec matching the
+# part's path overrides it.
+KIND_ROLES = {"record": Role.REFERENCE_TABLE, "row": Role.REFERENCE_TABLE, "header": Role.REFERENCE_TABLE,
+              "section": Role.BODY_TEXT, "line": Role.BODY_TEXT, "element": Role.AFFORDANCE,
+              "value": Role.IDENTIFIER, "key": Role.IDENTIFIER}
 
 
 @dataclass(frozen=True)
 class FieldSpec:
-    """`path` may use fnmatch wildcards ("Form.Grids.*"); `type` may use {name}, the path's last part."""
+    """`path` may use fnmatch wildcards ("Form.Grids.*", "csv:*"); `type` may use {name}, the path's last part.
+    The exact path "$text" registers a whole non-JSON result (never matched by a wildcard)."""
 
     path: str
     type: str
@@ -46,10 +63,24 @@ class FieldSpec:
 
 @dataclass(frozen=True)
 class InputSpec:
-    """An argument (flattened path, see `flatten_args`) and the value type it consumes."""
+    """An argument (flattened path, see `flatten_args`; fnmatch wildcards allowed) and the value type it consumes.
+
+    chosen: the agent may choose this value itself (a new file path, text to type, a query): when no observation
+        explains it, that is not unresolved evidence.
+    target: the argument names what the call acts on (a file path, an element, a control, a tab): a failure is
+        answered only by a later success of the same operation on the same target values.
+    match: "value" binds to the newest provider field showing the value, else to user text stating it;
+        "shown" only to a provider field (things only the environment shows, never a user);
+        "row" to a provider whose rows (ToolSchema.row_key) include this number, within the named list item
+        the `scope` argument names.
+    """
 
     path: str
     type: str
+    chosen: bool = False
+    target: bool = False
+    scope: str | None = None
+    match: str = "value"
 
 
 @dataclass(frozen=True)
@@ -59,85 +90,207 @@ class ToolSchema:
     category: str  # action category: navigate | read | lookup | edit | commit | verify | recall
     outputs: tuple[FieldSpec, ...] = ()
     inputs: tuple[InputSpec, ...] = ()
-    containers: tuple[str, ...] = ()  # result keys whose parts are fields of their own (a form's grids, ...)
-    named_lists: tuple[str, ...] = ("Grids",)  # container lists split into one field per named item
+    containers: tuple[str, ...] = ()  # result keys whose parts are fields of their own (a form, a page, ...)
+    named_lists: tuple[str, ...] = ()  # container lists split into one field per named item
+    item_name: str = "name"  # the key naming an item of a named list (expense: "Name")
+    arg_item_name: str | None = None  # list arguments of {<arg_item_name>: name, "value": v} -> "<list>.<name>"
+    row_key: str | None = None  # the key of a row's number inside a list item (InputSpec.match == "row")
+    identity: tuple[str, ...] = ()  # "arg:<path>" | "result:<dotted key>" ({container}: the field's container)
     acts_on_state: bool = False  # runs on the currently open state object: a control edge from it
     closes_state: bool = False  # a success that shows no state object means none is open any more
+    extract: bool = True  # a result that is not a JSON object goes through Schemas.extractor
+
+    def __post_init__(self) -> None:
+        for s in self.inputs:
+            if s.match not in MATCHES:
+                raise ValueError(f"schema {self.tool}: input {s.path} has match={s.match!r}, not one of {MATCHES}")
+            if s.match == "row" and self.row_key is None:
+                raise ValueError(f"schema {self.tool}: input {s.path} matches rows but row_key is not set")
+        for src in self.identity:
+            if src.partition(":")[0] not in ("arg", "result"):
+                raise ValueError(f"schema {self.tool}: identity source {src!r} must start with arg: or result:")
 
     def output_spec(self, path: str) -> FieldSpec | None:
         return next((s for s in self.outputs if fnmatch.fnmatchcase(path, s.path)), None)
 
+    def text_spec(self) -> FieldSpec | None:
+        """A registered whole-text result ("$text"): a plain-text confirmation the schema vouches for."""
+        return next((s for s in self.outputs if s.path == "$text"), None)
+
+    def input_spec(self, path: str) -> InputSpec | None:
+        return next((s for s in self.inputs if fnmatch.fnmatchcase(path, s.path)), None)
+
     def input_type(self, path: str) -> str:
-        return next((s.type for s in self.inputs if fnmatch.fnmatchcase(path, s.path)), "Literal")
+        spec = self.input_spec(path)
+        return spec.type if spec else "Literal"
+
+
+class TextPart(Protocol):
+    """What the graph reads of harness.waac.extract.Part (kept structural: the core does not import it)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def start(self) -> int: ...
+
+
+class ExtractedText(Protocol):
+    @property
+    def parser(self) -> str: ...
+    @property
+    def parts(self) -> Sequence[TextPart]: ...
+
+
+class TextExtractor(Protocol):
+    """harness.waac.extract.Extractor: structure for a non-JSON result, or None (then it stays EXACT)."""
+
+    def extract(self, text: str) -> ExtractedText | None: ...
+    def drain(self) -> Any: ...
 
 
 @dataclass
 class Schemas:
-    """The registry one environment hands to WAAC: tool schemas plus its obligation rules (§3.3.1)."""
+    """The registry one environment hands to WAAC: tool schemas, its obligation rules (§3.3.1), the auxiliary
+    extractor for unstructured results (§3.2.1, appendix C) and the backward transfer rules (eq. 5, analysis)."""
 
     tools: dict[str, ToolSchema] = field(default_factory=dict)
     obligation_rules: Sequence[Callable[..., Any]] = ()
+    extractor: TextExtractor | None = None
+    transfer_rules: Any = None  # read by harness.waac.analysis
+    extract_unregistered: bool = True  # an unregistered tool's non-JSON results go through the extractor
 
     def register(self, *schemas: ToolSchema) -> Schemas:
         for s in schemas:
             self.tools[s.tool] = s
         return self
 
+    def extracts(self, schema: ToolSchema | None) -> bool:
+        allowed = schema.extract if schema is not None else self.extract_unregistered
+        return allowed and self.extractor is not None
 
-Part = tuple[str, tuple[str, ...], Any]  # (path, location in the result, value)
+
+class ResultField(NamedTuple):
+    path: str
+    loc: tuple[str, ...]  # where the value sits: (key,) | (container, key) | (container, list, item name)
+    value: Any
+    span: tuple[int, int] | None  # its original text in the result: content[span[0]:span[1]]
 
 
-def split_result(content: str, schema: ToolSchema | None) -> tuple[dict[str, Any] | None, list[Part]]:
-    """A result's fields, in order, with unique paths and their location in the result, and the scaffolding
-    of its containers (their scalar keys: a form's name and caption), shown whenever any part of the
-    container is. None for the scaffolding means the result is not a JSON object: one uncertain field
-    `$text` holds it."""
+class Split(NamedTuple):
+    scaffold: dict[str, Any] | None  # containers' scalar keys; None: the result is not a JSON object
+    fields: list[ResultField]
+    payload: Any  # the parsed JSON object, or None
+
+
+def split_result(content: str, schema: ToolSchema | None) -> Split:
+    """A result's fields, in order, with unique paths, their location in the result and their exact span in
+    the content, and the scaffolding of its containers (their scalar keys: a form's name and caption), shown
+    whenever any part of the container is. A result that is not a JSON object is one field `$text`."""
     try:
         payload = json.loads(content)
     except json.JSONDecodeError:
-        return None, [("$text", ("$text",), content)]
+        payload = None
     if not isinstance(payload, dict):
-        return None, [("$text", ("$text",), content)]
-    containers, named = (schema.containers, schema.named_lists) if schema else ((), ())
-    parts: list[Part] = []
+        return Split(None, [ResultField("$text", ("$text",), content, (0, len(content)))], None)
+    spans = member_spans(content, _skip(content, 0))
+    containers = schema.containers if schema else ()
+    parts: list[ResultField] = []
     scaffold: dict[str, Any] = {}
     for key, value in payload.items():
         if key in containers and isinstance(value, dict):
             scaffold[key] = {k: v for k, v in value.items() if not isinstance(v, (list, dict))}
-            for k, v in value.items():
-                if k in named and isinstance(v, list) and all(isinstance(x, dict) and "Name" in x for x in v):
-                    parts += [(f"{key}.{k}.{x['Name']}", (key, k, str(x["Name"])), x) for x in v]
-                elif isinstance(v, (list, dict)):
-                    parts.append((f"{key}.{k}", (key, k), v))
+            parts += _container_fields(content, key, value, spans[key][0], schema)
         else:
-            parts.append((key, (key,), value))
-    return scaffold, _unique(parts)
+            parts.append(ResultField(key, (key,), value, spans[key]))
+    return Split(scaffold, unique(parts), payload)
 
 
-def _unique(parts: list[Part]) -> list[Part]:
-    """Two grids with one name (or keys that spell the same path) keep distinct paths: `path#2`, ..."""
-    seen: dict[str, int] = {}
+def _container_fields(content: str, key: str, value: dict[str, Any], start: int,
+                      schema: ToolSchema | None) -> list[ResultField]:
+    named, item = (schema.named_lists, schema.item_name) if schema else ((), "")
+    spans = member_spans(content, start)
     out = []
-    for path, loc, value in parts:
-        seen[path] = seen.get(path, 0) + 1
-        out.append((path if seen[path] == 1 else f"{path}#{seen[path]}", loc, value))
+    for k, v in value.items():
+        if k in named and isinstance(v, list) and all(isinstance(x, dict) and item in x for x in v):
+            out += [ResultField(f"{key}.{k}.{x[item]}", (key, k, str(x[item])), x, s)
+                    for x, s in zip(v, item_spans(content, spans[k][0]), strict=True)]
+        elif isinstance(v, (list, dict)):
+            out.append(ResultField(f"{key}.{k}", (key, k), v, spans[k]))
     return out
 
 
-def flatten_args(arguments: str) -> list[tuple[str, Any]]:
-    """Arguments as (path, value) pairs; a list of {controlName, value} objects becomes `list.<controlName>`."""
+def unique(parts: list[ResultField]) -> list[ResultField]:
+    """Two items with one name (or keys that spell the same path) keep distinct paths: `path#2`, ..."""
+    seen: dict[str, int] = {}
+    out = []
+    for p in parts:
+        seen[p.path] = seen.get(p.path, 0) + 1
+        out.append(p if seen[p.path] == 1 else p._replace(path=f"{p.path}#{seen[p.path]}"))
+    return out
+
+
+# ---- span-tracking scan of already-validated JSON text (Field.span) ------------------------------------
+_DECODER = json.JSONDecoder()
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def _skip(s: str, i: int) -> int:
+    m = _WS.match(s, i)
+    return m.end() if m else i
+
+
+def member_spans(s: str, start: int) -> dict[str, tuple[int, int]]:
+    """The span of each member value of the JSON object starting at s[start] ('{'); a repeated key keeps its
+    last value, as json.loads does."""
+    out: dict[str, tuple[int, int]] = {}
+    i = _skip(s, start + 1)
+    while s[i] != "}":
+        key, i = _DECODER.raw_decode(s, i)
+        i = _skip(s, _skip(s, i) + 1)  # past the ':'
+        _, end = _DECODER.raw_decode(s, i)
+        out[key] = (i, end)
+        i = _skip(s, end)
+        i = _skip(s, i + 1) if s[i] == "," else i
+    return out
+
+
+def item_spans(s: str, start: int) -> list[tuple[int, int]]:
+    """The span of each item of the JSON array starting at s[start] ('[')."""
+    out: list[tuple[int, int]] = []
+    i = _skip(s, start + 1)
+    while s[i] != "]":
+        _, end = _DECODER.raw_decode(s, i)
+        out.append((i, end))
+        i = _skip(s, end)
+        i = _skip(s, i + 1) if s[i] == "," else i
+    return out
+
+
+class Arg(NamedTuple):
+    path: str
+    value: Any
+    item: str | None = None  # the item's name when the argument is an item of a named list
+
+
+def flatten_args(arguments: str, item_name: str | None = None) -> list[Arg]:
+    """Arguments as (path, value) pairs; with `item_name`, a list of {<item_name>: n, "value": v} objects
+    becomes `<list>.<n>` = v (the schema's arg_item_name); any other list gives one pair per item."""
     try:
         args = json.loads(arguments or "{}")
     except json.JSONDecodeError:
-        return [("$raw", arguments)]
+        return [Arg("$raw", arguments)]
     if not isinstance(args, dict):
-        return [("$raw", arguments)]
-    out: list[tuple[str, Any]] = []
+        return [Arg("$raw", arguments)]
+    out: list[Arg] = []
     for key, value in args.items():
-        if isinstance(value, list):
-            for item in value:
-                name = item.get("controlName") if isinstance(item, dict) else None
-                out.append((f"{key}.{name}", item.get("value")) if name else (key, item))
-        else:
-            out.append((key, value))
+        if not isinstance(value, list):
+            out.append(Arg(key, value))
+            continue
+        for x in value:
+            name = x.get(item_name) if item_name and isinstance(x, dict) else None
+            out.append(Arg(f"{key}.{name}", x.get("value"), str(name)) if name else Arg(key, x))
     return out

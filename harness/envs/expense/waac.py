@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from harness.waac.graph import TraceGraph
+from harness.waac.graph import Field
 from harness.waac.lattice import Level
-from harness.waac.obligations import Obligation, on_field
+from harness.waac.obligations import Obligation, Trace
 from harness.waac.schema import FieldSpec, InputSpec, Role, Schemas, ToolSchema
 
 ITEMIZE_FORM = "TrvItemization"
@@ -88,35 +88,45 @@ DATA = (
 )
 
 
+# How D365 form results are shaped, as schema options of the benchmark-neutral core (harness.waac.schema):
+# a form's grids are a named list ("Grids", each item's "Name"), control values are passed as
+# {"controlName": ..., "value": ...} items, a grid row is found by its "RowNumber", and a form view's identity
+# is the FormName of the container it sits in (the form, or the lookup opened over it).
+FORM_OPTIONS: dict[str, Any] = {"named_lists": ("Grids",), "item_name": "Name", "arg_item_name": "controlName",
+                                "row_key": "RowNumber", "identity": ("result:{container}.FormName",)}
+# What a form call acts on (its failure target); only a form shows these names, never a user ("shown").
+CONTROL = InputSpec("controlName", "ControlName", target=True, match="shown")
+GRID = InputSpec("gridName", "GridName", target=True, match="shown")
+ROW = InputSpec("rowNumber", "GridRow", target=True, scope="gridName", match="row")
+TAB = InputSpec("tabName", "TabName", target=True, match="shown")
+
+
 def _form_tool(tool: str, op: str, category: str, *inputs: InputSpec, containers: tuple[str, ...] = ("Form",),
                extra: tuple[FieldSpec, ...] = (), closes: bool = False) -> ToolSchema:
     return ToolSchema(tool, op, category, (STATUS, MESSAGE, *extra, *FORM), inputs, containers, acts_on_state=True,
-                      closes_state=closes)
+                      closes_state=closes, **FORM_OPTIONS)
 
 
 def schemas() -> Schemas:
     """The registry handed to the WAAC policy (configs/policy/waac.yaml)."""
-    control = InputSpec("controlName", "ControlName")
     return Schemas(obligation_rules=(plan, verification, recovery)).register(
         ToolSchema("form_find_menu_item", "search_navigation", "navigate",
                    (STATUS, MESSAGE, FieldSpec("MenuItems", "MenuItemList", Role.REFERENCE_TABLE, ("MenuItemName",),
                                                pending_until_consumed=True, facts=_menu_facts))),
         ToolSchema("form_open_menu_item", "open_form", "navigate", (STATUS, MESSAGE, *FORM),
-                   (InputSpec("name", "MenuItemName"),), ("Form",)),
+                   (InputSpec("name", "MenuItemName"),), ("Form",), **FORM_OPTIONS),
         _form_tool("form_find_controls", "find_controls", "read",
                    extra=(FieldSpec("Controls", "ControlList", Role.REFERENCE_TABLE, ("ControlName",)),)),
         _form_tool("form_set_control_values", "set_values", "edit",
                    InputSpec("controlValues.SubCategory", "SubCategoryCode")),
-        _form_tool("form_open_lookup", "open_lookup", "lookup", control, containers=("Form", "Lookup"),
+        _form_tool("form_open_lookup", "open_lookup", "lookup", CONTROL, containers=("Form", "Lookup"),
                    extra=LOOKUP),
-        _form_tool("form_click_control", "click", "edit", control),
+        _form_tool("form_click_control", "click", "edit", CONTROL),
         _form_tool("form_filter_form", "filter_form", "read", InputSpec("filterValue", "FilterValue")),
-        _form_tool("form_filter_grid", "filter_grid", "read", InputSpec("filterValue", "FilterValue"),
-                   InputSpec("gridName", "GridName")),
-        _form_tool("form_select_grid_row", "select_row", "read", InputSpec("rowNumber", "GridRow"),
-                   InputSpec("gridName", "GridName")),
-        _form_tool("form_sort_grid_column", "sort_grid", "read", InputSpec("gridName", "GridName")),
-        _form_tool("form_open_or_close_tab", "toggle_tab", "read", InputSpec("tabName", "TabName")),
+        _form_tool("form_filter_grid", "filter_grid", "read", InputSpec("filterValue", "FilterValue"), GRID),
+        _form_tool("form_select_grid_row", "select_row", "read", ROW, GRID),
+        _form_tool("form_sort_grid_column", "sort_grid", "read", GRID),
+        _form_tool("form_open_or_close_tab", "toggle_tab", "read", TAB),
         _form_tool("form_save_form", "save", "commit"),
         _form_tool("form_close_form", "close_form", "navigate", closes=True),
         *(ToolSchema(t, op, "read", (STATUS, MESSAGE, *DATA), (InputSpec("entitySetName", "EntitySetName"),))
@@ -126,62 +136,67 @@ def schemas() -> Schemas:
 
 
 # ---- obligations (§3.3.1), from the observable prefix only ----------------------------------------------
-def _verified(g: TraceGraph) -> bool:
+def _verified(t: Trace) -> bool:
     """The task's verification check as the agent can observe it: Remaining = 0.00 and every line saved."""
-    controls, grid = g.latest.get(f"{ITEMIZE_FORM}/Form.Controls"), g.latest.get(LINES_GRID)
+    controls, grid = t.latest(f"{ITEMIZE_FORM}/Form.Controls"), t.latest(LINES_GRID)
     if controls is None or grid is None:
         return False
-    values = dict(x.split("=", 1) for x in _balance_facts(g.fields[controls].value))
+    values = dict(x.split("=", 1) for x in _balance_facts(controls.value))
     try:
         remaining = Decimal(str(values.get("Remaining", "x")))
     except InvalidOperation:
         return False
-    value = g.fields[grid].value
+    value = grid.value
     rows = [r.get("Values") for r in _dicts(value.get("Rows") if isinstance(value, dict) else None)]
     return remaining == 0 and bool(rows) and all(isinstance(v, dict) and v.get("LineStatus") == "Saved" for v in rows)
 
 
-def plan(g: TraceGraph) -> Iterator[Obligation]:
+def plan(t: Trace) -> Iterator[Obligation]:
     """Every subcategory the user's folio names needs its code until the itemization verifies."""
-    if _verified(g):
+    if _verified(t):
         return
-    said = " ".join(g.fields[u].text for u in g.user_fields[1:])
-    fid, facts = _newest_code_table(g)
+    said = " ".join(t.user_texts()[1:])
+    fid, facts = _newest_code_table(t)
     for fact in facts:
         name = fact.split("=", 1)[1]
         if name and name in said:
             yield Obligation(f"plan:{name}", "plan", ((fid, Level.SUMMARY),), ((fid, frozenset({fact})),))
 
 
-def _newest_code_table(g: TraceGraph) -> tuple[str, list[str]]:
+def _newest_code_table(t: Trace) -> tuple[str, list[str]]:
     """The newest reference table that lists subcategory codes (a lookup, or entity records that show some).
     Providers only grow, so only those added since the last step are examined."""
-    providers = g.providers.get("SubCategoryCode", [])
-    checked, best = g.memo.get(("code_table", ""), (0, ("", [])))
-    for fid in reversed(providers[checked:]):
-        f = g.fields[fid]
+    providers = t.providers("SubCategoryCode")
+    checked, best = t.memo.get(("code_table", ""), (0, ("", [])))
+    for i in range(len(providers) - 1, checked - 1, -1):
+        f = providers[i]
         facts = f.spec.facts(f.value) if f.role == Role.REFERENCE_TABLE and f.spec and f.spec.facts else []
         if facts:
-            best = (fid, facts)
+            best = (f.id, facts)
             break
-    g.memo[("code_table", "")] = (len(providers), best)
+    t.memo[("code_table", "")] = (len(providers), best)
     return best
 
 
-def verification(g: TraceGraph) -> Iterator[Obligation]:
+def verification(t: Trace) -> Iterator[Obligation]:
     """Remaining = 0.00 is checked on the newest itemization view; its balance must stay readable."""
-    controls = g.latest.get(f"{ITEMIZE_FORM}/Form.Controls")
+    controls = t.latest(f"{ITEMIZE_FORM}/Form.Controls")
     if controls is not None:
-        facts = frozenset(_balance_facts(g.fields[controls].value))
-        yield Obligation("verify:remaining", "verification", ((controls, Level.SUMMARY),), ((controls, facts),))
+        facts = frozenset(_balance_facts(controls.value))
+        yield Obligation("verify:remaining", "verification", ((controls.id, Level.SUMMARY),), ((controls.id, facts),))
 
 
-def recovery(g: TraceGraph) -> Iterator[Obligation]:
+def recovery(t: Trace) -> Iterator[Obligation]:
     """While the itemization form is open, the last saved version of its lines before the current one stays
     recoverable: the state an edit is compared with, or rolled back to."""
-    if g.state_event is None or g.latest.get(LINES_GRID) not in g.events[g.state_event].fields:
+    state, lines = t.open_state(), t.latest(LINES_GRID)
+    if state is None or lines is None or lines.id not in t.event(state).fields:
         return
-    versions = g.versions.get(LINES_GRID, [])
-    saved = next((f for f in reversed(versions[:-1]) if g.event_of(f).category == "commit" and g.event_of(f).ok), None)
+    saved = next((f for f in reversed(t.versions(LINES_GRID)[:-1]) if _committed(t, f)), None)
     if saved is not None:
-        yield on_field(g, "recover", saved, Level.POINTER)
+        yield t.on_field("recover", saved.id, Level.POINTER)
+
+
+def _committed(t: Trace, f: Field) -> bool:
+    ev = t.event(f.event)
+    return ev.category == "commit" and ev.ok
