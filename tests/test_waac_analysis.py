@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import pytest
 from _support import task
-from _waac import EnvTrajectory, ctx, exchange, opening, toy_schemas
+from _waac import EnvTrajectory, ctx, exchange, opening, status_facts, toy_schemas
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.envs.expense.tasks import folio_of
 from harness.envs.expense.waac import schemas
-from harness.waac.analysis import Analysis
+from harness.types import Message
+from harness.waac.analysis import DEFAULT_TRANSFER, Analysis, Step, requirement
 from harness.waac.graph import TraceGraph
 from harness.waac.lattice import Level
+from harness.waac.obligations import Obligation
 from harness.waac.policy import WAAC
+from harness.waac.schema import FieldSpec, InputSpec, Role, Schemas, ToolSchema
 
 PATH = "/home/user/b.xlsx"
 WRITE = json.dumps({"Status": "Success", "Path": PATH, "Body": "Quarterly revenue by region ... " * 40})
@@ -79,6 +84,126 @@ def test_plan_keeps_the_lookup_codes_as_a_summary_until_verified() -> None:
     assert "LODG-ROOM=Room rate" in needed and all(f.split("=")[1] in tr.history[3].content for f in needed)
     shown = json.loads(policy.last[2].messages[len(tr.history) - 3].content)
     assert shown["Lookup"]["Grids"][0]["$summary"].count("=") == len(needed)
+
+
+# ---- the backward walk of eq. 5 over data and control edges ----------------------------------------------
+def code_schemas(transfer: Any = None) -> Schemas:
+    """A value looked up in a table and bound into a later call (data edge); a retry (control edge, retry);
+    edits of an open view (control edge, state)."""
+    status = FieldSpec("Status", "ResultStatus", Role.STATUS, facts=status_facts)
+    message = FieldSpec("Message", "ResultMessage", Role.BODY_TEXT)
+    view = FieldSpec("View", "View", Role.STATE, versioned=True)
+    return Schemas(transfer_rules=transfer).register(
+        ToolSchema("find_codes", "lookup", "lookup",
+                   (status, FieldSpec("Codes", "CodeTable", Role.REFERENCE_TABLE, ("Code",)))),
+        ToolSchema("list_codes", "list", "read",
+                   (status, FieldSpec("Codes", "CodeTable", Role.REFERENCE_TABLE, ("Code",)))),
+        ToolSchema("apply_code", "apply", "edit", (status, message), (InputSpec("code", "Code", match="shown"),)),
+        ToolSchema("apply_pair", "apply_pair", "edit", (status, message),
+                   (InputSpec("first", "Code", match="shown"), InputSpec("second", "Code", match="shown"))),
+        ToolSchema("open_view", "open", "navigate", (status, view)),
+        ToolSchema("edit_view", "edit", "edit", (status, view), acts_on_state=True),
+        ToolSchema("search", "search", "read", (status, FieldSpec("Results", "SearchResults", Role.REFERENCE_TABLE))))
+
+
+CODES = json.dumps({"Status": "Success", "Codes": ["ABC-1 Room", "XYZ-2 Parking"]})
+FAILED = json.dumps({"Status": "Error", "Message": "code not allowed here"})
+DONE = json.dumps({"Status": "Success", "Message": "applied"})
+
+
+LOOKUP = exchange("L", "find_codes", {}, CODES)
+APPLY_FAILS = exchange("a1", "apply_code", {"code": "ABC-1"}, FAILED, True)
+
+
+def _steps(*exchanges: list[Message], transfer: Any = None) -> tuple[WAAC, list[tuple[dict, dict]]]:
+    """(d, why) after each exchange."""
+    policy, h, out = WAAC(code_schemas(transfer)), opening("Apply code ABC-1."), []
+    for ex in exchanges:
+        h += ex
+        policy.render(h, ctx())
+        req = policy.last[0]
+        assert req is not None
+        out.append((dict(req.d), {f: req.why(f) for f in req.d}))
+    return policy, out
+
+
+def _open_failure(transfer: Any = None) -> tuple[WAAC, list[tuple[dict, dict]]]:
+    """lookup; apply a looked-up code, which fails; another call; the apply again (it works; not a retry:
+    another call came between, but it answers the failure)."""
+    return _steps(LOOKUP, APPLY_FAILS, exchange("s1", "search", {}, SEARCH),
+                  exchange("a2", "apply_code", {"code": "ABC-1"}, DONE), transfer=transfer)
+
+
+def _retry(transfer: Any = None) -> tuple[WAAC, list[tuple[dict, dict]]]:
+    """lookup; apply a looked-up code, which fails; the retry right after, which works; another call."""
+    return _steps(LOOKUP, APPLY_FAILS, exchange("a2", "apply_code", {"code": "ABC-1"}, DONE),
+                  exchange("s1", "search", {}, SEARCH), transfer=transfer)
+
+
+def test_data_edges_carry_a_failed_calls_demand_back_to_its_arguments_source() -> None:
+    """eq. 5 over a data edge: the table a failed call drew its argument from is EXACT while the failure is the
+    newest observation (the retry rebuilds the argument), POINTER while the failure stays open, and released
+    once a call that worked answered it (a completed call materialized the value)."""
+    policy, (_, (d1, why1), (d2, why2), (d3, _)) = _open_failure()
+    assert policy.graph.data_sources("a1") == [("L/Codes", "Code", "code")]
+    assert d1["L/Codes"] == Level.EXACT and sorted(why1["L/Codes"]) == ["failed:a1", "next_action"]
+    assert d2["L/Codes"] == Level.POINTER and why2["L/Codes"] == ["failed:a1"]
+    assert "L/Codes" not in d3
+
+
+def test_control_edges_carry_a_retrys_demand_back_to_the_attempt_it_answers() -> None:
+    """eq. 5 over a control edge (retry): once the retry worked the failure is answered (no failed-branch
+    obligation), yet while the retry is the newest observation its failed attempt's status and message stay
+    readable as a summary, reached only through the control edge, and through it (then a data edge out of the
+    failed attempt) the table it drew from stays recoverable; one step later all of them drop."""
+    policy, (*_, (d, why), (later, _)) = _retry()
+    assert policy.graph.conditions("a2") == ["a1/Status"] and "a1" not in policy.graph.open_failures
+    assert d["a1/Status"] == d["a1/Message"] == Level.SUMMARY and why["a1/Status"] == ["next_action"]
+    assert d["L/Codes"] == Level.POINTER and why["L/Codes"] == ["next_action"]
+    assert not {"a1/Status", "a1/Message", "L/Codes"} & set(later)
+
+
+def test_control_edges_keep_the_state_version_an_operation_acted_on_recoverable() -> None:
+    """eq. 5 over a control edge (state): the view an edit acted on stays recoverable (POINTER) while the edit's
+    result is used literally, not beyond."""
+    view = json.dumps({"Status": "Success", "View": {"rows": [1, 2, 3]}})
+    policy, ((d0, _), (d1, _), (d2, _)) = _steps(exchange("o", "open_view", {}, view),
+                                                 exchange("e1", "edit_view", {}, view),
+                                                 exchange("e2", "edit_view", {}, view))
+    assert policy.graph.conditions("e1") == ["o/Status"]
+    assert d0["o/View"] == Level.EXACT
+    assert d1["o/View"] == Level.POINTER and "o/Status" not in d1
+    assert "o/View" not in d2 and d2["e1/View"] == Level.POINTER
+
+
+def test_a_benchmarks_transfer_rules_override_the_defaults() -> None:
+    """Schemas.transfer_rules: a mapping (consulted before DEFAULT_TRANSFER) or a callable (None defers)."""
+    keep = {("data", "Code", "ok", "exact", "*"): Level.POINTER}  # sources of used outputs stay recoverable
+    *_, (d, why) = _open_failure(keep)[1]
+    assert d["L/Codes"] == Level.POINTER and why["L/Codes"] == ["next_action"]
+
+    def exact_codes(step: Step) -> Level | None:
+        return Level.EXACT if step.edge == "data" and step.source_type == "CodeTable" else None
+
+    _, (_, _, (d2, _), _) = _retry(exact_codes)
+    assert d2["L/Codes"] == Level.EXACT and d2["a1/Status"] == Level.SUMMARY  # the rest deferred to the defaults
+
+
+@pytest.mark.parametrize("bad", [{("data", "*", "done", "exact", "*"): Level.EXACT},
+                                 {("data", "*", "ok", "exact"): Level.EXACT},
+                                 {("data", "*", "ok", "exact", "*"): "most"}])
+def test_a_malformed_transfer_rule_is_one_clear_error(bad: dict) -> None:
+    with pytest.raises(ValueError, match=r"Schemas.transfer_rules: bad entry"):
+        WAAC(code_schemas(bad))
+
+
+def test_requirement_joins_per_path_levels_from_every_reference() -> None:
+    """requirement() from scratch: each reference's backward closure, joined (SUMMARY v POINTER = EXACT)."""
+    policy, _ = _retry()
+    ob = Obligation("t", "test", (("a2/Status", Level.EXACT), ("L/Codes", Level.SUMMARY)))
+    assert requirement(policy.graph, ob) == {"a2/Status": Level.EXACT, "a1/Status": Level.SUMMARY,
+                                             "a1/Message": Level.SUMMARY, "L/Codes": Level.EXACT}
+    assert DEFAULT_TRANSFER[("data", "*", "failed", "summary", "*")] == Level.POINTER
 
 
 # ---- incremental = full, on random trajectories of the real environment ---------------------------------

@@ -10,22 +10,24 @@ import pytest
 from _support import ROOT, task
 from _waac import BagOfWords, ctx
 from test_waac_projection import _itemizing
+from test_waac_reuse import run_against_full
 
 from harness.envs.expense.tasks import load
 from harness.envs.expense.waac import schemas
 from harness.waac.embeddings import LocalMiniLM
 from harness.waac.lattice import Level, join
-from harness.waac.library import HistoryLibrary, compat_of, describe, fragment, key_of
+from harness.waac.library import ALTERNATIVES, HistoryLibrary, compat_of, describe, fragment, key_of
 from harness.waac.policy import WAAC
 
 LIBRARY = ROOT / "benchmarks" / "expense" / "waac_library.json"
 
 
-def _checkpoints(saves: int = 2) -> dict:
+def _checkpoints(saves: int = 2, analysis: bool = False) -> dict:
+    """fragment key -> (fragment, applied policies[, analysis records (A.4)])."""
     tr, policy = _itemizing(saves), WAAC(schemas(), record_checkpoints=True)
     for n in range(4, len(tr.history) + 1, 2):  # every prefix the orchestrator renders: ending on a result
         policy.render(tr.history[:n], ctx())
-    return policy.checkpoints
+    return policy.checkpoints if analysis else {k: v[:2] for k, v in policy.checkpoints.items()}
 
 
 def test_only_verified_trajectories_are_admitted_and_evaluation_is_read_only(tmp_path: Path) -> None:
@@ -49,6 +51,40 @@ def test_records_with_the_same_key_aggregate_by_join() -> None:
     lib.admit({k: (frag, {"A": Level.POINTER, "B": Level.DROP})}, "t2", True)
     assert lib.records[k].policies == {"A": Level.EXACT, "B": Level.DROP}  # eq. 3 with SUMMARY v POINTER
     assert lib.records[k].tasks == ["t1", "t2"]
+
+
+def test_analysis_records_ride_along_side_by_side_and_are_never_joined() -> None:
+    """A.4: a key's dependency-analysis records are kept as alternatives (each valid only where its support
+    holds), distinct ones only, a few per seed."""
+    lib = HistoryLibrary(read_only=False)
+    frag = {"op": "x", "category": "read", "ok": True, "recency": "older", "inputs": [], "consumers": [],
+            "fields": [["A", "T", "state", False]]}
+    k = key_of(frag)
+    rec = [{"kind": "next_action", "paths": ["A"], "level": "exact", "rules": "r", "rows": [], "steps": [],
+            "n": n} for n in range(ALTERNATIVES + 2)]
+    lib.admit({k: (frag, {"A": Level.EXACT}, rec[:1])}, "t1", True)
+    lib.admit({k: (frag, {"A": Level.EXACT}, rec)}, "t2", True)
+    assert lib.records[k].analysis == rec[:ALTERNATIVES]
+    assert lib.match(frag, k, None, 0.9).analysis == tuple(rec[:ALTERNATIVES])
+
+
+def test_analysis_records_round_trip_and_old_libraries_still_load(tmp_path: Path) -> None:
+    lib = HistoryLibrary(read_only=False)
+    lib.admit(_checkpoints(2, analysis=True), "dev", verified=True)
+    assert sum(len(r.analysis) for r in lib.records.values()) > 0
+    lib.save(tmp_path / "lib.json")
+    loaded = HistoryLibrary.load(tmp_path / "lib.json")
+    assert {k: r.analysis for k, r in loaded.records.items()} == {k: r.analysis for k, r in lib.records.items()}
+    evaluated = _itemizing(2, task(7)).history
+    assert sum(r.from_library for r in run_against_full(evaluated, WAAC(schemas(), library=loaded))) > 0
+    data = json.loads((tmp_path / "lib.json").read_text())
+    for row in data["records"]:
+        del row["analysis"]  # a library file from before A.4's records
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    policy = WAAC(schemas(), library=HistoryLibrary.load(tmp_path / "old.json"))
+    reqs = run_against_full(evaluated, policy)
+    assert any(m.kind == "exact" for m in policy._matches.values()) and not policy.analysis._hints
+    assert sum(r.from_library for r in reqs) == 0
 
 
 def test_canonical_keys_ignore_instance_values() -> None:

@@ -7,15 +7,20 @@ canonical topological order (the operation, its typed inputs, its typed output f
 version status, then its consumers in the order they ran). Its key is a SHA-256 of that serialization.
 
 Records are admitted only from trajectories that passed task-level verification; records sharing a key are
-aggregated by the join (eq. 3). The library is read-only while evaluating. Queries take the exact key first;
-otherwise only candidates compatible in operation, action category and typed field roles are ranked by the
-cosine similarity of their semantic descriptions' embeddings (eq. 6), and accepted above a threshold.
+aggregated by the join (eq. 3). Records also carry the fragment's dependency-analysis records (A.4): per seed
+(obligation kind, canonical field path, demanded level) the canonical backward closure it had, with the rule
+inputs that support it (harness.waac.analysis); an exact match hands them to the online analysis, which reuses
+one only after validating its support on the current graph. The library is read-only while evaluating.
+Queries take the exact key first; otherwise only candidates compatible in operation, action category and typed
+field roles are ranked by the cosine similarity of their semantic descriptions' embeddings (eq. 6), and accepted
+above a threshold.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,10 @@ from harness.waac.graph import Event, TraceGraph
 from harness.waac.lattice import Level, join
 
 RECENT = 3  # tool events counted as "recent" for a fragment's recency class
+ALTERNATIVES = 4  # distinct analysis records kept per seed (upstream structures differ across trajectories)
+
+AnalysisRecord = dict[str, Any]  # harness.waac.analysis.record_of: kind, paths, level, rules, rows, steps
+Checkpoint = tuple[dict[str, Any], dict[str, Level], list[AnalysisRecord]]  # fragment, policies, analysis
 
 
 def fragment(g: TraceGraph, ev: Event, position: int) -> dict[str, Any]:
@@ -62,13 +71,21 @@ class Record:
     fragment: dict[str, Any]
     policies: dict[str, Level]  # canonical field (its path) -> the policy applied
     tasks: list[str] = field(default_factory=list)  # verified trajectories it aggregates
+    analysis: list[AnalysisRecord] = field(default_factory=list)  # A.4's dependency-analysis records
 
-    def merge(self, policies: dict[str, Level], task: str) -> None:
-        """eq. 3: the join of the policies observed for this key across verified trajectories."""
+    def merge(self, policies: dict[str, Level], task: str, analysis: Sequence[AnalysisRecord] = ()) -> None:
+        """eq. 3: the join of the policies observed for this key across verified trajectories; analysis records
+        are kept side by side (distinct ones, a few per seed), never joined: each is valid only where its
+        support holds."""
         for path, level in policies.items():
             self.policies[path] = join(self.policies.get(path, Level.DROP), level)
         if task not in self.tasks:
             self.tasks.append(task)
+        for rec in analysis:
+            same = [r for r in self.analysis if (r["kind"], r["paths"], r["level"]) == (rec["kind"], rec["paths"],
+                                                                                        rec["level"])]
+            if rec not in same and len(same) < ALTERNATIVES:
+                self.analysis.append(rec)
 
 
 @dataclass(frozen=True)
@@ -77,6 +94,7 @@ class Match:
     policies: dict[str, Level]
     score: float = 0.0
     key: str | None = None
+    analysis: tuple[AnalysisRecord, ...] = ()  # only an exact match carries them (a similar one is a cache miss)
 
 
 NO_MATCH = Match("none", {})
@@ -93,23 +111,24 @@ class HistoryLibrary:
             self._by_compat.setdefault(compat_of(r.fragment), []).append(k)
 
     # ---- building (development split only) ------------------------------------------------------------
-    def admit(self, records: dict[str, tuple[dict[str, Any], dict[str, Level]]], task: str, verified: bool) -> bool:
-        """Add one trajectory's checkpoint records; refused unless task-level verification passed."""
+    def admit(self, records: dict[str, tuple[Any, ...]], task: str, verified: bool) -> bool:
+        """Add one trajectory's checkpoint records ((fragment, policies) or (fragment, policies, analysis
+        records)); refused unless task-level verification passed."""
         if self.read_only:
             raise PermissionError("the history library is read-only during evaluation (B.3)")
         if not verified:
             return False
-        for key, (frag, policies) in records.items():
+        for key, (frag, policies, *analysis) in records.items():
             if key not in self.records:
                 self.records[key] = Record(key, frag, {})
                 self._by_compat.setdefault(compat_of(frag), []).append(key)
-            self.records[key].merge(policies, task)
+            self.records[key].merge(policies, task, analysis[0] if analysis else [])
         return True
 
     # ---- querying -------------------------------------------------------------------------------------
     def match(self, frag: dict[str, Any], key: str, embedder: Embedder | None, threshold: float) -> Match:
         if key in self.records:
-            return Match("exact", self.records[key].policies, 1.0, key)
+            return Match("exact", self.records[key].policies, 1.0, key, tuple(self.records[key].analysis))
         candidates = self._by_compat.get(compat_of(frag), [])
         if not candidates or embedder is None:
             return NO_MATCH
@@ -123,7 +142,7 @@ class HistoryLibrary:
     # ---- persistence ----------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
         rows = [{"key": r.key, "fragment": r.fragment, "policies": {p: lv.value for p, lv in r.policies.items()},
-                 "tasks": r.tasks} for r in sorted(self.records.values(), key=lambda r: r.key)]
+                 "tasks": r.tasks, "analysis": r.analysis} for r in sorted(self.records.values(), key=lambda r: r.key)]
         Path(path).write_text(json.dumps({"meta": self.meta, "records": rows}, indent=1, default=list) + "\n")
 
     @classmethod
@@ -135,5 +154,5 @@ class HistoryLibrary:
             frag["inputs"] = [tuple(x) for x in frag["inputs"]]
             frag["consumers"] = [tuple(x) for x in frag["consumers"]]
             records[row["key"]] = Record(row["key"], frag, {p: Level(v) for p, v in row["policies"].items()},
-                                         row["tasks"])
+                                         row["tasks"], row.get("analysis", []))  # older files: none (no seeding)
         return cls(records, read_only=True, meta=data.get("meta", {}))
