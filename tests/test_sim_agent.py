@@ -11,6 +11,7 @@ from _support import Driver, grid_rows, has_all_types, line_values, only_room_ra
 from harness.backends.sim import SimModel
 from harness.backends.sim.expense import ASK_LODGING, ASK_OTHER
 from harness.backends.sim.reader import read
+from harness.envs.expense.catalog import SUBCATEGORIES
 from harness.envs.expense.domain import SYSTEM_PROMPT, WITH_USER, WITHOUT_USER, ExpenseDomain
 from harness.envs.expense.env import ExpenseEnv
 from harness.envs.expense.tasks import folio_of
@@ -58,7 +59,7 @@ def test_reader_extracts_report_folio_and_user_availability() -> None:
     assert b.report_number == t.data["report"]["number"]
     assert b.folio == folio_of(t)
     assert b.has_user and b.lodging_known and b.other_known
-    assert b.snapshots == [] and b.codes == {} and not b.menu_item_known
+    assert b.snapshots == [] and not b.codes and not b.menu_item_known
     assert not read(opening(t, with_user=False)).has_user
 
 
@@ -68,10 +69,12 @@ def test_reader_learns_codes_from_lookup_json_or_summary_text() -> None:
     open_itemize(d, t)
     lookup = d.ok("form_open_lookup", controlName="SubCategory")
     b = read([*opening(t), *lookup.messages()])
-    assert b.codes["Room rate"] == "LODG-ROOM" and b.codes["Laundry"] == "INCD-LAUN" and len(b.codes) == 10
+    assert b.codes["Room rate"] == "LODG-ROOM" and b.codes["Laundry"] == "INCD-LAUN"
+    assert all(s.name in b.codes for s in SUBCATEGORIES) and "Hotel" not in b.codes
     note = Message("system", "Summary of earlier tool interactions:\n- form_open_lookup(...) -> "
                    "LODG-ROOM=Room rate; LODG-TAX=Room tax", name="context_summary")
-    assert read([*opening(t), note]).codes == {"Room rate": "LODG-ROOM", "Room tax": "LODG-TAX"}
+    codes = read([*opening(t), note]).codes
+    assert (codes["Room rate"], codes["Room tax"], codes.get("Parking")) == ("LODG-ROOM", "LODG-TAX", None)
 
 
 def test_reader_tracks_snapshots_and_last_error() -> None:

@@ -15,7 +15,8 @@ from typing import Any, Protocol
 from harness.backends.sim.reader import Belief, Snapshot
 from harness.types import FolioLine
 
-RECALL = "waac_recall"  # offered by policy=waac
+STALE_PARTS = ("control:Remaining", "grid:ItemizationGrid")  # what two itemization views can disagree on
+CODE_SOURCE = ("SubCategory", "lookup")  # a reference labelled so may restore the subcategory codes
 ASK_LODGING = ("To itemize the hotel expense I need the folio. What were the room charges: the nightly room "
                "rate and the room tax, with the start date and number of nights?")
 ASK_OTHER = ("Thanks. Were there any other charges on the folio, such as meals at the hotel restaurant, "
@@ -57,24 +58,37 @@ def plan(b: Belief, noise: Noise) -> Action:
 
 
 def _current_form(b: Belief, noise: Noise) -> tuple[Snapshot | None, list[str]]:
-    """The latest form view, unless confusion makes the agent act on an older, conflicting one."""
+    """The latest form view, each part the agent cannot see there read from the newest view of the same form
+    that shows it; unless confusion makes the agent act on an older, conflicting view (its shown parts)."""
     if not b.snapshots:
         return None, []
     latest = b.snapshots[-1]
+    same = [s for s in b.snapshots if s.name == latest.name]
+    current = same[0]
+    for s in same[1:]:
+        current = s.over(current)
     if latest.name != "TrvItemization":
-        return latest, []
-    stale = [s for s in b.snapshots[:-1] if s.name == latest.name and _signature(s) != _signature(latest)]
+        return current, []
+    stale = [s for s in same[:-1] if _conflicts(s, latest)]
     if stale and noise.confused(len(stale)):
-        return noise.choice(stale), [f"stale_confusion({len(stale)} conflicting snapshots)"]
-    return latest, []
+        return noise.choice(stale).over(current), [f"stale_confusion({len(stale)} conflicting snapshots)"]
+    return current, []
 
 
-def _signature(s: Snapshot) -> tuple[Any, ...]:
-    return s.control("Remaining"), tuple(tuple(sorted(r["Values"].items())) for r in s.rows("ItemizationGrid"))
+def _conflicts(old: Snapshot, new: Snapshot) -> bool:
+    """Two views conflict when a part both show differs, whichever policy rendered them: a part a view does
+    not show (omitted, summarized, pointed to) can neither conflict nor agree."""
+    a, b = old.parts(), new.parts()
+    return any(p in a and p in b and a[p] != b[p] for p in STALE_PARTS)
+
+
+def _reread(grid: str) -> Action:
+    """The view shows no rows of a grid the next step needs: selecting its first row shows the form again."""
+    return call("form_select_grid_row", gridName=grid, rowNumber=1)
 
 
 def _on_list(b: Belief, snap: Snapshot, noise: Noise) -> Action:
-    rows = snap.rows("ExpenseReportsGrid")
+    rows = snap.rows("ExpenseReportsGrid") or []
     hit = next((r for r in rows if r["Values"]["ExpenseNumber"] == b.report_number), None)
     if hit is None:
         return call("form_filter_grid", gridName="ExpenseReportsGrid", columnName="ExpenseNumber",
@@ -88,6 +102,8 @@ def _on_report(b: Belief, snap: Snapshot, noise: Noise) -> Action:
     if snap.control("ExpenseNumber") != b.report_number:
         return call("form_close_form")
     rows = snap.rows("ExpenseLinesGrid")
+    if rows is None:
+        return _reread("ExpenseLinesGrid")
     hotel = next((r for r in rows if r["Values"]["ExpenseCategory"] == "Hotel"), None)
     if hotel is None:
         return Action(text="I could not find a hotel expense line on this expense report.")
@@ -112,7 +128,8 @@ def _known_folio(b: Belief) -> list[FolioLine]:
 
 
 def _rows(snap: Snapshot) -> list[dict[str, Any]]:
-    return [{**r["Values"], "_n": r["RowNumber"], "_sel": r["IsSelected"]} for r in snap.rows("ItemizationGrid")]
+    return [{**r["Values"], "_n": r.get("RowNumber"), "_sel": r.get("IsSelected")}
+            for r in snap.rows("ItemizationGrid") or []]
 
 
 def _key(row: dict[str, Any]) -> tuple[str, str, Decimal]:
@@ -165,6 +182,8 @@ def _on_itemize(b: Belief, snap: Snapshot, noise: Noise) -> Action:
     folio, rows = _known_folio(b), _rows(snap)
     if not folio:  # without a user, the room details were on the report's Hotel tab, now out of view
         return call("form_close_form", discardChanges=False)
+    if snap.rows("ItemizationGrid") is None:
+        return _reread("ItemizationGrid")
     missing, extra = _cover(rows, folio)
     sel = next((r for r in rows if r["_sel"]), None)
     if sel is not None and not (sel.get("SubCategory") and sel.get("Amount")):
@@ -218,7 +237,10 @@ def _advance(b: Belief, snap: Snapshot, rows: list[dict[str, Any]], missing: lis
 
 
 def _final_message(b: Belief, snap: Snapshot, n_rows: int) -> str:
-    remaining = Decimal(str(snap.control("Remaining")))
+    shown = snap.control("Remaining")
+    if shown is None:
+        return f"I itemized {n_rows} line(s); the view does not show the Remaining balance."
+    remaining = Decimal(str(shown))
     if remaining == 0:
         return (f"The itemization is complete: {n_rows} itemization line(s) saved and the Remaining balance "
                 "is 0.00.")
@@ -228,8 +250,9 @@ def _final_message(b: Belief, snap: Snapshot, n_rows: int) -> str:
 
 def _fill(b: Belief, snap: Snapshot, line: FolioLine, noise: Noise) -> Action:
     code = b.codes.get(line.subcategory)
-    if code is None and b.lookup_pointers and not (b.last_call and b.last_call.name == RECALL):
-        return call(RECALL, ref=b.lookup_pointers[-1])  # a compacted lookup is cheaper to restore than reopen
+    if code is None and (found := b.reference_about(*CODE_SOURCE)):  # cheaper to restore than to reopen
+        ref, tool, arg = found
+        return call(tool, **{arg: ref.ref})
     if code is None:
         return call("form_open_lookup", controlName="SubCategory")
     events = []

@@ -86,7 +86,7 @@ class SimModel:
 
     def generate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion:
         visible = self.tokens.request(messages, tools)
-        action = expense.plan(read(messages), Draw(self.rng, self.noise, visible))
+        action = expense.plan(read(messages, tools), Draw(self.rng, self.noise, visible))
         self.calls += 1
         message = self._message(action)
         out = self.tokens.message(message)

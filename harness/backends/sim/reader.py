@@ -1,34 +1,46 @@
-"""How the simulated agent reads its context: only the messages of the view it was sent.
+"""How the simulated agent reads its context: only the messages of the view it was sent, and the tools offered.
 
-The reader looks at text the way a model would see it: the user's words, the JSON of tool results it can see,
-and any summary text a policy inserted. It never touches environment state. Anything evicted from the view
-is simply unknown here, so the planner must re-query or ask again.
+The reader looks at text the way a model would see it: the user's words, the tool results it can see, and any
+summary text a policy inserted. It never touches environment state, and it reads every policy's view by the
+same rules, whoever rendered it (issue #13, "the simulated agent must be policy-neutral"):
+- a form view is any tool result whose JSON shows a form (`Form` with a `FormName`); the parts it shows are
+  known in that snapshot, and parts a policy summarized, pointed to or omitted are simply unknown there;
+- a subcategory code is paired with a name when both sit in the same item and that item holds no other
+  code: a JSON object (the name one of its values), or a text segment (a line, cut at `|`, `;` and sentence
+  ends, then at commas, then between codes) that names it: `CODE=Name`, `Name: CODE`, `CODE (Name)`,
+  `Name -> CODE`, a JSON row or a summary sentence alike;
+- a reference the view offers (a `$pointer` value anywhere in a tool result, or an expand handle `msg_N` /
+  `sum_...` in any text) is usable only through a tool the agent was offered that documents that kind of
+  reference and takes it as its one required `ref` / `id` argument.
+Anything evicted from the view is simply unknown here, so the planner must follow a reference, re-query or ask.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
-from harness.types import FolioLine, Message, ToolCall
+from harness.types import FolioLine, Message, ToolCall, ToolSpec
 
 REPORT = re.compile(r"\bUSMF-\d{6}\b")
 FOLIO_LINE = re.compile(r"- (?P<sub>[A-Za-z ]+), starting (?P<date>\d{4}-\d{2}-\d{2}): (?P<qty>\d+) x "
                         r"(?P<rate>\d+\.\d{2}) = (?P<amount>\d+\.\d{2})")
-# Subcategory codes appear as JSON lookup rows, or as `CODE=Name` in summaries and notes.
-CODE_JSON = re.compile(r'"SubCategory": "(?P<code>[A-Z]{4}-[A-Z]{3,5})", "Name": "(?P<name>[A-Za-z ]+)"')
-CODE_TEXT = re.compile(r"\b(?P<code>[A-Z]{4}-[A-Z]{3,5})=(?P<name>[A-Za-z][A-Za-z ]*[A-Za-z])")
-MENU_ITEM = re.compile(r'"Name": "(?P<name>TrvExpenses)"|\bmenu item (?P<name2>TrvExpenses)\b')
+CODE = re.compile(r"\b[A-Z]{4}-[A-Z]{3,5}\b")  # a subcategory code token, in any rendering
+SEGMENT_CUTS = (re.compile(r"\n"), re.compile(r"\||;|\.\s+"), re.compile(r",\s*"))
+MENU_ITEM = re.compile(r"\bTrvExpenses\b")  # the menu item's name, however a policy shows it
 NO_USER = "No user is available"
-COMPACTED = "$compacted"  # WAAC marks a result whose fields it summarized, pointed to or omitted
+POINTER = "$pointer"  # a JSON reference to content a policy moved out of the view
+HANDLE = re.compile(r"\b(?P<kind>msg|sum)_\w+")  # an expand handle in text (e.g. LCM's message / summary ids)
+REF_PARAMS = ("ref", "id")
 
 
 @dataclass
 class Snapshot:
-    """A form view model seen in a tool result, with its position in the view."""
+    """A form view seen in a tool result, with its position in the view. Parts it does not show are unknown."""
 
     position: int
     form: dict[str, Any]
@@ -37,24 +49,90 @@ class Snapshot:
     def name(self) -> str:
         return str(self.form.get("FormName", ""))
 
-    def control(self, name: str) -> Any:
-        for c in self.form.get("Controls", []):
-            if c["Name"] == name:
-                return c["Value"]
-        for t in self.form.get("Tabs", []):
-            for c in t.get("Controls", []):
-                if c["Name"] == name:
-                    return c["Value"]
-        return None
+    def controls(self) -> list[dict[str, Any]] | None:
+        """The controls shown (the form's own and its tabs'), or None when the form's controls are not shown."""
+        own = self.form.get("Controls")
+        if not isinstance(own, list):
+            return None
+        tabs = self.form.get("Tabs") if isinstance(self.form.get("Tabs"), list) else []
+        nested = [c for t in _dicts(tabs) for c in _dicts(t.get("Controls"))]
+        return [*_dicts(own), *nested]
 
-    def rows(self, grid: str) -> list[dict[str, Any]]:
-        for g in self.form.get("Grids", []):
-            if g["Name"] == grid:
-                return list(g["Rows"])
-        return []
+    def control(self, name: str) -> Any:
+        return next((c.get("Value") for c in self.controls() or [] if c.get("Name") == name), None)
+
+    def rows(self, grid: str) -> list[dict[str, Any]] | None:
+        """The grid's rows, or None when this view does not show them (omitted, summarized or pointed to)."""
+        g = next((g for g in _dicts(self.form.get("Grids")) if g.get("Name") == grid), None)
+        rows = g.get("Rows") if g is not None else None
+        return [r for r in _dicts(rows) if isinstance(r.get("Values"), dict)] if isinstance(rows, list) else None
 
     def tab_open(self, name: str) -> bool:
-        return any(t["Name"] == name and t["IsExpanded"] for t in self.form.get("Tabs", []))
+        return any(t.get("Name") == name and t.get("IsExpanded") for t in _dicts(self.form.get("Tabs")))
+
+    def parts(self) -> dict[str, Any]:
+        """What this view shows of the form, by part: each control's value and each grid's rows (hashable)."""
+        shown: dict[str, Any] = {f"control:{c.get('Name')}": c.get("Value") for c in self.controls() or []}
+        for g in _dicts(self.form.get("Grids")):
+            rows = self.rows(str(g.get("Name")))
+            if rows is not None:
+                shown[f"grid:{g.get('Name')}"] = tuple(tuple(sorted(r["Values"].items())) for r in rows)
+        return shown
+
+    def over(self, base: Snapshot) -> Snapshot:
+        """`base` with every part this view shows taken from this view (controls, tabs, each grid)."""
+        form = dict(base.form)
+        for key in ("Controls", "Tabs"):
+            if isinstance(self.form.get(key), list):
+                form[key] = self.form[key]
+        shown = {g["Name"]: g for g in _dicts(self.form.get("Grids")) if self.rows(str(g.get("Name"))) is not None}
+        base_grids = _dicts(base.form.get("Grids"))
+        form["Grids"] = [shown.pop(g.get("Name"), g) for g in base_grids] + list(shown.values())
+        return Snapshot(self.position, form)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A reference the view offers to content moved out of it, with the text that says what it refers to."""
+
+    ref: str
+    label: str
+    marker: str  # the kind of reference, as a tool's documentation names it ("$pointer", "msg_", "sum_")
+
+
+@dataclass(frozen=True)
+class CodeItem:
+    """One item of the view that holds exactly one subcategory code, and the text around it."""
+
+    code: str
+    texts: tuple[str, ...]
+    exact: bool  # a JSON object: a name must be one of its values; else a text segment that names it
+
+
+class CodeBook:
+    """Subcategory name -> code, read from every item of the view by the same rule (newest item first)."""
+
+    def __init__(self, items: list[CodeItem]) -> None:
+        self.items = items
+
+    def get(self, name: str) -> str | None:
+        phrase = re.compile(rf"(?<![A-Za-z]){re.escape(name)}(?![A-Za-z])", re.IGNORECASE)
+        for item in reversed(self.items):
+            if any((t.casefold() == name.casefold()) if item.exact else bool(phrase.search(t)) for t in item.texts):
+                return item.code
+        return None
+
+    def __getitem__(self, name: str) -> str:
+        code = self.get(name)
+        if code is None:
+            raise KeyError(name)
+        return code
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
 
 
 @dataclass
@@ -66,20 +144,42 @@ class Belief:
     asked_other: bool = False
     lodging_known: bool = False
     other_known: bool = False
-    codes: dict[str, str] = field(default_factory=dict)  # subcategory name -> code
+    codes: CodeBook = field(default_factory=lambda: CodeBook([]))
     menu_item_known: bool = False
     snapshots: list[Snapshot] = field(default_factory=list)
     last_call: ToolCall | None = None
     last_error: str | None = None
     visible_text: str = ""
-    lookup_pointers: list[str] = field(default_factory=list)  # WAAC references to compacted lookup results
+    references: list[Reference] = field(default_factory=list)
+    followed: set[str] = field(default_factory=set)  # references the agent's visible calls already followed
+    tools: list[ToolSpec] = field(default_factory=list)
+
+    def recall_tool(self, marker: str) -> tuple[str, str] | None:
+        """(tool, argument) of an offered tool that documents this kind of reference and takes it as its one
+        required ref / id argument; None when the agent has no such tool."""
+        for t in self.tools:
+            required = t.parameters.get("required", [])
+            if len(required) == 1 and required[0] in REF_PARAMS and marker in t.description:
+                return t.name, str(required[0])
+        return None
+
+    def reference_about(self, *topics: str) -> tuple[Reference, str, str] | None:
+        """The newest reference not yet followed whose label mentions a topic, with the tool that follows it."""
+        for r in reversed(self.references):
+            tool = self.recall_tool(r.marker)
+            if tool and r.ref not in self.followed and any(x.casefold() in r.label.casefold() for x in topics):
+                return r, *tool
+        return None
 
 
-def read(messages: Sequence[Message]) -> Belief:
-    b = Belief()
-    texts = []
+def read(messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> Belief:
+    b = Belief(tools=list(tools))
+    items: list[CodeItem] = []
     for pos, m in enumerate(messages):
-        texts.append(m.content)
+        payload, found, refs, menu = _analysed(m.content)
+        items += found
+        b.references += refs
+        b.menu_item_known = b.menu_item_known or menu
         if m.role == "system":
             b.has_user = b.has_user and NO_USER not in m.content
         elif m.role == "user":
@@ -87,17 +187,9 @@ def read(messages: Sequence[Message]) -> Belief:
         elif m.role == "assistant":
             _read_assistant(b, m)
         elif m.role == "tool":
-            _read_tool(b, pos, m)
-    b.visible_text = "\n".join(texts)
-    for match in CODE_JSON.finditer(b.visible_text):
-        b.codes[match["name"]] = match["code"]
-    for match in CODE_TEXT.finditer(b.visible_text):
-        b.codes.setdefault(match["name"], match["code"])
-    for snap in b.snapshots:  # itemization rows show code and name side by side
-        for row in snap.rows("ItemizationGrid"):
-            if row["Values"].get("SubCategoryName"):
-                b.codes.setdefault(row["Values"]["SubCategoryName"], row["Values"]["SubCategory"])
-    b.menu_item_known = bool(MENU_ITEM.search(b.visible_text))
+            _read_tool(b, pos, payload)
+    b.codes = CodeBook(items)
+    b.visible_text = "\n".join(m.content for m in messages)
     return b
 
 
@@ -120,21 +212,112 @@ def _read_assistant(b: Belief, m: Message) -> None:
         low = m.content.lower()
         b.asked_lodging = b.asked_lodging or "room" in low
         b.asked_other = b.asked_other or "other charges" in low
-    else:
-        b.last_call = m.tool_calls[-1]
-
-
-def _read_tool(b: Belief, pos: int, m: Message) -> None:
-    try:
-        payload = json.loads(m.content)
-    except json.JSONDecodeError:
         return
+    b.last_call = m.tool_calls[-1]
+    for c in m.tool_calls:
+        b.followed |= {str(v) for v in _scalars(_json(c.arguments))}
+
+
+def _read_tool(b: Belief, pos: int, payload: Any) -> None:
+    """Any result that shows a form is a snapshot of what it shows, whichever policy rendered it."""
     if not isinstance(payload, dict):
         return
     b.last_error = payload.get("Message") if payload.get("Status") == "Error" else None
-    if payload.get(COMPACTED):  # a compacted result is not a full view of a form: only its pointers are usable
-        lookup = payload.get("Lookup", {})
-        b.lookup_pointers += [g["$pointer"] for g in lookup.get("Grids", []) if isinstance(g, dict) and "$pointer" in g]
-        return
-    if isinstance(payload.get("Form"), dict):
-        b.snapshots.append(Snapshot(pos, payload["Form"]))
+    form = payload.get("Form")
+    if isinstance(form, dict) and form.get("FormName"):
+        b.snapshots.append(Snapshot(pos, form))
+
+
+# ---- format-agnostic readers ------------------------------------------------------------------------------
+@lru_cache(maxsize=8192)
+def _analysed(text: str) -> tuple[Any, tuple[CodeItem, ...], tuple[Reference, ...], bool]:
+    """A message's JSON (or None), code items, references, and whether it names the menu item. Views repeat
+    most messages from call to call, so each text is read once per process (the JSON is shared: the reader and
+    planner never modify it)."""
+    payload, menu = _json(text), bool(MENU_ITEM.search(text))
+    if payload is None:
+        return None, tuple(_text_items(text)), tuple(_handles(text)), menu
+    items: list[CodeItem] = []
+    refs: list[Reference] = []
+    _scan(payload, (), items, refs)
+    return payload, tuple(items), tuple(refs), menu
+
+
+def _json(text: str) -> Any:
+    """The JSON a text holds (object or list), else None."""
+    if not text.lstrip().startswith(("{", "[")):
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return None
+
+
+def _scan(value: Any, path: tuple[str, ...], items: list[CodeItem], refs: list[Reference]) -> None:
+    """One pass over a JSON value (strings holding JSON included), collecting code items and references:
+    an object with exactly one code value is an item; other strings are text; `$pointer` values are references
+    labelled by the names on the way to them (keys, and the FormName / Name of enclosing objects)."""
+    if isinstance(value, str):
+        inner = _json(value) if value[:1] in "{[" else None
+        if inner is not None:
+            _scan(inner, path, items, refs)
+        elif not CODE.fullmatch(value):
+            items += _text_items(value)
+            refs += _handles(value) if "_" in value else []
+    elif isinstance(value, list):
+        for v in value:
+            _scan(v, path, items, refs)
+    elif isinstance(value, dict):
+        strings = [v for v in value.values() if isinstance(v, str)]
+        codes = [v for v in strings if CODE.fullmatch(v)]
+        if len(codes) == 1:
+            items.append(CodeItem(codes[0], tuple(v for v in strings if v != codes[0]), True))
+        here = (*path, *(str(value[k]) for k in ("FormName", "Name") if isinstance(value.get(k), str)))
+        if isinstance(value.get(POINTER), str):
+            refs.append(Reference(value[POINTER], "/".join(here), POINTER))
+        for k, v in value.items():
+            if isinstance(v, dict | list | str):
+                _scan(v, (*here, str(k)), items, refs)
+
+
+def _text_items(text: str, level: int = 0) -> list[CodeItem]:
+    """Cut text into segments until each holds at most one code; segments with one code become items."""
+    n = len(CODE.findall(text))
+    if n == 0:
+        return []
+    if n == 1:
+        return [CodeItem(CODE.findall(text)[0], (text,), False)]
+    if level < len(SEGMENT_CUTS):
+        return [i for part in SEGMENT_CUTS[level].split(text) for i in _text_items(part, level + 1)]
+    return [CodeItem(CODE.findall(p)[0], (p,), False) for p in _between_codes(text)]
+
+
+def _between_codes(text: str) -> list[str]:
+    """One piece per code: names follow their codes unless nothing but punctuation follows the last code."""
+    starts = [m.start() for m in CODE.finditer(text)]
+    ends = [m.end() for m in CODE.finditer(text)]
+    names_follow = bool(re.search(r"[A-Za-z]", text[ends[-1]:]))
+    cuts = [0, *(starts[1:] if names_follow else ends[:-1]), len(text)]
+    return [text[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+
+
+def _handles(text: str) -> list[Reference]:
+    """Expand handles in text, each labelled by the list item it sits in (cut at '), ' or ': ' before it)."""
+    out = []
+    for m in HANDLE.finditer(text):
+        before = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
+        label = re.split(r"\),\s|:\s", before)[-1]
+        out.append(Reference(m.group(0), label, f"{m['kind']}_"))
+    return out
+
+
+def _dicts(items: Any) -> list[dict[str, Any]]:
+    return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []
+
+
+def _scalars(value: Any) -> Iterator[Any]:
+    if isinstance(value, dict | list):
+        for v in value.values() if isinstance(value, dict) else value:
+            yield from _scalars(v)
+    else:
+        yield value
