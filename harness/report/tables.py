@@ -6,8 +6,10 @@
 - `budget_sweep`: completion and agent input tokens per policy x budget tier, from budget-sweep folders.
 - `methods_comparison`: the WAAC paper's comparison methods (Table 1's rows) with their auxiliary costs, beside
   the paper's values (harness.report.methods_table), from the newest methods sweep or the chosen runs.
-- `waac_ablations`, `waac_step_log`: WAAC's ablations beside the paper's Tables 3a/6 deltas, and its per-step
-  compression log (harness.report.waac_tables).
+- `waac_ablations`, `waac_step_log`, `waac_firing`: WAAC's ablations beside the paper's Tables 3a/6 deltas, its
+  per-step compression log and how often its mechanisms fire (harness.report.waac_tables).
+- `pinchbench_table3`, `pinchbench_table6`: WAAC Tables 3(a) and 6 from PinchBench runs of the ablation
+  experiments beside the paper's values (harness.report.waac_tables).
 - `pinchbench_table1`, `pinchbench_table4`: the WAAC paper's PinchBench Table 1 (category scores, overall, tokens,
   time per method) and Table 4 (continuous workflows: Acc. and Rel. per workflow size), beside the paper's values
   (harness.report.pinchbench_tables), from the newest PinchBench methods / workflow sweep or the chosen runs.
@@ -53,7 +55,14 @@ from harness.report.runs import (
     where,
 )
 from harness.report.stats import fmt, mean_ci
-from harness.report.waac_tables import WAAC_RUNS, ablation_table, load_steps, step_log_table
+from harness.report.waac_tables import (
+    WAAC_RUNS,
+    ablation_table,
+    firing_table,
+    load_steps,
+    pinchbench_ablations,
+    step_log_table,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER = ROOT / "benchmarks" / "papers" / "less_context_better_agents.yaml"
@@ -257,6 +266,10 @@ def _waac(results: Path, chosen: dict[str, Run], pins: dict[str, Path], out: Pat
     if not steps.empty:
         written += write(step_log_table(steps, sources), out, "waac_step_log",
                          f"WAAC per-step compression log, mean per step ({label(episodes)})", notes)
+        written += write(firing_table(steps, sources), out, "waac_firing",
+                         f"How often WAAC's mechanisms fire on the expense benchmark ({label(episodes)}): library "
+                         "matches (exact / similarity / none), summary rollbacks, pointer promotions and recalls",
+                         notes)
     return written
 
 
@@ -320,6 +333,14 @@ def _pinchbench(results: Path, pins: dict[str, Path], out: Path, found: list[Run
     return written
 
 
+def _waac_pinchbench(results: Path, pins: dict[str, Path], out: Path, found: list[Run]) -> list[Path]:
+    """WAAC Tables 3(a) and 6 from the PinchBench runs of the ablation experiments (harness.report.waac_tables)."""
+    written: list[Path] = []
+    for table in pinchbench_ablations(results, pins, found):
+        written += write(table.table, out, table.name, table.caption, table.notes)
+    return written
+
+
 def _odysseys(results: Path, pins: dict[str, Path], out: Path, found: list[Run]) -> list[Path]:
     written: list[Path] = []
     for table in odysseys_tables.build(results, pins, found):
@@ -348,7 +369,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     chosen = select_kind(args.results, pins, EXPENSE_KIND, found)
     written = _expense(args.results, chosen, out) + _waac(args.results, chosen, pins, out)
     written += _methods(args.results, chosen, pins, out) + _budget(args.results, out)
-    written += _pinchbench(args.results, pins, out, found)
+    written += _pinchbench(args.results, pins, out, found) + _waac_pinchbench(args.results, pins, out, found)
     written += _odysseys(args.results, pins, out, found)
     return announce(written, args.results)
 

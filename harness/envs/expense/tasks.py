@@ -2,8 +2,13 @@
 
 `python -m harness.envs.expense.tasks --seed 2606 --n 50 --out benchmarks/expense/tasks.jsonl` regenerates
 the committed data; a test checks the file is byte-identical to a fresh generation. WAAC's development split
-(the history library is built from it, never from evaluation tasks, B.3):
-`python -m harness.envs.expense.tasks --seed 5202 --n 20 --prefix hotel-dev --out benchmarks/expense/dev_tasks.jsonl`.
+(the history library is built from it, never from evaluation tasks, B.3), also checked against a fresh generation:
+`python -m harness.envs.expense.tasks --seed 5202 --n 20 --prefix hotel-dev --mix dev \
+    --out benchmarks/expense/dev_tasks.jsonl`.
+The dev split's folios follow another mix of charges (DEV_MIX: shorter stays, the occupancy tax posted once per
+stay, at most one restaurant meal, more parking and laundry), so its workflows differ from the evaluation tasks'
+(no subcategory is itemized twice in a row there) and WAAC's library meets evaluation fragments it has not
+recorded: similarity matching (§3.3.2) is exercised rather than exact keys always hitting.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import date, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -37,30 +42,53 @@ def _money(rng: random.Random, low: float, high: float) -> Decimal:
     return (Decimal(rng.randint(int(low * 100), int(high * 100))) / 100).quantize(CENT)
 
 
-def _folio(rng: random.Random, checkin: date, nights: int) -> list[FolioLine]:
+@dataclass(frozen=True)
+class FolioMix:
+    """How a split's hotels post their charges (the evaluation tasks' mix is EVAL_MIX)."""
+
+    nights: tuple[int, int]  # shortest and longest stay
+    inclusive: float  # share of tax-inclusive rates with no extras
+    nightly_tax: bool  # occupancy tax one entry per night, else one entry for the stay (tax x nights)
+    restaurant: int  # at most this many restaurant meals
+    parking: float  # share of stays with parking
+    laundry: float  # share of stays with laundry
+
+
+EVAL_MIX = FolioMix(nights=(2, 5), inclusive=0.1, nightly_tax=True, restaurant=2, parking=0.5, laundry=0.3)
+DEV_MIX = FolioMix(nights=(1, 3), inclusive=0.0, nightly_tax=False, restaurant=1, parking=0.8, laundry=0.6)
+MIXES = {"eval": EVAL_MIX, "dev": DEV_MIX}
+
+
+def _folio(rng: random.Random, checkin: date, nights: int, mix: FolioMix = EVAL_MIX) -> list[FolioLine]:
     """Charges on one folio, as the hotel posts them: the room rate once for the stay (rate x nights), the
-    occupancy tax once per night, restaurant meals and laundry per occurrence, parking per stay. About one in
-    ten hotels quotes a tax-inclusive rate with no extras: the only folio an agent without it could finish."""
+    occupancy tax once per night (or once per stay), restaurant meals and laundry per occurrence, parking per
+    stay. About one in ten evaluation hotels quotes a tax-inclusive rate with no extras: the only folio an agent
+    without it could finish."""
     rate = _money(rng, 119, 329)
     lines = [FolioLine("Room rate", checkin.isoformat(), f"{rate}", nights, f"{rate * nights}")]
-    if rng.random() < 0.1:
+    if rng.random() < mix.inclusive:
         return lines
     tax = (rate * Decimal(rng.randint(100, 160)) / 1000).quantize(CENT)
-    for night in range(nights):  # folios post occupancy tax nightly, one entry per night
-        day = (checkin + timedelta(days=night)).isoformat()
-        lines.append(FolioLine("Room tax", day, f"{tax}", 1, f"{tax}"))
-    for night in sorted(rng.sample(range(nights), k=rng.randint(0, min(2, nights)))):
+    lines += _tax_lines(checkin, nights, tax, mix.nightly_tax)
+    for night in sorted(rng.sample(range(nights), k=rng.randint(0, min(mix.restaurant, nights)))):
         amount = _money(rng, 18.4, 96.75)
         day = (checkin + timedelta(days=night)).isoformat()
         lines.append(FolioLine("Hotel restaurant", day, f"{amount}", 1, f"{amount}"))
-    if rng.random() < 0.5:
+    if rng.random() < mix.parking:
         fee = _money(rng, 18, 45).quantize(Decimal("1"))
         lines.append(FolioLine("Parking", checkin.isoformat(), f"{fee:.2f}", nights, f"{fee * nights:.2f}"))
-    if rng.random() < 0.3:
+    if rng.random() < mix.laundry:
         amount = _money(rng, 12, 38.5)
         day = (checkin + timedelta(days=rng.randrange(nights))).isoformat()
         lines.append(FolioLine("Laundry", day, f"{amount}", 1, f"{amount}"))
     return lines
+
+
+def _tax_lines(checkin: date, nights: int, tax: Decimal, nightly: bool) -> list[FolioLine]:
+    if not nightly:
+        return [FolioLine("Room tax", checkin.isoformat(), f"{tax}", nights, f"{tax * nights}")]
+    return [FolioLine("Room tax", (checkin + timedelta(days=night)).isoformat(), f"{tax}", 1, f"{tax}")
+            for night in range(nights)]  # folios post occupancy tax nightly, one entry per night
 
 
 def _report(rng: random.Random, number: str, start: date, purpose: str) -> dict[str, Any]:
@@ -79,11 +107,11 @@ def _other_lines(rng: random.Random, start: date, nights: int, next_recid: list[
     return out
 
 
-def generate_task(rng: random.Random, index: int, prefix: str = "hotel") -> Task:
+def generate_task(rng: random.Random, index: int, prefix: str = "hotel", mix: FolioMix = EVAL_MIX) -> Task:
     hotel, city = rng.choice(HOTELS)
     checkin = date(2026, 1, 5) + timedelta(days=rng.randrange(300))
-    nights = rng.randint(2, 5)
-    folio = _folio(rng, checkin, nights)
+    nights = rng.randint(*mix.nights)
+    folio = _folio(rng, checkin, nights, mix)
     total = sum(Decimal(f.amount) for f in folio)
     base = 5637144576 + rng.randrange(10**6)
     next_recid = [base]
@@ -106,9 +134,9 @@ def generate_task(rng: random.Random, index: int, prefix: str = "hotel") -> Task
     return Task(task_id=f"{prefix}-{index:03d}", instruction=instruction, data=data)
 
 
-def generate(seed: int = DEFAULT_SEED, n: int = 50, prefix: str = "hotel") -> list[Task]:
+def generate(seed: int = DEFAULT_SEED, n: int = 50, prefix: str = "hotel", mix: FolioMix = EVAL_MIX) -> list[Task]:
     rng = random.Random(seed)
-    return [generate_task(rng, i + 1, prefix) for i in range(n)]
+    return [generate_task(rng, i + 1, prefix, mix) for i in range(n)]
 
 
 def folio_of(task: Task) -> list[FolioLine]:
@@ -131,9 +159,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--n", type=int, default=50)
     parser.add_argument("--prefix", default="hotel", help="task id prefix (the WAAC dev split uses hotel-dev)")
+    parser.add_argument("--mix", choices=sorted(MIXES), default="eval", help="the folios' mix of charges")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/expense/tasks.jsonl"))
     args = parser.parse_args()
-    args.out.write_text(dumps(generate(args.seed, args.n, args.prefix)))
+    args.out.write_text(dumps(generate(args.seed, args.n, args.prefix, MIXES[args.mix])))
     print(f"wrote {args.n} tasks to {args.out}")
 
 
