@@ -214,9 +214,8 @@ def _step(episode: Episode, convo: Conversation, model: LLMBackend, tokens: Toke
     t0 = time.perf_counter()
     policy, here = convo.policy, history[convo.start:]
     view = policy.render(tuple(here), ctx)
-    native = getattr(policy, "manages_budget", False)
-    fit = fit_to_budget(view.messages, ctx.n_fixed, None if native else ctx.budget, tokens)
-    over = fit.over_budget or (native and ctx.budget is not None and fit.compressible_tokens > ctx.budget)
+    fit = fit_to_budget(view.messages, ctx.n_fixed, ctx.budget, tokens)  # every policy alike (policies/budget.py)
+    over = fit.over_budget
     view.messages = fit.messages
     policy_time = time.perf_counter() - t0
     input_tokens = tokens.request(view.messages, ctx.tools)

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
+from _support import ScriptedModel, calls, say, task
+from _waac import ctx
 from hypothesis import given
 from hypothesis import strategies as st
 from test_policies import histories
+from test_waac_library import _checkpoints, _library_from
+from test_waac_projection import _itemizing
 
-from harness.policies.base import tool_pairs
+from harness.envs.expense.domain import ExpenseDomain
+from harness.envs.expense.waac import schemas
+from harness.episode import run_episode
+from harness.policies.base import View, tool_pairs
 from harness.policies.budget import budget_tokens, compressible_tokens, fit_to_budget
 from harness.report.budget import reference_tokens
 from harness.tokens import TokenCounter
+from harness.waac.lattice import Level
+from harness.waac.library import HistoryLibrary
+from harness.waac.policy import WAAC
 
 TOKENS = TokenCounter()
 
@@ -46,3 +58,53 @@ def test_reference_is_the_median_of_per_task_peaks_under_vanilla() -> None:
     assert reference_tokens(episodes) == 200  # task peaks: a -> 200 (median of its runs), b 50, c 1000
     with pytest.raises(ValueError, match="Vanilla"):
         reference_tokens(episodes.assign(policy="LastN"))
+
+
+# ---- one rule family for every policy (harness.policies.budget), WAAC included -------------------------------------
+
+PLAN = [("form_open_menu_item", {"name": "TrvExpenses"}),
+        ("form_select_grid_row", {"gridName": "ExpenseReportsGrid", "rowNumber": 1}),
+        ("form_click_control", {"controlName": "Details"}), ("form_find_menu_item", {"menuItemFilter": "expense"}),
+        ("form_click_control", {"controlName": "NoSuchButton"}), ("form_find_menu_item", {"menuItemFilter": "hotel"}),
+        ("form_close_form", {}), ("form_open_menu_item", {"name": "TrvExpenses"})]
+
+
+def _episode(budget: int | None) -> list:  # type: ignore[type-arg]
+    script = [calls((f"k{i}", name, json.dumps(args))) for i, (name, args) in enumerate(PLAN)] + [say("done")]
+    result = run_episode(ExpenseDomain().episode(task(0), None), WAAC(schemas()), ScriptedModel(script), TOKENS,
+                         20, budget=budget)
+    return result.steps
+
+
+def test_waac_is_held_to_the_budget_by_the_same_whole_pair_eviction_as_every_policy() -> None:
+    free = _episode(None)
+    budget = max(s.view_compressible_tokens for s in free) // 2
+    steps = _episode(budget)
+    assert any(s.decisions["tokens_after"] > budget for s in steps)  # WAAC's own view did not fit ...
+    assert any(s.budget_evicted_pairs > 0 for s in steps)  # ... so the orchestrator evicted oldest pairs
+    assert all(s.view_compressible_tokens <= budget and not s.over_budget for s in steps)
+
+
+def _exact_library() -> HistoryLibrary:
+    """A library proposing EXACT for every field: all retention above d is the library's."""
+    return _library_from({k: (v[0], dict.fromkeys(v[1], Level.EXACT), *v[2:]) for k, v in _checkpoints(2).items()})
+
+
+def _waac_at(budget: int | None, library: HistoryLibrary | None) -> View:
+    policy = WAAC(schemas(), library=library, use_library=library is not None)
+    return policy.render(_itemizing(2).history, ctx(budget=budget))
+
+
+def test_under_a_budget_waac_sheds_retention_above_d_first_and_declares_unsatisfiable_relative_to_d() -> None:
+    lib = _exact_library()
+    pi, d = _waac_at(None, lib).decisions["tokens_after"], _waac_at(None, None)
+    assert pi > d.decisions["tokens_after"]
+    between = _waac_at(d.decisions["tokens_after"] + 1, lib)  # pi does not fit, d does
+    assert between.decisions["budget_shed"] and between.decisions["tokens_after"] == d.decisions["tokens_after"]
+    assert [m.content for m in between.messages] == [m.content for m in d.messages]  # pi fell back to d, no further
+    assert between.decisions["budget_unsatisfiable"] is False  # what d requires fits: satisfiable
+    under = _waac_at(d.decisions["tokens_after"] - 1, lib)
+    assert under.decisions["budget_unsatisfiable"] is True and under.decisions["budget_shed"]
+    roomy = _waac_at(pi, lib)
+    assert not roomy.decisions["budget_shed"] and not roomy.decisions["budget_unsatisfiable"]
+    assert roomy.decisions["tokens_after"] == pi

@@ -5,14 +5,19 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from _support import Driver, open_itemize, task
-from hypothesis import given, settings
+from _support import Driver, ScriptedModel, open_itemize, say, task
+from _waac import EnvTrajectory
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_waac_analysis import _pool
 
 from harness.envs.expense.env import ExpenseEnv
+from harness.envs.expense.waac import schemas
+from harness.episode import Conversation, StepRecord, _step
 from harness.policies import ExtractiveSummarizer, FullHistory, LastN, LastNSummary, RenderContext
 from harness.policies.agentfold import AgentFold
 from harness.policies.base import keep_pairs, tool_pairs
@@ -22,6 +27,7 @@ from harness.policies.masking import ObservationMasking
 from harness.policies.summary import SummaryCondenser
 from harness.tokens import TokenCounter
 from harness.types import Message, ToolCall, Usage
+from harness.waac.policy import WAAC
 
 TOKENS = TokenCounter()
 TOOL_NAMES = ("form_find_menu_item", "form_open_menu_item", "form_click_control", "form_set_control_values",
@@ -142,6 +148,7 @@ POLICIES = st.one_of(
     st.tuples(st.just("agentfold"), st.integers(1, 4), st.none()),
     st.tuples(st.just("lcm"), st.integers(1, 8), st.none()),
     st.tuples(st.just("last_n_summary"), st.integers(0, 8), st.integers(0, 4)),
+    st.just(("waac", None, None)),
 )
 
 
@@ -162,6 +169,8 @@ def make(spec: tuple[str, int | None, int | None]) -> Any:
                    leaf_min_fanout=2, summarizer=ExtractiveSummarizer())
     if kind == "agentfold":
         return AgentFold(ExtractiveSummarizer(), max_blocks=n)  # type: ignore[arg-type]
+    if kind == "waac":  # the expense schemas and obligation rules, online analysis only (no library file)
+        return WAAC(schemas())
     return LastNSummary(n, w, ExtractiveSummarizer())  # type: ignore[arg-type]
 
 
@@ -184,6 +193,45 @@ def test_tool_pairs_are_kept_or_dropped_together(history: list[Message], spec: A
     view = make(spec).render(tuple(history), ctx()).messages
     assert_pairs_intact(history)  # sanity of the generator
     assert_pairs_intact(view)
+
+
+def orchestrated(policy: Any, history: list[Message], budget: int | None) -> tuple[StepRecord, list[Message]]:
+    """One step of the orchestrator (harness.episode: render, then the budget rule every policy shares) on a
+    history whose first two messages are the fixed opening: its record and the view the model was sent."""
+    model, steps = ScriptedModel([say("ok")]), []  # type: ignore[var-annotated]
+    episode = SimpleNamespace(user=None, env=None)
+    ctx_ = RenderContext(0, TOKENS, budget=budget, n_fixed=2)
+    _step(episode, Conversation(policy, 0, 2), model, TOKENS, list(history), steps, ctx_)  # type: ignore[arg-type]
+    return steps[0], model.seen[0]
+
+
+@settings(max_examples=120, deadline=None)
+@given(history=histories(), spec=POLICIES, budget=st.integers(0, 3000))
+def test_every_view_is_within_budget_unless_recorded(history: list[Message], spec: Any, budget: int) -> None:
+    """WAAC included: over budget only when every tool pair was evicted and the rest still does not fit."""
+    step, view = orchestrated(make(spec), history, budget)
+    assert step.view_compressible_tokens == TOKENS.messages(view[2:])
+    assert step.over_budget == (step.view_compressible_tokens > budget)
+    assert not step.over_budget or not tool_pairs(view)
+    assert_pairs_intact(view)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(0, 15), min_size=1, max_size=25), st.integers(0, 49), st.integers(0, 6000))
+def test_waac_on_expense_trajectories_keeps_pairs_the_history_and_the_budget(choices: list[int], task_index: int,
+                                                                            budget: int) -> None:
+    """The shared properties, for WAAC on the expense environment's real results, one orchestrated step after
+    each call or user turn of a random trajectory (the policy keeps its state across them, as in an episode)."""
+    t = task(task_index)
+    pool, tr, policy = _pool(t.data["report"]["number"]), EnvTrajectory(t), WAAC(schemas())
+    for c in choices:
+        name, args = pool[c]
+        tr.user(str(args)) if name == "user" else tr.call(name, args)  # type: ignore[arg-type]
+        before, objects = snapshot(tr.history), list(tr.history)
+        step, view = orchestrated(policy, tr.history, budget)
+        assert snapshot(tr.history) == before and all(a is b for a, b in zip(tr.history, objects, strict=True))
+        assert_pairs_intact(view)
+        assert step.view_compressible_tokens <= budget or (step.over_budget and not tool_pairs(view))
 
 
 @settings(max_examples=60)

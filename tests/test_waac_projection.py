@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import copy
+import gc
 import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 
+import pytest
 from _support import task
 from _waac import EnvTrajectory, ctx, exchange, opening, toy_schemas
 
 from harness.envs.expense.tasks import folio_of
 from harness.envs.expense.waac import schemas
-from harness.types import Task, ToolCall
+from harness.policies.base import Summary, View
+from harness.types import Message, Task, ToolCall, Usage
+from harness.waac.artifacts import checksum
+from harness.waac.extract import AuxUse, Extracted, Part
 from harness.waac.graph import Field
 from harness.waac.lattice import Level
 from harness.waac.obligations import Obligation
 from harness.waac.policy import WAAC
-from harness.waac.projection import Projector, checked_summary
+from harness.waac.projection import LLMFieldSummarizer, Projector, checked_summary
 
 
 def _itemizing(saves: int = 2, t: Task | None = None) -> EnvTrajectory:
@@ -38,47 +46,217 @@ def _pointer_fields(policy: WAAC) -> list[str]:
     return [f for f, lv in policy.last[2].applied.items() if lv == Level.POINTER]
 
 
-def test_pointers_resolve_through_the_recall_tool() -> None:
+def _recall(policy: WAAC, ref: str) -> tuple[str, bool]:
+    return policy.call_tool(ToolCall("r", "waac_recall", json.dumps({"ref": ref})))
+
+
+def _pointed(policy: WAAC) -> tuple[Field, str]:
+    """An earlier version of the lines grid, shown as a pointer, and its reference."""
+    f = next(policy.graph.fields[x] for x in _pointer_fields(policy)
+             if policy.graph.fields[x].path == "Form.Grids.ItemizationGrid")
+    return f, f"waac:{f.id}@v{f.version}"
+
+
+def test_pointers_resolve_through_the_recall_tool_byte_exact() -> None:
     tr, policy = _itemizing(), WAAC(schemas())
     policy.render(tr.history, ctx())
-    pointed = _pointer_fields(policy)
-    assert pointed and all(policy.graph.fields[f].path == "Form.Grids.ItemizationGrid" for f in pointed)
+    f, _ = _pointed(policy)
     assert [t.name for t in policy.tools()] == ["waac_recall"]
-    shown = json.loads(policy.last[2].messages[policy.graph.fields[pointed[0]].msg_index].content)
+    shown = json.loads(policy.last[2].messages[f.msg_index].content)
     ref = shown["Form"]["Grids"][0]["$pointer"]
-    content, error = policy.call_tool(ToolCall("r", "waac_recall", json.dumps({"ref": ref})))
-    assert not error and json.loads(content)["Content"] == policy.graph.fields[pointed[0]].value
-    assert policy.call_tool(ToolCall("r", "waac_recall", '{"ref": "waac:nope@v0"}'))[1]
+    assert shown["Form"]["Grids"][0]["Name"] == "ItemizationGrid"  # a named item keeps its name
+    content, error = _recall(policy, ref)
+    assert f.span is not None
+    original = tr.history[f.msg_index].content[f.span[0]:f.span[1]]
+    assert not error and original in content  # the original bytes, literally (not re-serialized)
+    assert json.loads(content)["Content"] == f.value and json.loads(content)["Sha256"] == checksum(original)
+    assert policy.store.path(ref).read_bytes() == original.encode()  # real storage: a content-addressed file
+    assert policy.store.path(ref).name == checksum(original)
+    assert _recall(policy, "waac:nope@v0")[1]
     assert policy.call_tool(ToolCall("r", "waac_recall", "not json"))[1]
 
 
-def test_a_tampered_artifact_promotes_its_pointer_to_exact() -> None:
+def test_recall_returns_the_original_bytes_not_a_reserialization() -> None:
+    raw = '[ {"Code":"A-1",  "Rate": 2.50} ]'  # spacing and a number json.dumps would write otherwise
+    h = opening() + exchange("s", "search", {}, '{"Status": "Success", "Results": ' + raw + "}")
+    policy = WAAC(toy_schemas())
+    policy.render(h, ctx())
+    out = Projector(ctx().tokens, policy.store).project(h, policy.graph, {"s/Results": Level.POINTER}, {})
+    ref = json.loads(out.messages[-1].content)["Results"]["$pointer"]
+    content, error = _recall(policy, ref)
+    assert not error and content.endswith(f'"Content": {raw}}}') and policy.store.path(ref).read_text() == raw
+
+
+def _render_after(policy: WAAC, tr: EnvTrajectory, harm: Callable[[Path], None]) -> tuple[Field, str, View]:
+    policy.render(tr.history, ctx())
+    f, ref = _pointed(policy)
+    harm(policy.store.path(ref))
+    return f, ref, policy.render(tr.history, ctx(1))
+
+
+@pytest.mark.parametrize(("harm", "why"), [
+    (lambda p: p.write_bytes(b'{"Name": "ItemizationGrid", "Rows": []}'), "changed"),
+    (lambda p: p.unlink(), "missing")])
+def test_a_changed_or_missing_artifact_file_promotes_to_exact_and_fails_recall(harm, why) -> None:  # type: ignore[no-untyped-def]
+    """Production detection: the stored file itself is modified or deleted (no test hook)."""
+    tr, policy = _itemizing(), WAAC(schemas())
+    f, ref, view = _render_after(policy, tr, harm)
+    assert policy.last[2].applied[f.id] == Level.EXACT and view.decisions["pointer_promotions"] >= 1
+    assert why in policy.last[2].promoted_why[f.id]
+    assert json.loads(view.messages[f.msg_index].content)["Form"]["Grids"][0] == f.value  # the original value
+    content, error = _recall(policy, ref)
+    assert error and why in content and "shown in full" in content
+    again = policy.render(tr.history, ctx(2))  # still EXACT, and still reported, at the next step
+    assert policy.last[2].applied[f.id] == Level.EXACT and again.decisions["pointer_promotions"] >= 1
+
+
+def test_an_artifact_not_matching_the_histories_span_or_identity_is_promoted() -> None:
+    """The stored checksum must be the one of the field's span in the history, and identity/version the field's."""
+    tr = _itemizing()
+    probe = WAAC(schemas())
+    probe.render(tr.history, ctx())
+    f, _ = _pointed(probe)
+    original = tr.history[f.msg_index].content[f.span[0]:f.span[1]]  # type: ignore[index]
+    for forged, why in (((f.id, f.identity or f.id, f.version, "forged bytes"), "original text"),
+                        ((f.id, "other/identity", f.version, original), "identity/version")):
+        policy = WAAC(schemas())
+        policy.store.put(*forged)  # recorded first: a later put never overwrites it
+        policy.render(tr.history, ctx())
+        assert policy.last[2].applied[f.id] == Level.EXACT and why in policy.last[2].promoted_why[f.id]
+        content, error = _recall(policy, f"waac:{f.id}@v{f.version}")
+        assert error and why in content
+
+
+def test_a_field_without_a_span_cannot_be_a_pointer() -> None:
     tr, policy = _itemizing(), WAAC(schemas())
     policy.render(tr.history, ctx())
-    victim = _pointer_fields(policy)[0]
-    f = policy.graph.fields[victim]
-    ref = f"waac:{victim}@v{f.version}"
-    policy.store.tamper(ref, json.dumps({"Name": "ItemizationGrid", "Rows": []}))
-    view = policy.render(tr.history, ctx())
-    assert policy.last[2].applied[victim] == Level.EXACT and view.decisions["pointer_promotions"] == 1
-    assert json.loads(view.messages[f.msg_index].content)["Form"]["Grids"][0] == f.value  # the original value
-    content, error = policy.call_tool(ToolCall("r", "waac_recall", json.dumps({"ref": ref})))
-    assert error and "failed verification" in content
-    again = policy.render(tr.history, ctx())  # still EXACT, and still reported, at the next step
-    assert policy.last[2].applied[victim] == Level.EXACT and again.decisions["pointer_promotions"] == 1
+    f, ref = _pointed(policy)
+    policy.graph.fields[f.id].span = None  # as for a value the graph could not locate in its message
+    policy._projector = None  # a fresh projection (its cache keys on the levels, not on the span)
+    view = policy.render(tr.history, ctx(1))
+    assert policy.last[2].applied[f.id] == Level.EXACT and "no located span" in policy.last[2].promoted_why[f.id]
+    assert view.decisions["pointer_promotions"] >= 1 and _recall(policy, ref)[1]
 
 
-def _summary_case(required: str) -> tuple[WAAC, str]:
+def test_the_temporary_store_is_removed_with_the_policy_and_a_given_directory_is_kept(tmp_path: Path) -> None:
+    tr, policy = _itemizing(), WAAC(schemas())
+    policy.render(tr.history, ctx())
+    where = policy.store.dir
+    assert any(where.iterdir())
+    policy.close()
+    assert not where.exists()
+    dropped = WAAC(schemas())
+    dropped.render(tr.history, ctx())
+    where = dropped.store.dir
+    del dropped
+    gc.collect()
+    assert not where.exists()
+    kept = WAAC(schemas(), artifact_dir=str(tmp_path / "art"))
+    kept.render(tr.history, ctx())
+    kept.close()
+    files = list((tmp_path / "art").iterdir())
+    assert files and all(len(p.name) == 64 for p in files)  # content-addressed: named by SHA-256
+
+
+def _summary_history() -> list[Message]:
+    h = opening() + exchange("w", "write_workbook", {}, json.dumps({"Status": "Success", "Path": "/a", "Body": "b"}))
+    return h + exchange("s", "search", {}, '{"Status": "Success", "Results": []}')
+
+
+def _summary_policy(required: str, summarizer: object = None) -> WAAC:
     def demand(g):  # a domain rule asking for a SUMMARY of the write's status with a given fact
         yield Obligation("check", "verification", (("w/Status", Level.SUMMARY),),
                          (("w/Status", frozenset({required})),))
     s = toy_schemas()
     s.obligation_rules = (demand,)
-    policy = WAAC(s)
-    h = opening() + exchange("w", "write_workbook", {}, json.dumps({"Status": "Success", "Path": "/a", "Body": "b"}))
-    h += exchange("s", "search", {}, '{"Status": "Success", "Results": []}')
-    view = policy.render(h, ctx())
+    return WAAC(s, summarizer=summarizer)
+
+
+def _summary_case(required: str, summarizer: object = None) -> tuple[WAAC, str]:
+    policy = _summary_policy(required, summarizer)
+    view = policy.render(_summary_history(), ctx())
     return policy, view.messages[3].content
+
+
+@dataclass
+class FakeLLM:
+    """An auxiliary model with `complete` (as harness.policies.summarizers.LLMSummarizer): a fixed reply."""
+
+    reply: str
+    prompts: list[str] = field(default_factory=list)
+    label: str = "llm:fake"
+
+    def complete(self, system: str, user: str) -> Summary:
+        self.prompts.append(system + "\n" + user)
+        return Summary(self.reply, Usage(40, 6), 0.25, 0.002)
+
+
+def test_an_llm_summary_that_states_the_required_facts_is_shown_once_paid_for_and_cached() -> None:
+    llm = FakeLLM("- Status=Success\nSuccess")  # a required fact, and a verbatim quote of the field
+    policy = _summary_policy("Status=Success", llm)
+    h = _summary_history()
+    view = policy.render(h, ctx())
+    assert policy.last[2].applied["w/Status"] == Level.SUMMARY
+    assert json.loads(view.messages[3].content)["Status"]["$summary"] == "Status=Success; Success"
+    assert "REQUIRED:\nStatus=Success" in llm.prompts[0] and "at most 160 tokens" in llm.prompts[0].lower()
+    assert (view.aux_calls, view.aux_usage, view.aux_cost_usd, view.aux_modeled_time_s) == (1, Usage(40, 6), 0.002,
+                                                                                            0.25)
+    assert view.aux_time_s >= 0 and policy.record()["aux_backend"] == "llm:fake"
+    later = policy.render(h + exchange("t", "search", {}, '{"Status": "Success", "Results": []}'), ctx(1))
+    assert len(llm.prompts) == 1 and later.aux_calls == 0 and later.aux_usage == Usage()  # cached, not re-asked
+    assert policy.last[2].applied["w/Status"] == Level.SUMMARY
+    p = Projector(ctx().tokens, policy.store, LLMFieldSummarizer(llm))  # the message changes, the field's summary not
+    for body in (Level.EXACT, Level.DROP):
+        out = p.project(h, policy.graph, {"w/Status": Level.SUMMARY, "w/Body": body}, policy.last[0].facts)
+        assert out.applied["w/Status"] == Level.SUMMARY
+    assert len(llm.prompts) == 2  # one more call, for the new projector only
+
+
+@pytest.mark.parametrize("reply", ["", "Success", "Status=Archived", "Status=Success\nthe write was archived",
+                                   "Status=Success\n" + "Success\n" * 200])
+def test_an_llm_summary_failing_a_check_rolls_back_to_exact_and_is_counted(reply: str) -> None:
+    """Missing the required fact, an untraceable line, or over the schema's bound: EXACT, counted, not re-asked."""
+    llm = FakeLLM(reply)
+    policy, h = _summary_policy("Status=Success", llm), _summary_history()
+    view = policy.render(h, ctx())
+    assert policy.last[2].applied["w/Status"] == Level.EXACT
+    assert json.loads(view.messages[3].content)["Status"] == "Success"
+    assert view.decisions["summary_rollbacks"] == 1 and view.aux_calls == 1
+    again = policy.render(h, ctx(1))
+    assert again.decisions["summary_rollbacks"] == 1 and len(llm.prompts) == 1
+
+
+def test_the_extractors_auxiliary_cost_is_logged_in_the_view() -> None:
+    class Costly:
+        aux = FakeLLM("")
+
+        def extract(self, text: str) -> None:
+            return None
+
+        def drain(self) -> AuxUse:
+            return AuxUse(Usage(7, 2), 1, 0.01, 0.003, 0.5)
+
+    s = toy_schemas()
+    s.extractor = Costly()
+    view = WAAC(s).render(_summary_history(), ctx())
+    assert (view.aux_calls, view.aux_usage, view.aux_cost_usd, view.aux_modeled_time_s) == (1, Usage(7, 2), 0.003, 0.5)
+
+
+def test_the_summarizer_is_chosen_by_the_summarizer_config_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from harness import build
+    from harness.config import register
+    from harness.run import CONFIG_DIR
+
+    register()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+        offline = build.build_policy(compose("config", ["experiment=waac", "out_dir=/tmp/x"]))
+        llm = build.build_policy(compose("config", ["experiment=waac", "summarizer=llm", "out_dir=/tmp/x"]))
+    assert isinstance(offline, WAAC) and offline._llm is None and offline._projector is None
+    assert offline.record()["summarizer"].startswith("schema facts")
+    assert isinstance(llm, WAAC) and isinstance(llm._llm, LLMFieldSummarizer) and llm.record()["summarizer"] == "llm"
 
 
 def test_a_summary_with_its_required_facts_is_shown() -> None:
@@ -122,7 +300,9 @@ def test_projection_keeps_pairs_and_never_touches_the_history() -> None:
     assert json.loads(view.messages[-1].content) == json.loads(tr.history[-1].content)  # the latest result exact
 
 
-def test_a_budget_never_cuts_what_pi_requires_and_is_recorded_when_unsatisfiable() -> None:
+def test_waac_itself_never_cuts_what_d_requires_and_records_when_it_does_not_fit() -> None:
+    """Without a library pi = d: nothing to shed, the view is sent as d requires and recorded unsatisfiable
+    (the orchestrator's eviction, the same for every policy, then applies: tests/test_budget.py)."""
     tr = _itemizing(1)
     free = WAAC(schemas())
     unbounded = free.render(tr.history, ctx())
@@ -132,3 +312,51 @@ def test_a_budget_never_cuts_what_pi_requires_and_is_recorded_when_unsatisfiable
     fits = roomy.render(tr.history, ctx(budget=need))
     assert cut.decisions["budget_unsatisfiable"] is True and fits.decisions["budget_unsatisfiable"] is False
     assert [m.content for m in cut.messages] == [m.content for m in unbounded.messages]  # sent as pi requires
+
+
+class _Lines:
+    """A stand-in extractor: one part per line (or one part per pair of overlapping lines, to test overlap)."""
+
+    def __init__(self, overlap: bool = False) -> None:
+        self.overlap = overlap
+
+    def extract(self, text: str) -> Extracted:
+        lines, parts, start = text.split("\n"), [], 0
+        for k, line in enumerate(lines):
+            parts.append(Part(f"line{k}", line, "line", start))
+            start += len(line) + 1
+        if self.overlap:  # the last two lines again, as one section
+            parts.append(Part("pair", text[parts[1].start:], "section", parts[1].start))
+        return Extracted("lines", tuple(parts))
+
+    def drain(self) -> AuxUse:
+        return AuxUse()
+
+
+def _text_case(overlap: bool = False) -> tuple[WAAC, list[Message], list[Field]]:
+    s = toy_schemas()
+    s.extractor = _Lines(overlap)
+    text = "total 3\nalpha.txt 12\nbeta.txt 40"
+    h = opening() + exchange("x", "shell_exec", {"cmd": "ls"}, text)
+    policy = WAAC(s)
+    policy.render(h, ctx())
+    return policy, h, [policy.graph.fields[f] for f in policy.graph.events["x"].fields]
+
+
+def test_a_text_result_keeps_its_text_with_compacted_parts_replaced_and_recall_is_byte_exact() -> None:
+    policy, h, (head, alpha, beta) = _text_case()
+    p = Projector(ctx().tokens, policy.store)
+    out = p.project(h, policy.graph, {head.id: Level.DROP, alpha.id: Level.POINTER, beta.id: Level.EXACT}, {})
+    ref = f"waac:{alpha.id}@v{alpha.version}"
+    assert out.messages[-1].content == f"\n[$pointer {ref} sha256={checksum('alpha.txt 12')[:16]}]\nbeta.txt 40"
+    assert out.applied == {head.id: Level.DROP, alpha.id: Level.POINTER, beta.id: Level.EXACT}
+    policy._history = h
+    content, error = policy.call_tool(ToolCall("r", "waac_recall", json.dumps({"ref": ref})))
+    assert not error and json.loads(content)["Content"] == "alpha.txt 12"  # a text part comes back as its text
+
+
+def test_a_text_part_that_overlaps_another_is_shown_exact() -> None:
+    policy, h, fields = _text_case(overlap=True)
+    pair = next(f for f in fields if f.path.endswith("pair"))
+    out = Projector(ctx().tokens, policy.store).project(h, policy.graph, {pair.id: Level.DROP}, {})
+    assert out.applied[pair.id] == Level.EXACT and out.unplaced == [pair.id] and out.messages[-1] == h[-1]

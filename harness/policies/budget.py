@@ -5,9 +5,25 @@ description (the episode's opening messages); tool definitions are counted apart
 separately. Its reference is the median, over tasks, of each task's peak visible-history tokens under Vanilla
 (full history); tiers are fractions of it (100/90/70/50/30%).
 
-Policies that manage a budget natively set `manages_budget = True`. For every other policy the orchestrator
-applies `fit_to_budget`: evict the oldest tool call/result pairs from the view, whole, until it fits (the rule
-used by the truncation baselines). A view that still does not fit is sent as is and recorded as over budget.
+One rule family holds every policy to the budget (Figure 3 compares like with like):
+
+1. A policy first sheds its *own optional* retention, by its own definition of optional. Only WAAC has such a
+   part: its policy is pi = rho_hat v d (eq. 7), and the retention above d — what only the history library
+   proposes — is optional; when the projection of pi does not fit, pi falls back to d (harness.waac.policy,
+   `_project`). Nothing d requires is cut by the policy itself. Every other policy renders its view as always.
+2. The orchestrator then applies the same `fit_to_budget` to every policy's view, WAAC included
+   (harness.episode): evict the oldest tool call/result pairs, whole, until the compressible history fits. No
+   policy is exempt, so no method is scored on a view larger than the budget that another method had to cut.
+3. Records: every policy's step records `over_budget` when even evicting every pair does not fit (the view is
+   then sent as is) and `budget_evicted_pairs`. WAAC also records `budget_unsatisfiable` (A.3: necessary
+   information no longer fits) relative to d: the compressible tokens of the view projected at pi = d (every
+   field at its online requirement, after the SUMMARY/POINTER checks, with the calls and other messages it
+   keeps) exceed the budget — measured before the orchestrator's eviction, which may then cut required content.
+   Without online analysis (the w/o Online ablation) there is no d: it is measured on pi itself.
+
+Why not let WAAC keep everything d requires over the budget (the earlier rule)? Then WAAC alone could exceed
+the budget while every other method was cut to it, and the budget sweep would not compare like with like; the
+loss that eviction causes to WAAC is recorded instead (`budget_unsatisfiable`).
 """
 
 from __future__ import annotations
