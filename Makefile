@@ -50,8 +50,11 @@ ODYSSEYS_DEPS := $(if $(filter odysseys%,$(CONFIG)),$(LOCAL_STAMP) browser-deps)
 run: $(STAMP) $(PINCH_DEPS) $(ODYSSEYS_DEPS) ## Run an experiment: CONFIG=c1..c4|waac|waac_no_*|keep_last_n|...|pinchbench|pinchbench_workflow
 	$(PY) -m harness.cli experiment=$(CONFIG) $(ARGS)
 
-library: $(STAMP) ## Rebuild WAAC's history library from the dev split (ARGS='model=openai ...' to use another model)
-	$(PY) -m harness.waac.build_library $(ARGS)
+# WAAC's history library from the env's dev split (its env config's waac.dev), checked disjoint from evaluation.
+ENV ?= expense
+LIBRARY_DEPS := $(if $(filter pinchbench%,$(ENV)),sandbox-deps) $(if $(filter odysseys,$(ENV)),browser-deps)
+library: $(STAMP) $(LIBRARY_DEPS) ## Rebuild WAAC's history library: ENV=expense|pinchbench|pinchbench_workflow|odysseys (ARGS='model=openai ...')
+	$(PY) -m harness.waac.build_library --env $(ENV) $(ARGS)
 
 SWEEP_DEPS := $(if $(filter workflow,$(SWEEP))$(findstring pinchbench,$(ARGS)),$(LOCAL_STAMP) sandbox-deps) \
 	$(if $(findstring odysseys,$(ARGS)),$(LOCAL_STAMP) browser-deps)

@@ -9,7 +9,7 @@ from typing import Any
 
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from harness.backends.base import LLMBackend
 from harness.envs.base import Domain, UserModel
@@ -25,9 +25,13 @@ def episode_seed(seed: int, task_id: str, run: int) -> int:
 
 
 def build_domain(cfg: DictConfig) -> Domain:
-    """The benchmark; a bad task file or n_tasks comes out as the domain's own InputError, not Hydra's wrapper."""
+    """The benchmark; a bad task file or n_tasks comes out as the domain's own InputError, not Hydra's wrapper.
+    The env config's `waac:` block configures WAAC on this benchmark (configs/policy/waac.yaml), not the domain."""
     try:
-        return instantiate(cfg.env)
+        env = OmegaConf.to_container(cfg.env, resolve=True)
+        assert isinstance(env, dict)
+        env.pop("waac", None)
+        return instantiate(env)
     except InstantiationException as exc:
         cause = exc.__cause__
         if isinstance(cause, InputError):

@@ -1,69 +1,146 @@
-"""Build WAAC's history library from the development split (§3.2.2, B.3): `make library`.
+"""Build WAAC's history library from a benchmark's development split (§3.2.2, B.3): `make library ENV=<env>`.
 
 Runs the initial compression policy (WAAC with online analysis only) on the dev tasks, records at every
 checkpoint each canonical fragment with the policies actually applied, and admits an episode's records only if
-the benchmark's scorer verifies the task. Any config group can be overridden (e.g. `model=openai`), so the
-library can be built with the model that will be evaluated; the default is the simulated model.
+the benchmark's scorer verifies the task. The env config's `waac:` block names everything benchmark-specific:
 
-    python -m harness.waac.build_library [hydra overrides] [--out PATH]
+    waac:
+      schemas: {_target_: ...}          # the registered schemas and obligation rules
+      library_path: benchmarks/<env>/waac_library.json
+      dev:
+        tasks: <path>                   # where the split's tasks are (recorded in the library)
+        split: [overrides]              # select the development tasks; always applied last
+        defaults: [overrides]           # the dev run's model, judge, ... (ARGS override these)
+
+The development split must be disjoint from the evaluation tasks (B.3): the evaluation tasks are those the same
+config selects without `dev.split`; a dev task sharing a task id or an instruction with one of them is refused
+with one error line. Any config group can be overridden (e.g. `model=openai`), so the library can be built with
+the model that will be evaluated.
+
+    python -m harness.waac.build_library [--env expense|pinchbench|odysseys] [hydra overrides] [--out PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from harness.build import build_domain, build_model, build_policy, build_user, episode_seed
+from harness.build import build_domain, build_judge, build_model, build_policy, build_user, episode_seed
+from harness.envs.base import Domain, EpisodeContext
 from harness.episode import run_episode
+from harness.errors import InputError
 from harness.run import CONFIG_DIR
 from harness.tokens import TokenCounter
+from harness.types import Task
 from harness.waac.library import HistoryLibrary
 from harness.waac.policy import WAAC
 
-DEV_TASKS = "benchmarks/expense/dev_tasks.jsonl"
-DEFAULTS = ["experiment=waac", f"env.tasks_path={DEV_TASKS}", "n_runs=2", "n_tasks=20", "seed=5202",
-            "policy.use_library=false", "policy.log_fields=false", "+policy.record_checkpoints=true"]
+# The initial compression policy of B.3: online analysis only, no library, checkpoints recorded.
+DEFAULTS = ["experiment=waac", "n_runs=2", "seed=5202", "policy.use_library=false", "policy.log_fields=false",
+            "+policy.record_checkpoints=true"]
 
 
-def build(cfg: DictConfig) -> HistoryLibrary:
-    if "dev" not in str(cfg.env.tasks_path):
-        raise ValueError(f"the library must come from the development split, not {cfg.env.tasks_path} (B.3)")
-    domain, user, tokens = build_domain(cfg), build_user(cfg), TokenCounter(cfg.encoding)
+def dev_block(cfg: DictConfig) -> DictConfig:
+    """The env config's `waac.dev` block; an env without one cannot build a library (one clear line)."""
+    dev = OmegaConf.select(cfg, "env.waac.dev")
+    if dev is None or "split" not in dev:
+        raise InputError(f"env {cfg.env.get('name', cfg.env.get('_target_'))}: no `waac.dev.split` in its env "
+                         "config: WAAC has no development split for it")
+    return dev
+
+
+def compose_split(env: str, overrides: list[str]) -> tuple[DictConfig, DictConfig]:
+    """(evaluation config, development config): the same overrides, the dev one with `dev.split` applied last."""
+    with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+        evaluation = compose("config", ["experiment=waac", f"env={env}", *overrides])
+        dev = dev_block(evaluation)
+        development = compose("config", [*DEFAULTS, f"env={env}", *dev.get("defaults", []), *overrides,
+                                         *dev.split])
+    return evaluation, development
+
+
+def check_disjoint(evaluation: Domain, development: Domain, split: str) -> None:
+    """B.3: no development task may be an evaluation task: the same instruction, or the same id with the same
+    data (ids alone may repeat across splits, e.g. a workflow's chain numbers, whose chains differ)."""
+    texts = {" ".join(t.instruction.split()) for t in evaluation.tasks}
+    same = {(t.task_id, repr(t.data)) for t in evaluation.tasks}
+    both = [t.task_id for t in development.tasks
+            if " ".join(t.instruction.split()) in texts or (t.task_id, repr(t.data)) in same]
+    if both:
+        raise InputError(f"waac.dev.split ({split}) overlaps the evaluation tasks: {', '.join(both[:5])}"
+                         f"{' ...' if len(both) > 5 else ''} (B.3: the library must come from disjoint tasks)")
+
+
+def evaluation_domain(cfg: DictConfig) -> Domain:
+    try:
+        return build_domain(cfg)
+    except InputError as exc:
+        raise InputError(f"cannot check the development split against the evaluation tasks: {exc}") from None
+
+
+def build(cfg: DictConfig, evaluation: Domain | None = None) -> HistoryLibrary:
+    """Run the dev split under the initial policy and admit each verified episode's checkpoints (B.3)."""
+    dev = dev_block(cfg)
+    domain, tokens = build_domain(cfg), TokenCounter(cfg.encoding)
+    if evaluation is not None:
+        check_disjoint(evaluation, domain, " ".join(dev.split))
     library = HistoryLibrary(read_only=False)
     verified = total = 0
-    for task in domain.tasks:
-        for run in range(cfg.n_runs):
-            seed = episode_seed(cfg.seed, task.task_id, run)
-            policy = build_policy(cfg)
-            assert isinstance(policy, WAAC)
-            result = run_episode(domain.episode(task, user), policy, build_model(cfg, seed), tokens, cfg.max_steps)
-            total += 1
-            verified += library.admit(policy.checkpoints, task.task_id, result.score.completed)
-    model = str(cfg.model._target_).rsplit(".", 1)[-1]
-    library.meta = {"split": str(cfg.env.tasks_path), "episodes": total, "verified_episodes": verified,
-                    "model": model, "simulated": model == "SimModel", "runs_per_task": cfg.n_runs,
-                    "built": datetime.now(UTC).strftime("%Y-%m-%d"), "records": len(library.records)}
+    with tempfile.TemporaryDirectory(prefix="waac-dev-") as out:  # episode folders (judged benchmarks need one)
+        for task in domain.tasks:
+            for run in range(cfg.n_runs):
+                total += 1
+                verified += library.admit(*_episode(cfg, domain, task, run, tokens, Path(out)))
+    library.meta = _meta(cfg, str(dev.get("tasks", " ".join(dev.split))), total, verified, len(library.records))
     return library
+
+
+def _episode(cfg: DictConfig, domain: Domain, task: Task, run: int, tokens: TokenCounter,
+             out: Path) -> tuple[dict[str, Any], str, bool]:
+    """One dev episode as the runner plays it (a judge for judged benchmarks; the episode closed after)."""
+    policy = build_policy(cfg)
+    assert isinstance(policy, WAAC)
+    model = build_model(cfg, episode_seed(cfg.seed, task.task_id, run))
+    episode = domain.episode(task, build_user(cfg), EpisodeContext(run, out, *build_judge(cfg, model)))
+    try:
+        result = run_episode(episode, policy, model, tokens, cfg.max_steps)
+    finally:
+        getattr(episode, "close", lambda: None)()
+    return policy.checkpoints, task.task_id, result.score.completed
+
+
+def _meta(cfg: DictConfig, split: str, total: int, verified: int, records: int) -> dict[str, object]:
+    model = str(cfg.model._target_).rsplit(".", 1)[-1]
+    simulated = model in ("SimModel", "ScriptedBackend")
+    return {"env": str(cfg.env.get("name", cfg.env._target_)), "split": split, "episodes": total,
+            "verified_episodes": verified, "model": model, "simulated": simulated, "runs_per_task": cfg.n_runs,
+            "built": datetime.now(UTC).strftime("%Y-%m-%d"), "records": records}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="benchmarks/expense/waac_library.json")
+    parser.add_argument("--env", default="expense", help="the env config (configs/env/<name>.yaml)")
+    parser.add_argument("--out", default=None, help="default: the env config's waac.library_path")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv if argv is not None else sys.argv[1:])
-    with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
-        cfg = compose("config", [*DEFAULTS, *args.overrides])
-    library = build(cfg)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    library.save(args.out)
+    try:
+        evaluation, development = compose_split(args.env, args.overrides)
+        library = build(development, evaluation_domain(evaluation))
+    except InputError as exc:
+        sys.exit(f"error: {exc}")
+    out = args.out or str(development.env.waac.library_path)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    library.save(out)
     m = library.meta
     print(f"history library: {m['records']} canonical fragments from {m['verified_episodes']}/{m['episodes']} "
-          f"verified dev episodes ({m['model']}) -> {args.out}")
+          f"verified dev episodes ({m['model']}{', simulated' if m['simulated'] else ''}) -> {out}")
 
 
 if __name__ == "__main__":

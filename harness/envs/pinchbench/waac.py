@@ -1,0 +1,157 @@
+"""WAAC's registered schemas and obligation rules for PinchBench's tools (§3.2.1, §3.3.1; issue #13).
+
+Tools (harness.envs.pinchbench.tools): `read`, `write`, `edit`, `exec`, `ls`. Their results are plain text, so
+every result goes through the auxiliary extractor (harness.waac.extract: Markdown sections, CSV rows, log lines,
+key: value blocks, ...); a file read as JSON (a config) is split by its keys. What the extractor cannot structure
+stays one uncertain field, kept EXACT (§3.2.1), except the tools' own one-line confirmations, which the schema
+registers (`$text`).
+
+- Artifact identity by value: a file's content is versioned per path (`arg:path`): a later read of the same file
+  supersedes the earlier one, part by part (§3.2.1, A.2).
+- Failure targets: `write`/`edit`/`read` act on their `path`: a failed edit is answered by a later successful edit
+  of the same path; `exec` has no target: any later successful command answers a failed one (a retry corrects
+  the command itself).
+- Chosen values: a path to write, the text written, the edit's texts and a shell command are the agent's own
+  (not unexplained evidence); a path to read or edit must be explained by an observation or the prompt.
+- Roles: file content BODY_TEXT (it can feed an edit's oldText: "FileText"), listings REFERENCE_TABLE of paths,
+  confirmations and errors STATUS, command output BODY_TEXT.
+
+Obligation rules, each from the observable prefix only (through the Trace facade):
+- unconsumed_reads (§3.3.1 pending inputs): a read's content stays EXACT until a later successful
+  write/edit/exec has acted on it (a data edge, or any later successful action after the read).
+- written_files (§3.3.1 recovery, A.3 POINTER): the newest content seen of every file the agent wrote or edited
+  stays recoverable (POINTER) until the task ends.
+- exec_retry (§3.3.1 failed branches, A.3): a failed command's output stays EXACT until a later command succeeds
+  (it governs the retry); afterwards the generic failed-branch rule no longer holds it.
+- deliverables (§3.3.1 plan): every file the prompt names keeps its newest content readable (SUMMARY of its
+  first line per part) for the whole task.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from harness.waac.extract import default_extractor
+from harness.waac.graph import Field
+from harness.waac.lattice import Level
+from harness.waac.obligations import Obligation, Trace
+from harness.waac.schema import FieldSpec, InputSpec, Role, Schemas, ToolSchema
+
+ACTIONS = ("write_file", "edit_file", "run_command")  # the ops that act on what was read
+FILE_NAME = re.compile(r"`([^`\s]+)`|(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.[A-Za-z0-9]{1,6})(?![\w/-])")
+
+
+def first_line(value: Any) -> list[str]:
+    """A SUMMARY of a text part states its first non-blank line (a heading, a row, a log line), at most 160
+    characters: what the part is, so the agent knows to recover it (A.3)."""
+    text = value if isinstance(value, str) else str(value)
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return [line[:160]] if line else []
+
+
+CONTENT = FieldSpec("*", "FileText", Role.BODY_TEXT, ("FileText",), versioned=True, facts=first_line)
+OUTPUT = FieldSpec("*", "CommandOutput", Role.BODY_TEXT, ("FileText", "FilePath"), facts=first_line)
+LISTING = FieldSpec("$text", "DirListing", Role.REFERENCE_TABLE, ("FilePath",), versioned=True, facts=first_line)
+PARTS = FieldSpec("*", "DirEntry", Role.REFERENCE_TABLE, ("FilePath",), versioned=True, facts=first_line)
+CONFIRM = FieldSpec("$text", "ToolStatus", Role.STATUS, ("FilePath",), versioned=True, facts=first_line)
+PATH = InputSpec("path", "FilePath", target=True)
+NEW_PATH = InputSpec("path", "FilePath", chosen=True, target=True)
+
+
+def schemas() -> Schemas:
+    """The registry handed to WAAC (configs/env/pinchbench.yaml: env.waac.schemas)."""
+    by_path = ("arg:path",)
+    return Schemas(obligation_rules=(unconsumed_reads, written_files, exec_retry, deliverables),
+                   extractor=default_extractor()).register(
+        ToolSchema("read", "read_file", "read", (CONTENT,), (PATH,), identity=by_path),
+        ToolSchema("write", "write_file", "edit", (CONFIRM,),
+                   (NEW_PATH, InputSpec("content", "FileText", chosen=True)), identity=by_path),
+        ToolSchema("edit", "edit_file", "edit", (CONFIRM,),
+                   (PATH, InputSpec("oldText", "FileText", chosen=True), InputSpec("newText", "FileText",
+                                                                                   chosen=True)),
+                   identity=by_path),
+        ToolSchema("exec", "run_command", "verify", (OUTPUT,),
+                   (InputSpec("command", "Command", chosen=True), InputSpec("workdir", "FilePath", chosen=True))),
+        ToolSchema("ls", "list_dir", "read", (LISTING, PARTS), (InputSpec("path", "FilePath", chosen=True),),
+                   identity=by_path),
+    )
+
+
+# ---- obligations (§3.3.1), from the observable prefix only ----------------------------------------------
+def _acted_after(t: Trace) -> dict[str, int]:
+    """Event id -> its position, and the position of the newest successful write/edit/exec (memoised: events
+    only grow)."""
+    seen, order, last = t.memo.get(("pinch", "order"), (0, {}, -1))
+    events = t.events()
+    for i in range(seen, len(events)):
+        order[events[i].id] = i
+        if events[i].ok and events[i].op in ACTIONS:
+            last = i
+    t.memo[("pinch", "order")] = (len(events), order, last)
+    return {**order, "$last_action": last}
+
+
+def unconsumed_reads(t: Trace) -> Iterator[Obligation]:
+    """A read's content not yet acted on (no data edge into a successful op, no successful write/edit/exec since)
+    is what the next decision needs: EXACT."""
+    order = _acted_after(t)
+    for ev in t.events():
+        if ev.op != "read_file" or not ev.ok or order[ev.id] < order["$last_action"]:
+            continue
+        for f in t.fields_of(ev.id):
+            if not f.consumed and not f.superseded:
+                yield t.on_field("unconsumed_read", f.id, Level.EXACT)
+
+
+def _paths(t: Trace, ops: tuple[str, ...]) -> dict[str, None]:
+    """The paths (values of `path`) of successful events with one of `ops`, oldest first."""
+    out: dict[str, None] = {}
+    for ev in t.events():
+        if ev.ok and ev.op in ops:
+            out.update({str(v): None for p, _, v in ev.inputs if p == "path" and v})
+    return out
+
+
+def _newest_content(t: Trace, path: str) -> list[Field]:
+    """The newest read of `path`: its current (not superseded) content fields."""
+    for ev in reversed(t.events()):
+        if ev.op == "read_file" and ev.ok and any(p == "path" and str(v) == path for p, _, v in ev.inputs):
+            return [f for f in t.fields_of(ev.id) if not f.superseded]
+    return []
+
+
+def written_files(t: Trace) -> Iterator[Obligation]:
+    """The newest content seen of every file written or edited stays recoverable until the task ends."""
+    for path in _paths(t, ("write_file", "edit_file")):
+        for f in _newest_content(t, path):
+            yield t.on_field("written_file", f.id, Level.POINTER)
+
+
+def exec_retry(t: Trace) -> Iterator[Obligation]:
+    """A failed command's output governs the retry: EXACT while no later command has succeeded."""
+    for eid in t.open_failures():
+        if t.event(eid).op == "run_command":
+            for f in t.fields_of(eid):
+                yield t.on_field("exec_retry", f.id, Level.EXACT)
+
+
+def named_files(texts: list[str]) -> list[str]:
+    """File names a prompt mentions (`backticked` or name.ext, with folders)."""
+    out: dict[str, None] = {}
+    for text in texts:
+        for m in FILE_NAME.finditer(text):
+            name = m.group(1) or m.group(2)
+            if "." in name.rsplit("/", 1)[-1]:
+                out[name.strip("./")] = None
+    return list(out)
+
+
+def deliverables(t: Trace) -> Iterator[Obligation]:
+    """Every file the user named keeps its newest content readable: a SUMMARY stating each part's first line."""
+    for path in named_files(t.user_texts()):
+        for f in _newest_content(t, path):
+            facts = frozenset(first_line(f.value))
+            if facts:
+                yield Obligation(f"deliverable:{f.id}", "plan", ((f.id, Level.SUMMARY),), ((f.id, facts),))

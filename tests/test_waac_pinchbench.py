@@ -1,0 +1,197 @@
+"""WAAC on PinchBench (issue #13): the registered schemas and rules (harness/envs/pinchbench/waac.py), the dev
+split and its library (benchmarks/pinchbench/dev, make library ENV=pinchbench), and WAAC runs on the fixture
+benchmark (tests/fixtures/pinchbench/v2) with a scripted agent: field levels are measured, not all EXACT."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from _support import CONFIG_DIR
+from hydra import compose, initialize_config_dir
+
+from harness.build import build_domain, build_policy
+from harness.config import register
+from harness.errors import InputError
+from harness.records import read_transcript
+from harness.run import run
+from harness.types import Message, ToolCall
+from harness.waac.build_library import build, check_disjoint, compose_split, main
+from harness.waac.graph import TraceGraph
+from harness.waac.lattice import Level
+from harness.waac.obligations import Trace, obligations
+from harness.waac.policy import WAAC
+
+register()
+ROOT = Path(__file__).resolve().parents[1]
+V2 = ROOT / "tests" / "fixtures" / "pinchbench" / "v2"
+JUDGE_SCRIPT = ROOT / "tests" / "fixtures" / "pinchbench" / "scripts" / "v2.json"
+DEV = ROOT / "benchmarks" / "pinchbench" / "dev"
+
+
+def call(name: str, **args: Any) -> dict[str, Any]:
+    return {"tool_calls": [{"name": name, "arguments": args}]}
+
+
+# A longer evaluation trajectory on the fixture tasks than v2.json's: reads, a failing command and its retry,
+# a failed edit and its retry, re-reads, so old observations can be compressed.
+SALES = [call("ls", path="data"), call("read", path="data/README.txt"), call("read", path="data/quarterly_sales.csv"),
+         call("exec", command="python3 -c \"import csv; rows=list(csv.DictReader(open('data/sales.csv')))\""),
+         call("exec", command="python3 -c \"import csv; r=list(csv.DictReader(open('data/quarterly_sales.csv'))); "
+                              "print(sum(float(x['Revenue']) for x in r))\""),
+         call("write", path="sales_summary.md", content="# Q1 2024 sales\n\n- Total revenue: $1,950.00\n"),
+         call("edit", path="sales_summary.md", oldText="- Revenue", newText="- Total"),
+         call("read", path="sales_summary.md"),
+         call("edit", path="sales_summary.md", oldText="- Total revenue: $1,950.00\n",
+              newText="- Total revenue: $1,950.00\n- Total profit: $750.00\n- Top region by revenue: North\n"),
+         call("read", path="data/quarterly_sales.csv"), call("exec", command="cat sales_summary.md"),
+         {"content": "Wrote sales_summary.md."}]
+NOTES = [call("read", path="notes.md"), call("exec", command="grep -n Beta notes.md"),
+         call("write", path="answer.txt", content="The beta release is on June 1, 2024.\n"),
+         call("read", path="answer.txt"), {"content": "Saved: June 1, 2024."}]
+
+
+def long_script(tmp: Path) -> Path:
+    judged = [c for c in json.loads(JUDGE_SCRIPT.read_text())["conversations"] if "system" in c]
+    played = [{"match": "data/quarterly_sales.csv", "replies": SALES},
+              {"match": "What is the date of the beta release?", "replies": NOTES}]
+    path = tmp / "script.json"
+    path.write_text(json.dumps({"conversations": [*judged, *played]}))
+    return path
+
+
+def config(out: Path, script: Path, *extra: str) -> Any:
+    with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+        return compose("config", ["experiment=waac", "env=pinchbench", f"benchmark.path={V2}", "model=scripted",
+                                  f"model.script={script}", "judge=scripted", f"judge.model.script={JUDGE_SCRIPT}",
+                                  "user=none", f"out_dir={out}", "progress=false", "n_workers=1", "n_runs=1",
+                                  "benchmark.ids=[task_sales_summary,task_notes_answer]",
+                                  "policy.embedder._target_=_waac.BagOfWords", *extra])  # no MiniLM load
+
+
+def levels(out: Path) -> Counter[str]:
+    """Fields per level at every step of every episode (WAAC's own log: decisions.levels)."""
+    total: Counter[str] = Counter()
+    for path in sorted((out / "transcripts").glob("*.jsonl")):
+        for r in read_transcript(path):
+            if r["type"] == "step" and r.get("decisions"):
+                total.update(r["decisions"]["levels"])
+    return total
+
+
+@pytest.fixture(scope="module")
+def waac_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
+    tmp = tmp_path_factory.mktemp("waac_pinch")
+    out = tmp / "run"
+    return out, run(config(out, long_script(tmp)), verbose=False).set_index("task_id")
+
+
+def test_waac_runs_on_pinchbench_and_not_every_field_is_exact(waac_run: tuple[Path, pd.DataFrame]) -> None:
+    out, episodes = waac_run
+    assert set(episodes.experiment) == {"waac"} and episodes.loc["task_sales_summary", "score"] == pytest.approx(0.85)
+    seen = levels(out)
+    assert seen["exact"] > 0 and seen["summary"] + seen["pointer"] + seen["drop"] > 0, seen
+
+
+def test_the_waac_config_takes_schemas_and_library_from_the_env_block(tmp_path: Path) -> None:
+    cfg = config(tmp_path, JUDGE_SCRIPT)
+    policy = build_policy(cfg)
+    assert isinstance(policy, WAAC) and set(policy.schemas.tools) >= {"read", "write", "edit", "exec", "ls"}
+    assert policy.library_path == "benchmarks/pinchbench/waac_library.json" and policy.schemas.extractor is not None
+    assert build_domain(cfg).name == "pinchbench"  # the env's waac block never reaches the domain
+
+
+# ---- schemas and rules on a hand-made trace -----------------------------------------------------------------
+def trace(*steps: tuple[str, dict[str, Any], str, bool],
+          prompt: str = "Read notes.md, write `report.md`.") -> TraceGraph:
+    from harness.envs.pinchbench.waac import schemas
+
+    history = [Message("system", "s"), Message("user", prompt)]
+    for i, (name, args, result, error) in enumerate(steps):
+        history.append(Message("assistant", "", tool_calls=(ToolCall(f"c{i}", name, json.dumps(args)),)))
+        history.append(Message("tool", result, tool_call_id=f"c{i}", name=name, is_error=error))
+    g = TraceGraph(schemas())
+    g.update(history)
+    return g
+
+
+MD = "# Notes\n\n## Plan\n- ship the beta\n- write docs\n\n## Risks\n- late vendor\n"
+
+
+def test_file_content_is_extracted_into_parts_versioned_by_path() -> None:
+    g = trace(("read", {"path": "notes.md"}, MD, False), ("read", {"path": "notes.md"}, MD, False))
+    first, second = (g.events[e].fields for e in g.order[1:])
+    assert len(first) > 1 and not any(g.fields[f].uncertain for f in first)  # parts, not one EXACT blob
+    assert all(str(g.fields[f].identity).startswith("notes.md/") for f in first)
+    assert all(g.fields[f].superseded for f in first) and not any(g.fields[f].superseded for f in second)
+
+
+def test_a_failed_edit_is_answered_only_by_an_edit_of_the_same_path() -> None:
+    bad = ("edit", {"path": "a.md", "oldText": "x", "newText": "y"}, "edit: Could not find the exact text", True)
+    other = ("edit", {"path": "b.md", "oldText": "x", "newText": "y"}, "Successfully replaced text in b.md.", False)
+    same = ("edit", {"path": "a.md", "oldText": "z", "newText": "y"}, "Successfully replaced text in a.md.", False)
+    assert list(trace(bad, other).open_failures) and not trace(bad, other, same).open_failures
+
+
+def test_a_chosen_path_and_content_are_not_unexplained_evidence() -> None:
+    g = trace(("write", {"path": "new/out.md", "content": "fresh text"}, "Successfully wrote 10 bytes", False))
+    assert not g.uncertain and not g.events[g.order[-1]].unresolved
+
+
+def test_rules_keep_unconsumed_reads_exact_and_written_files_recoverable() -> None:
+    from harness.envs.pinchbench.waac import deliverables, exec_retry, unconsumed_reads, written_files
+
+    g = trace(("read", {"path": "notes.md"}, MD, False))
+    t = Trace(g)
+    assert {lvl for o in unconsumed_reads(t) for _, lvl in o.refs} == {Level.EXACT}
+    g = trace(("read", {"path": "notes.md"}, MD, False),
+              ("write", {"path": "report.md", "content": "x"}, "Successfully wrote 1 bytes to report.md", False),
+              ("read", {"path": "report.md"}, "# Report\n\n## Done\n- x\n\n## Next\n- y\n", False),
+              ("exec", {"command": "cat nope"}, "cat: nope: No such file\n\nCommand exited with code 1", True))
+    t = Trace(g)
+    read_notes = g.order[1]
+    assert not [o for o in unconsumed_reads(t) if o.refs[0][0].startswith(read_notes)]  # acted on since
+    written = {f for o in written_files(t) for f, lvl in o.refs if lvl == Level.POINTER}
+    assert written and all(f.startswith(g.order[3]) for f in written)
+    assert {f for o in exec_retry(t) for f, _ in o.refs} == set(g.events[g.order[4]].fields)
+    named = {*g.events[g.order[1]].fields, *g.events[g.order[3]].fields}  # the prompt names both files
+    assert {f for o in deliverables(t) for f, _ in o.refs} == named
+    assert {o.kind for o in obligations(g, g.schemas.obligation_rules)} >= {"written_file", "exec_retry", "plan"}
+
+
+# ---- the dev split and its library -------------------------------------------------------------------------
+def test_the_dev_split_builds_a_library_from_verified_episodes(tmp_path: Path) -> None:
+    evaluation, development = compose_split("pinchbench", [f"benchmark.path={V2}", "n_runs=1"])
+    library = build(development, build_domain(evaluation))
+    assert library.meta["verified_episodes"] == library.meta["episodes"] == 3 and library.records
+    assert library.meta["split"] == "benchmarks/pinchbench/dev" and library.meta["simulated"] is True
+
+
+def test_a_dev_split_that_overlaps_the_evaluation_tasks_is_refused_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    evaluation, development = compose_split("pinchbench", [f"benchmark.path={DEV}"])  # evaluating on dev tasks
+    with pytest.raises(InputError, match="overlaps the evaluation tasks: dev_todo_report"):
+        check_disjoint(build_domain(evaluation), build_domain(development), "x")
+    with pytest.raises(SystemExit) as stop:
+        main(["--env", "pinchbench", f"benchmark.path={DEV}", "--out", "/dev/null"])
+    assert "overlaps the evaluation tasks" in str(stop.value) and len(str(stop.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize("env", ["pinchbench", "pinchbench_workflow", "odysseys", "expense"])
+def test_every_waac_ablation_composes_on_every_benchmark_with_its_schemas(env: str) -> None:
+    """`make sweep SWEEP=ablations|budget ARGS='env=<env> ...'` composes: each WAAC variant takes the env's schemas
+    and library (the sweeps themselves are run in tiny mode in the report; each job loads the embedder)."""
+    tools = {"pinchbench": "read", "pinchbench_workflow": "read", "odysseys": "click", "expense": "form_save_form"}
+    with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+        for experiment in ("waac", "waac_no_offline", "waac_no_online", "waac_no_summary", "waac_no_pointer",
+                           "waac_no_drop"):
+            path = ["benchmark.path=x"] if env.startswith("pinchbench") else []
+            cfg = compose("config", [f"experiment={experiment}", f"env={env}", *path,
+                                     "policy.embedder._target_=_waac.BagOfWords", "budget.fraction=0.5"])
+            policy = build_policy(cfg)
+            assert isinstance(policy, WAAC) and tools[env] in policy.schemas.tools
+            assert Path(ROOT / str(cfg.env.waac.library_path)).is_file()
