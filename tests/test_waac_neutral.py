@@ -287,3 +287,26 @@ def test_schema_options_are_checked() -> None:
 def test_expense_schema_options_live_in_the_expense_module() -> None:
     text = Path(ROOT / "harness" / "envs" / "expense" / "waac.py").read_text()
     assert all(x in text for x in ('"RowNumber"', '"controlName"', '"Grids"', "{container}.FormName"))
+
+
+def test_a_retry_edge_links_only_a_call_on_the_failed_target() -> None:
+    """§3.2.1: the control edge of a retry goes from the failed attempt to the call that answers it (same
+    operation, same target), not to any next call of the same tool."""
+    h = opening() + _edit("f1", "/w/a.txt", False) + _edit("s1", "/w/b.txt", True)
+    assert _graph(h, file_schemas()).conditions("s1") == []
+    h2 = opening() + _edit("f1", "/w/a.txt", False) + _edit("s2", "/w/a.txt", True, old="y")
+    assert _graph(h2, file_schemas()).conditions("s2") == ["f1/status"]
+
+
+def test_a_value_binds_only_to_a_field_showing_it_as_a_whole_token() -> None:
+    """Element 3 is not shown by element [30]; path a.txt is not shown by /w/data/a.txt.txt or old_a.txt."""
+    s = Schemas().register(
+        ToolSchema("look", "look", "read", (FieldSpec("items", "Items", Role.REFERENCE_TABLE, ("Element",)),)),
+        ToolSchema("click", "click", "edit", (FieldSpec("status", "S", Role.STATUS),),
+                   (InputSpec("element", "Element", target=True, match="shown"),)))
+    both = (exchange("a", "look", {}, json.dumps({"items": "[3] Save"}))
+            + exchange("b", "look", {}, json.dumps({"items": "[30] Delete, [13] Undo, e3 x3"})))
+    g = _graph(opening() + both + exchange("c", "click", {"element": 3}, '{"status": "ok"}'), s)
+    assert g.data_sources("c") == [("a/items", "Element", "element")]
+    h = opening() + _read("l", "/w", "/w/data/a.txt.txt old_a.txt") + _edit("e", "a.txt", True)
+    assert _graph(h, file_schemas()).events["e"].unresolved == ["path"]

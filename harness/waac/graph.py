@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import networkx as nx
@@ -325,12 +326,13 @@ class TraceGraph:
         providers = self.providers.get(spec.type, [])
         if spec.match == "row":
             return self._row_producer(providers, literal, spec, values, schema)
+        shows = _shown_by(literal)
         for fid in reversed(providers):
-            if literal in self.fields[fid].text:
+            if shows(self.fields[fid].text):
                 return fid
         if spec.match == "shown" or len(literal) < 3:
             return None
-        return next((u for u in reversed(self.user_fields) if literal in self.fields[u].text), None)
+        return next((u for u in reversed(self.user_fields) if shows(self.fields[u].text)), None)
 
     def _row_producer(self, providers: list[str], literal: str, spec: InputSpec, values: dict[str, Any],
                       schema: ToolSchema | None) -> str | None:
@@ -344,7 +346,9 @@ class TraceGraph:
     # ---- control edges --------------------------------------------------------------------------------
     def _control_edges(self, ev: Event, schema: ToolSchema | None) -> None:
         prev = self.events[self.order[-2]] if len(self.order) > 1 else None
-        if prev is not None and not prev.ok and prev.tool == ev.tool:  # a retry answers the failed attempt
+        # a retry answers the failed attempt: the same operation on the same target (the schema's), as in
+        # _track_failure — not any next call of the same tool (§3.2.1: observed conditions governing execution)
+        if prev is not None and not prev.ok and prev.target() == ev.target():
             self._control(prev, ev, "retry")
         if schema is not None and schema.acts_on_state and self.state_event is not None:
             self._control(self.events[self.state_event], ev, "state")
@@ -392,3 +396,11 @@ def _part_span(content: str, part: TextPart) -> tuple[int, int] | None:
     """The part's span, None when its text is not at its start offset (the extractor broke its contract)."""
     end = part.start + len(part.text)
     return (part.start, end) if part.start >= 0 and content[part.start:end] == part.text else None
+
+
+@lru_cache(maxsize=4096)
+def _shown_by(literal: str) -> Callable[[str], bool]:
+    """Evidence that a field shows a value: the literal as a whole token, not inside a longer one (element 3 is
+    not shown by element [30], nor path a.md by data/a.md), so an argument binds to the field it came from."""
+    pattern = re.compile(rf"(?<![\w/.-]){re.escape(literal)}(?![\w/-]|\.\w)")
+    return lambda text: pattern.search(text) is not None
