@@ -10,6 +10,7 @@ from typing import Any
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationKeyError
 
 from harness.backends.base import LLMBackend
 from harness.envs.base import Domain, UserModel
@@ -44,6 +45,9 @@ def build_policy(cfg: DictConfig) -> ContextPolicy:
     settings (its ValueError, e.g. `policy.unit=turn`) comes out as one InputError line, not Hydra's wrapper."""
     try:
         return instantiate(cfg.policy)
+    except InterpolationKeyError as exc:  # e.g. WAAC on an env config without a `waac:` block
+        raise InputError(f"policy={cfg.policy.get('_target_', '?')}: {exc} — the env config "
+                         f"({cfg.env.get('_target_', '?')}) does not provide it") from None
     except InstantiationException as exc:
         cause = exc.__cause__
         if isinstance(cause, InputError | ValueError):

@@ -138,7 +138,12 @@ def fingerprint(cfg: DictConfig) -> str:
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved, dict)
     relevant = {k: v for k, v in resolved.items() if k not in NEUTRAL}
-    relevant["env"] = {k: v for k, v in relevant.get("env", {}).items() if k != "n_tasks"}
+    # env.waac configures WAAC only (its policy block resolves what it uses), so other policies' runs keep
+    # their fingerprint; WAAC's covers its library's content, not only its path (make library rebuilds it)
+    relevant["env"] = {k: v for k, v in relevant.get("env", {}).items() if k not in ("n_tasks", "waac")}
+    policy = relevant.get("policy")
+    if isinstance(policy, dict) and policy.get("library_path") and policy.get("use_library", True):
+        relevant["policy"] = {**policy, "library_sha256": _file_sha256(str(policy["library_path"]))}
     relevant["model"] = _without_knobs(relevant.get("model"))
     if isinstance(relevant["model"], dict) and relevant["model"].get("serve"):  # a served model's port varies
         relevant["model"] = {k: v for k, v in relevant["model"].items() if k not in ("base_url", "model", "name")}
@@ -149,6 +154,11 @@ def fingerprint(cfg: DictConfig) -> str:
         if isinstance(relevant.get(group), dict) and "backend" in relevant[group]:
             relevant[group] = {**relevant[group], "backend": _without_knobs(relevant[group]["backend"])}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _file_sha256(path: str) -> str:
+    p = Path(path) if Path(path).is_absolute() else Path(__file__).resolve().parents[1] / path
+    return hashlib.sha256(p.read_bytes()).hexdigest()[:16] if p.is_file() else "missing"
 
 
 def _without_knobs(block: Any) -> Any:

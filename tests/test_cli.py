@@ -113,3 +113,13 @@ def test_a_setting_the_policy_refuses_is_one_line_before_anything_is_written(tmp
                                                                              reason: str) -> None:
     refused(run_cli(override, out_dir=tmp_path / "out"), reason)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("override", "reason"), [
+    ("policy.library_path=/nonexistent/lib.json", "WAAC history library /nonexistent/lib.json: cannot read it"),
+    ("policy.library_path=README.md", "README.md: not a library file written by make library"),
+    ("~env.waac", "'env.waac.schemas' not found — the env config")])
+def test_a_bad_waac_library_or_env_block_is_one_line_before_anything_is_written(tmp_path: Path, override: str,
+                                                                               reason: str) -> None:
+    refused(run_cli("experiment=waac", override, out_dir=tmp_path / "out"), reason)
+    assert not (tmp_path / "out").exists()

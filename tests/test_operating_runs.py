@@ -231,3 +231,16 @@ def test_a_damaged_first_line_without_the_marker_is_rerun_not_refused(tmp_path: 
     path(tmp_path).write_text("{not json\n" + "\n".join(path(tmp_path).read_text().splitlines()[1:]) + "\n")
     episodes = run(config(tmp_path), verbose=False)
     assert len(episodes) == 3 and read_transcript(path(tmp_path))[0]["type"] == "episode_start"
+
+
+def test_the_env_waac_block_stays_out_of_other_policies_fingerprints_and_waacs_covers_its_library(
+        tmp_path: Path) -> None:
+    """Resuming a C3 run is not refused because WAAC's settings moved into the env config; a rebuilt WAAC
+    library (same path, new content) is a different configuration."""
+    c3 = fingerprint(config(tmp_path))
+    assert fingerprint(config(tmp_path, "env.waac.library_path=elsewhere.json")) == c3
+    lib = tmp_path / "lib.json"
+    lib.write_text('{"meta": {}, "records": []}\n')
+    waac = fingerprint(config(tmp_path, f"policy.library_path={lib}", experiment="waac"))
+    lib.write_text('{"meta": {"rebuilt": true}, "records": []}\n')
+    assert fingerprint(config(tmp_path, f"policy.library_path={lib}", experiment="waac")) != waac

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.errors import InputError
 from harness.waac.embeddings import Embedder
 from harness.waac.graph import Event, TraceGraph
 from harness.waac.lattice import Level, join
@@ -147,7 +148,18 @@ class HistoryLibrary:
 
     @classmethod
     def load(cls, path: str | Path) -> HistoryLibrary:
-        data = json.loads(Path(path).read_text())
+        """A library file; a missing, unreadable or malformed one is one InputError line naming it."""
+        try:
+            return cls._parse(json.loads(Path(path).read_text()))
+        except OSError as exc:
+            raise InputError(f"WAAC history library {path}: cannot read it ({exc.strerror}); build it with "
+                             "`make library ENV=<env>` or set policy.library_path") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise InputError(f"WAAC history library {path}: not a library file written by make library "
+                             f"({type(exc).__name__}: {exc})") from None
+
+    @classmethod
+    def _parse(cls, data: dict[str, Any]) -> HistoryLibrary:
         records = {}
         for row in data["records"]:
             frag = row["fragment"]
