@@ -1,11 +1,13 @@
-"""WAAC's auxiliary extractor (§3.2.1, appendix C): each registered parser on real tool output (the Odysseys
-browser's observation text, `ls -la`, pytest, a Python traceback, a CSV file), the share rule, stable unique
+"""WAAC's auxiliary extractor (§3.2.1, appendix C): each registered parser on real tool output (a Playwright ARIA
+snapshot, `ls -la`, pytest, a Python traceback, a CSV file), the share rule, stable unique
 paths, the exact-substring invariant (a property over random texts), and the LLM stage (validation against the
-source, cost drained once, the size cap, the cache, never called without a real auxiliary model)."""
+source, cost drained once, the size cap, the cache, never called without a real auxiliary model). The Odysseys
+browser's observation format is the Odysseys schema module's (tests/test_waac_odysseys.py), not the core's."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,6 @@ from _support import CONFIG_DIR
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.envs.odysseys.browser import Observation, render_snapshot
 from harness.errors import InputError
 from harness.policies.base import Summary
 from harness.policies.summarizers import ExtractiveSummarizer
@@ -26,8 +27,10 @@ from harness.waac.extract import (
     Extractor,
     Parser,
     Part,
+    TreeFormat,
     default_extractor,
     explains,
+    parse_aria,
     register,
     validate,
 )
@@ -51,35 +54,6 @@ RAW_SNAPSHOT = """\
   - generic [ref=e9] [cursor=pointer]:
     - generic [ref=e10] [cursor=pointer]: Clickable card
   - checkbox "Gift" [checked] [ref=e11]
-"""
-
-# A real tool result of BrowserTools.execute(goto) on tests/fixtures/odysseys/sites/shop/kettle.html (Chromium)
-KETTLE_RESULT = """\
-Opened http://127.0.0.1:36641/kettle.html.
-
-URL: http://127.0.0.1:36641/kettle.html
-Title: Blue Kettle - Acme Shop
-Tabs: [0] http://127.0.0.1:36641/kettle.html (active)
-Scroll: 0-800 of 800 px
-Elements: 6 numbered (use the numbers with click, type and select)
-
-- navigation
-  - [1] link "Home" -> /index.html
-- main
-  - heading "Blue Kettle" [level=1]
-  - paragraph: SKU K-100. 1.7 litres, boils in three minutes. Price: $39.00.
-  - paragraph
-    - [2] link "Read about kettles on TeaWiki" -> http://127.0.0.1:37989/kettle.html
-  - Name
-  - [3] textbox "Name"
-  - Quantity
-  - [4] combobox "Quantity"
-    - option "1" [selected]
-    - option "2"
-    - option "3"
-  - [5] checkbox "Gift wrap"
-  - Gift wrap
-  - [6] button "Place order"
 """
 
 LS_LA = """\
@@ -182,14 +156,6 @@ name: again
 """
 
 
-def observation_result() -> str:
-    """A click result exactly as BrowserTools builds it: header line, blank, Observation.text()."""
-    page, elements = render_snapshot(RAW_SNAPSHOT)
-    obs = Observation("http://shop.test/index.html", "Acme Shop", ("http://shop.test/index.html",), 0, page,
-                      elements, (0, 800, 1600))
-    return f'Clicked [1] link "Cart".\n\n{obs.text()}'
-
-
 def parts_of(text: str, extractor: Extractor | None = None) -> Extracted:
     result = (extractor or Extractor()).extract(text)
     assert result is not None, text
@@ -218,35 +184,35 @@ def test_json_arrays_scalars_objects_and_json_lines() -> None:
     assert lines.parser == "json" and [p.path for p in lines.parts] == ["[0]", "[1]"]
 
 
-def test_the_browser_observation_gives_one_element_per_numbered_element() -> None:
-    text = observation_result()
-    result = parts_of(text)
-    parts = by_path(result)
-    assert result.parser == "aria"
-    assert [p.path for p in result.parts if p.kind == "element"] == ["[1]", "[2]", "[3]", "[4]", "[5]"]
-    assert parts["[1]"].text == '- [1] link "Cart" -> /cart.html\n  - img "cart icon"'  # its child with it
-    assert parts["[3]"].text == '- [3] combobox "Qty"\n  - option "1" [selected]'
-    assert parts["message"].text == 'Clicked [1] link "Cart".'
-    assert parts["url"].text == "URL: http://shop.test/index.html" and parts["title"].text == "Title: Acme Shop"
-    assert parts["text[1]"].text == '- heading "Title: sub" [level=1]'
-    assert not [p for p in result.parts if p.path.startswith("_rest")]  # everything explained
-
-
-def test_a_real_chromium_observation() -> None:
-    result = parts_of(KETTLE_RESULT)
-    parts = by_path(result)
-    assert result.parser == "aria"
-    assert [p.path for p in result.parts if p.kind == "element"] == [f"[{n}]" for n in range(1, 7)]
-    assert parts["[4]"].text.endswith('- option "3"') and parts["[6]"].text == '  - [6] button "Place order"'
-    assert "SKU K-100" in parts["text[2]"].text and parts["scroll"].text == "Scroll: 0-800 of 800 px"
-
-
 def test_a_raw_aria_snapshot_is_split_by_refs() -> None:
     result = parts_of(RAW_SNAPSHOT)
     parts = by_path(result)
     assert result.parser == "aria" and [p.path for p in result.parts][:4] == ["e1", "e2", "e3", "e4"]
     assert parts["e4"].text == '    - link "Cart" [ref=e4] [cursor=pointer]:\n      - /url: /cart.html'
     assert parts["e7"].text.endswith("- /placeholder: Find things")
+
+
+def test_the_core_tree_grammar_knows_no_benchmark_header_or_numbering() -> None:
+    """Nothing benchmark-specific in harness/waac/: a page with a `URL:` header and `[n]` numbered elements but no
+    refs is not an accessibility tree to the core (an environment describes its format with TreeFormat)."""
+    page = 'Clicked [1].\n\nURL: http://x/\nTitle: X\n\n- main\n  - [1] link "Home"\n  - [2] button "Go"\n'
+    assert parse_aria(page) is None and parse_aria(RAW_SNAPSHOT) is not None
+    numbered = TreeFormat(lambda item: item[:3] if item.startswith("[") else None, re.compile(r"^(URL|Title): "))
+    parts = {p.path: p.text for p in numbered.parse(page) or []}
+    assert parts["url"] == "URL: http://x/" and parts["[1]"] == '  - [1] link "Home"' and "message" in parts
+
+
+def test_a_variant_of_a_grammar_registered_by_name_takes_its_place() -> None:
+    before, extractor, text = dict(PARSERS), Extractor(), "Where: here\n" + RAW_SNAPSHOT
+    assert by_path(parts_of(text, extractor))["message"].text == "Where: here"
+    try:
+        register(Parser("aria", TreeFormat(header=re.compile(r"^(Where): ")).parse))
+        assert list(PARSERS) == list(before) and PARSERS["aria"] is not before["aria"]
+        result = parts_of(text, extractor)  # an extractor built before follows the registry (its cache emptied)
+        assert result.parser == "aria" and by_path(result)["where"].text == "Where: here"
+    finally:
+        PARSERS.clear()
+        PARSERS.update(before)
 
 
 def test_ls_la_rows_are_named_by_file() -> None:
@@ -346,7 +312,7 @@ def test_a_parser_that_does_not_explain_the_text_hands_it_to_the_next() -> None:
 
 # ---- paths and the substring invariant --------------------------------------------------------------------------
 def test_paths_are_unique_and_stable() -> None:
-    for text in (KEY_VALUES, KETTLE_RESULT, PYTEST, LS_LA, CSV_READ, MARKDOWN, LOG, TRACEBACK):
+    for text in (KEY_VALUES, RAW_SNAPSHOT, PYTEST, LS_LA, CSV_READ, MARKDOWN, LOG, TRACEBACK):
         first, again = Extractor().extract(text), Extractor().extract(text)
         assert first == again and first is not None
         assert len({p.path for p in first.parts}) == len(first.parts)

@@ -1,6 +1,8 @@
 """WAAC on Odysseys (issue #13): the browser tools' schemas and rules (harness/envs/odysseys/waac.py), the dev
 split on the fixture sites replayed from its archive (benchmarks/odysseys/dev), and a WAAC run in a real browser
-on a fixture task that is not a dev task, with a scripted agent and judge: field levels are measured."""
+on a fixture task that is not a dev task, with a scripted agent and judge: field levels are measured. Also the
+browser observation's format for the auxiliary extractor (registered by the schema module, not the core) and
+the rules' incremental indexes (equal to a from-scratch recomputation at every step)."""
 
 from __future__ import annotations
 
@@ -26,13 +28,14 @@ from harness.waac.build_library import build, check_disjoint, compose_split
 from harness.waac.graph import TraceGraph
 from harness.waac.lattice import Level
 from harness.waac.obligations import Trace
+from harness.waac.schema import Role
 
 register()
 ROOT = Path(__file__).resolve().parents[1]
 SITES = ROOT / "tests" / "fixtures" / "odysseys" / "sites"
 TASK = "kettle0000000000000000000000000000000001"
 JUDGE = "You are an expert evaluator of web-navigation agent trajectories."
-pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="Chromium not installed: make browser-deps")
+browser = pytest.mark.skipif(shutil.which("chromium") is None, reason="Chromium not installed: make browser-deps")
 
 
 def call(name: str, **args: Any) -> dict[str, Any]:
@@ -86,6 +89,7 @@ def waac_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFra
     return tmp / "run", episodes
 
 
+@browser
 def test_waac_runs_on_odysseys_and_not_every_field_is_exact(waac_run: tuple[Path, pd.DataFrame]) -> None:
     out, episodes = waac_run
     row = episodes.iloc[0]
@@ -147,6 +151,7 @@ def test_rules_keep_task_facts_exact_tabs_exact_and_archived_pages_recoverable()
 
 
 # ---- the dev split -----------------------------------------------------------------------------------------
+@browser
 def test_the_dev_split_replays_offline_and_builds_a_library(tmp_path: Path) -> None:
     evaluation, development = compose_split("odysseys", ["n_runs=1", "policy.embedder._target_=_waac.BagOfWords"])
     assert str(development.browser.source) == "replay" and len(build_domain(development).tasks) == 2
@@ -160,3 +165,159 @@ def test_a_dev_split_that_is_an_evaluation_task_is_refused() -> None:
     evaluation, development = compose_split("odysseys", [f"env.tasks_path={dev_tasks}"])
     with pytest.raises(InputError, match="overlaps the evaluation tasks"):
         check_disjoint(build_domain(evaluation), build_domain(development), "x")
+
+
+# ---- the observation format, registered by this benchmark's schema module (not the core) ------------------------
+# Playwright's ARIA snapshot (ai mode) as the browser code reads it (the fixture of tests/test_odysseys_browser.py)
+RAW_SNAPSHOT = """\
+- generic [active] [ref=e1]:
+  - 'heading "Title: sub" [level=1] [ref=e2]'
+  - generic [ref=e3]:
+    - link "Cart" [ref=e4] [cursor=pointer]:
+      - /url: /cart.html
+      - img "cart icon" [ref=e5]
+    - paragraph [ref=e6]: "Text with: colon"
+  - textbox "Search" [ref=e7]:
+    - /placeholder: Find things
+  - combobox "Qty" [ref=e8]:
+    - option "1" [selected]
+  - generic [ref=e9] [cursor=pointer]:
+    - generic [ref=e10] [cursor=pointer]: Clickable card
+  - checkbox "Gift" [checked] [ref=e11]
+"""
+
+# A real tool result of BrowserTools.execute(goto) on tests/fixtures/odysseys/sites/shop/kettle.html (Chromium)
+KETTLE_RESULT = """\
+Opened http://127.0.0.1:36641/kettle.html.
+
+URL: http://127.0.0.1:36641/kettle.html
+Title: Blue Kettle - Acme Shop
+Tabs: [0] http://127.0.0.1:36641/kettle.html (active)
+Scroll: 0-800 of 800 px
+Elements: 6 numbered (use the numbers with click, type and select)
+
+- navigation
+  - [1] link "Home" -> /index.html
+- main
+  - heading "Blue Kettle" [level=1]
+  - paragraph: SKU K-100. 1.7 litres, boils in three minutes. Price: $39.00.
+  - paragraph
+    - [2] link "Read about kettles on TeaWiki" -> http://127.0.0.1:37989/kettle.html
+  - Name
+  - [3] textbox "Name"
+  - Quantity
+  - [4] combobox "Quantity"
+    - option "1" [selected]
+    - option "2"
+    - option "3"
+  - [5] checkbox "Gift wrap"
+  - Gift wrap
+  - [6] button "Place order"
+"""
+
+
+def observation_result() -> str:
+    """A click result exactly as BrowserTools builds it: header line, blank, Observation.text()."""
+    from harness.envs.odysseys.browser import Observation, render_snapshot
+
+    page, elements = render_snapshot(RAW_SNAPSHOT)
+    obs = Observation("http://shop.test/index.html", "Acme Shop", ("http://shop.test/index.html",), 0, page,
+                      elements, (0, 800, 1600))
+    return f'Clicked [1] link "Cart".\n\n{obs.text()}'
+
+
+def parts_of(text: str) -> dict[str, Any]:
+    """The parts the Odysseys schemas' extractor gives a text (each checked to sit verbatim at its offset)."""
+    from harness.envs.odysseys.waac import schemas
+
+    extractor = schemas().extractor
+    result = extractor.extract(text) if extractor is not None else None
+    assert result is not None and result.parser == "aria", text
+    assert all(text[p.start:p.start + len(p.text)] == p.text for p in result.parts)
+    return {p.path: p for p in result.parts}
+
+
+def test_the_browser_observation_gives_one_element_per_numbered_element() -> None:
+    parts = parts_of(observation_result())
+    assert [path for path, p in parts.items() if p.kind == "element"] == ["[1]", "[2]", "[3]", "[4]", "[5]"]
+    assert parts["[1]"].text == '- [1] link "Cart" -> /cart.html\n  - img "cart icon"'  # its child with it
+    assert parts["[3]"].text == '- [3] combobox "Qty"\n  - option "1" [selected]'
+    assert parts["message"].text == 'Clicked [1] link "Cart".'
+    assert parts["url"].text == "URL: http://shop.test/index.html" and parts["title"].text == "Title: Acme Shop"
+    assert parts["text[1]"].text == '- heading "Title: sub" [level=1]'
+    assert not [p for p in parts if p.startswith("_rest")]  # everything explained
+
+
+def test_a_real_chromium_observation() -> None:
+    parts = parts_of(KETTLE_RESULT)
+    assert [path for path, p in parts.items() if p.kind == "element"] == [f"[{n}]" for n in range(1, 7)]
+    assert parts["[4]"].text.endswith('- option "3"') and parts["[6]"].text == '  - [6] button "Place order"'
+    assert "SKU K-100" in parts["text[2]"].text and parts["scroll"].text == "Scroll: 0-800 of 800 px"
+    assert list(parts)[:6] == ["message", "url", "title", "tabs", "scroll", "elements"]
+
+
+def test_the_format_is_registered_in_place_of_the_core_grammar_which_still_reads_raw_snapshots() -> None:
+    from harness.envs.odysseys.waac import PAGE_PARSER
+    from harness.waac.extract import PARSERS, Extractor, Parser, parse_aria
+
+    assert PARSERS["aria"] is PAGE_PARSER and list(PARSERS)[:2] == ["json", "aria"]
+    assert parse_aria(PAGE) is None  # the core alone does not know this header or numbering
+    raw = Extractor(parsers=[PAGE_PARSER]).extract(RAW_SNAPSHOT)
+    core = Extractor(parsers=[Parser("aria", parse_aria)]).extract(RAW_SNAPSHOT)
+    assert raw is not None and raw == core and [p.path for p in raw.parts][:4] == ["e1", "e2", "e3", "e4"]
+
+
+# ---- the rules are incremental and equal to a from-scratch recomputation --------------------------------------
+def page(i: int, tabs: list[str]) -> str:
+    """A synthetic observation of page p<i % 9>: a paragraph with the asked-about terms, one with terms only a
+    later user turn asks about, a few numbered elements."""
+    url = f"http://shop.test/p{i % 9}.html"
+    tab = "; ".join(f"[{k}] {u}" for k, u in enumerate(tabs))
+    elements = "\n".join(f'  - [{j}] link "Item {j} of page {i % 9}" -> /p{j}.html' for j in range(1, 5))
+    return (f"Clicked [3] link.\n\nURL: {url}\nTitle: Page {i % 9}\nTabs: {tab}\nScroll: 0-800 of 1600 px\n"
+            f"Elements: 4 numbered\n\n- main\n  - heading \"Kettle {i % 9}\" [level=1]\n"
+            f"  - paragraph: The kettle price is ${30 + i % 9}.00 for {1 + i % 3}.5 litres.\n{elements}\n"
+            f"  - paragraph: Warranty of {i % 4} years.\n")
+
+
+def from_scratch(t: Trace) -> list[tuple[str, str]]:
+    """The Odysseys rules as first written (every field of every event scanned at every step)."""
+    from harness.envs.odysseys.waac import OPENING, page_url, task_terms
+
+    events = list(t.events())
+    terms = task_terms([text.split(OPENING, 1)[0] for text in t.user_texts()])
+    out = [("task_fact", f.id) for ev in events for f in t.fields_of(ev.id)
+           if f.type == "PageText" and len(task_terms([f.text]) & terms) >= 2]
+    tab = next((f.id for ev in reversed(events) for f in t.fields_of(ev.id) if f.type == "TabList"), None)
+    out += [("tabs", tab)] if tab else []
+    newest = {url: ev.id for ev in events if ev.ok and (url := page_url(t, ev.id))}
+    return out + [("archived_page", f.id) for eid in newest.values() if eid != t.open_state()
+                  for f in t.fields_of(eid) if f.role in (Role.STATE, Role.AFFORDANCE, Role.IDENTIFIER)]
+
+
+def test_the_rules_equal_a_from_scratch_recomputation_at_every_step_and_look_only_at_new_events() -> None:
+    from _waac import exchange
+    from test_waac_pinchbench import CountingTrace
+
+    from harness.envs.odysseys.waac import schemas
+
+    rules = schemas().obligation_rules
+    history = [Message("system", "s"), Message("user", "Find the kettle price and capacity.")]
+    g, tabs, looked, kinds = TraceGraph(schemas()), ["http://shop.test/p0.html"], [], set[str]()
+    for i in range(120):
+        if i % 7 == 6:  # an error answer: no page, no tab list
+            history += exchange(f"c{i}", "click", {"element": 99}, "Error: click: there is no element [99]", True)
+        else:
+            tabs += [f"http://shop.test/p{i % 9}.html"] if i % 11 == 10 else []
+            history += exchange(f"c{i}", ("goto", "click")[i % 2], {"url": "x"} if i % 2 == 0 else {"element": 3},
+                                page(i, tabs))
+        if i == 60:  # a later turn asks about terms old pages already stated
+            history.append(Message("user", "Also the warranty years."))
+        g.update(history)
+        t = CountingTrace(g)
+        got = [(o.kind, o.refs[0][0]) for rule in rules for o in rule(t)]
+        assert got == from_scratch(Trace(g)), f"step {i}"
+        looked.append(t.looked)
+        kinds.update(k for k, _ in got)
+    assert kinds == {"task_fact", "tabs", "archived_page"}
+    assert max(looked[20:]) <= 2, looked  # each step's new events, not the history

@@ -195,3 +195,107 @@ def test_every_waac_ablation_composes_on_every_benchmark_with_its_schemas(env: s
             policy = build_policy(cfg)
             assert isinstance(policy, WAAC) and tools[env] in policy.schemas.tools
             assert Path(ROOT / str(cfg.env.waac.library_path)).is_file()
+
+
+# ---- a path the agent reads is its own choice (the tool rejects a wrong one) ----------------------------------
+def test_reading_a_file_a_listing_showed_by_its_bare_name_is_not_unexplained_evidence() -> None:
+    """`ls data` shows `quarterly_sales.csv`; the agent reads `data/quarterly_sales.csv`: no observation shows
+    that literal, yet the read's parts are certain (compressible), not EXACT forever (the `unresolved` rule)."""
+    g = trace(("ls", {"path": "data"}, "README.txt\nquarterly_sales.csv", False),
+              ("read", {"path": "data/quarterly_sales.csv"}, "region,revenue\nNorth,100\nSouth,200\nEast,50\n", False),
+              ("edit", {"path": "data/never_shown.md", "oldText": "a", "newText": "b"}, "Successfully replaced", False))
+    read, edit = (g.events[e] for e in g.order[2:])
+    assert not read.unresolved and not edit.unresolved and not g.uncertain
+    assert [g.fields[f].path for f in read.fields] == ["csv:header", "csv:row[1]", "csv:row[2]", "csv:row[3]"]
+    assert not [o for o in obligations(g, g.schemas.obligation_rules) if o.kind == "unresolved"]
+
+
+def test_a_read_path_that_is_shown_still_binds_to_what_showed_it() -> None:
+    g = trace(("ls", {"path": "."}, "notes.md\nreport.md", False), ("read", {"path": "notes.md"}, MD, False))
+    listing, read = g.order[1], g.order[2]
+    producers = [p for p in g.g.predecessors(f"{read}/in:path") if g.g.edges[p, f"{read}/in:path"]["kind"] == "data"]
+    assert producers and all(g.fields[p].event == listing for p in producers)
+
+
+# ---- the rules are incremental and equal to a from-scratch recomputation --------------------------------------
+def session(n: int) -> list[tuple[str, dict[str, Any], str, bool]]:
+    """A long synthetic PinchBench session (after the reviewer's): reads and re-reads, a failed read, writes,
+    edits (one failing), commands (one failing), listings, over a few dozen files."""
+    csv = "id,name,amount\n" + "\n".join(f"{j},item{j},{j * 3}.50" for j in range(6))
+    steps: list[tuple[str, dict[str, Any], str, bool]] = []
+    for i in range(n):
+        data, out = f"data/f{i % 13}.csv", f"out{i % 9}.md"
+        steps.append([("read", {"path": data}, csv + f"\n{i},late,{i}.00", False),
+                      ("exec", {"command": f"grep x {data}"}, f"2024-01-01 12:00:0{i % 9} ERROR thing {i}\n"
+                                                               f"2024-01-01 12:00:0{i % 9} INFO ok", i % 11 == 3),
+                      ("write", {"path": out, "content": "# hi\n"}, f"Successfully wrote 5 bytes to {out}", False),
+                      ("read", {"path": out}, f"# Heading {i}\n\nSome text.\n\n## Sub\n\nmore {i}", False),
+                      ("edit", {"path": out, "oldText": "Some text.", "newText": "x"}, "Successfully replaced text",
+                       i % 4 == 0),
+                      ("read", {"path": "missing.md"}, "read: ENOENT: no such file", True),
+                      ("ls", {"path": "."}, "\n".join(f"f{j}.csv" for j in range(5)), False)][i % 7])
+    return steps
+
+
+def from_scratch(t: Trace) -> list[tuple[str, str]]:
+    """The PinchBench rules as first written (every event scanned at every step): (kind, field) per obligation."""
+    from harness.envs.pinchbench.waac import ACTIONS, first_line, named_files
+
+    events = list(t.events())
+    last = max((i for i, ev in enumerate(events) if ev.ok and ev.op in ACTIONS), default=-1)
+
+    def newest(path: str) -> list[str]:
+        for ev in reversed(events):
+            if ev.op == "read_file" and ev.ok and any(p == "path" and str(v) == path for p, _, v in ev.inputs):
+                return [f.id for f in t.fields_of(ev.id) if not f.superseded]
+        return []
+
+    out = [("unconsumed_read", f.id) for i, ev in enumerate(events) if ev.op == "read_file" and ev.ok and i > last
+           for f in t.fields_of(ev.id) if not f.consumed and not f.superseded]
+    written = dict.fromkeys(str(v) for ev in events if ev.ok and ev.op in ("write_file", "edit_file")
+                            for p, _, v in ev.inputs if p == "path" and v)
+    out += [("written_file", fid) for path in written for fid in newest(path)]
+    out += [("exec_retry", f.id) for eid in t.open_failures() if t.event(eid).op == "run_command"
+            for f in t.fields_of(eid)]
+    return out + [("plan", fid) for path in named_files(t.user_texts()) for fid in newest(path)
+                  if first_line(t.field(fid).value)]
+
+
+class CountingTrace(Trace):
+    """A Trace that counts how many events the rules look at (the cost that must not grow with history)."""
+
+    looked = 0
+
+    def events(self) -> Any:
+        events, trace = super().events(), self
+
+        class Counted(list[Any]):
+            def __len__(self) -> int:
+                return len(events)
+
+            def __getitem__(self, i: Any) -> Any:
+                trace.looked += 1
+                return events[i]
+
+        return Counted()
+
+
+def test_the_rules_equal_a_from_scratch_recomputation_at_every_step_and_look_only_at_new_events() -> None:
+    from harness.envs.pinchbench.waac import schemas
+
+    rules = schemas().obligation_rules
+    history = [Message("system", "s"), Message("user", "Summarise `data/f1.csv` into out2.md.")]
+    g, looked, kinds = TraceGraph(schemas()), [], set[str]()
+    for i, (name, args, result, error) in enumerate(session(140)):
+        history += [Message("assistant", "", tool_calls=(ToolCall(f"c{i}", name, json.dumps(args)),)),
+                    Message("tool", result, tool_call_id=f"c{i}", name=name, is_error=error)]
+        if i == 70:  # a later user turn names another deliverable
+            history.append(Message("user", "Also keep data/f5.csv and out7.md in mind."))
+        g.update(history)
+        t = CountingTrace(g)
+        got = [(o.kind, o.refs[0][0]) for rule in rules for o in rule(t)]
+        assert got == from_scratch(Trace(g)), f"step {i}"
+        looked.append(t.looked)
+        kinds.update(k for k, _ in got)
+    assert kinds == {"unconsumed_read", "written_file", "exec_retry", "plan"}
+    assert max(looked[20:]) <= 2, looked  # each step's new events (a user turn and a tool result), not history

@@ -2,8 +2,9 @@
 contents, web pages) as exact substrings of the result, so that they can be kept, summarized or dropped apart.
 
 **Deterministic parsers first**, tried in registry order (`PARSERS`): JSON (arrays of records, scalars, JSON
-lines; an object, which the graph normally splits itself, by its keys), Playwright ARIA snapshots and the browser
-observation built from them (URL/title header, one part per numbered element or ref), `ls -l` listings, CSV/TSV
+lines; an object, which the graph normally splits itself, by its keys), Playwright ARIA snapshots (one part per
+ref; `TreeFormat` lets an environment describe its own observation built around a tree, e.g. a header and
+numbered elements, and `register` it: nothing benchmark-specific lives here), `ls -l` listings, CSV/TSV
 (header + rows), Python tracebacks, log lines (timestamped or levelled, continuation lines grouped), HTML
 (elements with ids/names, links, controls, headings), Markdown sections (ATX/setext headings, and the
 `==== title ====` banners of pytest and similar tools) and `key: value` / `key=value` blocks.
@@ -85,7 +86,8 @@ ParseFn = Callable[[str], "list[Part] | None"]
 
 @dataclass(frozen=True)
 class Parser:
-    """`whole`: a whole-text grammar (parses all of the text or returns None), so one part is enough."""
+    """`whole`: a whole-text grammar (parses all of the text or returns None), so one part is enough. Its parts
+    become fields "<name>:<part path>"."""
 
     name: str
     parse: ParseFn
@@ -185,67 +187,78 @@ def _json_lines(text: str) -> list[Part] | None:
     return parts
 
 
-# ---- accessibility tree (Playwright ARIA snapshot; the browser observation built from it) ------------------------
+# ---- accessibility trees (Playwright ARIA snapshots; an environment's observations built around one) ------------
 _TREE = re.compile(r"^( *)- (.*)$")
-_NUMBERED = re.compile(r"^\[(\d+)\] ")  # the browser observation's numbered interactive elements
 _REF = re.compile(r"\[ref=([^\]\s]+)\]")  # a raw snapshot's refs
-_OBS_HEADER = re.compile(r"^(URL|Title|Tabs|Scroll|Elements): ")
 
 
-def _element_id(line: str) -> str | None:
-    """`[3]` for a numbered element, its ref (`e5`) in a raw snapshot, None for other tree lines."""
-    m = _TREE.match(line)
-    if m is None:
-        return None
-    number = _NUMBERED.match(m.group(2))
-    if number:
-        return f"[{number.group(1)}]"
-    ref = _REF.search(m.group(2))
+def ref_id(item: str) -> str | None:
+    """A raw snapshot's element id: its ref (`e5`); `item` is a tree line's text after its "- "."""
+    ref = _REF.search(item)
     return ref.group(1) if ref else None
 
 
-def parse_aria(text: str) -> list[Part] | None:
-    """An action message, the URL/Title/Tabs/Scroll/Elements header (one value each), then the tree: one element
-    part per numbered element or ref (its deeper lines, e.g. a list's options, with it), the lines between
-    elements as text blocks."""
-    lines = _lines(text)
-    has_header = any(_OBS_HEADER.match(ln.text) for ln in lines)
-    if not (has_header or any(_element_id(ln.text) for ln in lines)):
-        return None
-    parts: list[Part] = []
-    i = _aria_message(text, lines, parts)
-    while i < len(lines):
-        header = _OBS_HEADER.match(lines[i].text)
-        if header:
-            parts.append(_block(text, lines, i, i + 1, header.group(1).lower(), "value"))
-            i += 1
-        elif _TREE.match(lines[i].text):
-            i = _aria_item(text, lines, i, parts)
-        else:
-            i += 1
-    blocks = iter(range(1, len(parts) + 1))  # the text blocks numbered in order: text[1], text[2], ...
-    return [Part(f"text[{next(blocks)}]", p.text, p.kind, p.start) if p.path == "text" else p for p in parts]
+@dataclass(frozen=True)
+class TreeFormat:
+    """A text built around an accessibility tree: the tool's message, header lines, then the tree. `element`
+    names the tree items that are elements (from the item's text after "- "; None for other lines); `header`
+    matches a header line (group 1 its name, the part's path lower-cased). The core knows only Playwright's refs
+    and no header; an environment describes its own observation format (its own element numbering, its header)
+    and registers it in place of the core's (`register(Parser("aria", TreeFormat(...).parse))`): a superset of
+    the raw-snapshot grammar, with the same part names."""
+
+    element: Callable[[str], str | None] = ref_id
+    header: re.Pattern[str] | None = None
+
+    def element_id(self, line: str) -> str | None:
+        m = _TREE.match(line)
+        return None if m is None else self.element(m.group(2))
+
+    def is_header(self, line: str) -> re.Match[str] | None:
+        return None if self.header is None else self.header.match(line)
+
+    def parse(self, text: str) -> list[Part] | None:
+        """The message, one value part per header line, then the tree: one element part per element (its deeper
+        lines, e.g. a list's options, with it), the lines between elements as text blocks."""
+        lines = _lines(text)
+        if not any(self.is_header(ln.text) or self.element_id(ln.text) for ln in lines):
+            return None
+        parts: list[Part] = []
+        i = self._message(text, lines, parts)
+        while i < len(lines):
+            header = self.is_header(lines[i].text)
+            if header:
+                parts.append(_block(text, lines, i, i + 1, header.group(1).lower(), "value"))
+                i += 1
+            elif _TREE.match(lines[i].text):
+                i = self._item(text, lines, i, parts)
+            else:
+                i += 1
+        blocks = iter(range(1, len(parts) + 1))  # the text blocks numbered in order: text[1], text[2], ...
+        return [Part(f"text[{next(blocks)}]", p.text, p.kind, p.start) if p.path == "text" else p for p in parts]
+
+    def _message(self, text: str, lines: list[_Line], parts: list[Part]) -> int:
+        """Lines before the header or tree (the tool's message, e.g. 'Clicked [3] link "Home".') as one part."""
+        end = next((k for k, ln in enumerate(lines) if self.is_header(ln.text) or _TREE.match(ln.text)), 0)
+        while end and not lines[end - 1].text.strip():
+            end -= 1
+        if end:
+            parts.append(_block(text, lines, 0, end, "message", "line"))
+        return end
+
+    def _item(self, text: str, lines: list[_Line], i: int, parts: list[Part]) -> int:
+        """One element with its deeper non-element lines, or a run of non-element lines; returns the next index."""
+        ident, indent, j = self.element_id(lines[i].text), lines[i].indent, i + 1
+        while j < len(lines) and _TREE.match(lines[j].text) and self.element_id(lines[j].text) is None:
+            if ident is not None and lines[j].indent <= indent:
+                break
+            j += 1
+        path, kind = (ident, "element") if ident else ("text", "line")
+        parts.append(_block(text, lines, i, j, path, kind))
+        return j
 
 
-def _aria_message(text: str, lines: list[_Line], parts: list[Part]) -> int:
-    """Lines before the header (the tool's message, e.g. 'Clicked [3] link "Home".') as one part."""
-    end = next((k for k, ln in enumerate(lines) if _OBS_HEADER.match(ln.text) or _TREE.match(ln.text)), 0)
-    while end and not lines[end - 1].text.strip():
-        end -= 1
-    if end:
-        parts.append(_block(text, lines, 0, end, "message", "line"))
-    return end
-
-
-def _aria_item(text: str, lines: list[_Line], i: int, parts: list[Part]) -> int:
-    """One element with its deeper non-element lines, or a run of non-element lines; returns the next index."""
-    ident, indent, j = _element_id(lines[i].text), lines[i].indent, i + 1
-    while j < len(lines) and _TREE.match(lines[j].text) and _element_id(lines[j].text) is None:
-        if ident is not None and lines[j].indent <= indent:
-            break
-        j += 1
-    parts.append(_block(text, lines, i, j, ident, "element") if ident else _block(text, lines, i, j, "text", "line"))
-    return j
+parse_aria = TreeFormat().parse  # a raw Playwright ARIA snapshot: one element part per ref
 
 
 # ---- ls -l ----------------------------------------------------------------------------------------------------
@@ -524,7 +537,14 @@ PARSERS: dict[str, Parser] = {p.name: p for p in (
 
 
 def register(parser: Parser, before: str | None = None) -> None:
-    """Add a parser to the registry (tried before `before`, else last); Extractors made later use it."""
+    """Add a parser to the registry, tried before `before`, else last; a parser of a registered name replaces it
+    (in its place unless `before` says otherwise): an environment's variant of a grammar, such as its own
+    observation format around an accessibility tree. Process-wide: every Extractor built without its own parser
+    list uses the registry as it is when it extracts (so a schema module may register its parser before or after
+    the configured extractor is built)."""
+    if before is None and parser.name in PARSERS:
+        PARSERS[parser.name] = parser
+        return
     items = [(k, v) for k, v in PARSERS.items() if k != parser.name]
     at = next((n for n, (k, _) in enumerate(items) if k == before), len(items))
     items.insert(at, (parser.name, parser))
@@ -632,14 +652,16 @@ def _locate(source: str, text: str, taken: Sequence[Part]) -> int | None:
 
 # ---- the extractor --------------------------------------------------------------------------------------------
 class Extractor:
-    """Parsers in order (names from `PARSERS`, or Parser objects; None = all), then the LLM through `aux` when
-    it is a real auxiliary model (`harness.policies.summarizers.is_llm`; the offline extractive stand-in is not,
-    so the offline default never calls a model). Results are cached by the text's SHA-256 (LRU, `cache_size`)."""
+    """Parsers in order (names from `PARSERS`, or Parser objects; None = the registry, read when extracting), then
+    the LLM through `aux` when it is a real auxiliary model (`harness.policies.summarizers.is_llm`; the offline
+    extractive stand-in is not, so the offline default never calls a model). Results are cached by the text's
+    SHA-256 (LRU, `cache_size`); a change of the registry empties the cache of an extractor that follows it."""
 
     def __init__(self, parsers: Sequence[str | Parser] | None = None, aux: Any = None, max_llm_chars: int = 8000,
                  min_llm_chars: int = 64, min_parts: int = 2, min_share: float = 0.6,
                  cache_size: int = 4096) -> None:
-        self.parsers = tuple(_parser(p) for p in (PARSERS.values() if parsers is None else parsers))
+        self._own = None if parsers is None else tuple(_parser(p) for p in parsers)
+        self._cached_for = self.parsers
         self.aux = aux if is_llm(aux) else None
         self.max_llm_chars, self.min_llm_chars = int(max_llm_chars), int(min_llm_chars)
         self.min_parts, self.min_share = int(min_parts), float(min_share)
@@ -650,8 +672,16 @@ class Extractor:
         self._use = AuxUse()
         self.llm_calls = 0  # LLM calls over the extractor's life (drain() resets only the pending account)
 
+    @property
+    def parsers(self) -> tuple[Parser, ...]:
+        """Its own parsers, else the registry's now (an environment's schema module may register one later)."""
+        return self._own if self._own is not None else tuple(PARSERS.values())
+
     def extract(self, text: str) -> Extracted | None:
         """The text's parts, or None: nothing could structure it (it stays one uncertain field, EXACT)."""
+        if self._own is None and self._cached_for != self.parsers:  # the registry changed: results may too
+            self._cache.clear()
+            self._cached_for = self.parsers
         key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
         if key in self._cache:
             self._cache.move_to_end(key)

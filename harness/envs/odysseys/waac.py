@@ -1,8 +1,11 @@
 """WAAC's registered schemas and obligation rules for the Odysseys browser tools (§3.2.1, §3.3.1, §4.6; #13).
 
 Every browser tool (harness.envs.odysseys.tools) answers with the page after the action: a one-line message,
-the URL / Title / Tabs / Scroll / Elements header, then the accessibility tree with numbered elements. The
-auxiliary extractor's `aria` parser splits it into those parts (harness.waac.extract); the schema types them:
+the URL / Title / Tabs / Scroll / Elements header, then the accessibility tree with numbered elements. This
+module describes that format to the auxiliary extractor (`PAGE_PARSER`: the core's accessibility-tree grammar,
+`harness.waac.extract.TreeFormat`, with this header and the `[n]` numbering, which still reads raw snapshots'
+refs; registered on import in place of the core's raw-snapshot `aria` parser: parts are "aria:<part>"); the
+schema types them:
 the message STATUS, URL and title IDENTIFIER, tabs and scroll STATE, each numbered element AFFORDANCE and the
 page text between elements STATE, all versioned per page (identity: the page's URL where the core can read it,
 else the URL the call opened, else the operation). An error answer is one registered STATUS line.
@@ -13,7 +16,8 @@ else the URL the call opened, else the operation). An error answer is one regist
 - Chosen values: a URL to open, the text to type, a search string for `find` and an option to select are the
   agent's own; an element number or tab index must be one a page showed.
 
-Obligation rules (§4.6's allocation), each from the observable prefix only through the Trace facade:
+Obligation rules (§4.6's allocation), each from the observable prefix only through the Trace facade, reading a
+per-page index (`Pages`, in trace.memo) that each step brings up to date with the new events only:
 - task_facts (§3.3.1 plan, §4.6 "literal facts support exact reporting"): page text that states two or more of
   the terms the user asked about (words of the instruction, not of the start page shown with it, and of later
   user turns; numbers) stays EXACT.
@@ -28,15 +32,31 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
-from harness.waac.extract import default_extractor
-from harness.waac.graph import Field
+from harness.waac.extract import Parser, TreeFormat, default_extractor, ref_id, register
+from harness.waac.graph import Event, Field
 from harness.waac.lattice import Level
 from harness.waac.obligations import Obligation, Trace
 from harness.waac.schema import FieldSpec, InputSpec, Role, Schemas, ToolSchema
 
-OBSERVATION = "aria"  # the extractor's parser for browser observations: fields are "aria:<part>"
+OBSERVATION = "aria"  # the extractor's parser for browser observations (PAGE_PARSER): fields are "aria:<part>"
+HEADER = re.compile(r"^(URL|Title|Tabs|Scroll|Elements): ")  # the observation's header lines (browser.Observation)
+NUMBERED = re.compile(r"^\[(\d+)\] ")  # its numbered interactive elements: "- [3] link ..."
+
+
+def element_id(item: str) -> str | None:
+    """`[3]` for a numbered element, a raw snapshot's ref (`e5`), None for other tree lines."""
+    number = NUMBERED.match(item)
+    return f"[{number.group(1)}]" if number else ref_id(item)
+
+
+# The tools' observation format for the auxiliary extractor (§3.2.1, appendix C), registered process-wide (so
+# that the extractor the WAAC config builds uses it too) in place of the core's raw-snapshot grammar, which it
+# extends: a raw snapshot parses as before, and the core knows nothing of this header or numbering.
+PAGE_PARSER = Parser(OBSERVATION, TreeFormat(element_id, HEADER).parse)
+register(PAGE_PARSER)
 STOP = frozenset(("the", "and", "for", "from", "with", "are", "its", "this", "that", "then", "tell", "keep", "find",
                   "open", "page", "site", "what", "when", "where", "which", "who", "how", "their", "there", "your",
                   "you"))
@@ -104,38 +124,68 @@ def task_terms(texts: list[str]) -> frozenset[str]:
     return frozenset(w for w in words if w and w not in STOP)
 
 
+@dataclass
+class Pages:
+    """What the rules read of the trace, per page, brought up to date with only the events added since the last
+    step (events only append), so that a rule's cost per step does not grow with the history (§3.3.1 runs the
+    rules at every step). A new user turn re-scores the page texts already seen (their words are kept)."""
+
+    seen: int = 0  # events indexed so far
+    asked: int = -1  # user texts the terms come from
+    terms: frozenset[str] = frozenset()
+    words: dict[str, frozenset[str]] = field(default_factory=dict)  # page-text field -> its terms, oldest first
+    facts: list[str] = field(default_factory=list)  # page-text fields stating two or more of `terms`
+    newest: dict[str, str] = field(default_factory=dict)  # URL -> its newest successful observation
+    tab: str | None = None  # the newest tab list field
+
+    def add(self, t: Trace, ev: Event) -> None:
+        fields = t.fields_of(ev.id)
+        for f in fields:
+            if _page_text(f):
+                self.words[f.id] = task_terms([f.text])
+                if len(self.words[f.id] & self.terms) >= 2:
+                    self.facts.append(f.id)
+        self.tab = next((f.id for f in fields if f.type == "TabList"), self.tab)
+        url = page_url(t, ev.id) if ev.ok else None
+        if url:
+            self.newest[url] = ev.id
+
+    def ask(self, texts: list[str]) -> None:
+        """New terms from the user texts (the instruction without its start page, and later turns)."""
+        asked = [text.split(OPENING, 1)[0] for text in texts]
+        self.asked, self.terms = len(texts), task_terms(asked)
+        self.facts = [fid for fid, words in self.words.items() if len(words & self.terms) >= 2]
+
+
+def pages(t: Trace) -> Pages:
+    """The per-page index in `t.memo`, updated with the user turns and events added since the last call."""
+    index: Pages | None = t.memo.get(("odysseys", "pages"))
+    events, texts = t.events(), t.user_texts()
+    if index is None or index.seen > len(events):  # a new trace (events never shrink within one)
+        index = t.memo[("odysseys", "pages")] = Pages()
+    if index.asked != len(texts):
+        index.ask(texts)
+    for i in range(index.seen, len(events)):
+        index.add(t, events[i])
+    index.seen = len(events)
+    return index
+
+
 def _page_text(f: Field) -> bool:
     return f.role == Role.STATE and f.type == "PageText"
 
 
 def task_facts(t: Trace) -> Iterator[Obligation]:
     """Page text stating two or more of the user's terms is a literal fact for the final report: EXACT."""
-    terms = t.memo.get(("odysseys", "terms"))
-    if terms is None or terms[0] != len(t.user_texts()):
-        asked = [text.split(OPENING, 1)[0] for text in t.user_texts()]
-        terms = (len(asked), task_terms(asked))
-        t.memo[("odysseys", "terms")] = terms
-    for ev in t.events():
-        for f in t.fields_of(ev.id):
-            if _page_text(f) and _mentions(t, f, terms[1]) >= 2:
-                yield t.on_field("task_fact", f.id, Level.EXACT)
-
-
-def _mentions(t: Trace, f: Field, terms: frozenset[str]) -> int:
-    key = ("odysseys", "mentions", f.id, len(terms))
-    if key not in t.memo:
-        t.memo[key] = len(task_terms([f.text]) & terms)
-    count: int = t.memo[key]
-    return count
+    for fid in pages(t).facts:
+        yield t.on_field("task_fact", fid, Level.EXACT)
 
 
 def tabs(t: Trace) -> Iterator[Obligation]:
     """The newest tab list: the tab identifiers later state checks (keep-tabs-open) read exactly."""
-    for ev in reversed(t.events()):
-        tab = next((f for f in t.fields_of(ev.id) if f.type == "TabList"), None)
-        if tab is not None:
-            yield t.on_field("tabs", tab.id, Level.EXACT)
-            return
+    tab = pages(t).tab
+    if tab is not None:
+        yield t.on_field("tabs", tab, Level.EXACT)
 
 
 def page_url(t: Trace, eid: str) -> str | None:
@@ -146,14 +196,17 @@ def page_url(t: Trace, eid: str) -> str | None:
 
 def archived_pages(t: Trace) -> Iterator[Obligation]:
     """The newest observation of every page other than the current one stays recoverable (POINTER)."""
-    newest: dict[str, str] = {}
-    for ev in t.events():
-        url = page_url(t, ev.id) if ev.ok else None
-        if url:
-            newest[url] = ev.id
     current = t.open_state()
-    for eid in newest.values():
+    for eid in pages(t).newest.values():
         if eid != current:
-            for f in t.fields_of(eid):
-                if f.role in (Role.STATE, Role.AFFORDANCE, Role.IDENTIFIER):
-                    yield t.on_field("archived_page", f.id, Level.POINTER)
+            yield from _archived(t, eid)
+
+
+def _archived(t: Trace, eid: str) -> tuple[Obligation, ...]:
+    """One observation's POINTER obligations, built once (its fields and their roles never change)."""
+    key = ("odysseys", "archived", eid)
+    if key not in t.memo:
+        t.memo[key] = tuple(t.on_field("archived_page", f.id, Level.POINTER) for f in t.fields_of(eid)
+                            if f.role in (Role.STATE, Role.AFFORDANCE, Role.IDENTIFIER))
+    obligations: tuple[Obligation, ...] = t.memo[key]
+    return obligations

@@ -12,11 +12,15 @@ registers (`$text`).
   of the same path; `exec` has no target: any later successful command answers a failed one (a retry corrects
   the command itself).
 - Chosen values: a path to write, the text written, the edit's texts and a shell command are the agent's own
-  (not unexplained evidence); a path to read or edit must be explained by an observation or the prompt.
+  (not unexplained evidence). So is a path to read or edit: the tool itself rejects a wrong one (an error, a
+  failed branch), as the browser rejects a wrong element number, and `ls data` shows `quarterly_sales.csv`, never
+  the `data/quarterly_sales.csv` the agent then reads. It still binds to the observation or prompt text that
+  shows it, when one does (a data edge).
 - Roles: file content BODY_TEXT (it can feed an edit's oldText: "FileText"), listings REFERENCE_TABLE of paths,
   confirmations and errors STATUS, command output BODY_TEXT.
 
-Obligation rules, each from the observable prefix only (through the Trace facade):
+Obligation rules, each from the observable prefix only (through the Trace facade), reading a per-path index
+(`Files`, in trace.memo) that each step brings up to date with the new events only:
 - unconsumed_reads (§3.3.1 pending inputs): a read's content stays EXACT until a later successful
   write/edit/exec has acted on it (a data edge, or any later successful action after the read).
 - written_files (§3.3.1 recovery, A.3 POINTER): the newest content seen of every file the agent wrote or edited
@@ -31,10 +35,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.waac.extract import default_extractor
-from harness.waac.graph import Field
+from harness.waac.graph import Event, Field
 from harness.waac.lattice import Level
 from harness.waac.obligations import Obligation, Trace
 from harness.waac.schema import FieldSpec, InputSpec, Role, Schemas, ToolSchema
@@ -56,8 +61,8 @@ OUTPUT = FieldSpec("*", "CommandOutput", Role.BODY_TEXT, ("FileText", "FilePath"
 LISTING = FieldSpec("$text", "DirListing", Role.REFERENCE_TABLE, ("FilePath",), versioned=True, facts=first_line)
 PARTS = FieldSpec("*", "DirEntry", Role.REFERENCE_TABLE, ("FilePath",), versioned=True, facts=first_line)
 CONFIRM = FieldSpec("$text", "ToolStatus", Role.STATUS, ("FilePath",), versioned=True, facts=first_line)
-PATH = InputSpec("path", "FilePath", target=True)
-NEW_PATH = InputSpec("path", "FilePath", chosen=True, target=True)
+# Any path (to read, write or edit) is the agent's choice: the tool rejects a wrong one; it binds when shown.
+PATH = InputSpec("path", "FilePath", chosen=True, target=True)
 
 
 def schemas() -> Schemas:
@@ -67,7 +72,7 @@ def schemas() -> Schemas:
                    extractor=default_extractor()).register(
         ToolSchema("read", "read_file", "read", (CONTENT,), (PATH,), identity=by_path),
         ToolSchema("write", "write_file", "edit", (CONFIRM,),
-                   (NEW_PATH, InputSpec("content", "FileText", chosen=True)), identity=by_path),
+                   (PATH, InputSpec("content", "FileText", chosen=True)), identity=by_path),
         ToolSchema("edit", "edit_file", "edit", (CONFIRM,),
                    (PATH, InputSpec("oldText", "FileText", chosen=True), InputSpec("newText", "FileText",
                                                                                    chosen=True)),
@@ -80,51 +85,61 @@ def schemas() -> Schemas:
 
 
 # ---- obligations (§3.3.1), from the observable prefix only ----------------------------------------------
-def _acted_after(t: Trace) -> dict[str, int]:
-    """Event id -> its position, and the position of the newest successful write/edit/exec (memoised: events
-    only grow)."""
-    seen, order, last = t.memo.get(("pinch", "order"), (0, {}, -1))
+@dataclass
+class Files:
+    """What the rules read of the trace, per path, brought up to date with only the events added since the last
+    step (events only append), so that a rule's cost per step does not grow with the history (§3.3.1 runs the
+    rules at every step)."""
+
+    seen: int = 0  # events indexed so far
+    recent_reads: list[str] = field(default_factory=list)  # successful reads after the newest successful action
+    written: dict[str, None] = field(default_factory=dict)  # paths written or edited successfully, oldest first
+    newest_read: dict[str, str] = field(default_factory=dict)  # path -> its newest successful read
+    asked: int = -1  # user texts named_files last read
+    named: list[str] = field(default_factory=list)  # the files they name
+
+    def add(self, ev: Event) -> None:
+        if not ev.ok:
+            return
+        if ev.op in ACTIONS:  # acts on everything read before it
+            self.recent_reads.clear()
+        if ev.op == "read_file":
+            self.recent_reads.append(ev.id)
+            self.newest_read.update(dict.fromkeys((str(v) for p, _, v in ev.inputs if p == "path"), ev.id))
+        elif ev.op in ("write_file", "edit_file"):
+            self.written.update(dict.fromkeys(str(v) for p, _, v in ev.inputs if p == "path" and v))
+
+
+def files(t: Trace) -> Files:
+    """The per-path index in `t.memo`, updated with the events added since the last call."""
+    index: Files | None = t.memo.get(("pinch", "files"))
     events = t.events()
-    for i in range(seen, len(events)):
-        order[events[i].id] = i
-        if events[i].ok and events[i].op in ACTIONS:
-            last = i
-    t.memo[("pinch", "order")] = (len(events), order, last)
-    return {**order, "$last_action": last}
+    if index is None or index.seen > len(events):  # a new trace (events never shrink within one)
+        index = t.memo[("pinch", "files")] = Files()
+    for i in range(index.seen, len(events)):
+        index.add(events[i])
+    index.seen = len(events)
+    return index
 
 
 def unconsumed_reads(t: Trace) -> Iterator[Obligation]:
     """A read's content not yet acted on (no data edge into a successful op, no successful write/edit/exec since)
     is what the next decision needs: EXACT."""
-    order = _acted_after(t)
-    for ev in t.events():
-        if ev.op != "read_file" or not ev.ok or order[ev.id] < order["$last_action"]:
-            continue
-        for f in t.fields_of(ev.id):
+    for eid in files(t).recent_reads:
+        for f in t.fields_of(eid):
             if not f.consumed and not f.superseded:
                 yield t.on_field("unconsumed_read", f.id, Level.EXACT)
 
 
-def _paths(t: Trace, ops: tuple[str, ...]) -> dict[str, None]:
-    """The paths (values of `path`) of successful events with one of `ops`, oldest first."""
-    out: dict[str, None] = {}
-    for ev in t.events():
-        if ev.ok and ev.op in ops:
-            out.update({str(v): None for p, _, v in ev.inputs if p == "path" and v})
-    return out
-
-
 def _newest_content(t: Trace, path: str) -> list[Field]:
     """The newest read of `path`: its current (not superseded) content fields."""
-    for ev in reversed(t.events()):
-        if ev.op == "read_file" and ev.ok and any(p == "path" and str(v) == path for p, _, v in ev.inputs):
-            return [f for f in t.fields_of(ev.id) if not f.superseded]
-    return []
+    eid = files(t).newest_read.get(path)
+    return [] if eid is None else [f for f in t.fields_of(eid) if not f.superseded]
 
 
 def written_files(t: Trace) -> Iterator[Obligation]:
     """The newest content seen of every file written or edited stays recoverable until the task ends."""
-    for path in _paths(t, ("write_file", "edit_file")):
+    for path in files(t).written:
         for f in _newest_content(t, path):
             yield t.on_field("written_file", f.id, Level.POINTER)
 
@@ -150,8 +165,15 @@ def named_files(texts: list[str]) -> list[str]:
 
 def deliverables(t: Trace) -> Iterator[Obligation]:
     """Every file the user named keeps its newest content readable: a SUMMARY stating each part's first line."""
-    for path in named_files(t.user_texts()):
+    index, texts = files(t), t.user_texts()
+    if index.asked != len(texts):  # re-read only when a user turn was added
+        index.asked, index.named = len(texts), named_files(texts)
+    for path in index.named:
         for f in _newest_content(t, path):
-            facts = frozenset(first_line(f.value))
-            if facts:
-                yield Obligation(f"deliverable:{f.id}", "plan", ((f.id, Level.SUMMARY),), ((f.id, facts),))
+            key = ("pinch", "deliverable", f.id)
+            if key not in t.memo:  # a field's value never changes: build its obligation once
+                facts = frozenset(first_line(f.value))
+                t.memo[key] = Obligation(f"deliverable:{f.id}", "plan", ((f.id, Level.SUMMARY),),
+                                         ((f.id, facts),)) if facts else None
+            if t.memo[key] is not None:
+                yield t.memo[key]
