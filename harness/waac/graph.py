@@ -403,4 +403,4 @@ def _shown_by(literal: str) -> Callable[[str], bool]:
     """Evidence that a field shows a value: the literal as a whole token, not inside a longer one (element 3 is
     not shown by element [30], nor path a.md by data/a.md), so an argument binds to the field it came from."""
     pattern = re.compile(rf"(?<![\w/.-]){re.escape(literal)}(?![\w/-]|\.\w)")
-    return lambda text: pattern.search(text) is not None
+    return lambda text: literal in text and pattern.search(text) is not None  # `in` first: fast rejection
