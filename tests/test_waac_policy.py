@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import re
+import time
 from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import pytest
 from _support import CONFIG_DIR, task
-from _waac import ctx
+from _waac import EnvTrajectory, ctx
 from hydra import compose, initialize_config_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_waac_analysis import _pool
 from test_waac_library import _checkpoints, _library_from
-from test_waac_projection import _itemizing
+from test_waac_projection import _itemizing, _pointed, _recall
 
 from harness import build
 from harness.backends.sim.reader import read
@@ -22,12 +29,15 @@ from harness.envs.expense.domain import ExpenseDomain
 from harness.envs.expense.tasks import folio_of
 from harness.envs.expense.waac import schemas
 from harness.episode import run_episode
+from harness.policies.base import RenderContext
 from harness.tokens import TokenCounter
 from harness.types import Completion, Message, ToolCall, ToolSpec, Usage
 from harness.waac.lattice import LEVELS, Level, leq
 from harness.waac.policy import WAAC
+from harness.waac.projection import Projector
 
 register()
+LIBRARY = "benchmarks/expense/waac_library.json"
 WAAC_EXPERIMENTS = ("waac", "waac_no_offline", "waac_no_online", "waac_no_summary", "waac_no_pointer", "waac_no_drop")
 
 
@@ -138,9 +148,12 @@ class Recaller:
 
 def test_the_agent_recalls_a_pointer_through_the_episode_loop() -> None:
     domain, t = ExpenseDomain(), task(0)
-    result = run_episode(domain.episode(t, None), WAAC(schemas()), Recaller(t), TokenCounter(), 30)
+    agent, used = Recaller(t), WAAC(schemas())
+    result = run_episode(domain.episode(t, None), used, agent, TokenCounter(), 30)
     recall = next(m for m in result.history if m.role == "tool" and m.name == "waac_recall")
-    assert not recall.is_error and json.loads(recall.content)["Content"]["Name"] == "ItemizationGrid"
+    f = used.graph.fields[agent.recalled.removeprefix("waac:").rsplit("@v", 1)[0]]
+    original = result.history[f.msg_index].content[f.span[0]:f.span[1]]  # type: ignore[index]
+    assert not recall.is_error and original in recall.content and json.loads(recall.content)["Content"] == f.value
     assert result.steps[-1].decisions["pointer_recalls"] == 1 and result.malformed_tool_calls == 0
     policy = WAAC(schemas())  # the recall result is a registered observation: shown once, then released
     policy.render(result.history + [Message("assistant", "", (ToolCall("z", "form_save_form", "{}"),)),
@@ -149,20 +162,6 @@ def test_the_agent_recalls_a_pointer_through_the_episode_loop() -> None:
     recalled = [f for f in policy.graph.fields.values() if f.event == recall.tool_call_id]
     assert recalled and not any(f.uncertain for f in recalled)
     assert {policy.last[2].applied[f.id] for f in recalled} == {Level.DROP}
-
-
-def test_the_simulated_agent_recalls_a_compacted_lookup_instead_of_reopening_it() -> None:
-    from harness.backends.sim import expense
-    from harness.backends.sim.reader import Belief
-    from harness.types import FolioLine
-
-    b = Belief(lookup_pointers=["waac:c1/Lookup.Grids.LookupGrid@v0"])
-    line = FolioLine("Room rate", "2026-01-20", "10.00", 1, "10.00")
-    snap = type("S", (), {"control": lambda self, n: "2026-01-20"})()
-    action = expense._fill(b, snap, line, noise=None)  # type: ignore[arg-type]
-    assert action.tool == "waac_recall" and action.args == {"ref": "waac:c1/Lookup.Grids.LookupGrid@v0"}
-    b.last_call = ToolCall("x", "waac_recall", "{}")
-    assert expense._fill(b, snap, line, noise=None).tool == "form_open_lookup"  # type: ignore[arg-type]
 
 
 def test_waac_experiments_compose_and_instantiate() -> None:
@@ -174,13 +173,6 @@ def test_waac_experiments_compose_and_instantiate() -> None:
             assert (policy.library is not None) == policy.use_library
             assert policy.use_online == (exp != "waac_no_online")
             assert {lv.value for lv in policy._allowed} == {"exact", "summary", "pointer", "drop"} - {exp[8:]}
-
-
-def test_the_simulated_agent_reads_compacted_results_as_no_view() -> None:
-    tr, policy = _itemizing(2), WAAC(schemas())
-    view = policy.render(tr.history, ctx())
-    belief = read(view.messages)
-    assert len(belief.snapshots) == 1 and belief.snapshots[0].position == len(tr.history) - 1
 
 
 def test_replaying_logged_changes_gives_every_fields_full_decision(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -203,3 +195,127 @@ def test_replaying_logged_changes_gives_every_fields_full_decision(tmp_path) -> 
                     for f, lv in proj.applied.items()}
         assert decisions_at(path, step) == expected
     main([str(path), "--step", str(len(ends) - 1), "--level", "summary"])
+
+
+def _long_session(steps: int) -> list[list[Message]]:
+    """History prefixes of a long itemization (as bench/waac.py replays): new lines, lookups, saves, an error a
+    retry answers, deletions, user turns; earlier grid versions become pointers, older ones summaries or drops."""
+    t = task(0)
+    tr = EnvTrajectory(t).open_itemization()
+    line = [{"controlName": "SubCategory", "value": "LODG-ROOM"},
+            {"controlName": "StartDate", "value": folio_of(t)[0].date},
+            {"controlName": "DailyRate", "value": "1.00"}, {"controlName": "Quantity", "value": 1}]
+    cycle = [("form_click_control", {"controlName": "NewLine"}), ("form_open_lookup", {"controlName": "SubCategory"}),
+             ("form_set_control_values", {"controlValues": line}), ("form_save_form", {}),
+             ("form_click_control", {"controlName": "NoSuchButton"}),
+             ("form_click_control", {"controlName": "DeleteLine"}), ("form_save_form", {})]
+    prefixes: list[list[Message]] = []
+    while len(prefixes) < steps:
+        for name, args in cycle:
+            tr.call(name, args)
+            prefixes.append(list(tr.history))
+        if len(prefixes) % 35 < 7:
+            tr.user("Other charges on the folio:\n- Parking, starting 2026-01-20")
+    return prefixes[:steps]
+
+
+@pytest.mark.parametrize("budget", [None, 5000])
+def test_the_incremental_projection_and_log_equal_a_full_walk_at_every_step(budget: int | None) -> None:
+    """Only the events holding a changed field (or a pointer) are re-projected and only fields whose decision may
+    have changed are logged; counts and token sums are running. At every step of a long session (under a budget
+    that sheds the library's retention at some steps and not at others) the view, the applied levels, the counts,
+    the token sums and the replayed log equal what a fresh projector walking every event and a full scan give,
+    also after a pointer's artifact was changed mid-session."""
+    policy, tokens, log = WAAC(schemas(), library_path=LIBRARY), TokenCounter(), {}
+    shed, pointers = [], 0
+    for step, h in enumerate(_long_session(84)):
+        if step == 59:  # the artifact of a pointer d requires is changed: verification re-projects its event
+            f = next(policy.graph.fields[x] for x, lv in policy.last[2].applied.items()  # type: ignore[union-attr]
+                     if lv == Level.POINTER and policy.last[0].d.get(x) == Level.POINTER)  # type: ignore[union-attr]
+            policy.store.path(f"waac:{f.id}@v{f.version}").write_bytes(b"tampered")  # (equal bytes share the file)
+        view = policy.render(h, RenderContext(step, tokens, budget=budget))
+        req, levels, out = policy.last
+        full = Projector(tokens, policy.store).project(h, policy.graph, levels, req.facts if req else {})
+        assert [m.content for m in view.messages] == [m.content for m in full.messages]
+        assert out.applied == full.applied and (out.rollbacks, out.promotions) == (full.rollbacks, full.promotions)
+        d, levels_now = view.decisions, [lv.value for lv in full.applied.values()]
+        assert d["levels"] == {lv.value: levels_now.count(lv.value) for lv in LEVELS}
+        assert d["level_tokens"] == {lv.value: sum(tokens.text(policy.graph.fields[f].text)
+                                                   for f, x in full.applied.items() if x == lv) for lv in LEVELS}
+        assert d["tokens_before"] == tokens.messages(h[2:]) and d["tokens_after"] == tokens.messages(full.messages[2:])
+        log.update(d["fields"])
+        assert log == {f: {"level": lv.value, "d": req.d.get(f, Level.DROP).value,  # type: ignore[union-attr]
+                           "rho": policy._proposal[f].value if f in policy._proposal else None,
+                           "why": req.why(f)} for f, lv in full.applied.items()}  # type: ignore[union-attr]
+        shed.append(d["budget_shed"])
+        pointers = max(pointers, d["levels"]["pointer"])
+        if step == 59:  # promoted, while the budget sheds the library's retention around it
+            assert out.applied[f.id] == Level.EXACT and "changed" in out.promoted_why[f.id]
+    assert pointers > 0
+    assert budget is None or (any(shed) and not all(shed))  # both sides of the shed rule were crossed
+    assert "closures_from_library" in d and "library_records_rejected" in d and "closures_computed" in d
+
+
+def _signed_pointer(monkeypatch: pytest.MonkeyPatch) -> tuple[WAAC, EnvTrajectory, str, Path, list[str]]:
+    """A policy whose grid pointer's file is settled (its ctime in the past of the filesystem's clock) and
+    signed, and a log of the files read from now on."""
+    tr, policy = _itemizing(), WAAC(schemas())
+    policy.render(tr.history, ctx())
+    f, ref = _pointed(policy)
+    path = policy.store.path(ref)
+    for k in itertools.count():  # new artifacts until the filesystem's clock has passed the file's ctime
+        other = policy.store.put(f"clock{k}", "clock", 0, str(k))
+        if policy.store.path(other.ref).stat().st_ctime_ns > path.stat().st_ctime_ns:
+            break
+    policy.render(tr.history, ctx(1))  # verified in full once more: now settled, its signature is recorded
+    reads: list[str] = []
+    real_read = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda p: reads.append(p.name) or real_read(p))
+    return policy, tr, f.id, path, reads
+
+
+def test_a_signed_artifact_is_not_reread_each_step_and_a_same_size_rewrite_is_detected(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pointer verification by stat signature: not re-read while the signature holds; an in-place rewrite of the
+    same size changes it (ctime) and is detected at the next projection (promotion, failed recall)."""
+    policy, tr, fid, path, reads = _signed_pointer(monkeypatch)
+    policy.render(tr.history, ctx(2))
+    assert policy.last[2].applied[fid] == Level.POINTER and path.name not in reads
+    path.write_bytes(path.read_bytes()[:-3] + b"000")  # same size, other bytes, same inode
+    policy.render(tr.history, ctx(3))
+    assert policy.last[2].applied[fid] == Level.EXACT and "changed" in policy.last[2].promoted_why[fid]
+
+
+def test_a_recall_rehashes_the_artifact_whatever_its_signature_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Even a rewrite the signature could not show (simulated: stat answers the signed values) is caught by a
+    recall, which re-reads and re-hashes the bytes; the projection trusts the signature (the documented limit)."""
+    policy, tr, fid, path, _ = _signed_pointer(monkeypatch)
+    signed, real_stat = path.stat(), os.stat
+    path.write_bytes(path.read_bytes()[:-3] + b"000")
+    monkeypatch.setattr(os, "stat", lambda p, *a, **k: signed if str(p) == str(path) else real_stat(p, *a, **k))
+    policy.render(tr.history, ctx(2))
+    assert policy.last[2].applied[fid] == Level.POINTER
+    content, error = _recall(policy, f"waac:{fid}@v{policy.graph.fields[fid].version}")
+    assert error and "changed" in content
+
+
+def test_a_file_changed_within_the_clock_tick_of_its_check_is_not_trusted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The racily-clean rule: with a coarse filesystem clock (simulated: every timestamp in the store is one tick,
+    ahead of the system clock) no signature is ever trusted, so a same-size rewrite right after a check, which
+    leaves size, inode and timestamps as they were, is still detected at the next projection."""
+    tr, policy = _itemizing(), WAAC(schemas())
+    root, real_stat, tick = str(policy.store.dir), os.stat, time.time_ns() + 3_600 * 10**9
+
+    def coarse(p: Any, *a: Any, **k: Any) -> Any:
+        st = real_stat(p, *a, **k)
+        if not str(p).startswith(root):
+            return st
+        return SimpleNamespace(st_ino=st.st_ino, st_size=st.st_size, st_mtime_ns=tick, st_ctime_ns=tick)
+
+    monkeypatch.setattr(os, "stat", coarse)
+    policy.render(tr.history, ctx())
+    f, ref = _pointed(policy)
+    path = policy.store.path(ref)
+    path.write_bytes(path.read_bytes()[:-3] + b"000")
+    policy.render(tr.history, ctx(1))
+    assert policy.last[2].applied[f.id] == Level.EXACT and "changed" in policy.last[2].promoted_why[f.id]

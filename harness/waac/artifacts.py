@@ -1,26 +1,54 @@
 """The runtime artifact store behind POINTER (A.3) and the recall tool offered to the agent.
 
-A pointer names an object identity and version; the store keeps the field's original content with a
-content checksum. A reference is honoured only if the stored content still hashes to the recorded checksum
-and that checksum is the one of the original value in the (never modified) trajectory; otherwise the
-projection promotes the field to EXACT and a recall answers with a tool error.
+A pointer names an object identity and version. The store keeps the field's *original bytes* — the exact span of
+the original message content the field was read from — in a content-addressed file (named by its SHA-256) in a
+directory, and records identity, version and checksum. A reference is honoured only if the file still exists,
+its bytes still hash to the recorded checksum, that checksum is the one of the span in the (never modified)
+trajectory, and identity and version are the field's; otherwise the projection promotes the field to EXACT and a
+recall answers with a tool error naming what failed. A recall returns the original bytes byte-exact.
+
+Verification cost. The projection verifies every live pointer at every step; re-reading and re-hashing each file
+each time would grow with the history. A file that hashed right is remembered with its stat signature (inode,
+size, mtime_ns, ctime_ns) and re-read only when the signature differs (one stat per live pointer and step); a
+recall always re-reads and re-hashes. The signature is trusted only for a file whose ctime was already in the
+past of the filesystem's clock when it was recorded (git's "racily clean" rule): its ctime is older than the
+newest ctime this store has observed (of the files it wrote or checked: readings of that clock), or older than
+the system clock by SETTLE_NS. Any later write, truncation, rename, deletion or utime then changes the signature
+(ctime cannot be set by a user), so a changed or missing file is still detected at the next step; a file changed
+within the clock tick of its signing is not trusted yet (re-hashed at each step until it is). The field's
+original text is re-hashed only when it differs from the text last verified for that reference.
+
+Where the files live: `directory` when given (shared, content-addressed, never deleted by the store), else a
+temporary directory of this store, removed when the store is closed or garbage-collected. The runner builds one
+policy per episode and the transcript already records the history these spans come from (as LCM's in-memory
+store argues, harness/policies/lcm_store.py), so a per-episode temporary directory is the default.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
+import tempfile
+import time
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness.types import ToolCall, ToolSpec
 from harness.waac.schema import FieldSpec, Role, ToolSchema
+
+SETTLE_NS = 2_000_000_000  # a file older than this (system clock) is settled: covers 2 s timestamp granularity
+Signature = tuple[int, int, int, int]  # (st_ino, st_size, st_mtime_ns, st_ctime_ns) of a file that hashed right
 
 RECALL_TOOL = "waac_recall"
 RECALL_SPEC = ToolSpec(
     RECALL_TOOL,
     "Restore the full content of an earlier tool-result field that the context shows compacted as "
     '{"$pointer": REF, ...}. Fields marked {"$summary": ...} were shortened to the facts still needed; omitted '
-    "fields are no longer needed. Returns the original JSON of the field.",
+    "fields are no longer needed. Returns the field's original content, exactly as it was first shown.",
     {"type": "object", "properties": {"ref": {"type": "string", "description": "The $pointer value"}},
      "required": ["ref"]})
 
@@ -29,67 +57,149 @@ RECALL_SPEC = ToolSpec(
 RECALL_SCHEMA = ToolSchema(RECALL_TOOL, "recall", "recall", (
     FieldSpec("Status", "ResultStatus", Role.STATUS), FieldSpec("Message", "ResultMessage", Role.BODY_TEXT),
     FieldSpec("Ref", "ArtifactRef", Role.IDENTIFIER), FieldSpec("Version", "ArtifactVersion", Role.IDENTIFIER),
-    FieldSpec("Content", "RecalledContent", Role.BODY_TEXT)))
+    FieldSpec("Sha256", "ArtifactChecksum", Role.IDENTIFIER), FieldSpec("Content", "RecalledContent", Role.BODY_TEXT)))
 
 
-def checksum(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+def checksum(data: str | bytes) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
 
 
-@dataclass
+@dataclass(frozen=True)
 class Artifact:
     ref: str
+    field_id: str
     identity: str
     version: int
-    sha256: str
-    content: str
+    sha256: str  # of the original bytes when stored; the file is named by it
+    file: str  # its path (the store's directory / sha256)
+
+
+@dataclass(frozen=True)
+class Source:
+    """What the trajectory says about a pointed-to field now: its original text (None: no span to point into),
+    identity and version. The recall tool checks the stored artifact against it."""
+
+    original: str | None
+    identity: str
+    version: int
 
 
 class ArtifactStore:
-    def __init__(self) -> None:
+    def __init__(self, directory: str | Path | None = None) -> None:
+        self._finalizer: Callable[[], object] | None = None
+        if directory is None:
+            self.dir = Path(tempfile.mkdtemp(prefix="waac-artifacts-"))
+            self._finalizer = weakref.finalize(self, shutil.rmtree, self.dir, True)
+        else:
+            self.dir = Path(directory)
+            self.dir.mkdir(parents=True, exist_ok=True)
         self._items: dict[str, Artifact] = {}
+        self._signed: dict[str, Signature] = {}  # sha256 -> signature of its file when it last hashed right
+        self._clock = 0  # the newest ctime observed in the store: a lower bound of the filesystem's clock
+        self._sources: dict[str, str] = {}  # ref -> the original text it last verified against
         self.recalls = 0
         self.failed_recalls = 0
 
-    def put(self, field_id: str, identity: str, version: int, content: str) -> Artifact:
+    def close(self) -> None:
+        """Remove a temporary store's files now (a given directory is left as it is)."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def path(self, ref: str) -> Path:
+        return self.dir / self._items[ref].sha256
+
+    def put(self, field_id: str, identity: str, version: int, original: str) -> Artifact:
+        """Record a field's original bytes once. A later put of the same reference changes nothing: a file
+        that went missing or changed is detected by `problem`, never silently rewritten."""
         ref = f"waac:{field_id}@v{version}"
         if ref not in self._items:
-            self._items[ref] = Artifact(ref, identity, version, checksum(content), content)
+            data = original.encode()
+            sha = checksum(data)
+            target = self.dir / sha
+            art = self._items[ref] = Artifact(ref, field_id, identity, version, sha, str(target))
+            if not target.exists():  # content-addressed: equal bytes share one file
+                tmp = target.with_name(f".{art.sha256}.{os.getpid()}.tmp")
+                tmp.write_bytes(data)
+                os.replace(tmp, target)
+                self._clock = max(self._clock, os.stat(target).st_ctime_ns)  # a reading of the filesystem's clock
         return self._items[ref]
 
-    def verify(self, ref: str, original: str, identity: str, version: int) -> bool:
-        """The stored object is the field's (identity and version) and its content still hashes to the
-        recorded checksum, which is the checksum of the original value."""
+    def problem(self, ref: str, original: str | None, identity: str, version: int, full: bool = False) -> str | None:
+        """Why the reference cannot be honoured, or None when it verifies (A.3: identity, version, checksum).
+        `full`: re-read and re-hash the stored file even if its signature is unchanged (recall)."""
         a = self._items.get(ref)
-        return (a is not None and a.identity == identity and a.version == version
-                and checksum(a.content) == a.sha256 == checksum(original))
+        if a is None:
+            return f"unknown reference {ref!r}"
+        if original is None:
+            return f"{ref}: the field has no located span in its message to verify against"
+        if (a.identity, a.version) != (identity, version):
+            return f"{ref}: identity/version {a.identity}@v{a.version} is not the field's {identity}@v{version}"
+        why = self._file_problem(a, full)
+        if why is not None:
+            return f"{ref}: {why}"
+        if self._sources.get(ref) != original:
+            if checksum(original) != a.sha256:
+                return f"{ref}: the artifact's checksum is not the one of the field's original text"
+            self._sources[ref] = original
+        return None
 
-    def recall(self, call: ToolCall) -> tuple[str, bool]:
-        """The recall tool: (content, is_error)."""
+    def _file_problem(self, a: Artifact, full: bool) -> str | None:
+        """The stored file's bytes must hash to the recorded checksum; skipped while its signature is the one
+        recorded when it last did (stat before read: a change after the stat shows in the next signature)."""
+        try:
+            st = os.stat(a.file)
+        except OSError:
+            return f"the stored artifact {a.sha256[:16]} is missing"
+        sig = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        settled = st.st_ctime_ns < self._clock or st.st_ctime_ns < time.time_ns() - SETTLE_NS
+        self._clock = max(self._clock, st.st_ctime_ns)
+        if not full and self._signed.get(a.sha256) == sig:
+            return None
+        self._signed.pop(a.sha256, None)
+        try:
+            stored = (self.dir / a.sha256).read_bytes()
+        except OSError:
+            return f"the stored artifact {a.sha256[:16]} is missing"
+        if checksum(stored) != a.sha256:
+            return "the stored artifact changed (checksum mismatch)"
+        if settled:  # racily clean otherwise: a change in this clock tick would keep the signature
+            self._signed[a.sha256] = sig
+        return None
+
+    def verify(self, ref: str, original: str | None, identity: str, version: int) -> bool:
+        return self.problem(ref, original, identity, version) is None
+
+    def recall(self, call: ToolCall, source: Callable[[str], Source | None]) -> tuple[str, bool]:
+        """The recall tool: (content, is_error). Verified as at projection; `source(field_id)` gives the
+        trajectory's side. Content is the original bytes: spliced in verbatim when they are a JSON value (the
+        result then contains them literally), else as a JSON string (decoding gives them back exactly)."""
         self.recalls += 1
         try:
             ref = str(call.parsed_arguments().get("ref", ""))
         except ValueError as exc:
             return self._fail(f"{RECALL_TOOL}: arguments are not a JSON object ({exc})")
         a = self._items.get(ref)
-        if a is None:
-            return self._fail(f"{RECALL_TOOL}: unknown reference {ref!r}")
-        if checksum(a.content) != a.sha256:
-            return self._fail(f"{RECALL_TOOL}: {ref} failed verification (checksum mismatch); it is shown in full")
-        return json.dumps({"Status": "Success", "Ref": ref, "Version": a.version, "Content": _parsed(a.content)}), False
+        src = source(a.field_id) if a is not None else None
+        why = (self.problem(ref, src.original, src.identity, src.version, full=True) if src
+               else f"unknown reference {ref!r}")
+        if why is not None:
+            return self._fail(f"{RECALL_TOOL}: {why}; the field is shown in full instead")
+        assert a is not None
+        text = (self.dir / a.sha256).read_bytes().decode()
+        head = json.dumps({"Status": "Success", "Ref": ref, "Version": a.version, "Sha256": a.sha256})
+        return f"{head[:-1]}, \"Content\": {text if _is_json(text) else json.dumps(text, ensure_ascii=False)}}}", False
 
     def _fail(self, message: str) -> tuple[str, bool]:
         self.failed_recalls += 1
         return json.dumps({"Status": "Error", "Message": message}), True
 
-    def tamper(self, ref: str, content: str) -> None:
-        """Test hook: overwrite stored content without updating its checksum."""
-        self._items[ref].content = content
 
-
-def _parsed(content: str) -> object:
-    """A JSON field comes back as JSON, any other text as text."""
+def _is_json(text: str) -> bool:
+    """One JSON value with no surrounding whitespace (so splicing it keeps the envelope valid and exact)."""
+    if not text or text != text.strip():
+        return False
     try:
-        return json.loads(content)
-    except json.JSONDecodeError:
-        return content
+        json.loads(text)
+    except ValueError:
+        return False
+    return True

@@ -3,9 +3,17 @@
 Before each model call (A.4's processing order): update the typed trace graph with the new events; match
 each event's canonical fragment against the verified history library for a proposal rho_hat(f); derive the
 outstanding obligations and the backward requirement d_t(f) (incrementally); fuse pi = rho_hat v d (eq. 7);
-project the request copy (A.3). Ablations (B.3, B.4): `use_library=false` (w/o Offline: pi = d),
+project the request copy (A.3), shedding the library-only retention above d first under a budget (the rule
+every policy shares: harness.policies.budget). Ablations (B.3, B.4): `use_library=false` (w/o Offline: pi = d),
 `use_online=false` (w/o Online: pi = rho_hat, unmatched fields EXACT), and `reduced` without summary / pointer /
-drop (fields given that level kept EXACT instead).
+drop (fields given that level kept EXACT instead). `summarizer`: the top-level `summarizer` group; an LLM
+(`summarizer=llm`) writes SUMMARY fields, the offline default states the schema's facts deterministically; both
+are checked alike. Auxiliary cost (LLM summaries, the schemas' extractor) is logged in the View.
+
+Per-call cost follows what changed, not the history's length: the projection re-projects only events holding a
+field whose pi or facts changed (harness.waac.projection), per-level counts and token sums are running, and the
+decision log looks only at fields whose decision may have changed (what remains linear: one stat per live
+pointer, harness.waac.artifacts; a full recomputation, `incremental=false`; and the budget shed's d, O(fields)).
 """
 
 from __future__ import annotations
@@ -18,14 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from harness.policies.base import RenderContext, View
+from harness.policies.summarizers import aux_label, is_llm
 from harness.types import Message, ToolCall, ToolSpec
 from harness.waac.analysis import Analysis, Requirements
-from harness.waac.artifacts import RECALL_SCHEMA, RECALL_SPEC, RECALL_TOOL, ArtifactStore
+from harness.waac.artifacts import RECALL_SCHEMA, RECALL_SPEC, RECALL_TOOL, ArtifactStore, Source
 from harness.waac.embeddings import Embedder
+from harness.waac.extract import AuxUse
 from harness.waac.graph import TraceGraph
-from harness.waac.lattice import LEVELS, Level, join
+from harness.waac.lattice import Level, join
 from harness.waac.library import RECENT, HistoryLibrary, Match, fragment, key_of
-from harness.waac.projection import Projection, Projector
+from harness.waac.projection import LLMFieldSummarizer, Projection, Projector, fact_summary, original_text
 from harness.waac.schema import Schemas
 
 
@@ -48,64 +58,158 @@ class WAAC:
     log_fields: bool = True
     record_checkpoints: bool = False  # keep per-fragment applied policies (library building)
     name: str = "waac"
-    manages_budget = True
     library: HistoryLibrary | None = None  # set directly (tests, library building) instead of library_path
+    summarizer: Any = None  # an LLM (`.complete`) writes SUMMARY fields; anything else: the schema's facts
+    artifact_dir: str | None = None  # POINTER's store; None: a temporary directory removed with the policy
+    extractor: Any = None  # the config's `extractor:` (harness.waac.extract.Extractor): set as schemas.extractor
 
     def __post_init__(self) -> None:
         if self.library is None and self.library_path and self.use_library:
             self.library = _load_library(_resolve(self.library_path))
         self.schemas.tools.setdefault(RECALL_TOOL, RECALL_SCHEMA)
+        if self.extractor is not None:
+            self.schemas.extractor = self.extractor
         self.graph = TraceGraph(self.schemas)
         self.analysis = Analysis(self.graph, self.schemas.obligation_rules, self.incremental)
-        self.store = ArtifactStore()
+        self.store = ArtifactStore(self.artifact_dir)
+        self._llm = LLMFieldSummarizer(self.summarizer) if is_llm(self.summarizer) else None
+        self._history: Sequence[Message] = ()
         self._allowed = {Level(x) for x in self.reduced} | {Level.EXACT}
         self._frags: dict[str, tuple[tuple[int, int], dict[str, Any], str]] = {}
         self._matches: dict[str, Match] = {}
         self._last: dict[str, dict[str, Any]] = {}  # each field's last logged decision
-        self.checkpoints: dict[str, tuple[dict[str, Any], dict[str, Level]]] = {}
+        # fragment key -> (fragment, applied policies, dependency-analysis records (A.4))
+        self.checkpoints: dict[str, tuple[dict[str, Any], dict[str, Level], list[dict[str, Any]]]] = {}
         self._projector: Projector | None = None
         self._proposal: dict[str, Level] = {}
         self._levels: dict[str, Level] = {}
         self._tool_events: list[str] = []
         self._tool_index: dict[str, int] = {}
+        self._order: dict[str, int] = {}  # tool-event field -> its position in the projection's applied levels
+        self._dirty: set[str] | None = None  # fields whose pi was recomputed this step (None: all)
+        self._shown_off: set[str] = set()  # fields the projector shows at d, not pi, since a budget shed
+        self._before = (0, 0, 0)  # (n_fixed, messages counted, their tokens): tokens_before, running
         self.last: tuple[Requirements | None, dict[str, Level], Projection | None] = (None, {}, None)
 
     # ---- the recall tool (offered only when pointers can be shown) -----------------------------------
     def record(self) -> dict[str, Any]:
         return {"method": "waac", "use_library": self.use_library, "use_online": self.use_online,
                 "reduced_levels": list(self.reduced), "incremental": self.incremental, "threshold": self.threshold,
-                "library_path": self.library_path, "embedder": type(self.embedder).__name__ if self.embedder else None}
+                "library_path": self.library_path, "embedder": type(self.embedder).__name__ if self.embedder else None,
+                "summarizer": "llm" if self._llm else "schema facts (deterministic)", "aux_backend": self._aux_label(),
+                "budget_rule": "shed retention above d, then whole-pair eviction (harness.policies.budget)"}
+
+    def _aux_label(self) -> str:
+        """Which auxiliary backends did WAAC's work: the summary LLM and the extractor's LLM, or none."""
+        extractor_aux = getattr(getattr(self.schemas, "extractor", None), "aux", None)
+        used = [aux_label(a) for a in (self.summarizer if self._llm else None, extractor_aux) if a is not None]
+        return "+".join(used) or "none"
 
     def tools(self) -> list[ToolSpec]:
         return [RECALL_SPEC] if Level.POINTER in self._allowed else []
 
     def call_tool(self, call: ToolCall) -> tuple[str, bool]:
-        return self.store.recall(call) if call.name == RECALL_TOOL else ("unknown tool", True)
+        return self.store.recall(call, self._source) if call.name == RECALL_TOOL else ("unknown tool", True)
+
+    def _source(self, field_id: str) -> Source | None:
+        """The trajectory's side of a recall's verification: the field's original span, identity, version."""
+        f = self.graph.fields.get(field_id)
+        return None if f is None else Source(original_text(f, self._history), f.identity or f.id, f.version)
+
+    def close(self) -> None:
+        """Remove the temporary artifact store now (it also goes when the policy is garbage-collected)."""
+        self.store.close()
 
     # ---- one step -------------------------------------------------------------------------------------
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
         t0 = time.perf_counter()
         new_events = self.graph.update(history)
+        self._history = history
         new_tools = [e for e in new_events if self.graph.events[e].tool != "user"]
         for eid in new_tools:
             self._tool_index[eid] = len(self._tool_events)
             self._tool_events.append(eid)
-        new_fields = {f for e in new_events for f in self.graph.events[e].fields}
+        new_fields = self._new_fields(new_tools)
         hits, proposed = self._historical(self.graph.pop_touched(), len(new_tools))
         req = self.analysis.update() if self.use_online else None
         levels = self._fuse(req, proposed | new_fields)
         analysis_s = time.perf_counter() - t0
         if self._projector is None:
-            self._projector = Projector(ctx.tokens, self.store)
-        facts = req.facts if req else {}
-        out = self._projector.project(history, self.graph, levels, facts)
-        after = ctx.tokens.messages(out.messages[ctx.n_fixed:])
-        # A.3: what pi requires is never cut to fit; a view that cannot fit is sent and recorded
+            self._projector = Projector(ctx.tokens, self.store, self._llm or fact_summary)
+        before = self._tokens_before(history, ctx)
+        out, levels, after, shed = self._project(history, ctx, req, levels, before)
+        # A.3: budget-unsatisfiable when what d requires does not fit (without online analysis: what pi keeps)
         unsat = ctx.budget is not None and after > ctx.budget
         if self.record_checkpoints:
             self._checkpoint(out)
-        self.last = (req, levels, out)  # for inspection: requirements, fused levels, projection
-        return View(out.messages, decisions=self._decisions(history, ctx, out, req, hits, analysis_s, after, unsat))
+        self.last = (req, levels, out)  # for inspection: requirements, levels projected, projection
+        logged = proposed | new_fields | out.changed  # with req.changed: every field whose decision may differ
+        decisions = self._decisions(out, req, hits, analysis_s, (before, after), unsat, logged)
+        decisions["budget_shed"] = shed
+        return self._view(out, decisions)
+
+    def _new_fields(self, new_tools: list[str]) -> set[str]:
+        """The new events' fields, each given its position among the tool events' fields (the log's order)."""
+        for eid in new_tools:
+            for fid in self.graph.events[eid].fields:
+                self._order[fid] = len(self._order)
+        return {f for e in new_tools for f in self.graph.events[e].fields}
+
+    def _project(self, history: Sequence[Message], ctx: RenderContext, req: Requirements | None,
+                 levels: dict[str, Level], before: int) -> tuple[Projection, dict[str, Level], int, bool]:
+        """Figure 3 under a budget (rule (1) of harness.policies.budget): pi first; if it does not fit, the
+        retention above d (the library-only part of pi = rho_hat v d) is shed: pi falls back to d. Nothing d
+        requires is cut here; the orchestrator's whole-pair eviction, the same for every policy, does the rest.
+        Returns the projection, the levels projected, its compressible tokens and whether it was shed.
+        The projector re-projects only what may have changed since its previous call: the fields whose pi
+        was recomputed, and those it showed at d instead of pi after the previous step's shed."""
+        assert self._projector is not None
+        facts = req.facts if req else {}
+        dirty = None if self._dirty is None else self._dirty | self._shown_off
+        out = self._projector.project(history, self.graph, levels, facts, dirty, ctx.n_fixed)
+        after, self._shown_off = self._after(ctx, out, before), set()
+        if ctx.budget is None or after <= ctx.budget or req is None:
+            return out, levels, after, False
+        d_only = self._d_levels(req)
+        if d_only == levels:  # no retention above d to shed
+            return out, levels, after, False
+        self._shown_off = {fid for fid, lv in d_only.items() if levels.get(fid) != lv}
+        moved = out.changed
+        out = self._projector.project(history, self.graph, d_only, facts, self._shown_off, ctx.n_fixed)
+        out.changed |= moved  # relative to the previous step's projection
+        return out, d_only, self._after(ctx, out, before), True
+
+    def _tokens_before(self, history: Sequence[Message], ctx: RenderContext) -> int:
+        """Tokens of the compressible history, a running sum over the new messages (the graph has checked the
+        history is the append-only one)."""
+        n_fixed, seen, total = self._before
+        if n_fixed != ctx.n_fixed or seen > len(history):
+            seen, total = ctx.n_fixed, 0
+        total += ctx.tokens.messages(history[max(seen, ctx.n_fixed):])
+        self._before = (ctx.n_fixed, len(history), total)
+        return total
+
+    def _after(self, ctx: RenderContext, out: Projection, before: int) -> int:
+        """Tokens of the view's compressible messages: the history's plus the projector's running difference
+        (counted afresh if the projector counts with another counter)."""
+        assert self._projector is not None
+        if self._projector.tokens is ctx.tokens:
+            return before + out.token_delta
+        return ctx.tokens.messages(out.messages[ctx.n_fixed:])
+
+    def _d_levels(self, req: Requirements) -> dict[str, Level]:
+        """pi with the library's proposal left out (the w/o Offline policy): d, within the allowed levels."""
+        d = {fid: req.d.get(fid, Level.DROP) for fid, f in self.graph.fields.items() if not f.fixed}
+        return {fid: lv if lv in self._allowed else Level.EXACT for fid, lv in d.items()}
+
+    def _view(self, out: Projection, decisions: dict[str, Any]) -> View:
+        """The view with this step's auxiliary cost: LLM summaries and the schemas' extractor (A.3, B.3)."""
+        total = AuxUse()
+        for source in (self._llm, self.schemas.extractor):
+            if source is not None:
+                total += source.drain()
+        return View(out.messages, aux_usage=total.usage, aux_modeled_time_s=total.modeled_time_s,
+                    aux_cost_usd=total.cost_usd, decisions=decisions, aux_calls=total.calls, aux_time_s=total.seconds)
 
     def _historical(self, touched: set[str], n_new: int) -> tuple[dict[str, int], set[str]]:
         """Update rho_hat for the events whose canonical fragment may have changed (new, new consumers,
@@ -125,6 +229,8 @@ class WAAC:
             if match is None:
                 match = self._matches[key] = self.library.match(frag, key, self.embedder, self.threshold)
             hits[match.kind] += 1
+            # A.4: an exact match's analysis records initialize the analysis (a similar one: a cache miss)
+            self.analysis.seed(eid, match.analysis if match.kind == "exact" else ())
             for fid in self.graph.events[eid].fields:
                 lv = match.policies.get(self.graph.fields[fid].path)
                 if self._proposal.get(fid) == lv:
@@ -149,6 +255,7 @@ class WAAC:
         """eq. 7 for the fields whose inputs changed (all of them after a full recomputation)."""
         full = not self.incremental or (req is not None and req.changed is None)
         todo = self.graph.fields if full else (req.changed if req and req.changed is not None else set()) | proposed
+        self._dirty = None if full else set(todo)
         for fid in todo:
             f = self.graph.fields[fid]
             if not f.fixed:
@@ -167,45 +274,59 @@ class WAAC:
     # ---- records ----------------------------------------------------------------------------------------
     def _checkpoint(self, out: Projection) -> None:
         """The policies actually applied (after validation and fallback), per canonical fragment: what a
-        verified development trajectory contributes to the library (§3.2.2)."""
+        verified development trajectory contributes to the library (§3.2.2), with the dependency-analysis
+        records of each fragment's seeds (A.4)."""
+        analysis = self.analysis.records()
         for eid, (_, frag, key) in self._frags.items():
             ev = self.graph.events[eid]
             redundant = not ev.ok and eid not in self.graph.open_failures  # a failed attempt a retry answered
             applied = {self.graph.fields[f].path: Level.DROP if redundant else out.applied.get(f, Level.EXACT)
                        for f in ev.fields}
+            records = analysis.get(eid, [])
             old = self.checkpoints.get(key)
             if old is not None:
                 applied = {p: join(old[1].get(p, Level.DROP), lv) for p, lv in applied.items()}
-            self.checkpoints[key] = (frag, applied)
+                records = old[2] + [r for r in records if r not in old[2]]
+            self.checkpoints[key] = (frag, applied, records)
 
-    def _decisions(self, history: Sequence[Message], ctx: RenderContext, out: Projection, req: Requirements | None,
-                   hits: dict[str, int], analysis_s: float, after: int, unsat: bool) -> dict[str, Any]:
-        counts = dict.fromkeys((lv.value for lv in LEVELS), 0)
-        tokens = dict.fromkeys((lv.value for lv in LEVELS), 0)
-        for fid, lv in out.applied.items():
-            counts[lv.value] += 1
-            tokens[lv.value] += self._tokens(fid, ctx)
+    def _decisions(self, out: Projection, req: Requirements | None, hits: dict[str, int], analysis_s: float,
+                   tokens: tuple[int, int], unsat: bool, logged: set[str]) -> dict[str, Any]:
+        """The step's log: the projector's running counts per level, the running token counts, and the
+        decisions that changed (`logged` and req.changed: every field whose decision may differ)."""
         computed, reused = (req.computed, req.reused) if req else (0, 0)
         decisions: dict[str, Any] = {
-            "levels": counts, "level_tokens": tokens,
-            "tokens_before": ctx.tokens.messages(history[ctx.n_fixed:]),
-            "tokens_after": after,
+            "levels": out.counts, "level_tokens": out.level_tokens, "tokens_before": tokens[0],
+            "tokens_after": tokens[1],
             "analysis_ms": round(analysis_s * 1000, 3), "assignments_computed": computed,
             "assignments_reused": reused, "cache_share": round(reused / (computed + reused), 4) if reused else 0.0,
             "obligations": req.n_obligations if req else 0, "library": hits,
+            # A.4's reuse across trajectories, this step: seed closures evaluated by the transfer rules, taken
+            # from validated library records, and library records offered whose support did not hold here
+            "closures_computed": req.closures_computed if req else 0,
+            "closures_from_library": req.from_library if req else 0,
+            "library_records_rejected": req.library_rejected if req else 0,
             "pointer_recalls": self.store.recalls, "summary_rollbacks": len(out.rollbacks),
-            "pointer_promotions": len(out.promotions), "budget_unsatisfiable": unsat}
+            "pointer_promotions": len(out.promotions), "unplaced_parts": len(out.unplaced),
+            "budget_unsatisfiable": unsat}
+        if out.promoted_why:  # why each pointer could not stand (missing/changed artifact, no span, ...)
+            decisions["promoted_why"] = out.promoted_why
         if self.log_fields:
-            decisions["fields"] = self._changed_fields(out, req)
+            decisions["fields"] = self._changed_fields(out, req, logged)
         return decisions
 
-    def _changed_fields(self, out: Projection, req: Requirements | None) -> dict[str, dict[str, Any]]:
+    def _changed_fields(self, out: Projection, req: Requirements | None, logged: set[str]) -> dict[str, dict[str, Any]]:
         """Each field whose decision (level, d, rho, or the obligations behind d) changed at this step:
-        replaying them gives any step's full picture (harness.waac.explain)."""
+        replaying them gives any step's full picture (harness.waac.explain). Only the fields whose decision may
+        have changed are looked at (all after a full recomputation), in the projection's field order."""
         d = req.d if req else {}
-        touched = set(self.graph.fields) if req is None or req.changed is None else req.changed
+        if req is not None and req.changed is None:
+            touched, candidates = set(self.graph.fields), list(out.applied)
+        else:
+            touched = req.changed if req is not None and req.changed is not None else set()
+            candidates = sorted((logged | touched).intersection(out.applied), key=self._order.__getitem__)
         entries = {}
-        for fid, level in out.applied.items():
+        for fid in candidates:
+            level = out.applied[fid]
             entry: dict[str, Any] = {"level": level.value, "d": d.get(fid, Level.DROP).value if req else None,
                                      "rho": self._proposal[fid].value if fid in self._proposal else None}
             previous = self._last.get(fid)
@@ -215,12 +336,6 @@ class WAAC:
                     entries[fid] = entry
                 self._last[fid] = entry
         return entries
-
-    def _tokens(self, fid: str, ctx: RenderContext) -> int:
-        f = self.graph.fields[fid]
-        if f.tokens is None:
-            f.tokens = ctx.tokens.text(f.text)
-        return f.tokens
 
 
 def _resolve(path: str) -> str:

@@ -1,25 +1,36 @@
 """Context projection and recovery (A.3): the fused policy applied to a copy of the request.
 
 EXACT keeps a field's value; SUMMARY replaces it with a bounded statement of facts that must include every
-fact an obligation requires, each traceable to the source field (it is among the facts the schema extracts
-from that value), within the schema's length bound, else the field rolls back to EXACT; POINTER replaces it
-with an opaque reference into the artifact store that must verify (identity, version, checksum) or the field
-is promoted to EXACT; DROP omits it. Messages keep their roles and tool-call ids, so every call stays paired
-with its result, and the history itself is never modified.
+fact an obligation requires (verbatim), each traceable to the source field (a fact the schema extracts from its
+value, or a verbatim quote of its original text), within the schema's length bound, else the field rolls back to
+EXACT; POINTER replaces it with an opaque reference into the artifact store that must verify (identity, version,
+the stored original bytes' checksum against the field's span in the history) or the field is promoted to EXACT —
+so is a field with no located span; DROP omits it. A JSON result is rebuilt as JSON; a text result (its fields
+extracted parts with spans) keeps its text with each compacted part's span replaced. Messages keep their roles
+and tool-call ids, so every call stays paired with its result, and the history itself is never modified.
+
+Summaries come from the schema's facts (deterministic, offline) or from an auxiliary LLM (`LLMFieldSummarizer`),
+held to the same checks; each (field, required facts) is summarized and checked once, then reused.
+
+The projector is incremental across the steps of an episode (it keeps each event's shown message and re-projects
+only events whose levels or facts changed, new events, and events whose pointers fail their per-step check);
+the result equals a fresh walk over every event (tests/test_waac_policy.py checks it at every step).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness.tokens import TokenCounter
 from harness.types import Message
 from harness.waac.artifacts import ArtifactStore
+from harness.waac.extract import AuxUse
 from harness.waac.graph import Event, Field, TraceGraph
-from harness.waac.lattice import Level
+from harness.waac.lattice import LEVELS, Level
 
 COMPACTED = "$compacted"
 
@@ -30,9 +41,21 @@ class Projection:
     applied: dict[str, Level]  # final level per compressible field, after rollback and promotion
     rollbacks: list[str] = field(default_factory=list)
     promotions: list[str] = field(default_factory=list)
+    promoted_why: dict[str, str] = field(default_factory=dict)  # field -> why its pointer could not stand
+    unplaced: list[str] = field(default_factory=list)  # text parts shown EXACT: no span of their own to cut out
+    changed: set[str] = field(default_factory=set)  # fields whose applied level differs from the previous call's
+    counts: dict[str, int] = field(default_factory=dict)  # level -> fields applied at it
+    level_tokens: dict[str, int] = field(default_factory=dict)  # level -> their original tokens
+    token_delta: int = 0  # tokens of the view's messages minus the history's, from the call's `start`
 
 
 Summarizer = Callable[[Field, frozenset[str]], list[str]]
+
+
+def original_text(f: Field, history: Sequence[Message]) -> str | None:
+    """The field's original characters: its span of its message's content (A.3's recovery evidence); None when
+    the field has no located span."""
+    return None if f.span is None else history[f.msg_index].content[f.span[0]:f.span[1]]
 
 
 def fact_summary(f: Field, required: frozenset[str]) -> list[str]:
@@ -42,69 +65,205 @@ def fact_summary(f: Field, required: frozenset[str]) -> list[str]:
     return [x for x in available if x in required] if required else available
 
 
+FIELD_PROMPT = ("You shorten one field of an earlier tool result for an agent that can no longer see it. Answer with "
+                "the facts to keep, one per line, and nothing else. Write every REQUIRED fact exactly as given. Every "
+                "other line must be one of the AVAILABLE facts or an exact quote of the FIELD. At most {tokens} tokens "
+                "in all.")
+
+
+@dataclass
+class LLMFieldSummarizer:
+    """A SUMMARY written by an auxiliary LLM (`summarizer=llm`: anything with `.complete(system, user) -> Summary`,
+    e.g. harness.policies.summarizers.LLMSummarizer). Its lines are checked like the deterministic ones."""
+
+    aux: Any
+    max_field_chars: int = 12_000  # of the field shown in the prompt; quotes are checked against all of it
+    use: AuxUse = AuxUse()  # since the last drain
+
+    def __call__(self, f: Field, required: frozenset[str]) -> list[str]:
+        available = f.spec.facts(f.value) if f.spec and f.spec.facts else []
+        bound = f.spec.summary_tokens if f.spec else 0
+        user = (f"FIELD {f.path} ({f.type}):\n{f.text[:self.max_field_chars]}\n\n"
+                f"REQUIRED:\n{chr(10).join(sorted(required)) or '(none)'}\n\n"
+                f"AVAILABLE:\n{chr(10).join(available) or '(none)'}")
+        t0 = time.perf_counter()
+        made = self.aux.complete(FIELD_PROMPT.format(tokens=bound), user)
+        self.use += AuxUse(made.usage, 1, time.perf_counter() - t0, made.cost_usd, made.modeled_time_s)
+        return [s for s in (line.strip().removeprefix("- ").removeprefix("* ").strip()
+                            for line in made.text.splitlines()) if s]
+
+    def drain(self) -> AuxUse:
+        out, self.use = self.use, AuxUse()
+        return out
+
+
 class Projector:
+    """Applies levels to the request copy. Incremental across calls (A.4's spirit, for the projection): it keeps
+    what each tool event shows and re-projects only the events holding a field whose level or facts changed
+    (`dirty`), new events, and events whose pointers no longer verify (every live pointer is verified at every
+    call, cheaply: harness.waac.artifacts). Fields per level, their tokens and the view's token difference to
+    the history are kept as running counts; the fallbacks (rollbacks, promotions, unplaced parts) are those of
+    the events' current projections, as a full walk reports them."""
+
     def __init__(self, tokens: TokenCounter, store: ArtifactStore, summarizer: Summarizer = fact_summary) -> None:
         self.tokens, self.store, self.summarizer = tokens, store, summarizer
         # (event, wanted levels, facts) -> (message, applied levels, pointer refs, rolled back, promoted)
         self._cache: dict[tuple[str, tuple[Level, ...], int], _Cached] = {}
+        self._summaries: dict[tuple[str, frozenset[str]], str | None] = {}  # checked text, None = rollback
+        self._reset(None)
+
+    def _reset(self, g: TraceGraph | None) -> None:
+        self._graph, self._seen = g, 0  # the graph projected and how many of its events (g.order) were met
+        self._pos: dict[str, int] = {}  # event -> its position in g.order
+        self._view: list[Message] = []  # the history with each compacted tool message replaced
+        self._applied: dict[str, Level] = {}  # field -> applied level, in event order
+        self._pointers: dict[str, list[tuple[str, str]]] = {}  # event -> its live (pointer ref, field)
+        self._fallbacks: dict[str, _Cached] = {}  # events whose projection rolled back, promoted or left unplaced
+        self._deltas: dict[int, int] = {}  # message index -> its replacement's tokens minus the original's
+        self._delta = 0
+        self._counts = dict.fromkeys((lv.value for lv in LEVELS), 0)
+        self._level_tokens = dict.fromkeys((lv.value for lv in LEVELS), 0)
 
     def project(self, history: Sequence[Message], g: TraceGraph, levels: dict[str, Level],
-                facts: dict[str, frozenset[str]]) -> Projection:
-        out = Projection(list(history), {})
-        for ev in (g.events[e] for e in g.order if g.events[e].tool != "user"):
-            wanted = tuple(levels.get(f, Level.EXACT) for f in ev.fields)
-            if all(lv == Level.EXACT for lv in wanted):
-                out.applied.update(dict.fromkeys(ev.fields, Level.EXACT))
-                continue
-            msg, applied = self._message(history[ev.msg_index], g, ev, wanted, facts, out)
-            out.messages[ev.msg_index] = msg
-            out.applied.update(applied)
+                facts: dict[str, frozenset[str]], dirty: Collection[str] | None = None, start: int = 0) -> Projection:
+        """`dirty`: the fields whose level or facts may differ from the previous call's; None (and the first
+        call, another graph, a shorter history) re-projects every event. `start`: the first message counted in
+        the projection's token difference (the opening messages are fixed)."""
+        full = dirty is None or g is not self._graph or len(history) < len(self._view)
+        previous = self._applied
+        if full:
+            self._reset(g)
+        changed: set[str] = set()
+        for ev in self._due(history, g, dirty if not full else None):
+            self._refresh(history, g, ev, levels, facts, changed)
+        if full:  # everything was re-projected: what changed is what differs from before
+            changed = {fid for fid, lv in self._applied.items() if previous.get(fid) != lv}
+        return self._projection(start, changed)
+
+    def _due(self, history: Sequence[Message], g: TraceGraph, dirty: Collection[str] | None) -> list[Event]:
+        """The tool events to re-project, in trajectory order: all (dirty None), or the new ones, those holding
+        a dirty field and those holding a pointer that no longer verifies."""
+        for eid in g.order[self._seen:]:
+            self._pos[eid] = len(self._pos)
+        new = g.order[self._seen:]
+        self._seen = len(g.order)
+        self._view.extend(history[len(self._view):])
+        due = set(g.order if dirty is None else new)
+        if dirty is not None:
+            due.update(g.fields[f].event for f in dirty if f in g.fields)
+            due.update(e for e, refs in self._pointers.items()
+                       if any(self._problem(r, g.fields[f], history) is not None for r, f in refs))
+        return [g.events[e] for e in sorted(due, key=self._pos.__getitem__) if g.events[e].tool != "user"]
+
+    def _refresh(self, history: Sequence[Message], g: TraceGraph, ev: Event, levels: dict[str, Level],
+                 facts: dict[str, frozenset[str]], changed: set[str]) -> None:
+        """Project one tool event and update the running state: view, token difference, applied levels and their
+        counts (recording the fields whose level changed), live pointers, fallbacks."""
+        wanted = tuple(levels.get(f, Level.EXACT) for f in ev.fields)
+        shown = None if all(lv == Level.EXACT for lv in wanted) else self._message(history, g, ev, wanted, facts)
+        self._place(history, ev.msg_index, shown.message if shown else None)
+        applied = shown.applied if shown else dict.fromkeys(ev.fields, Level.EXACT)
+        for fid, lv in applied.items():
+            old = self._applied.get(fid)
+            if old != lv:
+                self._count(g.fields[fid], old, lv)
+                self._applied[fid] = lv
+                changed.add(fid)
+        _keep(self._pointers, ev.id, shown.refs if shown else None)
+        _keep(self._fallbacks, ev.id, shown if shown and (shown.rollbacks or shown.promotions or shown.unplaced)
+              else None)
+
+    def _place(self, history: Sequence[Message], i: int, msg: Message | None) -> None:
+        """Show msg (None: the original) at message i, keeping the running token difference."""
+        self._delta -= self._deltas.pop(i, 0)
+        if msg is None:
+            if i < len(history):  # (a graph ahead of the history given: nothing to show there)
+                self._view[i] = history[i]
+            return
+        self._view[i] = msg
+        self._deltas[i] = self.tokens.message(msg) - self.tokens.message(history[i])
+        self._delta += self._deltas[i]
+
+    def _count(self, f: Field, old: Level | None, new: Level) -> None:
+        if f.tokens is None:
+            f.tokens = self.tokens.text(f.text)
+        if old is not None:
+            self._counts[old.value] -= 1
+            self._level_tokens[old.value] -= f.tokens
+        self._counts[new.value] += 1
+        self._level_tokens[new.value] += f.tokens
+
+    def _projection(self, start: int, changed: set[str]) -> Projection:
+        delta = self._delta - sum(self._deltas.get(i, 0) for i in range(start))
+        out = Projection(list(self._view), dict(self._applied), changed=changed, counts=dict(self._counts),
+                         level_tokens=dict(self._level_tokens), token_delta=delta)
+        for eid in sorted(self._fallbacks, key=self._pos.__getitem__):  # as a walk in trajectory order meets them
+            hit = self._fallbacks[eid]
+            out.rollbacks += hit.rollbacks
+            out.promotions += hit.promotions
+            out.promoted_why.update(hit.promoted_why)
+            out.unplaced += hit.unplaced
         return out
 
-    def _message(self, original: Message, g: TraceGraph, ev: Event, wanted: tuple[Level, ...],
-                 facts: dict[str, frozenset[str]], out: Projection) -> tuple[Message, dict[str, Level]]:
-        fkey = hash(tuple(facts.get(f, frozenset()) for f in ev.fields))
-        hit = self._cache.get((ev.id, wanted, fkey))
-        if hit is not None and all(self._verified(r, g.fields[fid]) for r, fid in hit.refs):
-            out.rollbacks += hit.rollbacks  # the same fallbacks hold again at this step
-            out.promotions += hit.promotions
-            return hit.message, hit.applied
-        rolled, promoted = len(out.rollbacks), len(out.promotions)
-        payload: dict[str, Any] = {}
-        applied: dict[str, Level] = {}
-        refs: list[tuple[str, str]] = []
-        for fid, level in zip(ev.fields, wanted, strict=True):
-            f = g.fields[fid]
-            rep, applied[fid] = self._represent(f, level, facts.get(fid, frozenset()), out)
-            if rep is not _OMIT:
-                _place(payload, ev, f.loc, rep)
-                refs += [(rep["$pointer"], fid)] if isinstance(rep, dict) and "$pointer" in rep else []
-        payload[COMPACTED] = True
-        msg = Message("tool", json.dumps(payload, ensure_ascii=False), tool_call_id=original.tool_call_id,
-                      name=original.name, is_error=original.is_error)
-        self._cache[(ev.id, wanted, fkey)] = _Cached(msg, applied, refs, out.rollbacks[rolled:],
-                                                     out.promotions[promoted:])
-        return msg, applied
+    def _message(self, history: Sequence[Message], g: TraceGraph, ev: Event, wanted: tuple[Level, ...],
+                 facts: dict[str, frozenset[str]]) -> _Cached:
+        key = (ev.id, wanted, hash(tuple(facts.get(f, frozenset()) for f in ev.fields)))
+        hit = self._cache.get(key)
+        if hit is not None and all(self._problem(r, g.fields[fid], history) is None for r, fid in hit.refs):
+            return hit  # the same fallbacks hold again
+        out = Projection([], {})  # this event's fallbacks
+        original = history[ev.msg_index]
+        reps = {fid: self._represent(g.fields[fid], lv, facts.get(fid, frozenset()), history, out)
+                for fid, lv in zip(ev.fields, wanted, strict=True)}
+        build = _text_content if ev.scaffold is None else _json_content
+        content, applied = build(g, ev, original.content, reps, out)
+        msg = Message("tool", content, tool_call_id=original.tool_call_id, name=original.name,
+                      is_error=original.is_error)
+        refs = [(rep.ref, fid) for fid, rep in reps.items() if rep.ref and applied[fid] == Level.POINTER]
+        hit = self._cache[key] = _Cached(msg, applied, refs, out.rollbacks, out.promotions, out.promoted_why,
+                                         out.unplaced)
+        return hit
 
-    def _represent(self, f: Field, level: Level, required: frozenset[str], out: Projection) -> tuple[Any, Level]:
-        if level == Level.DROP:
-            return _OMIT, level
+    def _represent(self, f: Field, level: Level, required: frozenset[str], history: Sequence[Message],
+                   out: Projection) -> _Rep:
         if level == Level.SUMMARY:
-            text = checked_summary(f, self.summarizer(f, required), required, self.tokens)
+            text = self._summary(f, required, history)
             if text is None:
                 out.rollbacks.append(f.id)
-                return f.value, Level.EXACT
-            return _named(f, {"$summary": text, "$source": f.id}), level
+                return _Rep(Level.EXACT)
+            return _Rep(level, {"$summary": text, "$source": f.id}, f"[$summary of {f.path}: {text}]")
         if level == Level.POINTER:
-            art = self.store.put(f.id, f.identity or f.id, f.version, f.text)
-            if not self._verified(art.ref, f):
+            original = original_text(f, history)
+            art = self.store.put(f.id, f.identity or f.id, f.version, original) if original is not None else None
+            why = self._problem(art.ref, f, history) if art else "no located span of the original message"
+            if art is None or why is not None:
                 out.promotions.append(f.id)
-                return f.value, Level.EXACT
-            return _named(f, {"$pointer": art.ref, "sha256": art.sha256[:16]}), level
-        return f.value, level
+                out.promoted_why[f.id] = why or ""
+                return _Rep(Level.EXACT)
+            rep = {"$pointer": art.ref, "sha256": art.sha256[:16]}
+            return _Rep(level, rep, f"[$pointer {art.ref} sha256={art.sha256[:16]}]", art.ref)
+        return _Rep(level)
 
-    def _verified(self, ref: str, f: Field) -> bool:
-        return self.store.verify(ref, f.text, f.identity or f.id, f.version)
+    def _summary(self, f: Field, required: frozenset[str], history: Sequence[Message]) -> str | None:
+        """Summarized and checked once per (field, required facts): an LLM is not asked again every step."""
+        key = (f.id, required)
+        if key not in self._summaries:
+            stated = self.summarizer(f, required) if f.spec is not None else []
+            self._summaries[key] = checked_summary(f, stated, required, self.tokens, original_text(f, history))
+        return self._summaries[key]
+
+    def _problem(self, ref: str, f: Field, history: Sequence[Message]) -> str | None:
+        return self.store.problem(ref, original_text(f, history), f.identity or f.id, f.version)
+
+
+@dataclass(frozen=True)
+class _Rep:
+    """A field's representation: its applied level, and what stands in for it in JSON and in text."""
+
+    level: Level
+    json: Any = None
+    text: str = ""
+    ref: str = ""
 
 
 @dataclass
@@ -114,28 +273,77 @@ class _Cached:
     refs: list[tuple[str, str]]
     rollbacks: list[str]
     promotions: list[str]
+    promoted_why: dict[str, str]
+    unplaced: list[str]
 
 
-_OMIT: Any = object()
+def _keep(table: dict[str, Any], key: str, value: Any) -> None:
+    """table[key] = value, or no entry when value is empty."""
+    if value:
+        table[key] = value
+    else:
+        table.pop(key, None)
 
 
-def checked_summary(f: Field, stated: list[str], required: frozenset[str], tokens: TokenCounter) -> str | None:
-    """The summary text, or None (rollback) when it misses a required fact, states a fact that cannot be
-    traced to the source field (one the schema does not extract from its value), or exceeds the bound."""
-    if f.spec is None or f.spec.facts is None:
+def checked_summary(f: Field, stated: list[str], required: frozenset[str], tokens: TokenCounter,
+                    source: str | None = None) -> str | None:
+    """The summary text, or None (rollback) when it misses a required fact (stated verbatim), states a fact that
+    cannot be traced to the source field (neither a fact the schema extracts from its value nor a verbatim quote of
+    its original text `source`), or exceeds the schema's bound."""
+    if f.spec is None:
         return None
-    available = set(f.spec.facts(f.value))
-    if not stated and available:  # an empty summary only of a field with nothing to state
+    available = set(f.spec.facts(f.value)) if f.spec.facts else set()
+    if not stated and (available or f.spec.facts is None):  # an empty summary only of a field with nothing to state
         return None
-    if not required <= set(stated) or not set(stated) <= available:
+    if not required <= set(stated):
+        return None
+    if not all(s in available or (source is not None and s in source) for s in stated):
         return None
     text = "; ".join(stated)
     return text if tokens.text(text) <= f.spec.summary_tokens else None
 
 
+def _json_content(g: TraceGraph, ev: Event, content: str, reps: dict[str, _Rep],
+                  out: Projection) -> tuple[str, dict[str, Level]]:  # same signature as _text_content
+    """A JSON result rebuilt from its fields' representations, each where it sat, marked compacted."""
+    payload: dict[str, Any] = {}
+    for fid, rep in reps.items():
+        f = g.fields[fid]
+        if rep.level != Level.DROP:
+            _place(payload, ev, f.loc, f.value if rep.level == Level.EXACT else _named(f, rep.json))
+    payload[COMPACTED] = True
+    return json.dumps(payload, ensure_ascii=False), {fid: rep.level for fid, rep in reps.items()}
+
+
+def _text_content(g: TraceGraph, ev: Event, content: str, reps: dict[str, _Rep],
+                  out: Projection) -> tuple[str, dict[str, Level]]:
+    """A text result keeps its text; a compacted part's span is replaced by its representation (removed when
+    dropped). A part without a span, or overlapping another part, cannot be cut out alone: shown EXACT."""
+    spans = {fid: g.fields[fid].span for fid in reps}
+    applied = {fid: rep.level for fid, rep in reps.items()}
+    cuts: list[tuple[int, int, str]] = []
+    for fid, rep in reps.items():
+        span = spans[fid]
+        if rep.level == Level.EXACT:
+            continue
+        if span is None or any(o != fid and s is not None and s[0] < span[1] and span[0] < s[1]
+                               for o, s in spans.items()):
+            applied[fid] = Level.EXACT
+            out.unplaced.append(fid)
+            continue
+        cuts.append((span[0], span[1], rep.text))
+    text, end = [], 0
+    for start, stop, rep_text in sorted(cuts):
+        text += [content[end:start], rep_text]
+        end = stop
+    return "".join([*text, content[end:]]), applied
+
+
 def _named(f: Field, rep: dict[str, Any]) -> dict[str, Any]:
-    """A list item (a named grid) keeps its name next to its representation."""
-    return {"Name": f.value["Name"], **rep} if isinstance(f.value, dict) and "Name" in f.value else rep
+    """An item of a named list (a named grid) keeps its name (the schema's item key) next to its representation."""
+    if f.item_key and isinstance(f.value, dict) and f.item_key in f.value:
+        return {f.item_key: f.value[f.item_key], **rep}
+    return rep
 
 
 def _place(payload: dict[str, Any], ev: Event, loc: tuple[str, ...], rep: Any) -> None:
