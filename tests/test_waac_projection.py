@@ -81,7 +81,8 @@ def test_recall_returns_the_original_bytes_not_a_reserialization() -> None:
     h = opening() + exchange("s", "search", {}, '{"Status": "Success", "Results": ' + raw + "}")
     policy = WAAC(toy_schemas())
     policy.render(h, ctx())
-    out = Projector(ctx().tokens, policy.store).project(h, policy.graph, {"s/Results": Level.POINTER}, {})
+    out = Projector(ctx().tokens, policy.store, exact_when_longer=False).project(
+        h, policy.graph, {"s/Results": Level.POINTER}, {})
     ref = json.loads(out.messages[-1].content)["Results"]["$pointer"]
     content, error = _recall(policy, ref)
     assert not error and content.endswith(f'"Content": {raw}}}') and policy.store.path(ref).read_text() == raw
@@ -169,7 +170,7 @@ def _summary_policy(required: str, summarizer: object = None) -> WAAC:
                          (("w/Status", frozenset({required})),))
     s = toy_schemas()
     s.obligation_rules = (demand,)
-    return WAAC(s, summarizer=summarizer)
+    return WAAC(s, summarizer=summarizer, exact_when_longer=False)  # a one-word field: the rule is tested apart
 
 
 def _summary_case(required: str, summarizer: object = None) -> tuple[WAAC, str]:
@@ -205,7 +206,7 @@ def test_an_llm_summary_that_states_the_required_facts_is_shown_once_paid_for_an
     later = policy.render(h + exchange("t", "search", {}, '{"Status": "Success", "Results": []}'), ctx(1))
     assert len(llm.prompts) == 1 and later.aux_calls == 0 and later.aux_usage == Usage()  # cached, not re-asked
     assert policy.last[2].applied["w/Status"] == Level.SUMMARY
-    p = Projector(ctx().tokens, policy.store, LLMFieldSummarizer(llm))  # the message changes, the field's summary not
+    p = Projector(ctx().tokens, policy.store, LLMFieldSummarizer(llm), exact_when_longer=False)  # the message changes, the field's summary not
     for body in (Level.EXACT, Level.DROP):
         out = p.project(h, policy.graph, {"w/Status": Level.SUMMARY, "w/Body": body}, policy.last[0].facts)
         assert out.applied["w/Status"] == Level.SUMMARY
@@ -345,7 +346,7 @@ def _text_case(overlap: bool = False) -> tuple[WAAC, list[Message], list[Field]]
 
 def test_a_text_result_keeps_its_text_with_compacted_parts_replaced_and_recall_is_byte_exact() -> None:
     policy, h, (head, alpha, beta) = _text_case()
-    p = Projector(ctx().tokens, policy.store)
+    p = Projector(ctx().tokens, policy.store, exact_when_longer=False)
     out = p.project(h, policy.graph, {head.id: Level.DROP, alpha.id: Level.POINTER, beta.id: Level.EXACT}, {})
     ref = f"waac:{alpha.id}@v{alpha.version}"
     assert out.messages[-1].content == f"\n[$pointer {ref} sha256={checksum('alpha.txt 12')[:16]}]\nbeta.txt 40"
@@ -360,3 +361,19 @@ def test_a_text_part_that_overlaps_another_is_shown_exact() -> None:
     pair = next(f for f in fields if f.path.endswith("pair"))
     out = Projector(ctx().tokens, policy.store).project(h, policy.graph, {pair.id: Level.DROP}, {})
     assert out.applied[pair.id] == Level.EXACT and out.unplaced == [pair.id] and out.messages[-1] == h[-1]
+
+
+def test_a_summary_or_pointer_longer_than_its_field_is_shown_exact() -> None:
+    """A pointer to a one-word field, or a summary of it, costs more than the word: EXACT (which serves any
+    requirement) is shown instead, and only then; a long field still gets its pointer."""
+    short = opening() + exchange("s", "search", {}, '{"Status": "Success", "Results": [1]}')
+    policy = WAAC(toy_schemas())
+    policy.render(short, ctx())
+    out = Projector(ctx().tokens, policy.store).project(short, policy.graph, {"s/Results": Level.POINTER}, {})
+    assert out.applied["s/Results"] == Level.EXACT and json.loads(out.messages[-1].content)["Results"] == [1]
+    rows = [{"Code": f"A-{i}", "Name": f"Item number {i}", "Rate": i} for i in range(30)]
+    long = opening() + exchange("s", "search", {}, json.dumps({"Status": "Success", "Results": rows}))
+    policy = WAAC(toy_schemas())
+    policy.render(long, ctx())
+    out = Projector(ctx().tokens, policy.store).project(long, policy.graph, {"s/Results": Level.POINTER}, {})
+    assert out.applied["s/Results"] == Level.POINTER

@@ -61,6 +61,7 @@ class WAAC:
     library: HistoryLibrary | None = None  # set directly (tests, library building) instead of library_path
     summarizer: Any = None  # an LLM (`.complete`) writes SUMMARY fields; anything else: the schema's facts
     artifact_dir: str | None = None  # POINTER's store; None: a temporary directory removed with the policy
+    exact_when_longer: bool = True  # a SUMMARY / POINTER longer than its field is shown EXACT (projection)
     extractor: Any = None  # the config's `extractor:` (harness.waac.extract.Extractor): set as schemas.extractor
 
     def __post_init__(self) -> None:
@@ -135,7 +136,7 @@ class WAAC:
         levels = self._fuse(req, proposed | new_fields)
         analysis_s = time.perf_counter() - t0
         if self._projector is None:
-            self._projector = Projector(ctx.tokens, self.store, self._llm or fact_summary)
+            self._projector = Projector(ctx.tokens, self.store, self._llm or fact_summary, self.exact_when_longer)
         before = self._tokens_before(history, ctx)
         out, levels, after, shed = self._project(history, ctx, req, levels, before)
         # A.3: budget-unsatisfiable when what d requires does not fit (without online analysis: what pi keeps)

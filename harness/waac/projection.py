@@ -105,8 +105,10 @@ class Projector:
     the history are kept as running counts; the fallbacks (rollbacks, promotions, unplaced parts) are those of
     the events' current projections, as a full walk reports them."""
 
-    def __init__(self, tokens: TokenCounter, store: ArtifactStore, summarizer: Summarizer = fact_summary) -> None:
+    def __init__(self, tokens: TokenCounter, store: ArtifactStore, summarizer: Summarizer = fact_summary,
+                 exact_when_longer: bool = True) -> None:
         self.tokens, self.store, self.summarizer = tokens, store, summarizer
+        self.exact_when_longer = exact_when_longer
         # (event, wanted levels, facts) -> (message, applied levels, pointer refs, rolled back, promoted)
         self._cache: dict[tuple[str, tuple[Level, ...], int], _Cached] = {}
         self._summaries: dict[tuple[str, frozenset[str]], str | None] = {}  # checked text, None = rollback
@@ -231,9 +233,14 @@ class Projector:
             if text is None:
                 out.rollbacks.append(f.id)
                 return _Rep(Level.EXACT)
-            return _Rep(level, {"$summary": text, "$source": f.id}, f"[$summary of {f.path}: {text}]")
+            shown = f"[$summary of {f.path}: {text}]"
+            if not self._shorter(shown, f):
+                return _Rep(Level.EXACT)
+            return _Rep(level, {"$summary": text, "$source": f.id}, shown)
         if level == Level.POINTER:
             original = original_text(f, history)
+            if not self._shorter(f"[$pointer waac:{f.id}@v{f.version} sha256={'0' * 16}]", f):
+                return _Rep(Level.EXACT)
             art = self.store.put(f.id, f.identity or f.id, f.version, original) if original is not None else None
             why = self._problem(art.ref, f, history) if art else "no located span of the original message"
             if art is None or why is not None:
@@ -243,6 +250,16 @@ class Projector:
             rep = {"$pointer": art.ref, "sha256": art.sha256[:16]}
             return _Rep(level, rep, f"[$pointer {art.ref} sha256={art.sha256[:16]}]", art.ref)
         return _Rep(level)
+
+    def _shorter(self, shown: str, f: Field) -> bool:
+        """A SUMMARY or POINTER is shown only if it is shorter than the field itself: a reference to one page
+        element or a summary of a short line costs more than the line. EXACT serves any requirement (A.1), so
+        keeping the field whole never weakens d; it is logged as the applied level."""
+        if not self.exact_when_longer:
+            return True
+        if f.tokens is None:
+            f.tokens = self.tokens.text(f.text)
+        return self.tokens.text(shown) < f.tokens
 
     def _summary(self, f: Field, required: frozenset[str], history: Sequence[Message]) -> str | None:
         """Summarized and checked once per (field, required facts): an LLM is not asked again every step."""
