@@ -206,7 +206,8 @@ def test_an_llm_summary_that_states_the_required_facts_is_shown_once_paid_for_an
     later = policy.render(h + exchange("t", "search", {}, '{"Status": "Success", "Results": []}'), ctx(1))
     assert len(llm.prompts) == 1 and later.aux_calls == 0 and later.aux_usage == Usage()  # cached, not re-asked
     assert policy.last[2].applied["w/Status"] == Level.SUMMARY
-    p = Projector(ctx().tokens, policy.store, LLMFieldSummarizer(llm), exact_when_longer=False)  # the message changes, the field's summary not
+    # the message changes, the field's summary not
+    p = Projector(ctx().tokens, policy.store, LLMFieldSummarizer(llm), exact_when_longer=False)
     for body in (Level.EXACT, Level.DROP):
         out = p.project(h, policy.graph, {"w/Status": Level.SUMMARY, "w/Body": body}, policy.last[0].facts)
         assert out.applied["w/Status"] == Level.SUMMARY
