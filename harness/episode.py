@@ -217,15 +217,16 @@ def _step(episode: Episode, convo: Conversation, model: LLMBackend, tokens: Toke
     fit = fit_to_budget(view.messages, ctx.n_fixed, ctx.budget, tokens)  # every policy alike (policies/budget.py)
     over = fit.over_budget
     view.messages = fit.messages
+    tools = _request_tools(policy, ctx.tools)
     policy_time = time.perf_counter() - t0
-    input_tokens = tokens.request(view.messages, ctx.tools)
+    input_tokens = tokens.request(view.messages, tools)
     reserve = getattr(model, "max_output_tokens", 0)  # output space is reserved, as providers count it
     if input_tokens + reserve > model.context_window:
         raise ContextWindowExceeded(f"the request has {input_tokens} tokens and {reserve} are reserved for output: "
                                     f"more than the model's context window of {model.context_window}")
     t1 = time.perf_counter()
     lifecycle.check()  # a stopping run sends no new request (the backend checks again before each retry)
-    completion = model.generate(view.messages, ctx.tools)
+    completion = model.generate(view.messages, tools)
     message = completion.message
     finish = completion.info.get("finish_reason")
     bad = unusable(message, finish)
@@ -270,6 +271,16 @@ def _step(episode: Episode, convo: Conversation, model: LLMBackend, tokens: Toke
 def _usage_mismatch(reported: int, local: int, from_api: bool) -> bool:
     diff = abs(reported - local)
     return from_api and diff > MISMATCH_TOKENS and diff > MISMATCH_FRACTION * local
+
+
+def _request_tools(policy: ContextPolicy, declared: Sequence[ToolSpec]) -> Sequence[ToolSpec]:
+    """The tools in this request: a policy with `offered_tools` shows its own tools only while they serve (WAAC's
+    recall while a pointer is in view); calls are still routed by the declared set."""
+    offered = getattr(policy, "offered_tools", None)
+    if not callable(offered):
+        return declared
+    own = {t.name for t in _policy_tools(policy)}
+    return [*(t for t in declared if t.name not in own), *offered()]
 
 
 def _policy_tools(policy: ContextPolicy) -> list[ToolSpec]:

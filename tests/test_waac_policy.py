@@ -115,9 +115,12 @@ class Recaller:
 
     def __init__(self, t) -> None:  # type: ignore[no-untyped-def]
         self.t, self.n, self.recalled = t, 0, None
+        self.offered: list[tuple[bool, bool]] = []  # per request: (a pointer in view, the recall tool offered)
 
     def generate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion:
         self.n += 1
+        self.offered.append(("$pointer" in "".join(m.content for m in messages),
+                             "waac_recall" in {t.name for t in tools}))
         plan = [("form_open_menu_item", {"name": "TrvExpenses"}),
                 ("form_select_grid_row", {"gridName": "ExpenseReportsGrid", "rowNumber": 1}),
                 ("form_click_control", {"controlName": "Details"}), ("select_hotel", {}),
@@ -155,6 +158,8 @@ def test_the_agent_recalls_a_pointer_through_the_episode_loop() -> None:
     original = result.history[f.msg_index].content[f.span[0]:f.span[1]]  # type: ignore[index]
     assert not recall.is_error and original in recall.content and json.loads(recall.content)["Content"] == f.value
     assert result.steps[-1].decisions["pointer_recalls"] == 1 and result.malformed_tool_calls == 0
+    # the recall tool is in a request exactly when the view shows a pointer (not paid for at every step)
+    assert all(shown == offered for shown, offered in agent.offered) and agent.offered[0] == (False, False)
     policy = WAAC(schemas())  # the recall result is a registered observation: shown once, then released
     policy.render(result.history + [Message("assistant", "", (ToolCall("z", "form_save_form", "{}"),)),
                                     Message("tool", '{"Status": "Success"}', tool_call_id="z", name="form_save_form")],

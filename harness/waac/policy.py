@@ -107,7 +107,14 @@ class WAAC:
         return "+".join(used) or "none"
 
     def tools(self) -> list[ToolSpec]:
+        """The tools WAAC declares (calls to them are routed to it); `offered_tools` says when the model sees them."""
         return [RECALL_SPEC] if Level.POINTER in self._allowed else []
+
+    def offered_tools(self) -> list[ToolSpec]:
+        """The recall tool is in the request only while the view shows a pointer it could resolve (A.3's recovery
+        interface serves references): otherwise its definition is paid at every step for nothing."""
+        out = self.last[2]
+        return self.tools() if out is not None and out.counts.get(Level.POINTER.value, 0) > 0 else []
 
     def call_tool(self, call: ToolCall) -> tuple[str, bool]:
         return self.store.recall(call, self._source) if call.name == RECALL_TOOL else ("unknown tool", True)
