@@ -165,3 +165,17 @@ def test_dev_workflows_differ_from_evaluation_workflows() -> None:
         return [sum(f["subcategory"] == "Room tax" for f in t.data["folio"]) for t in load(ROOT / path)]
     dev, ev = tax_lines("benchmarks/expense/dev_tasks.jsonl"), tax_lines("benchmarks/expense/tasks.jsonl")
     assert max(dev) == 1 and sum(n > 1 for n in ev) > len(ev) / 2
+
+
+def test_firing_table_counts_a4_reuse_per_episode_and_marks_older_logs() -> None:
+    steps = _steps()
+    row = wt.firing_table(steps).loc["waac"]  # the fixture predates the counters: shown as missing, not 0
+    assert row["A.4 closures reused from the library per episode"] == "–"
+    d = _decisions(steps)
+    for k, x in enumerate(d):
+        x |= {"closures_from_library": 2, "library_records_rejected": k % 2, "closures_computed": 1}
+    row = wt.firing_table(steps.assign(decisions=[json.dumps(x) for x in d])).loc["waac"]
+    n_ep = steps.groupby(["task_id", "run"]).ngroups
+    assert row["A.4 closures reused from the library per episode"] == round(2 * len(d) / n_ep, 1)
+    assert row["A.4 library records rejected per episode"] == round(sum(k % 2 for k in range(len(d))) / n_ep, 1)
+    assert row["A.4 closures computed per episode"] == round(len(d) / n_ep, 1)

@@ -111,8 +111,21 @@ def firing_table(steps: pd.DataFrame, sources: dict[str, str] | None = None) -> 
             "promotions per step": round(sum(x["pointer_promotions"] for x in d) / n, 3),
             "pointer recalls per episode": round(float(per_ep.recalls.max().sum()) / n_ep, 2),
             "budget-unsatisfiable steps (%)": _share(bool(x["budget_unsatisfiable"]) for x in d),
+            **_reuse(d, n_ep),
             "run": (sources or {}).get(str(name), "–")}
     return pd.DataFrame(rows).T
+
+
+REUSE = {"closures_from_library": "A.4 closures reused from the library per episode",
+         "library_records_rejected": "A.4 library records rejected per episode",
+         "closures_computed": "A.4 closures computed per episode"}
+
+
+def _reuse(d: list[dict[str, Any]], n_ep: int) -> dict[str, Any]:
+    """A.4's reuse across trajectories: closures taken from validated library records, records that failed
+    their replay on the current graph (recomputed), closures computed; "–" for logs written before they existed."""
+    return {label: round(sum(x[key] for x in d) / n_ep, 1) if all(key in x for x in d) else "–"
+            for key, label in REUSE.items()}
 
 
 def _share(flags: Iterable[bool]) -> float:
