@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from harness.policies.base import RenderContext
+from harness.records import read_transcript
 from harness.testing.expense_trajectory import EnvTrajectory as EnvTrajectory  # re-exported for the tests
 from harness.testing.expense_trajectory import opening as opening
 from harness.tokens import TokenCounter
@@ -115,3 +118,13 @@ class BagOfWords:
             for w in t.lower().replace(",", " ").replace(".", " ").split():
                 out[i, sum(map(ord, w)) % 256] += 1
         return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+
+def levels(out: Path) -> Counter[str]:
+    """Fields per level at every step of every episode (WAAC's own log: decisions.levels)."""
+    total: Counter[str] = Counter()
+    for path in sorted((out / "transcripts").glob("*.jsonl")):
+        for r in read_transcript(path):
+            if r["type"] == "step" and r.get("decisions"):
+                total.update(r["decisions"]["levels"])
+    return total

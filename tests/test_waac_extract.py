@@ -15,6 +15,7 @@ import pytest
 from _support import CONFIG_DIR
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_odysseys_browser import SNAPSHOT as RAW_SNAPSHOT  # the Playwright ARIA snapshot sample
 
 from harness.errors import InputError
 from harness.policies.base import Summary
@@ -39,22 +40,6 @@ SITES = Path(__file__).parent / "fixtures" / "odysseys" / "sites"
 
 # ---- real tool output -------------------------------------------------------------------------------------------
 # Playwright's ARIA snapshot (ai mode) as the browser code reads it (the fixture of tests/test_odysseys_browser.py)
-RAW_SNAPSHOT = """\
-- generic [active] [ref=e1]:
-  - 'heading "Title: sub" [level=1] [ref=e2]'
-  - generic [ref=e3]:
-    - link "Cart" [ref=e4] [cursor=pointer]:
-      - /url: /cart.html
-      - img "cart icon" [ref=e5]
-    - paragraph [ref=e6]: "Text with: colon"
-  - textbox "Search" [ref=e7]:
-    - /placeholder: Find things
-  - combobox "Qty" [ref=e8]:
-    - option "1" [selected]
-  - generic [ref=e9] [cursor=pointer]:
-    - generic [ref=e10] [cursor=pointer]: Clickable card
-  - checkbox "Gift" [checked] [ref=e11]
-"""
 
 LS_LA = """\
 total 16

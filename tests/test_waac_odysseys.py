@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 from _support import CONFIG_DIR
+from _waac import levels
 from hydra import compose, initialize_config_dir
+from test_odysseys_browser import SNAPSHOT as RAW_SNAPSHOT  # the Playwright ARIA snapshot sample
 
 from harness.build import build_domain
 from harness.config import register
 from harness.errors import InputError
-from harness.records import read_transcript
 from harness.run import run
 from harness.testing.fixture_sites import FixtureSites
 from harness.types import Message, ToolCall
@@ -69,15 +69,6 @@ def config(out: Path, tasks: Path, script: Path, *extra: str) -> Any:
                                   f"model.script={script}", "judge=scripted", f"judge.model.script={script}",
                                   "user=none", "browser.source=live", f"out_dir={out}", "progress=false",
                                   "n_workers=1", "n_runs=1", "policy.embedder._target_=_waac.BagOfWords", *extra])
-
-
-def levels(out: Path) -> Counter[str]:
-    total: Counter[str] = Counter()
-    for path in sorted((out / "transcripts").glob("*.jsonl")):
-        for r in read_transcript(path):
-            if r["type"] == "step" and r.get("decisions"):
-                total.update(r["decisions"]["levels"])
-    return total
 
 
 @pytest.fixture(scope="module")
@@ -169,22 +160,6 @@ def test_a_dev_split_that_is_an_evaluation_task_is_refused() -> None:
 
 # ---- the observation format, registered by this benchmark's schema module (not the core) ------------------------
 # Playwright's ARIA snapshot (ai mode) as the browser code reads it (the fixture of tests/test_odysseys_browser.py)
-RAW_SNAPSHOT = """\
-- generic [active] [ref=e1]:
-  - 'heading "Title: sub" [level=1] [ref=e2]'
-  - generic [ref=e3]:
-    - link "Cart" [ref=e4] [cursor=pointer]:
-      - /url: /cart.html
-      - img "cart icon" [ref=e5]
-    - paragraph [ref=e6]: "Text with: colon"
-  - textbox "Search" [ref=e7]:
-    - /placeholder: Find things
-  - combobox "Qty" [ref=e8]:
-    - option "1" [selected]
-  - generic [ref=e9] [cursor=pointer]:
-    - generic [ref=e10] [cursor=pointer]: Clickable card
-  - checkbox "Gift" [checked] [ref=e11]
-"""
 
 # A real tool result of BrowserTools.execute(goto) on tests/fixtures/odysseys/sites/shop/kettle.html (Chromium)
 KETTLE_RESULT = """\

@@ -5,19 +5,18 @@ benchmark (tests/fixtures/pinchbench/v2) with a scripted agent: field levels are
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 from _support import CONFIG_DIR
+from _waac import levels
 from hydra import compose, initialize_config_dir
 
 from harness.build import build_domain, build_policy
 from harness.config import register
 from harness.errors import InputError
-from harness.records import read_transcript
 from harness.run import run
 from harness.types import Message, ToolCall
 from harness.waac.build_library import build, check_disjoint, compose_split, main
@@ -71,16 +70,6 @@ def config(out: Path, script: Path, *extra: str) -> Any:
                                   "user=none", f"out_dir={out}", "progress=false", "n_workers=1", "n_runs=1",
                                   "benchmark.ids=[task_sales_summary,task_notes_answer]",
                                   "policy.embedder._target_=_waac.BagOfWords", *extra])  # no MiniLM load
-
-
-def levels(out: Path) -> Counter[str]:
-    """Fields per level at every step of every episode (WAAC's own log: decisions.levels)."""
-    total: Counter[str] = Counter()
-    for path in sorted((out / "transcripts").glob("*.jsonl")):
-        for r in read_transcript(path):
-            if r["type"] == "step" and r.get("decisions"):
-                total.update(r["decisions"]["levels"])
-    return total
 
 
 @pytest.fixture(scope="module")
