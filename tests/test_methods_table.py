@@ -31,13 +31,13 @@ def test_the_comparison_puts_ratios_to_vanilla_beside_the_papers_and_says_what_d
     note = table.loc["WARNING"].iloc[0]  # the CSV's notes row
     assert note.startswith("NOTE: auxiliary work done by offline stand-ins or substitutes") and MEM0_STAND_IN in note
     table = table.drop(index="WARNING")
-    assert list(table.index) == ["Vanilla (C2)", "Keep-Last-N", "Summary", "Mem0", "TokenSkip"]
+    assert list(table.index) == ["C2 (full history)", "Keep-Last-N", "Summary", "Mem0", "TokenSkip"]
     assert table.loc["Keep-Last-N", "input vs Vanilla, ours"] == "0.400"  # 400 vs 1,000 tokens per episode
     assert table.loc["Keep-Last-N", "input vs Vanilla, paper"] == "0.981"  # 9.312 M vs 9.496 M (Table 1)
     assert table.loc["Summary", "input vs Vanilla, ours"] == "0.420"
     assert table.loc["Summary", "aux input tokens / episode"] == "10 ± 0"
     assert table.loc["Summary", "aux calls / episode"] == "2.0 ± 0.0"
-    assert table.loc["Vanilla (C2)", "completed (%)"] == "75.0 ± 317.7"  # runs of 50% and 100%
+    assert table.loc["C2 (full history)", "completed (%)"] == "75.0 ± 317.7"  # runs of 50% and 100%
     assert table.loc["Summary", "auxiliary backend"] == stand_in
     assert table.loc["TokenSkip", "run"].startswith("not run: TokenSkip cannot run here")
     assert table.loc["TokenSkip", "paper: overall"] == "79.2"

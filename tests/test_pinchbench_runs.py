@@ -272,7 +272,7 @@ def test_table1_from_a_single_run_sits_beside_the_papers_vanilla_row(scripted_ru
     out, _ = scripted_run
     tables(["--results", str(out.parent), "--out", str(out.parent / "tables")])
     table = pd.read_csv(out.parent / "tables" / "pinchbench_table1.csv", index_col=0, dtype=str)
-    mine, paper = "pinchbench_full_history ours", "pinchbench_full_history paper"
+    mine, paper = "Vanilla ours", "Vanilla paper"
     assert table.loc["Overall", mine] == f"{100 * sum(EXPECTED.values()) / len(EXPECTED):.1f}"  # 90.5
     assert table.loc["CSV", mine] == "85.0" and table.loc["Overall", paper] == "72.6"
     assert table.loc["Simulated", mine] == "yes" and table.loc["Task version", mine] == "2"

@@ -48,7 +48,7 @@ def test_ablations_sweep_runs_every_waac_variant_and_feeds_the_tables(tmp_path: 
     written = tables(["--results", str(tmp_path), "--out", str(tmp_path / "tables")])
     table = pd.read_csv(tmp_path / "tables" / "waac_ablations.csv", index_col=0)
     assert tmp_path / "tables" / "waac_step_log.md" in written and len(table) == 7
-    assert table.loc["waac_no_drop", "paper Δ input (%)"] == "+15.1" and set(table.simulated) == {"yes"}
+    assert table.loc["WAAC w/o DROP", "paper Δ input (%)"] == "+15.1" and set(table.simulated) == {"yes"}
 
 
 def test_methods_sweep_feeds_the_comparison_table(tmp_path: Path) -> None:
@@ -64,7 +64,7 @@ def test_methods_sweep_feeds_the_comparison_table(tmp_path: Path) -> None:
 
     tables(["--results", str(tmp_path), "--out", str(tmp_path / "tables")])
     table = pd.read_csv(tmp_path / "tables" / "methods_comparison.csv", index_col=0, dtype=str)
-    assert list(table.index) == ["Vanilla (C2)", "Keep-Last-N", "Observation masking", "TokenSkip"]
-    assert table.loc["Vanilla (C2)", "input vs Vanilla, ours"] == "1.000"
+    assert list(table.index) == ["C2 (full history)", "Keep-Last-N", "Observation masking", "TokenSkip"]
+    assert table.loc["C2 (full history)", "input vs Vanilla, ours"] == "1.000"
     assert all(str(r).startswith(str(Path("sweeps") / "methods" / "x")) for r in table.run.iloc[:3])
     assert set(table.simulated.iloc[:3]) == {"yes"}

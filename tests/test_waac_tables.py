@@ -44,14 +44,14 @@ def test_the_fixture_is_wacs_own_log_format() -> None:
 def test_firing_table_counts_library_outcomes_per_step_and_episode() -> None:
     steps = _steps()
     d = _decisions(steps)
-    row = wt.firing_table(steps).loc["waac"]
+    row = wt.firing_table(steps)["WAAC"]  # one column per experiment, named as every table names it
     n_steps, n_eps = len(d), steps.groupby(["task_id", "run"]).ngroups
     sim = sum(x["library"]["similarity"] for x in d)
-    assert (row["episodes"], row["steps"]) == (3, n_steps) and sim > 0
-    assert row["library similarity per step"] == round(sim / n_steps, 2)
-    assert row["library exact per episode"] == round(sum(x["library"]["exact"] for x in d) / n_eps, 1)
-    assert row["episodes with a similarity match (%)"] == round(100 * 2 / 3, 1)  # hotel-001 and -002, not -006
-    assert row["steps with a rollback (%)"] == 0.0 and row["pointer recalls per episode"] == 0.0
+    assert (row["episodes"], row["steps"]) == ("3", str(n_steps)) and sim > 0
+    assert row["library similarity per step"] == f"{sim / n_steps:.2f}"
+    assert row["library exact per episode"] == f"{sum(x['library']['exact'] for x in d) / n_eps:.1f}"
+    assert row["episodes with a similarity match (%)"] == "66.7"  # hotel-001 and -002, not -006
+    assert row["steps with a rollback (%)"] == "0.0" and row["pointer recalls per episode"] == "0.00"
 
 
 def test_firing_table_counts_rollbacks_promotions_and_recalls() -> None:
@@ -62,19 +62,21 @@ def test_firing_table_counts_rollbacks_promotions_and_recalls() -> None:
         d[i] |= {"summary_rollbacks": rollbacks, "pointer_promotions": promotions, "pointer_recalls": recalls}
     for i in first[3:]:
         d[i]["pointer_recalls"] = 3  # a running count: the episode made 3 recalls
-    row = wt.firing_table(steps.assign(decisions=[json.dumps(x) for x in d])).loc["waac"]
-    assert row["steps with a rollback (%)"] == round(200 / len(d), 1)
-    assert row["steps with a promotion (%)"] == round(100 / len(d), 1)
-    assert row["rollbacks per step"] == round(3 / len(d), 3) and row["promotions per step"] == round(1 / len(d), 3)
-    assert row["pointer recalls per episode"] == 1.0  # 3 in hotel-001, none in the other two
+    row = wt.firing_table(steps.assign(decisions=[json.dumps(x) for x in d]))["WAAC"]
+    assert row["steps with a rollback (%)"] == f"{200 / len(d):.1f}"
+    assert row["steps with a promotion (%)"] == f"{100 / len(d):.1f}"
+    assert row["rollbacks per step"] == f"{3 / len(d):.3f}" and row["promotions per step"] == f"{1 / len(d):.3f}"
+    assert row["pointer recalls per episode"] == "1.00"  # 3 in hotel-001, none in the other two
 
 
 def test_step_log_table_reads_levels_as_waac_writes_them() -> None:
     steps = _steps()
     d = _decisions(steps)
-    row = wt.step_log_table(steps).loc["waac"]
-    assert row["fields drop"] == round(sum(x["levels"]["drop"] for x in d) / len(d), 1)
-    assert row["tokens exact"] == round(sum(x["level_tokens"]["exact"] for x in d) / len(d))
+    table = wt.step_log_table(steps)
+    row = table["WAAC"]
+    assert row["fields at DROP"] == f"{sum(x['levels']['drop'] for x in d) / len(d):.1f}"
+    assert row["tokens at EXACT"] == f"{sum(x['level_tokens']['exact'] for x in d) / len(d):,.0f}"
+    assert list(table.index[:4]) == ["fields at EXACT", "fields at SUMMARY", "fields at POINTER", "fields at DROP"]
     lib = pd.DataFrame([x["library"] for x in d]).sum()
     assert row["library exact / similarity / none (%)"] == " / ".join(
         f"{100 * lib[k] / lib.sum():.0f}" for k in ("exact", "similarity", "none"))
@@ -87,7 +89,7 @@ def test_make_tables_writes_the_firing_table_from_a_real_waac_run(tmp_path: Path
     _steps().to_parquet(run / "steps.parquet")
     tables.main(["--results", str(tmp_path / "results"), "--out", str(tmp_path / "t")])
     firing = (tmp_path / "t" / "waac_firing.md").read_text()
-    assert "SIMULATED" in firing and "library similarity per episode" in firing
+    assert "SIMULATED" in firing and "library similarity per episode" in firing and "| WAAC" in firing
 
 
 # --- Tables 3(a) and 6 on PinchBench ---------------------------------------------------------------------------------
@@ -112,20 +114,20 @@ def _pinch_episodes() -> pd.DataFrame:
 def test_table3_rows_beside_the_papers() -> None:
     cols = ("Overall", "Input (M)", "Output (M)", "Time (s)")
     t = wt.pinchbench_ablation_table(_pinch_episodes(), PAPER, wt.TABLE3, cols)
-    assert list(t.index) == ["WAAC (full)", "w/o Offline"]  # w/o Online did not run
-    assert t.loc["WAAC (full)", "Overall ours"] == "80.0" and t.loc["WAAC (full)", "Input (M) ours"] == "2.000"
-    assert t.loc["w/o Offline", "Overall ours"] == "60.0 (-20.0)"
-    assert t.loc["w/o Offline", "Input (M) ours"] == "2.200 (+10.0%)"
-    assert t.loc["w/o Offline", "Time (s) ours"] == "100 (+0.0%)"
-    assert t.loc["w/o Offline", "Overall paper"] == "81.8 (-5.8)"  # the paper prints 81.8 (-5.8)
-    assert t.loc["w/o Offline", "Input (M) paper"] == "7.882 (+9.9%)"  # as printed (Table 3(a))
-    assert t.loc["WAAC (full)", "Overall paper"] == "87.6" and t.loc["w/o Offline", "Simulated"] == "yes"
+    assert list(t.index) == ["WAAC", "WAAC w/o Offline"]  # w/o Online did not run
+    assert t.loc["WAAC", "Overall ours"] == "80.0" and t.loc["WAAC", "Input (M) ours"] == "2.000"
+    assert t.loc["WAAC w/o Offline", "Overall ours"] == "60.0 (-20.0)"
+    assert t.loc["WAAC w/o Offline", "Input (M) ours"] == "2.200 (+10.0%)"
+    assert t.loc["WAAC w/o Offline", "Time (s) ours"] == "100 (+0.0%)"
+    assert t.loc["WAAC w/o Offline", "Overall paper"] == "81.8 (-5.8)"  # the paper prints 81.8 (-5.8)
+    assert t.loc["WAAC w/o Offline", "Input (M) paper"] == "7.882 (+9.9%)"  # as printed (Table 3(a))
+    assert t.loc["WAAC", "Overall paper"] == "87.6" and t.loc["WAAC w/o Offline", "Simulated"] == "yes"
 
 
 def test_table6_rows_beside_the_papers() -> None:
     t = wt.pinchbench_ablation_table(_pinch_episodes(), PAPER, wt.TABLE6, ("Overall", "Input (M)"))
-    assert list(t.index) == ["WAAC (full)", "w/o DROP"]
-    row = t.loc["w/o DROP"]
+    assert list(t.index) == ["WAAC", "WAAC w/o DROP"]
+    row = t.loc["WAAC w/o DROP"]
     assert row["Overall ours"] == "75.0 (-5.0)" and row["Input (M) ours"] == "3.000 (+50.0%)"
     assert row["Overall paper"] == "86.3 (-1.3)" and row["Input (M) paper"] == "8.255 (+15.1%)"  # as printed (Table 6)
 
@@ -146,7 +148,7 @@ def test_make_tables_writes_tables_3_and_6_for_pinchbench_runs_only(tmp_path: Pa
                   run_manifest(f"pinchbench_{name}", frame, n_runs=1))
     tables.main(["--results", str(results), "--out", str(tmp_path / "t")])
     t3 = pd.read_csv(tmp_path / "t" / "pinchbench_table3.csv", index_col=0, dtype=str)
-    assert t3.loc["w/o Offline", "Overall ours"] == "60.0 (-20.0)"
+    assert t3.loc["WAAC w/o Offline", "Overall ours"] == "60.0 (-20.0)"
     assert "SIMULATED" in (tmp_path / "t" / "pinchbench_table6.md").read_text()
     assert not (tmp_path / "t" / "waac_ablations.md").exists()  # PinchBench runs never fill the expense tables
 
@@ -169,13 +171,13 @@ def test_dev_workflows_differ_from_evaluation_workflows() -> None:
 
 def test_firing_table_counts_a4_reuse_per_episode_and_marks_older_logs() -> None:
     steps = _steps()
-    row = wt.firing_table(steps).loc["waac"]  # the fixture predates the counters: shown as missing, not 0
+    row = wt.firing_table(steps)["WAAC"]  # the fixture predates the counters: shown as missing, not 0
     assert row["A.4 closures reused from the library per episode"] == "–"
     d = _decisions(steps)
     for k, x in enumerate(d):
         x |= {"closures_from_library": 2, "library_records_rejected": k % 2, "closures_computed": 1}
-    row = wt.firing_table(steps.assign(decisions=[json.dumps(x) for x in d])).loc["waac"]
+    row = wt.firing_table(steps.assign(decisions=[json.dumps(x) for x in d]))["WAAC"]
     n_ep = steps.groupby(["task_id", "run"]).ngroups
-    assert row["A.4 closures reused from the library per episode"] == round(2 * len(d) / n_ep, 1)
-    assert row["A.4 library records rejected per episode"] == round(sum(k % 2 for k in range(len(d))) / n_ep, 1)
-    assert row["A.4 closures computed per episode"] == round(len(d) / n_ep, 1)
+    assert row["A.4 closures reused from the library per episode"] == f"{2 * len(d) / n_ep:.1f}"
+    assert row["A.4 library records rejected per episode"] == f"{sum(k % 2 for k in range(len(d))) / n_ep:.1f}"
+    assert row["A.4 closures computed per episode"] == f"{len(d) / n_ep:.1f}"

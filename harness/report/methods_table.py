@@ -15,12 +15,10 @@ from typing import Any
 import pandas as pd
 
 from harness.policies.tokenskip import UNSUPPORTED
+from harness.report.names import display
 from harness.report.stats import fmt, mean_ci
 
 METHODS = ("c2", "keep_last_n", "masking", "summary", "llmlingua", "lcm", "agentfold", "mem0", "tokenskip", "waac")
-LABELS = {"c2": "Vanilla (C2)", "keep_last_n": "Keep-Last-N", "masking": "Observation masking",
-          "summary": "Summary", "llmlingua": "LLMLingua", "lcm": "LCM", "agentfold": "AgentFold", "mem0": "Mem0",
-          "tokenskip": "TokenSkip", "waac": "WAAC"}
 NOT_RUN = {"tokenskip": UNSUPPORTED + " (make run CONFIG=tokenskip says how to run it with a served checkpoint)"}
 # (label, per-episode column, digits, scale)
 COLUMNS = (
@@ -65,14 +63,15 @@ def comparison_table(episodes: pd.DataFrame, paper: dict[str, Any],
         row |= {"paper: overall": _num(theirs.get("overall"), 1), "paper: input (M)": _num(theirs.get("input_m"), 3),
                 "paper: output (M)": _num(theirs.get("output_m"), 3), "paper: time (s)": _num(theirs.get("time_s"), 0)}
         row |= _provenance(episodes[episodes.experiment == name], name, (sources or {}).get(name, "–"))
-        rows[LABELS[name]] = row
-    return pd.DataFrame(rows).T
+        rows[display(name)] = row  # rows named as in every table and figure (harness.report.names)
+    return pd.DataFrame(rows).T.rename_axis("Method")
 
 
 def _provenance(mine: pd.DataFrame, name: str, source: str) -> dict[str, str]:
     if mine.empty:
         return {"auxiliary backend": "–", "runs x tasks": "–", "simulated": "–", "run": f"not run: {NOT_RUN[name]}"}
-    return {"auxiliary backend": ", ".join(sorted(str(x) for x in mine.get("aux_backend", pd.Series(["?"])).unique())),
+    backends = mine["aux_backend"].dropna().unique() if "aux_backend" in mine else []  # older runs lack it
+    return {"auxiliary backend": ", ".join(sorted(map(str, backends))) or "–",
             "runs x tasks": f"{mine.run.nunique()} x {mine.task_id.nunique()}",
             "simulated": "yes" if mine.simulated.any() else "no", "run": source}
 

@@ -28,6 +28,7 @@ import yaml
 from harness.envs.odysseys.judge_run import JUDGED
 from harness.envs.odysseys.metrics import OdysseyMetrics, summarize
 from harness.records import FAILED
+from harness.report.names import short
 from harness.report.pinchbench_tables import PAPER, Table, chosen_runs, folders, kinds_of
 from harness.report.runs import EPISODES, Run, discover, mismatch_notes, read_frame, status_notes
 
@@ -141,7 +142,7 @@ def table2(episodes: pd.DataFrame, judged: pd.DataFrame, paper: dict[str, Any],
         mine = episodes[episodes.experiment == name]
         rows = judged[judged.experiment == name] if not judged.empty else judged
         key = paper_key(name, _first(mine, "policy"), paper)
-        label = _label(name, key, paper, columns)
+        label = _label(name, columns)
         cells, more = _ours(name, mine, rows, (sources or {}).get(name, "–"))
         columns[f"{label} ours"], notes = cells, notes + more
         columns[f"{label} paper"] = _paper(paper, key)
@@ -222,9 +223,11 @@ def _paper(paper: dict[str, Any], key: str | None) -> dict[str, str]:
         "Tasks": str(PAPER_TASKS), "Model": str(paper.get("model")), "Simulated": "no", "Run": "the paper"}
 
 
-def _label(name: str, key: str | None, paper: dict[str, Any], taken: dict[str, Any]) -> str:
-    label = str(paper["table2"][key]["label"]) if key else name
-    return label if f"{label} ours" not in taken else f"{label} [{name}]"
+def _label(name: str, taken: dict[str, Any]) -> str:
+    """The column's experiment as every table and figure names it (harness.report.names); two experiments that
+    share a name (c2 and odysseys_c2) keep the experiment's own name beside it."""
+    label = short(name, KIND)
+    return label if f"{label} ours" not in taken else f"{label} ({name})"
 
 
 def _first(frame: pd.DataFrame, column: str) -> str | None:

@@ -34,7 +34,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from harness.report.methods_table import LABELS, METHODS
+from harness.report.methods_table import METHODS
+from harness.report.names import short
 from harness.report.runs import (
     EPISODES,
     Run,
@@ -225,7 +226,7 @@ def table1(episodes: pd.DataFrame, paper: dict[str, Any], sources: dict[str, str
     universe = set(episodes.task_id)
     columns: dict[str, dict[str, str]] = {}
     for name in experiments(episodes):
-        label = LABELS.get(name, name)
+        label = short(name, PINCHBENCH)  # as every table and figure names it (harness.report.names)
         mine = episodes[episodes.experiment == name]
         columns[f"{label} ours"] = (_scores1(scores[scores.experiment == name]) | _totals1(mine)
                                     | _provenance1(mine, scores[scores.experiment == name], universe)
@@ -341,7 +342,7 @@ def table4(episodes: pd.DataFrame, paper: dict[str, Any],
     notes = [] if has_vanilla else [f"WARNING: no Vanilla ({VANILLA}) chains: Rel. not computed"]
     columns: dict[str, dict[str, str]] = {}
     for name in experiments(episodes):
-        label, mine = LABELS.get(name, name), episodes[episodes.experiment == name]
+        label, mine = short(name, PINCHBENCH), episodes[episodes.experiment == name]
         ours: dict[str, str] = {}
         for k in (k for k in ks if (mine.workflow_size == k).any()):
             cells, note = _cells4(pos[(pos.experiment == name) & (pos.k == k)], mine, totals, name, k, has_vanilla)

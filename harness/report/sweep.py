@@ -11,6 +11,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from harness.report.console import summary_table
+from harness.report.names import display
 from harness.report.runs import describe, read_frame
 from harness.report.tables import label
 
@@ -46,7 +47,13 @@ def _varying(overrides: pd.Series) -> pd.Series:
     """Only the overrides that differ between jobs, so the table's columns read as the swept values."""
     split = overrides.str.split(" ")
     common = set.intersection(*(set(s) for s in split))
-    return split.apply(lambda items: " ".join(i for i in items if i not in common))
+    return split.apply(lambda items: " ".join(_shown(i) for i in items if i not in common))
+
+
+def _shown(override: str) -> str:
+    """An `experiment=NAME` override as the experiment's display name (harness.report.names), others as given."""
+    key, _, value = override.partition("=")
+    return display(value) if key.lstrip("+") == "experiment" and value else override
 
 
 class MergeResults(Callback):

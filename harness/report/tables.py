@@ -24,7 +24,11 @@ table is still written, with one WARNING line per difference under its caption (
 ablations come from the newest ablations sweep's complete jobs, the budget table from the newest budget
 sweep's complete jobs (jobs left out are named in a WARNING). Damaged or empty run folders are skipped with a
 one-line warning.
-Outputs Markdown, CSV and LaTeX under results/tables/. Simulated results are labelled in every output.
+Outputs Markdown, CSV and LaTeX under results/tables/. Simulated results are labelled in every output (each
+caption says SIMULATED or real model backend). Experiments are named as in every table and figure
+(harness.report.names: C2, not FullHistory); ratio keys and budget tiers get human labels. Markdown and LaTeX show
+numbers formatted (no raw 1.000000); the CSV keeps Unicode (±, Δ, –); the LaTeX is ASCII, every cell, label and
+caption escaped, and compiles with pdflatex in a document that loads booktabs and graphicx (tests/test_latex.py).
 - `odysseys_table2`: WAAC Table 2 beside the paper's, from judged Odysseys runs (harness.report.odysseys_tables).
 """
 
@@ -32,16 +36,20 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
+import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
 from harness.report import odysseys_tables, pinchbench_tables
 from harness.report.console import per_run
 from harness.report.methods_table import METHODS, comparison_table
+from harness.report.names import display, short
 from harness.report.pinchbench_tables import EXPENSE as EXPENSE_KIND
 from harness.report.pinchbench_tables import newest_sweep, select_kind, sweep_jobs
 from harness.report.runs import (
@@ -109,12 +117,13 @@ def expense_table(episodes: pd.DataFrame, paper: dict[str, Any], sources: dict[s
     for name in EXPENSE:
         mine = runs[runs.experiment == name]
         theirs = paper["configs"].get(name, {})
-        table[f"{name.upper()} ours"] = {label: fmt(*mean_ci(list(mine[col])), digits, scale) if len(mine) else "–"
-                                         for label, col, digits, scale, _ in ROWS} | _provenance(episodes, name)
-        table[f"{name.upper()} ours"]["Run"] = (sources or {}).get(name, "–")
-        table[f"{name.upper()} paper"] = {label: _paper(theirs.get(key), digits) for label, _, digits, _, key in ROWS}
-        table[f"{name.upper()} paper"] |= {"Model": paper.get("model", "–"), "Simulated": "no",
-                                           "Runs x tasks": paper.get("runs_x_tasks", "–"), "Run": "the paper"}
+        ours, papers = f"{short(name)} ours", f"{short(name)} paper"
+        table[ours] = {label: fmt(*mean_ci(list(mine[col])), digits, scale) if len(mine) else "–"
+                       for label, col, digits, scale, _ in ROWS} | _provenance(episodes, name)
+        table[ours]["Run"] = (sources or {}).get(name, "–")
+        table[papers] = {label: _paper(theirs.get(key), digits) for label, _, digits, _, key in ROWS}
+        table[papers] |= {"Model": paper.get("model", "–"), "Simulated": "no",
+                          "Runs x tasks": paper.get("runs_x_tasks", "–"), "Run": "the paper"}
     return pd.DataFrame(table)
 
 
@@ -147,12 +156,28 @@ def ratio_table(episodes: pd.DataFrame, paper: dict[str, Any], sources: dict[str
             "time_reduction_c3_vs_c2_pct": pct("c3", "c2", "modeled_time_s"),
             "completion_gain_c4_vs_c2_pp": pp("c4", "c2"), "completion_gain_c4_vs_c3_pp": pp("c4", "c3"),
             "token_increase_c4_vs_c3_pct": more("c4", "c3", "total_tokens")}
-    table = pd.DataFrame({"ours": {k: _paper(v, 1) for k, v in ours.items()},
-                          "paper": {k: _paper(paper["ratios"].get(k), 1) for k in ours}})
+    table = pd.DataFrame({"ours": {ratio_label(k): _paper(v, 1) for k, v in ours.items()},
+                          "paper": {ratio_label(k): _paper(paper["ratios"].get(k), 1) for k in ours}})
     for name in RATIO_RUNS:
         if name in (sources or {}):
-            table.loc[f"Run {name.upper()}"] = [(sources or {})[name], "the paper"]
+            table.loc[f"Run {short(name)}"] = [(sources or {})[name], "the paper"]
     return table
+
+
+RATIO_WORDS = {"token_reduction": "Token reduction", "time_reduction": "Time reduction",
+               "completion_gain": "Completion gain", "token_increase": "Token increase"}
+RATIO_UNITS = {"pct": "%", "pp": "pp"}
+
+
+def ratio_label(key: str) -> str:
+    """A ratio key of the paper's values (token_reduction_c3_vs_c2_pct) as a row label (Token reduction, C3 vs C2
+    (%)); the experiments' names come from harness.report.names."""
+    found = re.fullmatch(r"(.+)_(c\d)_vs_(c\d)_(pct|pp)", key)
+    if found is None:
+        return key.replace("_", " ")
+    what, a, b, unit = found.groups()
+    words = RATIO_WORDS.get(what, what.replace("_", " ").capitalize())
+    return f"{words}, {short(a)} vs {short(b)} ({RATIO_UNITS[unit]})"
 
 
 def newest_sweep_dir(results: Path, kind: str) -> Path | None:
@@ -174,7 +199,8 @@ def budget_sweep(results: Path) -> tuple[pd.DataFrame, list[str]]:
 
 
 def budget_table(episodes: pd.DataFrame) -> pd.DataFrame:
-    """Completion and agent input tokens per policy x budget tier, from a budget sweep's merged episodes."""
+    """Completion and agent input tokens per policy x budget tier, from a budget sweep's merged episodes; rows
+    labelled by the policy's experiment name (harness.report.names: FullHistory is C2) and the tier in %."""
     if episodes.empty:
         return episodes
     runs = per_run(episodes.assign(experiment=episodes.policy + " @ " + episodes.budget_fraction.astype(str)))
@@ -186,7 +212,9 @@ def budget_table(episodes: pd.DataFrame) -> pd.DataFrame:
     over = episodes.groupby(["policy", "budget_fraction"]).over_budget_steps.sum()
     table = pd.DataFrame(rows).T
     table["over-budget steps"] = [int(over.get(k, 0)) for k in table.index]
-    return table.rename_axis(["policy", "budget"]).sort_index(ascending=[True, False])
+    table = table.sort_index(ascending=[True, False])
+    labels = [(short(policy), f"{100 * tier:g}%") for policy, tier in table.index]
+    return table.set_axis(pd.MultiIndex.from_tuples(labels, names=["Method", "Budget"]))
 
 
 def _paper(value: Any, digits: int) -> str:
@@ -195,15 +223,28 @@ def _paper(value: Any, digits: int) -> str:
 
 def write(table: pd.DataFrame, out: Path, name: str, caption: str, notes: Iterable[str] = ()) -> list[Path]:
     """Markdown, CSV and LaTeX; warnings go where a reader meets them first: under the Markdown caption, as the
-    CSV's first rows and in the LaTeX caption."""
+    CSV's first rows and in the LaTeX caption. Markdown and LaTeX show numbers formatted (`shown`); the CSV keeps
+    the values; Markdown and CSV keep Unicode (±, Δ, –), LaTeX gets them as commands (`latex`)."""
     notes = list(notes)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.md", out / f"{name}.csv", out / f"{name}.tex"]
-    paths[0].write_text(f"**{caption}**\n\n" + "".join(f"{n}\n\n" for n in notes) + f"{table.to_markdown()}\n")
-    _with_warning_rows(table, notes).to_csv(paths[1])
-    tex_caption = _tex(" ".join([caption, *notes])).replace("±", r"$\pm$")
-    paths[2].write_text(table.to_latex(caption=tex_caption, label=f"tab:{name}", escape=True).replace("±", r"$\pm$"))
+    paths[0].write_text(f"**{caption}**\n\n" + "".join(f"{n}\n\n" for n in notes) + f"{_markdown(table)}\n")
+    _with_warning_rows(_flat_columns(table), notes).to_csv(paths[1])
+    paths[2].write_text(latex(table, " ".join([caption, *notes]), f"tab:{name}"))
     return paths
+
+
+def _markdown(table: pd.DataFrame) -> str:
+    """The table as shown, as Markdown; the index levels of a MultiIndex become columns of their own."""
+    shown = shown_table(table)
+    align = ["right" if a == "r" else "left" for a in _alignment(shown)]
+    if shown.index.nlevels > 1:
+        return shown.reset_index().to_markdown(index=False, disable_numparse=True, colalign=align)
+    return shown.to_markdown(disable_numparse=True, colalign=align)
+
+
+def _flat_columns(table: pd.DataFrame) -> pd.DataFrame:
+    return table.set_axis([label_text(c) for c in table.columns], axis=1)
 
 
 def _with_warning_rows(table: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
@@ -217,12 +258,112 @@ def _with_warning_rows(table: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     return pd.concat([rows, table.astype(object)])
 
 
-def _tex(text: str) -> str:
-    """Text escaped for LaTeX (captions; cells are escaped by pandas)."""
-    out = text.replace("\\", r"\textbackslash{}")
-    for char in "&%$#_{}":
-        out = out.replace(char, "\\" + char)
-    return out.replace("~", r"\textasciitilde{}").replace("^", r"\textasciicircum{}")
+# --- how cells and labels are shown ----------------------------------------------------------------------------------
+
+def label_text(label: Any) -> str:
+    """A row or column label as text: a tuple (MultiIndex) joins its parts, so no "('C2', 1.0)" reaches a table."""
+    if isinstance(label, tuple):
+        return " / ".join(label_text(part) for part in label if str(part) != "")
+    return cell_text(label)
+
+
+def cell_text(value: Any) -> str:
+    """A cell as shown: text as is, yes/no for flags, integers with thousands separators, other numbers with at most
+    three decimals and no trailing zeros (the table builders format what they mean to print; this is the net that
+    keeps a raw float such as 1.000000 out of every table), "–" for missing."""
+    if value is None or (isinstance(value, float | np.floating) and np.isnan(value)):
+        return "–"
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if isinstance(value, int | np.integer):
+        return f"{int(value):,}"
+    if isinstance(value, float | np.floating):
+        return f"{float(value):,.3f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def shown_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Every cell and label as text, as Markdown and LaTeX show them."""
+    index: pd.Index = (pd.MultiIndex.from_tuples([tuple(cell_text(v) for v in key) for key in table.index],
+                                                  names=table.index.names) if table.index.nlevels > 1
+                       else pd.Index([label_text(v) for v in table.index], name=table.index.name))
+    cells = [[cell_text(v) for v in row] for row in table.itertuples(index=False)]
+    return pd.DataFrame(cells, index=index, columns=[label_text(c) for c in table.columns])
+
+
+# --- LaTeX ----------------------------------------------------------------------------------------------------------
+
+# LaTeX's special characters, ASCII that pdflatex's default (OT1) fonts print wrongly (<, >, |, "), and the non-ASCII
+# the tables use, as commands a plain LaTeX kernel knows; any other non-ASCII character loses its accents (NFKD)
+# or becomes "?", so the .tex is ASCII and compiles with pdflatex whatever text a run folder or note carries.
+TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+       "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "<": r"\textless{}",
+       ">": r"\textgreater{}", "|": r"\textbar{}", '"': "''", "[": "{[}", "]": "{]}", "\n": " ", "-": "-{}",
+       ">=": r"$\geq$", "<=": r"$\leq$", "≥": r"$\geq$", "≤": r"$\leq$", "±": r"$\pm$", "×": r"$\times$",
+       "Δ": r"$\Delta$", "µ": r"$\mu$", "μ": r"$\mu$", "–": "--", "—": "---", "−": "$-$", "→": r"$\rightarrow$",
+       "≈": r"$\approx$", "·": r"$\cdot$", "…": r"\ldots{}", "°": r"$^\circ$", "\u00a0": "~", "‘": "`",
+       "’": "'", "“": "``", "”": "''"}
+_TEX_TOKEN = re.compile(r">=|<=|-(?=-)|[\\&%$#_{}~^<>|\"\[\]\n]|[^\x00-\x7f]")  # "-(?=-)": no -- or --- ligature
+# longer cells, row labels and headers are broken into lines of about this many characters
+CELL_WIDTH, ROW_WIDTH, HEADER_WIDTH = 24, 32, 14
+
+
+def tex(text: Any) -> str:
+    """Text escaped for LaTeX (cells, labels and captions alike), ASCII only."""
+    return _TEX_TOKEN.sub(lambda m: TEX.get(m.group()) or _ascii(m.group()), str(text))
+
+
+def _ascii(char: str) -> str:
+    """A non-ASCII character without its accents (é -> e), else "?"."""
+    plain = unicodedata.normalize("NFKD", char).encode("ascii", "ignore").decode()
+    return tex(plain) if plain and plain != char else "?"
+
+
+def _tex_cell(text: str, width: int, align: str = "l", valign: str = "t") -> str:
+    """A cell escaped; a long one as a stack of lines aligned as its column (a nested tabular: no package needed)."""
+    lines = _lines(text, width)
+    if len(lines) < 2:
+        return tex(text)
+    return rf"\begin{{tabular}}[{valign}]{{@{{}}{align}@{{}}}}" + r" \\ ".join(map(tex, lines)) + r"\end{tabular}"
+
+
+def _lines(text: str, width: int) -> list[str]:
+    """Text broken into lines of about `width` characters after spaces and slashes, so run folders break too."""
+    lines, line = [], ""
+    for piece in re.split(r"(?<=[ /])", text):
+        if line.strip() and len(line) + len(piece.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = ""
+        line += piece
+    return [*lines, line.rstrip()]
+
+
+_NUMERIC = re.compile(r"^([-+(]?[\d.,]+|–|n/a)")  # right-aligned: columns whose cells start with a number
+
+
+def _alignment(shown: pd.DataFrame) -> str:
+    """l per index level, then r for a column of numbers (or missing values), else l."""
+    return "l" * shown.index.nlevels + "".join("r" if all(_NUMERIC.match(v) for v in shown.iloc[:, c]) else "l"
+                                                for c in range(len(shown.columns)))
+
+
+def latex(table: pd.DataFrame, caption: str, label: str) -> str:
+    """A `table` float with booktabs rules, every cell, label and the caption escaped; a table wider than the
+    text is scaled down to fit. The document needs \\usepackage{booktabs} and \\usepackage{graphicx}."""
+    shown = shown_table(table)
+    names = [label_text(n) if n is not None else "" for n in shown.index.names]
+    align = _alignment(shown)
+    head = [_tex_cell(h, HEADER_WIDTH, a, "b") for h, a in zip([*names, *shown.columns], align, strict=True)]
+    keys = [key if isinstance(key, tuple) else (key,) for key in shown.index]
+    widths = [ROW_WIDTH] * len(names) + [CELL_WIDTH] * len(shown.columns)
+    body = [" & ".join(_tex_cell(v, w, a) for v, w, a in zip((*key, *row), widths, align, strict=True)) + r" \\"
+            for key, row in zip(keys, shown.itertuples(index=False), strict=True)]
+    return "\n".join([
+        "% Written by `make tables` (harness.report.tables); needs \\usepackage{booktabs} and \\usepackage{graphicx}.",
+        r"\begin{table}[htbp]", r"\centering", rf"\caption{{{tex(caption)}}}", rf"\label{{{label}}}",
+        r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%",
+        rf"\begin{{tabular}}{{{align}}}", r"\toprule", " & ".join(head) + r" \\", r"\midrule", *body,
+        r"\bottomrule", r"\end{tabular}%", "}", r"\end{table}", ""])
 
 
 def simulated_label(simulated: bool) -> str:
@@ -311,7 +452,7 @@ def _methods(results: Path, chosen: dict[str, Run], pins: dict[str, Path], out: 
     return write(comparison_table(episodes, paper, sources), out, "methods_comparison",
                  f"The WAAC paper's comparison methods on the expense benchmark ({label(episodes)}; per episode, "
                  f"mean ± 95% CI over runs) beside the paper's Table 1 ({paper['benchmark']}, {paper['model']}, "
-                 "totals over all tasks: compare the input ratios to Vanilla)", notes)
+                 f"totals over all tasks: compare the input ratios to Vanilla, i.e. {display('c2')})", notes)
 
 
 def _budget(results: Path, out: Path) -> list[Path]:
@@ -322,8 +463,9 @@ def _budget(results: Path, out: Path) -> list[Path]:
     folder = newest_sweep_dir(results, "budget")
     jobs = episodes.assign(experiment="job " + episodes.job.astype(str))  # the jobs of one sweep must agree too
     notes = [*notes, *mismatch_notes(jobs, sorted(jobs.experiment.unique()))]
-    return write(table, out, "budget_sweep", f"Budget sweep {where(folder, results) if folder else ''} (tiers of "
-                 "the Vanilla peak reference; mean ± 95% CI over runs)", notes)
+    return write(table, out, "budget_sweep", f"Budget sweep {where(folder, results) if folder else ''} "
+                 f"({label(episodes)}; budget tiers in % of the Vanilla peak reference; mean ± 95% CI over runs)",
+                 notes)
 
 
 def _pinchbench(results: Path, pins: dict[str, Path], out: Path, found: list[Run]) -> list[Path]:

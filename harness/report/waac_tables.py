@@ -23,10 +23,12 @@ import yaml
 
 from harness.report import pinchbench_tables
 from harness.report.console import per_run
+from harness.report.names import display
 from harness.report.pinchbench_tables import PINCHBENCH
 from harness.report.runs import Run, mismatch_notes, read_frame
 from harness.report.stats import fmt, mean_ci
 
+LEVELS = ("exact", "summary", "pointer", "drop")  # WAAC's field-policy levels, most kept first (eq. 2, A.1)
 WAAC_RUNS = ("c3", "waac", "waac_no_offline", "waac_no_online", "waac_no_summary", "waac_no_pointer",
              "waac_no_drop")
 
@@ -43,7 +45,7 @@ def ablation_table(episodes: pd.DataFrame, paper: dict[str, Any],
         if mine.empty:
             continue
         theirs = paper["ablations"].get(name, {})
-        rows[name] = {
+        rows[str(name)] = {
             "completed (%)": fmt(*mean_ci(list(mine.task_completed)), 1, 100.0),
             "agent input tokens": fmt(*mean_ci(list(mine.input_tokens)), 0),
             "Δ completed vs WAAC (pp)": _delta(mine.task_completed.mean() * 100, full.task_completed.mean() * 100),
@@ -53,44 +55,47 @@ def ablation_table(episodes: pd.DataFrame, paper: dict[str, Any],
             "runs x tasks": f"{len(mine)} x {episodes[episodes.experiment == name].task_id.nunique()}",
             "simulated": "yes" if episodes[episodes.experiment == name].simulated.any() else "no",
             "run": (sources or {}).get(name, "–")}
-    return pd.DataFrame(rows).T
+    return pd.DataFrame(rows).T.rename_axis("Experiment").rename(index=display)  # names: harness.report.names
 
 
 def step_log_table(steps: pd.DataFrame, sources: dict[str, str] | None = None) -> pd.DataFrame:
-    """Per experiment: what WAAC's per-step decisions logged, averaged over steps (sums where noted); `sources`
-    (experiment -> run folder) fills the "run" column."""
-    rows = {}
+    """What WAAC's per-step decisions logged, averaged over steps (sums where noted): one column per experiment
+    (named as in every table, harness.report.names), one row per quantity; `sources` (experiment -> run folder)
+    fills the "run" row."""
+    columns = {}
     for name, g in steps.groupby("experiment"):
         d = [json.loads(x) for x in g.decisions]
         if not d or "levels" not in d[0]:
             continue
         lib = pd.DataFrame([x["library"] for x in d]).sum()
         queries = max(1, int(lib.sum()))
-        rows[name] = {
-            **{f"fields {k}": round(sum(x["levels"][k] for x in d) / len(d), 1) for k in d[0]["levels"]},
-            **{f"tokens {k}": round(sum(x["level_tokens"][k] for x in d) / len(d)) for k in d[0]["level_tokens"]},
-            "history tokens before": round(sum(x["tokens_before"] for x in d) / len(d)),
-            "after projection": round(sum(x["tokens_after"] for x in d) / len(d)),
-            "analysis ms (median)": round(float(pd.Series([x["analysis_ms"] for x in d]).median()), 3),
-            "cache share (mean)": round(sum(x["cache_share"] for x in d) / len(d), 3),
+        levels = sorted(d[0]["levels"], key=lambda k: (LEVELS.index(k) if k in LEVELS else len(LEVELS), k))
+        columns[display(str(name))] = {
+            **{f"fields at {k.upper()}": _f(sum(x["levels"][k] for x in d) / len(d), 1) for k in levels},
+            **{f"tokens at {k.upper()}": _f(sum(x["level_tokens"].get(k, 0) for x in d) / len(d), 0)
+               for k in levels},
+            "history tokens before": _f(sum(x["tokens_before"] for x in d) / len(d), 0),
+            "after projection": _f(sum(x["tokens_after"] for x in d) / len(d), 0),
+            "analysis ms (median)": _f(float(pd.Series([x["analysis_ms"] for x in d]).median()), 3),
+            "cache share (mean)": _f(sum(x["cache_share"] for x in d) / len(d), 3),
             "library exact / similarity / none (%)": " / ".join(f"{100 * lib.get(k, 0) / queries:.0f}"
                                                                 for k in ("exact", "similarity", "none")),
-            "pointer recalls (sum)": int(g.assign(r=[x["pointer_recalls"] for x in d])
-                                         .groupby(["task_id", "run"]).r.max().sum()),
-            "summary rollbacks (sum)": sum(x["summary_rollbacks"] for x in d),
-            "pointer promotions (sum)": sum(x["pointer_promotions"] for x in d),
-            "budget-unsatisfiable steps": sum(bool(x["budget_unsatisfiable"]) for x in d),
+            "pointer recalls (sum)": _f(g.assign(r=[x["pointer_recalls"] for x in d])
+                                        .groupby(["task_id", "run"]).r.max().sum(), 0),
+            "summary rollbacks (sum)": _f(sum(x["summary_rollbacks"] for x in d), 0),
+            "pointer promotions (sum)": _f(sum(x["pointer_promotions"] for x in d), 0),
+            "budget-unsatisfiable steps": _f(sum(bool(x["budget_unsatisfiable"]) for x in d), 0),
             "run": (sources or {}).get(str(name), "–")}
-    return pd.DataFrame(rows).T
+    return pd.DataFrame(columns)
 
 
 def firing_table(steps: pd.DataFrame, sources: dict[str, str] | None = None) -> pd.DataFrame:
-    """How often WAAC's mechanisms fire, per experiment, from the step log as WAAC writes it (`decisions`):
-    library queries by outcome (§3.3.2: exact key, similarity above the threshold, none) per step and per
-    episode; steps with a summary rollback or a pointer promotion (A.3; the counts are of fields falling back
-    at that step's projection, so a fallback that holds is counted again at every later step); pointer recalls
-    (the recall tool's calls, a running count per episode: its last value); budget-unsatisfiable steps."""
-    rows = {}
+    """How often WAAC's mechanisms fire, one column per experiment, from the step log as WAAC writes it
+    (`decisions`): library queries by outcome (§3.3.2: exact key, similarity above the threshold, none) per step
+    and per episode; steps with a summary rollback or a pointer promotion (A.3; the counts are of fields falling
+    back at that step's projection, so a fallback that holds is counted again at every later step); pointer
+    recalls (the recall tool's calls, a running count per episode: its last value); budget-unsatisfiable steps."""
+    columns = {}
     for name, g in steps.groupby("experiment"):
         d = [json.loads(x) for x in g.decisions]
         if not d or "library" not in d[0]:
@@ -100,20 +105,25 @@ def firing_table(steps: pd.DataFrame, sources: dict[str, str] | None = None) -> 
         per_ep = g[["task_id", "run"]].assign(**lib, recalls=[x["pointer_recalls"] for x in d],
                                               sim=lib.similarity > 0).groupby(["task_id", "run"])
         n_ep, n = per_ep.ngroups, len(d)
-        rows[name] = {
-            "episodes": n_ep, "steps": n,
-            **{f"library {k} per step": round(float(lib[k].sum()) / n, 2) for k in lib.columns},
-            **{f"library {k} per episode": round(float(lib[k].sum()) / n_ep, 1) for k in lib.columns},
-            "episodes with a similarity match (%)": round(100 * float(per_ep.sim.any().mean()), 1),
+        columns[display(str(name))] = {
+            "episodes": _f(n_ep, 0), "steps": _f(n, 0),
+            **{f"library {k} per step": _f(float(lib[k].sum()) / n, 2) for k in lib.columns},
+            **{f"library {k} per episode": _f(float(lib[k].sum()) / n_ep, 1) for k in lib.columns},
+            "episodes with a similarity match (%)": _f(100 * float(per_ep.sim.any().mean()), 1),
             "steps with a rollback (%)": _share(x["summary_rollbacks"] > 0 for x in d),
-            "rollbacks per step": round(sum(x["summary_rollbacks"] for x in d) / n, 3),
+            "rollbacks per step": _f(sum(x["summary_rollbacks"] for x in d) / n, 3),
             "steps with a promotion (%)": _share(x["pointer_promotions"] > 0 for x in d),
-            "promotions per step": round(sum(x["pointer_promotions"] for x in d) / n, 3),
-            "pointer recalls per episode": round(float(per_ep.recalls.max().sum()) / n_ep, 2),
+            "promotions per step": _f(sum(x["pointer_promotions"] for x in d) / n, 3),
+            "pointer recalls per episode": _f(float(per_ep.recalls.max().sum()) / n_ep, 2),
             "budget-unsatisfiable steps (%)": _share(bool(x["budget_unsatisfiable"]) for x in d),
             **_reuse(d, n_ep),
             "run": (sources or {}).get(str(name), "–")}
-    return pd.DataFrame(rows).T
+    return pd.DataFrame(columns)
+
+
+def _f(value: float, digits: int) -> str:
+    """A number as the table prints it: fixed digits, thousands separators."""
+    return f"{value:,.{digits}f}"
 
 
 REUSE = {"closures_from_library": "A.4 closures reused from the library per episode",
@@ -121,16 +131,16 @@ REUSE = {"closures_from_library": "A.4 closures reused from the library per epis
          "closures_computed": "A.4 closures computed per episode"}
 
 
-def _reuse(d: list[dict[str, Any]], n_ep: int) -> dict[str, Any]:
+def _reuse(d: list[dict[str, Any]], n_ep: int) -> dict[str, str]:
     """A.4's reuse across trajectories: closures taken from validated library records, records that failed
     their replay on the current graph (recomputed), closures computed; "–" for logs written before they existed."""
-    return {label: round(sum(x[key] for x in d) / n_ep, 1) if all(key in x for x in d) else "–"
+    return {label: _f(sum(x[key] for x in d) / n_ep, 1) if all(key in x for x in d) else "–"
             for key, label in REUSE.items()}
 
 
-def _share(flags: Iterable[bool]) -> float:
+def _share(flags: Iterable[bool]) -> str:
     marks = list(flags)
-    return round(100 * sum(marks) / len(marks), 1) if marks else 0.0
+    return _f(100 * sum(marks) / len(marks) if marks else 0.0, 1)
 
 
 def load_steps(runs: dict[str, Path], names: tuple[str, ...]) -> pd.DataFrame:
@@ -159,8 +169,7 @@ def _num(v: Any) -> str:
 
 TABLE3 = ("waac", "waac_no_offline", "waac_no_online")  # Table 3(a): B.3's module ablations
 TABLE6 = ("waac", "waac_no_summary", "waac_no_pointer", "waac_no_drop")  # Table 6: B.4's level ablations
-VARIANTS = {"waac": "WAAC (full)", "waac_no_offline": "w/o Offline", "waac_no_online": "w/o Online",
-            "waac_no_summary": "w/o SUMMARY", "waac_no_pointer": "w/o POINTER", "waac_no_drop": "w/o DROP"}
+VARIANTS = ("waac", "waac_no_offline", "waac_no_online", "waac_no_summary", "waac_no_pointer", "waac_no_drop")
 
 
 def paper_row(paper: dict[str, Any], name: str) -> dict[str, float | None]:
@@ -192,8 +201,8 @@ def pinchbench_ablation_table(episodes: pd.DataFrame, paper: dict[str, Any], nam
             row[f"{col} ours"] = _with_delta(mine[col], None if full is None or name == "waac" else full[col], col)
             row[f"{col} paper"] = _with_delta(theirs[PAPER_KEYS[col]], None if name == "waac" else
                                               paper_row(paper, "waac")[PAPER_KEYS[col]], col)
-        rows[VARIANTS[name]] = row | _provenance(episodes[episodes.experiment == name], (sources or {}).get(name))
-    return pd.DataFrame(rows).T
+        rows[display(name)] = row | _provenance(episodes[episodes.experiment == name], (sources or {}).get(name))
+    return pd.DataFrame(rows).T.rename_axis("Variant")  # rows named as in every table (harness.report.names)
 
 
 def _provenance(sub: pd.DataFrame, source: str | None) -> dict[str, str]:
