@@ -4,10 +4,12 @@
 Left panel: completion per budget tier (100/90/70/50/30% of the Vanilla peak reference, WAAC B.3), one line per
 method: Rubric Avg (the paper's Figure 3 metric, §4.5) or the perfect-task rate (`metric="perfect"`), from each
 sweep job's judged rubric items (`odysseys_judged.parquet`; harness.envs.odysseys.metrics). Right panel: agent input
-tokens per episode (thousands, mean) per tier, from the jobs' episodes.parquet. The one value the paper's text
-states (WAAC keeps a Rubric Avg of 35 at 50%) is marked. Source: the newest budget sweep holding Odysseys
-episodes, its complete jobs only; a job left out (not complete, not judged) is named in a line under the axes.
-Simulated results say so in the title.
+tokens per episode (thousands, mean) per tier, from the jobs' episodes.parquet. Points are over all episodes of a
+method and tier (as Table 2 and the paper count them); error bars are 95% CIs from the spread of the per-run values
+(Student's t over runs, harness.report.stats.mean_ci), and each legend entry gives n runs. Methods are named and
+coloured by harness.report.names (as in every figure). The one value the paper's text states (WAAC keeps a Rubric
+Avg of 35 at 50%) is marked. Source: the newest budget sweep holding Odysseys episodes, its complete jobs only; a
+job left out (not complete, not judged) is named in a line under the axes. Simulated results say so in the title.
 """
 
 from __future__ import annotations
@@ -23,13 +25,17 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from harness.envs.odysseys.metrics import summarize  # noqa: E402
+from harness.report import names  # noqa: E402
 from harness.report.odysseys_tables import KIND, POLICIES, judged_rows  # noqa: E402
 from harness.report.pinchbench_tables import PAPER, kinds_of, newest_sweep  # noqa: E402
 from harness.report.runs import EPISODES, describe, read_frame, where  # noqa: E402
+from harness.report.stats import mean_ci  # noqa: E402
 
 TIERS = [100, 90, 70, 50, 30]  # WAAC B.3 / Figure 3
 METRICS = {"rubric_avg": "Rubric Avg (%)", "perfect": "Perfect tasks (%)"}
-COLUMNS = ["method", "tier", "rubric_avg", "perfect", "input_tokens_k", "episodes", "scored_episodes", "simulated"]
+COLUMNS = ["method", "tier", "rubric_avg", "perfect", "input_tokens_k", "episodes", "scored_episodes", "simulated",
+           "runs", "rubric_avg_ci", "perfect_ci", "input_tokens_k_ci"]  # *_ci: 95% CI half-widths over runs
+CLASSES = {method: policy for policy, method in POLICIES.items()}  # "c2" -> "FullHistory": Odysseys calls it Vanilla
 
 
 def figure3_frame(results: Path) -> tuple[pd.DataFrame, list[str]]:
@@ -61,8 +67,8 @@ def _job(job: Path, results: Path) -> tuple[list[dict[str, Any]], str | None]:
     if judged is None or judged.empty:
         return [], "not judged (make judge RUN=<the sweep folder> judges every job)"
     policy = str(mine.policy.iloc[0])
-    return [{"method": POLICIES.get(policy, policy), "tier": 100 * float(tier),
-             "episodes": mine, "judged": judged, "simulated": bool(mine.simulated.astype(bool).any())}], None
+    return [{"method": POLICIES.get(policy, policy), "tier": 100 * float(tier), "episodes": mine.assign(job=job.name),
+             "judged": judged.assign(job=job.name), "simulated": bool(mine.simulated.astype(bool).any())}], None
 
 
 def _pooled(jobs: list[dict[str, Any]]) -> pd.DataFrame:
@@ -73,27 +79,43 @@ def _pooled(jobs: list[dict[str, Any]]) -> pd.DataFrame:
     out = []
     for (method, tier), group in sorted(groups.items()):
         episodes = pd.concat([j["episodes"] for j in group], ignore_index=True)
-        metrics = summarize(pd.concat([j["judged"] for j in group], ignore_index=True))
+        judged = pd.concat([j["judged"] for j in group], ignore_index=True)
+        metrics = summarize(judged)
         out.append({"method": method, "tier": tier, "rubric_avg": 100 * metrics.rubric_avg,
                     "perfect": 100 * metrics.perfect, "input_tokens_k": episodes.input_tokens.mean() / 1e3,
                     "episodes": metrics.episodes, "scored_episodes": metrics.scored_episodes,
-                    "simulated": any(j["simulated"] for j in group)})
+                    "simulated": any(j["simulated"] for j in group), **run_spread(episodes, judged)})
     return pd.DataFrame(out, columns=COLUMNS)
+
+
+def run_spread(episodes: pd.DataFrame, judged: pd.DataFrame) -> dict[str, float]:
+    """n runs (a sweep job's run) and the 95% CI half-widths of each run's Rubric Avg, perfect rate and tokens."""
+    per_run = [(100 * (m := summarize(rows)).rubric_avg, 100 * m.perfect)
+               for _, rows in judged.groupby(["job", "run"])]
+    tokens = episodes.groupby(["job", "run"]).input_tokens.mean() / 1e3
+    half = [mean_ci([v for v in values if not pd.isna(v)])[1] for values in zip(*per_run, strict=True)]
+    return {"runs": len(tokens), "rubric_avg_ci": half[0], "perfect_ci": half[1],
+            "input_tokens_k_ci": mean_ci(list(tokens))[1]}
 
 
 def figure3(frame: pd.DataFrame, out: Path, metric: str = "rubric_avg", notes: list[str] | None = None,
             paper: dict[str, Any] | None = None) -> list[Path]:
     """Completion and tokens per tier, one line per method (PNG and PDF)."""
+    return _save(figure3_figure(frame, metric, paper), out, "odysseys_figure3", notes)
+
+
+def figure3_figure(frame: pd.DataFrame, metric: str = "rubric_avg", paper: dict[str, Any] | None = None) -> plt.Figure:
+    """The two panels, error bars = 95% CI over runs (none with one run, which the legend says)."""
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}")
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", "-"), ("P", "--")]
-    labels = (paper or {}).get("table2", {})
     for i, (method, g) in enumerate(frame.sort_values("tier").groupby("method")):
         marker, line = styles[i % len(styles)]
-        name = labels.get(method, {}).get("label", method)
-        left.plot(g.tier, g[metric], marker=marker, linestyle=line, label=name, alpha=0.85)
-        right.plot(g.tier, g.input_tokens_k, marker=marker, linestyle=line, label=name, alpha=0.85)
+        style = {"marker": marker, "linestyle": line, "color": colour(method), "alpha": 0.85, "capsize": 3,
+                 "label": f"{display(method)} ({runs_label(g.runs)})"}
+        for ax, col in ((left, metric), (right, "input_tokens_k")):
+            ax.errorbar(g.tier, g[col], yerr=g[f"{col}_ci"].fillna(0.0), **style)
     _paper_points(left, paper, metric)
     sim = "SIMULATED, not LLM results" if frame.simulated.astype(bool).any() else "real model backend"
     left.set(xlabel="Context budget (% of Vanilla peak reference)", ylabel=METRICS[metric], ylim=(0, 105))
@@ -101,9 +123,25 @@ def figure3(frame: pd.DataFrame, out: Path, metric: str = "rubric_avg", notes: l
     for ax in (left, right):
         ax.set_xticks(TIERS)
         ax.invert_xaxis()
-        ax.legend(fontsize=8)
-    fig.suptitle(f"Odysseys: completion vs budget (WAAC Figure 3) — {sim}")
-    return _save(fig, out, "odysseys_figure3", notes)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Odysseys: completion vs budget (WAAC Figure 3; bars: 95% CI over runs) — {sim}")
+    return fig
+
+
+def display(method: str) -> str:
+    """The method's display name on Odysseys (full history is the WAAC paper's "Vanilla", not the expense C2)."""
+    return names.display(CLASSES.get(method, method), KIND)
+
+
+def colour(method: str) -> str:
+    return names.colour(CLASSES.get(method, method), KIND)
+
+
+def runs_label(runs: pd.Series) -> str:
+    """"n=3 runs per tier" (or "n=2–3 ..."); a single run has no CI, and the label says so (as plots.n_label)."""
+    ns = sorted({int(n) for n in runs})
+    n = f"n={ns[0]}" if len(ns) == 1 else f"n={ns[0]}–{ns[-1]}"
+    return f"{n} run{'s' if ns[-1] != 1 else ''} per tier" + (", no CI" if ns[0] < 2 else "")
 
 
 def _paper_points(ax: Any, paper: dict[str, Any] | None, metric: str) -> None:
@@ -113,9 +151,8 @@ def _paper_points(ax: Any, paper: dict[str, Any] | None, metric: str) -> None:
         return
     for method, points in fig3.get("stated", {}).items():
         tiers = [100 * float(t) for t in points]
-        label = (paper or {}).get("table2", {}).get(method, {}).get("label", method)
         ax.scatter(tiers, list(points.values()), marker="*", s=120, color="black", zorder=5,
-                   label=f"paper: {label} (stated in §4.5; another model and judge)")
+                   label=f"paper: {display(method)} (stated in §4.5; another model and judge)")
 
 
 def _save(fig: plt.Figure, out: Path, name: str, notes: list[str] | None) -> list[Path]:

@@ -1,33 +1,45 @@
 """`make plots`: figures regenerated from results files only (PNG and PDF under results/figures/).
 
-- completion_vs_budget: completion per budget tier, one line per policy (the WAAC paper's Figure 3 shape),
-  from the newest budget sweep;
-- completion_vs_tokens: completion against agent input tokens per run, one marker per experiment (Pareto view);
-- visible_tokens_by_step: mean visible-context tokens (the model's input) at each step, one line per experiment;
-- decisions_by_step: what each policy decided at each step (tool pairs kept / summarized / dropped; fields per
-  level for policies that log `levels`, as WAAC will).
-Simulated results say so in every title. Runs are chosen as for the tables (harness.report.runs: the newest
-complete run per experiment, `--run EXPERIMENT=DIR` to pin one); warnings about runs that differ or are not
-complete are printed under the axes; damaged or empty run folders are skipped with a one-line warning.
+- completion_vs_budget: completion per budget tier (left) and agent input tokens per run (right), one line per
+  policy (the WAAC paper's Figure 3 shape), from the newest budget sweep; tokens show what a budget costs even
+  where completion lines are flat;
+- completion_vs_tokens: completion against agent input tokens, one faint point per run and the mean over runs
+  per experiment (Pareto view);
+- visible_tokens_by_step: median visible-context tokens (the model's input) at each step with the interquartile
+  band, and below it how many episodes are still running at each step;
+- decisions_by_step: what each policy decided at each step: tool pairs kept / summarized / dropped, and fields
+  per level for policies that log `levels` (WAAC), each kind on its own axes.
+Every figure names and colours experiments through harness.report.names (C2 is "C2" everywhere); every aggregate
+is a mean with a 95% CI over runs (harness.report.stats.mean_ci; Student's t) and says its n. A per-step statistic
+is drawn only while enough episodes are still running (min_running): an episode that ends early leaves the later
+steps, so a per-step mean over whoever is left describes fewer and different episodes as steps go on
+(survivorship). Simulated results say so in every title. Runs are chosen as for the tables (harness.report.runs:
+the newest complete run per experiment, `--run EXPERIMENT=DIR` to pin one); warnings about runs that differ or
+are not complete are printed under the axes; damaged or empty run folders are skipped with a one-line warning.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from harness.report import odysseys_plots  # noqa: E402
+from harness.report import names, odysseys_plots  # noqa: E402
 from harness.report.console import per_run  # noqa: E402
 from harness.report.pinchbench_tables import EXPENSE as EXPENSE_KIND  # noqa: E402
 from harness.report.pinchbench_tables import select_kind  # noqa: E402
 from harness.report.runs import mismatch_notes, read_frame, status_notes  # noqa: E402
+from harness.report.stats import mean_ci  # noqa: E402
 from harness.report.tables import (  # noqa: E402
     EXPENSE,
     ROOT,
@@ -38,11 +50,18 @@ from harness.report.tables import (  # noqa: E402
     simulated_label,
 )
 
+MIN_EPISODES = 5  # a per-step statistic needs at least this many episodes still running ...
+MIN_SHARE = 0.10  # ... and this share of the experiment's episodes
+EPISODE = ["run", "task_id"]
+STYLES = (("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", "-"), ("P", "--"))  # overlapping lines stay visible
+
 
 def _save(fig: plt.Figure, out: Path, name: str, notes: list[str] | None = None) -> list[Path]:
     """PNG and PDF; warnings (runs not alike, not complete) printed under the axes, where they cannot be missed."""
-    if notes:
-        fig.text(0.0, -0.02, "\n".join(notes), ha="left", va="top", fontsize=7, color="tab:red", wrap=True)
+    if notes:  # below the figure's caption, if it has one
+        captions = [t.get_position()[1] for t in fig.texts if t.get_gid() == "caption"]
+        y = min([-0.02] + [c - 0.35 / fig.get_figheight() for c in captions])
+        fig.text(0.0, y, "\n".join(notes), ha="left", va="top", fontsize=7, color="tab:red", wrap=True)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
     for p in paths:
@@ -51,84 +70,210 @@ def _save(fig: plt.Figure, out: Path, name: str, notes: list[str] | None = None)
     return paths
 
 
-def completion_vs_budget(sweep: pd.DataFrame, out: Path, notes: list[str] | None = None) -> list[Path]:
+def ci(values: Iterable[float]) -> tuple[float, float]:
+    """(mean, 95% CI half-width) over runs; one run has no spread, drawn as no bar (0) and said so by n_label."""
+    mean, half = mean_ci([float(v) for v in values])
+    return mean, 0.0 if math.isnan(half) else half
+
+
+def n_label(counts: Iterable[int], per: str = "") -> str:
+    """"n=3 runs" or "n=2–3 runs per tier"; with a single run there is no CI to draw, and the label says so."""
+    ns = sorted({int(c) for c in counts}) or [0]
+    n = f"n={ns[0]}" if len(ns) == 1 else f"n={ns[0]}–{ns[-1]}"
+    return f"{n} run{'s' if ns[-1] != 1 else ''}{per}" + (", no CI" if ns[0] < 2 else "")
+
+
+def min_running(total: int) -> int:
+    """How many episodes must still be running at a step for a per-step statistic to be drawn: MIN_EPISODES and
+    MIN_SHARE of the experiment's episodes (all of them when it has fewer than MIN_EPISODES)."""
+    return min(total, max(MIN_EPISODES, math.ceil(MIN_SHARE * total)))
+
+
+def running_by_step(steps: pd.DataFrame) -> pd.Series:
+    """Episodes (run x task) still running at each step: those that logged it."""
+    ids = [c for c in EPISODE if c in steps]
+    return steps.drop_duplicates([*ids, "step"]).groupby("step").size() if ids else steps.groupby("step").size()
+
+
+def shown_steps(steps: pd.DataFrame) -> pd.Index:
+    """The steps drawn for one experiment: from the start until fewer than min_running episodes are left."""
+    running = running_by_step(steps).sort_index()
+    total = int(running.max()) if len(running) else 0
+    return running.index[(running >= min_running(total)).cummin()]
+
+
+def _caption(fig: plt.Figure, text: str) -> None:
+    """A line under the axes saying how to read the figure (notes from _save go below it)."""
+    fig.text(0.0, -0.02, text, ha="left", va="top", fontsize=7, wrap=True, gid="caption")
+
+
+TRUNCATION = (f"Per-step lines end where fewer than {MIN_EPISODES} episodes, or fewer than {MIN_SHARE:.0%} of an "
+              f"experiment's episodes (all of them if it has under {MIN_EPISODES}), are still running: a statistic "
+              "over the few long episodes left would not describe the experiment (survivorship).")
+
+
+def completion_vs_budget_figure(sweep: pd.DataFrame) -> plt.Figure:
+    """Completion (left) and agent input tokens per run (right) per tier, mean ± 95% CI over runs per policy."""
     runs = per_run(sweep.assign(experiment=sweep.policy + "|" + sweep.budget_fraction.astype(str)))
     runs[["policy", "tier"]] = runs.experiment.str.split("|", expand=True)
     runs["tier"] = runs.tier.astype(float) * 100
-    fig, ax = plt.subplots(figsize=(6, 4))
-    styles = zip(("o", "s", "^", "D", "v", "P"), ("-", "--", ":", "-.", "-", "--"), strict=False)
-    for (policy, g), (marker, line) in zip(runs.groupby("policy"), styles, strict=False):
-        means = g.groupby("tier").task_completed.mean() * 100
-        ax.plot(means.index, means.values, marker=marker, linestyle=line, label=policy, alpha=0.85)
-    ax.set_ylim(0, 105)  # overlapping lines stay visible through their markers and styles
-    ax.set(xlabel="Context budget (% of Vanilla peak reference)", ylabel="Tasks completed (%)",
-           title=f"Completion vs budget — {label(sweep)}")
-    ax.invert_xaxis()
-    ax.legend()
-    return _save(fig, out, "completion_vs_budget", notes)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for (policy, g), (marker, line) in zip(runs.groupby("policy"), STYLES * 4, strict=False):
+        tiers = g.groupby("tier")
+        name = f"{names.display(policy, 'expense')} ({n_label(tiers.size(), ' per tier')})"
+        style = {"marker": marker, "linestyle": line, "color": names.colour(policy, "expense"), "capsize": 3,
+                 "alpha": 0.85, "label": name}
+        for ax, col, scale in ((left, "task_completed", 100.0), (right, "input_tokens", 1.0)):
+            stats = [ci(v * scale) for _, v in tiers[col]]
+            ax.errorbar(list(tiers.groups), [m for m, _ in stats], yerr=[h for _, h in stats], **style)
+    left.set(ylim=(0, 105), ylabel="Tasks completed (%)")  # overlapping lines stay visible through their markers
+    right.set(ylabel="Agent input tokens per run")
+    for ax in (left, right):
+        ax.set(xlabel="Context budget (% of Vanilla peak reference)")
+        ax.invert_xaxis()
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Completion and tokens vs budget (mean ± 95% CI over runs) — {label(sweep)}")
+    return fig
+
+
+def completion_vs_budget(sweep: pd.DataFrame, out: Path, notes: list[str] | None = None) -> list[Path]:
+    return _save(completion_vs_budget_figure(sweep), out, "completion_vs_budget", notes)
+
+
+def completion_vs_tokens_figure(episodes: pd.DataFrame) -> plt.Figure:
+    """One faint point per run, and per experiment the mean over runs with 95% CIs on both axes."""
+    runs = per_run(episodes)
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for exp, g in runs.groupby("experiment"):
+        colour = names.colour(exp)
+        ax.scatter(g.input_tokens, g.task_completed * 100, color=colour, alpha=0.3, s=14)
+        (x, dx), (y, dy) = ci(g.input_tokens), ci(g.task_completed * 100)
+        ax.errorbar([x], [y], xerr=[dx], yerr=[dy], color=colour, marker="o", capsize=3,
+                    label=f"{names.display(exp)} ({n_label([len(g)])})")
+    ax.set(xlabel="Agent input tokens per run", ylabel="Tasks completed (%)",
+           title=f"Completion vs tokens (points: runs; bars: mean ± 95% CI) — {label(episodes)}")
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=7)
+    return fig
 
 
 def completion_vs_tokens(episodes: pd.DataFrame, out: Path, notes: list[str] | None = None) -> list[Path]:
-    runs = per_run(episodes)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for exp, g in runs.groupby("experiment"):
-        ax.scatter(g.input_tokens, g.task_completed * 100, label=exp.upper(), alpha=0.8)
-    ax.set(xlabel="Agent input tokens per run", ylabel="Tasks completed (%)",
-           title=f"Completion vs tokens (one point per run) — {label(episodes)}")
-    ax.legend()
-    return _save(fig, out, "completion_vs_tokens", notes)
+    return _save(completion_vs_tokens_figure(episodes), out, "completion_vs_tokens", notes)
+
+
+def visible_tokens_figure(steps: pd.DataFrame, simulated: bool) -> plt.Figure:
+    """Median visible tokens per step with the interquartile band (top), episodes still running (bottom)."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 5.2), sharex=True, height_ratios=(3, 1.3))
+    for exp, g in steps.groupby("experiment"):
+        colour, running = names.colour(exp), running_by_step(g)
+        shown = g[g.step.isin(shown_steps(g))].groupby("step").input_tokens
+        q = shown.quantile([0.25, 0.5, 0.75]).unstack()
+        top.plot(q.index, q[0.5], color=colour,
+                 label=f"{names.display(exp)} (n={int(running.max())} episodes)")
+        top.fill_between(q.index, q[0.25], q[0.75], color=colour, alpha=0.2, linewidth=0)
+        bottom.step(running.index, running.values, where="post", color=colour)
+        bottom.axhline(min_running(int(running.max())), color=colour, linestyle=":", linewidth=1)
+    top.set(ylabel="Visible context (input tokens)\nmedian, IQR band",
+            title=f"Visible context over an episode — {simulated_label(simulated)}")
+    top.legend(fontsize=7)
+    bottom.set(xlabel="Step (model call)", ylabel="Episodes\nrunning", ylim=(0, None))
+    bottom.yaxis.set_major_locator(MaxNLocator(integer=True))
+    _caption(fig, TRUNCATION + " Dotted: that minimum.")
+    return fig
 
 
 def visible_tokens_by_step(steps: pd.DataFrame, simulated: bool, out: Path,
                            notes: list[str] | None = None) -> list[Path]:
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for exp, g in steps.groupby("experiment"):
-        mean = g.groupby("step").input_tokens.mean()
-        ax.plot(mean.index, mean.values, label=exp.upper())
-    ax.set(xlabel="Step (model call)", ylabel="Visible context (input tokens)",
-           title=f"Visible context over an episode — {simulated_label(simulated)}")
-    ax.legend()
-    return _save(fig, out, "visible_tokens_by_step", notes)
+    return _save(visible_tokens_figure(steps, simulated), out, "visible_tokens_by_step", notes)
 
 
 def decision_counts(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per step, what the policy decided: tool pairs kept whole, summarized, dropped; and, for field-level
-    policies that log `levels` (WAAC), the number of fields at each level."""
+    """Per step (and episode, where the steps say which), what the policy decided: tool pairs kept whole,
+    summarized, dropped; and, for field-level policies that log `levels` (WAAC), the number of fields per level."""
     rows = []
-    budget = steps["budget_evicted_pairs"] if "budget_evicted_pairs" in steps else pd.Series(0, index=steps.index)
-    for exp, step, raw, fitted in zip(steps.experiment, steps.step, steps.decisions, budget, strict=True):
+    for i, raw in zip(steps.index, steps.decisions, strict=True):
         d = json.loads(raw) if isinstance(raw, str) else {}
+        ids = {c: steps.at[i, c] for c in ("experiment", "step", *EPISODE) if c in steps}
         if isinstance(d.get("levels"), dict):
-            rows.append({"experiment": exp, "step": step, **{k: float(v) for k, v in d["levels"].items()}})
+            rows.append(ids | {k: float(v) for k, v in d["levels"].items()})
         elif isinstance(d.get("kept_pairs"), list):
+            fitted = int(steps.at[i, "budget_evicted_pairs"]) if "budget_evicted_pairs" in steps else 0
             summarized = len(d.get("summarized_pairs", []))
-            rows.append({"experiment": exp, "step": step, "kept": len(d["kept_pairs"]) - fitted,
-                         "summarized": summarized, "dropped": d.get("evicted_pairs", 0) - summarized,
-                         "dropped (budget)": fitted})
+            rows.append(ids | {"kept": len(d["kept_pairs"]) - fitted, "summarized": summarized,
+                               "dropped": d.get("evicted_pairs", 0) - summarized, "dropped (budget)": fitted})
     return pd.DataFrame(rows)
 
 
 # pair-level decisions, then WAAC's field levels (same hue family for "kept whole" and EXACT, ...)
-DECISION_COLORS = {"kept": "tab:blue", "summarized": "tab:orange", "dropped": "tab:gray", "dropped (budget)": "tab:red",
-                   "exact": "tab:blue", "summary": "tab:orange", "pointer": "tab:green", "drop": "tab:gray"}
+PAIRS = {"kept": "tab:blue", "summarized": "tab:orange", "dropped": "tab:gray", "dropped (budget)": "tab:red"}
+FIELDS = {"exact": "tab:blue", "summary": "tab:orange", "pointer": "tab:green", "drop": "tab:gray"}
+DECISION_COLORS = PAIRS | FIELDS
+KINDS = {"pairs": (PAIRS, "Tool pairs per step"), "fields": (FIELDS, "Fields per level (WAAC)")}
+
+
+def _panels(counts: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
+    """(experiment, kind, its rows) for each kind of decision an experiment logged: pairs and fields apart."""
+    counts = counts.rename(columns={c: c.lower() for c in counts.columns if c.lower() in FIELDS})
+    panels = []
+    for exp, g in counts.groupby("experiment"):
+        for kind, (levels, _) in KINDS.items():
+            cols = [c for c in levels if c in g and g[c].notna().any()]
+            if cols:
+                panels.append((str(exp), kind, g[g[cols].notna().any(axis=1)]))
+    return panels
+
+
+def _decision_panel(ax: Any, exp: str, kind: str, g: pd.DataFrame) -> None:
+    """Each level's count per step: mean over runs (each run's mean over its episodes at that step) ± 95% CI."""
+    levels, ylabel = KINDS[kind]
+    g = g[g.step.isin(shown_steps(g))]
+    by_run = g.groupby(["step", "run"] if "run" in g else ["step"]).mean(numeric_only=True)
+    for level in (c for c in levels if c in g):
+        stats = pd.DataFrame({step: ci(v.dropna()) for step, v in by_run[level].groupby(level="step")},
+                             index=["mean", "half"]).T
+        ax.plot(stats.index, stats["mean"], color=levels[level], label=level)
+        ax.fill_between(stats.index, stats["mean"] - stats["half"], stats["mean"] + stats["half"],
+                        color=levels[level], alpha=0.2, linewidth=0)
+    n_runs = g.run.nunique() if "run" in g else 1
+    n_eps = len(g.drop_duplicates([c for c in EPISODE if c in g])) if "run" in g else len(g)
+    ax.set(title=f"{names.display(exp)}\n{n_label([n_runs])}, {n_eps} episodes", xlabel="Step", ylabel=ylabel)
+    ax.title.set_fontsize(9)
+    ax.legend(loc="upper left", fontsize=7)
+
+
+def _grid(n: int, cols: int = 3) -> tuple[plt.Figure, list[Any]]:
+    """n panels, up to `cols` a row (the cells left over hidden)."""
+    cols, rows = min(cols, n), math.ceil(n / min(cols, n))
+    fig, grid = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False)
+    axes = list(grid.flat)
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    return fig, axes[:n]
+
+
+def decisions_figure(steps: pd.DataFrame, simulated: bool) -> plt.Figure | None:
+    """One panel per experiment and kind of decision, each with its own y axis (pairs and fields never share
+    one); panels of the same kind get the same y range so experiments compare."""
+    panels = _panels(decision_counts(steps))
+    if not panels:
+        return None
+    fig, axes = _grid(len(panels))
+    for ax, (exp, kind, g) in zip(axes, panels, strict=True):
+        _decision_panel(ax, exp, kind, g)
+    for kind in KINDS:
+        same = [ax for ax, (_, k, _) in zip(axes, panels, strict=True) if k == kind]
+        top = max((ax.get_ylim()[1] for ax in same), default=1.0)
+        for ax in same:
+            ax.set_ylim(0, top)
+    fig.suptitle(f"Policy decisions per step (mean ± 95% CI over runs) — {simulated_label(simulated)}")
+    fig.tight_layout()
+    _caption(fig, TRUNCATION)
+    return fig
 
 
 def decisions_by_step(steps: pd.DataFrame, simulated: bool, out: Path, notes: list[str] | None = None) -> list[Path]:
-    counts = decision_counts(steps)
-    if counts.empty:
-        return []
-    groups = list(counts.groupby("experiment"))
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.5 * len(groups), 3.6), squeeze=False, sharey=True)
-    for ax, (exp, g) in zip(axes[0], groups, strict=True):
-        mean = g.drop(columns="experiment").groupby("step").mean().dropna(axis=1, how="all")
-        mean = mean[[c for c in DECISION_COLORS if c in mean]]
-        ax.stackplot(mean.index, mean.T.values, labels=list(mean.columns),
-                     colors=[DECISION_COLORS[c] for c in mean.columns])
-        ax.set(title=exp.upper(), xlabel="Step")
-        ax.legend(loc="upper left", fontsize=8)
-    axes[0][0].set_ylabel("Tool pairs (or fields) per level")
-    fig.suptitle(f"Policy decisions per step — {simulated_label(simulated)}")
-    return _save(fig, out, "decisions_by_step", notes)
+    fig = decisions_figure(steps, simulated)
+    return [] if fig is None else _save(fig, out, "decisions_by_step", notes)
 
 
 def _runs(results: Path, pins: dict[str, Path], out: Path) -> list[Path]:
