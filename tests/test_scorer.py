@@ -36,7 +36,8 @@ def exact() -> list[dict[str, object]]:
 def test_exact_match_is_completed() -> None:
     s = score(FOLIO, exact(), TOTAL)
     assert s.completed and s.any_line_itemized and s.amount_itemized_pct == 100.0
-    assert s.details == {"remaining": "0.00", "saved_lines": 6, "folio_lines": 6, "missing": 0, "extra": 0}
+    assert s.details == {"remaining": "0.00", "saved_lines": 6, "folio_lines": 6, "missing": 0, "extra": 0,
+                         "missing_lines": [], "extra_lines": []}
 
 
 def test_order_does_not_matter() -> None:
@@ -128,3 +129,27 @@ def test_empty_folio_and_nothing_saved() -> None:
     s = score([], [], "0.00")
     assert s.completed and not s.any_line_itemized and s.amount_itemized_pct == 0.0
     assert not score(FOLIO, [], TOTAL).completed
+
+
+def test_missing_and_extra_lines_are_named() -> None:
+    """A wrong line is one missing folio charge and one extra saved line, each named by date, subcategory and
+    amount (the counts keep their meaning); the trajectory viewer explains a failure with them."""
+    rows = exact()
+    rows[4] = saved(FOLIO[4], DailyRate="74.99", Amount="74.99")
+    s = score(FOLIO, rows, TOTAL)
+    assert s.details["missing"] == 1 and s.details["extra"] == 1
+    assert s.details["missing_lines"] == [{"date": "2026-03-03", "subcategory": "Hotel restaurant",
+                                           "daily_rate": "75.00", "quantity": 1, "amount": "75.00"}]
+    assert s.details["extra_lines"] == [{"date": "2026-03-03", "subcategory": "Hotel restaurant",
+                                         "daily_rate": "74.99", "quantity": 1, "amount": "74.99"}]
+
+
+def test_named_lines_follow_the_multiset_counts() -> None:
+    rows = [saved(FOLIO[1]), saved(FOLIO[1]), saved(FOLIO[0], Amount="600.0")]  # a duplicate; 600.0 == 600.00
+    s = score(FOLIO, rows, TOTAL)
+    assert [(x["subcategory"], x["date"]) for x in s.details["extra_lines"]] == [("Room tax", "2026-03-02")]
+    assert [(x["subcategory"], x["date"], x["amount"]) for x in s.details["missing_lines"]] == [
+        ("Room tax", "2026-03-03", "25.00"), ("Room tax", "2026-03-04", "25.00"),
+        ("Hotel restaurant", "2026-03-03", "75.00"), ("Parking", "2026-03-02", "150.00")]
+    assert len(s.details["missing_lines"]) == s.details["missing"]
+    assert len(s.details["extra_lines"]) == s.details["extra"]

@@ -1,0 +1,483 @@
+"""The trajectory viewer's data: runs, episodes and steps as plain JSON-able dicts, read from transcripts only.
+
+Answers "why did this episode fail" from what a run folder recorded (harness.records): for each step what the
+model was shown, message by message, what it did and what came back; the score's explanation from the scorer's
+`score_details`; for field-level policies (WAAC) each field's level and why. The viewer (harness.report.view)
+renders exactly these keys (the contract: find_runs, load_run, load_episode).
+
+How a step's view is read, policy-neutrally (harness.episode.view_refs records a view as history indices for
+messages shown unchanged and inline dicts for the others):
+- an index is `kept`;
+- an inline message with one origin in the history (the same tool_call_id; the same tool calls or a subset; or,
+  for a text message, the same role and name in the gap between its neighbours with overlapping text) is that
+  message rewritten: identical -> `kept`; its calls cut to a subset -> `compressed`; its text extended ->
+  `inserted` (with its origin as ref); otherwise by the field levels the step recorded (POINTER -> `pointer`,
+  SUMMARY -> `summarized`, only DROPs -> `compressed`) or else by the kind of rewrite the policy's recorded
+  method makes (REWRITES; masking -> `masked`, LLMLingua -> `compressed`, summarizers -> `summarized`);
+- an inline message with no single origin (a summary, memories, folded steps) is `inserted`;
+- every other history message that existed at the call is `dropped`, with the decisions that name it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.errors import InputError
+from harness.records import NAME, check_transcript, transcript_files
+from harness.report import names
+from harness.tokens import TokenCounter
+from harness.types import Message
+from harness.waac.lattice import Level, join
+
+log = logging.getLogger(__name__)
+STATUSES = ("kept", "summarized", "masked", "compressed", "pointer", "inserted")
+# how a policy (by the method its transcript records) rewrites one message, when no field level says more
+REWRITES = {"observation_masking": "masked", "llmlingua": "compressed", "summary": "summarized",
+            "lcm": "summarized", "agentfold": "summarized", "last_n_summary": "summarized", "mem0": "summarized"}
+BY_LEVEL = (("pointer", "pointer"), ("summary", "summarized"), ("drop", "compressed"))
+EVENT = re.compile(r"^(?P<mechanism>[\w.-]+)\((?P<fact>.*)\)$")
+
+
+# ---- runs ---------------------------------------------------------------------------------------------------
+def find_runs(path: Path) -> list[Path]:
+    """`path` itself if it is a run folder, else every run folder under it (a sweep, results/), sorted."""
+    path = Path(path)
+    if not path.is_dir():
+        raise InputError(f"{path}: not a directory (give a run folder, a sweep folder or results/)")
+    if _is_run(path):
+        return [path]
+    found = []
+    for root, dirs, _ in os.walk(path):
+        if _is_run(Path(root)):
+            found.append(Path(root))
+            dirs.clear()  # a run's own subfolders (transcripts/, workspaces/) hold no other run
+        else:
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+    if not found:
+        raise InputError(f"{path}: no run folder under it (a run folder holds transcripts/ or episodes.parquet)")
+    return sorted(found)
+
+
+def _is_run(path: Path) -> bool:
+    return (path / "transcripts").is_dir() or (path / "episodes.parquet").is_file()
+
+
+def load_run(path: Path, root: Path | None = None) -> dict[str, Any]:
+    """A run and its episode summaries (damaged transcripts skipped with a warning). `root` (optional, an
+    addition to the contract): the id is the path relative to it (else to the working directory, else absolute)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise InputError(f"{path}: not a run folder (no such directory)")
+    summaries: list[dict[str, Any]] = []
+    start: dict[str, Any] = {}
+    for transcript in transcript_files(path):
+        records = _whole(transcript)
+        if records is None:
+            continue
+        start = start or records[0]
+        summaries.append(_summary(records))
+    manifest = _manifest(path)
+    experiment = str(start.get("experiment") or manifest.get("experiment") or path.name)
+    benchmark = str(start.get("benchmark") or "expense")  # transcripts before PinchBench had no benchmark key
+    return {"id": _run_id(path, root), "path": str(path), "experiment": experiment,
+            "display": names.display(experiment, benchmark), "colour": names.colour(experiment, benchmark),
+            "policy": str(start.get("policy") or ""), "benchmark": benchmark,
+            "model": str(start.get("model") or manifest.get("model") or ""),
+            "simulated": bool(start.get("simulated", manifest.get("simulated", False))),
+            "status": str(manifest.get("status") or "unknown"), "budget_fraction": _num(start.get("budget_fraction")),
+            "episodes": sorted(summaries, key=lambda s: (s["task_id"], s["run"]))}
+
+
+def _whole(transcript: Path) -> list[dict[str, Any]] | None:
+    state, records = check_transcript(transcript)
+    if isinstance(records, str):
+        log.warning("skipping %s: %s (%s)", transcript, records, state.value)
+        return None
+    return records
+
+
+def _manifest(path: Path) -> dict[str, Any]:
+    try:
+        loaded = json.loads((path / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def _run_id(path: Path, root: Path | None) -> str:
+    full = path.resolve()
+    for base in (root, Path.cwd()):
+        if base is not None and full.is_relative_to(Path(base).resolve()) and full != Path(base).resolve():
+            return str(full.relative_to(Path(base).resolve())).replace(os.sep, "_")
+    return str(full).strip(os.sep).replace(os.sep, "_")
+
+
+def _summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    start, end = records[0], records[-1]
+    completed = end.get("completed")
+    return {"id": f"{start['task_id']}__run{start['run']}", "task_id": str(start["task_id"]), "run": int(start["run"]),
+            "completed": None if completed is None else bool(completed), "score": _num(end.get("score")),
+            "termination": str(end.get("termination") or "unknown"), "error": end.get("error"),
+            "input_tokens": int(end.get("input_tokens") or 0), "output_tokens": int(end.get("output_tokens") or 0),
+            "n_steps": int(end.get("n_steps") or sum(r.get("type") == "step" for r in records)),
+            "explanation": explain(end)}
+
+
+def _num(value: Any) -> float | None:
+    """A finite number or None (NaN is not JSON)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+# ---- score explanations (from the scorers' score_details) ----------------------------------------------------
+def explain(end: dict[str, Any]) -> list[str]:
+    """Human lines explaining an episode's score, from its episode_end record; [] when nothing is recorded."""
+    try:
+        details = json.loads(end.get("score_details") or "{}")
+    except (TypeError, ValueError):
+        return []
+    if not isinstance(details, dict):
+        return []
+    if "rubrics" in details:
+        return _explain_rubrics(details)
+    if "tasks" in details:
+        return [line for task in details["tasks"] for line in _explain_task(task)]
+    if "remaining" in details:
+        return _explain_expense(details)
+    return []
+
+
+def _explain_expense(d: dict[str, Any]) -> list[str]:
+    """Each missing and each extra line named (the scorer records them since issue #14; older transcripts have
+    the counts only), then the balance."""
+    lines = [f"missing (no saved line matches it): {_line(x)}" for x in d.get("missing_lines", [])]
+    lines += [f"extra (matches no folio charge): {_line(x)}" for x in d.get("extra_lines", [])]
+    if "missing_lines" not in d and (d.get("missing") or d.get("extra")):
+        lines.append(f"{d.get('missing', 0)} folio line(s) missing, {d.get('extra', 0)} extra line(s) saved "
+                     "(this transcript predates named lines)")
+    lines.append(f"remaining balance {d['remaining']}; {d.get('saved_lines', '?')} line(s) saved for "
+                 f"{d.get('folio_lines', '?')} folio charge(s)")
+    return lines
+
+
+def _line(x: dict[str, Any]) -> str:
+    return f"{x.get('date')} {x.get('subcategory')} {x.get('quantity')} x {x.get('daily_rate')} = {x.get('amount')}"
+
+
+def _explain_task(t: dict[str, Any]) -> list[str]:
+    """A PinchBench task: its score, each automated check and each judge criterion with its grade."""
+    head = f"{t.get('task_id')} ({t.get('grading_type')}): score {_fmt(t.get('score'))}"
+    lines = [head + ("" if t.get("reached", True) else " (not reached: the episode ended before this task)")]
+    lines += [f"{t.get('task_id')} · automated {k}: {_fmt(v)}" for k, v in (t.get("automated_scores") or {}).items()]
+    judge = t.get("judge") or {}
+    if judge and judge.get("status") == "graded":
+        lines += [f"{t.get('task_id')} · judge {k}: {_fmt(v)}" for k, v in (judge.get("scores") or {}).items()]
+    elif judge:
+        lines.append(f"{t.get('task_id')} · judge {judge.get('status')}: {judge.get('reason') or 'no reason given'}")
+    if t.get("grading_error"):
+        lines.append(f"{t.get('task_id')} · grading error: {t['grading_error']}")
+    return lines
+
+
+def _explain_rubrics(d: dict[str, Any]) -> list[str]:
+    """Odysseys: each rubric item with the judge's verdict and its reasoning (or why it was not judged)."""
+    lines = [f"{r.get('key')}: {r.get('status')}" + (f" — {r['thoughts']}" if r.get("thoughts") else "")
+             + (f" ({r['reason']})" if r.get("reason") else "") for r in d.get("rubrics", [])]
+    if d.get("browser_failure"):
+        lines.append(f"browser failure: {d['browser_failure']}")
+    return lines
+
+
+def _fmt(value: Any) -> str:
+    n = _num(value)
+    return "n/a" if n is None else f"{n:.2f}"
+
+
+# ---- one episode ----------------------------------------------------------------------------------------------
+def load_episode(run_path: Path, episode_id: str) -> dict[str, Any]:
+    """One episode: its messages and, per step, what the model was shown and did (the contract's keys)."""
+    records = _episode_records(Path(run_path), episode_id)
+    history = [r["message"] for r in sorted((r for r in records if r.get("type") == "message"),
+                                            key=lambda r: int(r["index"]))]
+    steps = [r for r in records if r.get("type") == "step"]
+    method = _method(records[0])
+    counter = _counter(_encoding(Path(run_path)))
+    messages = [_message(i, m, counter) for i, m in enumerate(history)]
+    replies = [i for i, m in enumerate(history) if m.get("role") == "assistant"]
+    fields = _field_states(steps, history, replies)
+    out = [_step(rec, k, history, replies, method, fields[k]) for k, rec in enumerate(steps)]
+    return {"id": episode_id, "summary": _summary(records), "messages": messages, "steps": out}
+
+
+def _episode_records(run_path: Path, episode_id: str) -> list[dict[str, Any]]:
+    path = run_path / "transcripts" / f"{episode_id}.jsonl"
+    if not NAME.match(path.name) or not path.is_file():
+        raise InputError(f"{run_path}: no episode {episode_id!r} (expected transcripts/{episode_id}.jsonl; "
+                         "episode ids are <task_id>__run<N>)")
+    state, records = check_transcript(path)
+    if isinstance(records, str):
+        raise InputError(f"{path}: {state.value} transcript: {records}")
+    return records
+
+
+def _method(start: dict[str, Any]) -> str:
+    try:
+        params = json.loads(start.get("method_params") or "{}")
+    except (TypeError, ValueError):
+        params = {}
+    return str(params.get("method") or start.get("policy") or "") if isinstance(params, dict) else ""
+
+
+def _encoding(run_path: Path) -> str:
+    """The run's token encoding (its config.yaml), o200k_base when unknown."""
+    try:
+        cfg = yaml.safe_load((run_path / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return "o200k_base"
+    return str(cfg.get("encoding") or "o200k_base") if isinstance(cfg, dict) else "o200k_base"
+
+
+@cache
+def _counter(encoding: str) -> TokenCounter:
+    return TokenCounter(encoding)
+
+
+def _message(i: int, m: dict[str, Any], counter: TokenCounter) -> dict[str, Any]:
+    return {"i": i, "role": str(m.get("role")), "text": str(m.get("content") or ""), "tool_calls": _calls(m),
+            "tool_call_id": m.get("tool_call_id"), "tokens": counter.message(Message.from_dict(m))}
+
+
+def _calls(m: dict[str, Any]) -> list[str]:
+    return [f"{c.get('name')}({c.get('arguments')})" for c in m.get("tool_calls") or []]
+
+
+def _text(m: dict[str, Any]) -> str:
+    """A message as text: its content, then its tool calls one a line."""
+    return "\n".join(x for x in (str(m.get("content") or ""), *_calls(m)) if x)
+
+
+def _step(rec: dict[str, Any], k: int, history: list[dict[str, Any]], replies: list[int], method: str,
+          fields: list[dict[str, Any]]) -> dict[str, Any]:
+    n = replies[k] if k < len(replies) else len(history)  # the step's reply is appended right after its call
+    start = max(0, n - int(rec.get("n_history_messages", n)))  # where its conversation (session) begins
+    decisions = {key: v for key, v in (rec.get("decisions") or {}).items() if key != "fields"}
+    shown = _shown(rec.get("view") or [], history, start, n, method, decisions, fields)
+    seen = {s["ref"] for s in shown if s["ref"] is not None}
+    dropped = [{"ref": i, "note": _dropped_note(i, history, start, decisions, rec)} for i in range(n) if i not in seen]
+    after = replies[k + 1] if k + 1 < len(replies) else len(history)
+    return {"step": int(rec.get("step", k)), "input_tokens": int(rec.get("input_tokens") or 0),
+            "budget": rec.get("budget"), "over_budget": bool(rec.get("over_budget")), "n_history": n,
+            "shown": shown, "dropped": dropped, "action": str(rec.get("action") or ""),
+            "reply": _text(history[n]) if n < len(history) else "", "result": _result(history[n + 1:after]),
+            "fields": _with_eviction(fields, seen), "events": _events(rec.get("info") or {}), "decisions": decisions}
+
+
+def _result(messages: list[dict[str, Any]]) -> str | None:
+    """What answered the step: its tool results and the user's reply (or a new session's opening)."""
+    parts = [f"[{m.get('role')}{' ' + m['name'] if m.get('name') else ''}] {_text(m)}" for m in messages]
+    return "\n\n".join(parts) if parts else None
+
+
+def _events(info: dict[str, Any]) -> list[dict[str, str]]:
+    """The simulated agent's logged events: structured (`sim_events`) passed through, or the sim's event strings
+    (`events`, "mechanism(fact)") split; [] when the step logged none."""
+    structured = info.get("sim_events")
+    if isinstance(structured, list):
+        return [{"mechanism": str(e.get("mechanism", "")), "fact": str(e.get("fact", "")),
+                 "detail": str(e.get("detail", ""))} for e in structured if isinstance(e, dict)]
+    out = []
+    for raw in info.get("events") or []:
+        m = EVENT.match(str(raw))
+        out.append({"mechanism": m["mechanism"] if m else str(raw), "fact": m["fact"] if m else "",
+                    "detail": str(raw)})
+    return out
+
+
+# ---- what a step showed ---------------------------------------------------------------------------------------
+def _shown(view: list[Any], history: list[dict[str, Any]], start: int, n: int, method: str,
+           decisions: dict[str, Any], fields: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    claimed = {v for v in view if isinstance(v, int)}
+    levels: dict[int, list[str]] = {}
+    for f in fields:
+        levels.setdefault(f["message"], []).append(f["level"].lower())
+    out: list[dict[str, Any]] = []
+    for pos, v in enumerate(view):
+        if isinstance(v, int):
+            out.append({"ref": v, "status": "kept", "role": str(history[v].get("role")), "text": None, "note": ""})
+            continue
+        lo = max((s["ref"] for s in out if s["ref"] is not None), default=start - 1) + 1
+        hi = next((x for x in view[pos + 1:] if isinstance(x, int)), n)
+        origin = _origin(v, history, (start, n), (lo, hi), claimed)
+        if origin is not None:
+            claimed.add(origin)
+        out.append(_inline(v, origin, history, method, levels.get(origin or -1, []), decisions))
+    return out
+
+
+def _origin(v: dict[str, Any], history: list[dict[str, Any]], conversation: tuple[int, int],
+            gap: tuple[int, int], claimed: set[int]) -> int | None:
+    """The one history message an inline message stands for, or None (the policy's own message)."""
+    free = [i for i in range(*conversation) if i not in claimed]
+    if v.get("tool_call_id") is not None:
+        hits = [i for i in free if history[i].get("tool_call_id") == v["tool_call_id"]]
+    elif v.get("tool_calls"):
+        ids = {c.get("id") for c in v["tool_calls"]}
+        hits = [i for i in free if ids <= {c.get("id") for c in history[i].get("tool_calls") or []}]
+    else:
+        hits = [i for i in free if gap[0] <= i < gap[1] and _same_kind(v, history[i]) and _overlap(v, history[i])]
+        return hits[0] if len(hits) == 1 else None
+    inside = [i for i in hits if gap[0] <= i < gap[1]]
+    return next(iter(inside or hits), None)
+
+
+def _same_kind(v: dict[str, Any], m: dict[str, Any]) -> bool:
+    return (v.get("role"), v.get("name")) == (m.get("role"), m.get("name")) and not m.get("tool_calls")
+
+
+def _overlap(v: dict[str, Any], m: dict[str, Any]) -> bool:
+    """Text rewritten from m (compressed, extended) keeps most of its words; a new message does not."""
+    words, origin = set(str(v.get("content") or "").split()), set(str(m.get("content") or "").split())
+    return bool(words) and len(words & origin) >= 0.5 * min(len(words), len(origin))
+
+
+def _inline(v: dict[str, Any], origin: int | None, history: list[dict[str, Any]], method: str,
+            levels: list[str], decisions: dict[str, Any]) -> dict[str, Any]:
+    role = str(v.get("role"))
+    if origin is None:
+        return {"ref": None, "status": "inserted", "role": role, "text": _text(v),
+                "note": _inserted_note(v, history, decisions)}
+    status, note = _rewrite(v, history[origin], method, levels)
+    return {"ref": origin, "status": status, "role": role, "text": None if status == "kept" else _text(v),
+            "note": note}
+
+
+def _rewrite(v: dict[str, Any], m: dict[str, Any], method: str, levels: list[str]) -> tuple[str, str]:
+    """How an inline message differs from its origin: (status, note)."""
+    new, old = str(v.get("content") or ""), str(m.get("content") or "")
+    if v == m:
+        return "kept", "an identical copy"
+    calls, had = v.get("tool_calls") or [], m.get("tool_calls") or []
+    if new == old and len(calls) < len(had):
+        return "compressed", f"{len(calls)} of its {len(had)} tool calls shown (the others' pairs are not)"
+    if old and old in new and len(new) > len(old):
+        return "inserted", f"its text with {len(new) - len(old)} characters added by the policy ({method})"
+    counts = {lv: levels.count(lv) for lv in sorted(set(levels))}
+    by_field = next((status for lv, status in BY_LEVEL if counts.get(lv)), None)
+    size = f"{len(old)} -> {len(new)} characters"
+    if by_field:
+        return by_field, f"fields {', '.join(f'{c} {lv.upper()}' for lv, c in counts.items())}; {size}"
+    return REWRITES.get(method, "compressed"), f"rewritten by {method or 'the policy'}: {size}"
+
+
+def _ids(m: dict[str, Any]) -> set[str]:
+    ids = {c.get("id") for c in m.get("tool_calls") or []} | {m.get("tool_call_id")}
+    return {str(x) for x in ids if x}
+
+
+def _id_lists(decisions: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """The decisions that are lists of tool-call ids (e.g. kept_pairs, summarized_pairs)."""
+    known = {i for m in history for i in _ids(m)}
+    return {k: {str(x) for x in v} for k, v in decisions.items()
+            if isinstance(v, list) and v and all(isinstance(x, str) for x in v) and set(v) & known}
+
+
+def _dropped_note(i: int, history: list[dict[str, Any]], start: int, decisions: dict[str, Any],
+                  rec: dict[str, Any]) -> str:
+    if i < start:
+        return "from an earlier conversation of the episode (a new session started fresh)"
+    ids, lists = _ids(history[i]), _id_lists(decisions, history)
+    notes = [f"in decisions.{k}" for k, v in lists.items() if ids & v]
+    notes += [f"not in decisions.{k}" for k, v in lists.items() if ids and not ids & v]
+    if rec.get("budget_evicted_pairs"):
+        notes.append(f"the budget evicted {rec['budget_evicted_pairs']} pair(s) at this step")
+    return "; ".join(notes) or "not shown"
+
+
+def _inserted_note(v: dict[str, Any], history: list[dict[str, Any]], decisions: dict[str, Any]) -> str:
+    note = f"added by the policy ({v.get('name') or v.get('role')})"
+    covers = [f"{k}: {', '.join(sorted(ids))}" for k, ids in _id_lists(decisions, history).items()
+              if "kept" not in k]
+    return note + (f"; {'; '.join(covers)}" if covers else "")
+
+
+# ---- field levels (WAAC's per-step log: only the fields whose decision changed, replayed) ---------------------
+def _field_states(steps: list[dict[str, Any]], history: list[dict[str, Any]],
+                  replies: list[int]) -> list[list[dict[str, Any]]]:
+    """Every step's fields in force (harness.waac.explain's replay; a new session's fresh policy starts anew)."""
+    state: dict[str, dict[str, Any]] = {}
+    session: int | None = None
+    out: list[list[dict[str, Any]]] = []
+    for k, rec in enumerate(steps):
+        logged = (rec.get("decisions") or {}).get("fields")
+        if not isinstance(logged, dict):
+            out.append([])
+            continue
+        if rec.get("session", 0) != session:
+            state, session = {}, rec.get("session", 0)
+        state.update(logged)
+        n = replies[k] if k < len(replies) else len(history)
+        events = _event_messages(history, max(0, n - int(rec.get("n_history_messages", n))), n)
+        promoted = (rec.get("decisions") or {}).get("promoted_why") or {}
+        out.append([_field(fid, e, events, promoted.get(fid)) for fid, e in state.items()])
+    return out
+
+
+def _event_messages(history: list[dict[str, Any]], start: int, n: int) -> dict[str, int]:
+    """Trace-graph event id -> history index: a tool result's call id (`<id>#<i>` when repeated, `tool:<i>`
+    without one; i relative to the conversation), as harness.waac.graph names events."""
+    out: dict[str, int] = {}
+    for j in range(start, n):
+        m = history[j]
+        if m.get("role") != "tool":
+            continue
+        rel, cid = j - start, m.get("tool_call_id")
+        out.setdefault(str(cid) if cid else f"tool:{rel}", j)
+        out[f"{cid}#{rel}"] = j
+    return out
+
+
+def _field(fid: str, entry: dict[str, Any], events: dict[str, int], promoted: str | None) -> dict[str, Any]:
+    message = next((events[fid[:p]] for p in range(len(fid)) if fid[p] == "/" and fid[:p] in events), None)
+    return {"field": fid, "level": str(entry.get("level", "exact")).upper(), "why": _why(entry, promoted),
+            "message": message}
+
+
+def _why(entry: dict[str, Any], promoted: str | None) -> str:
+    """A field's level in words, from its log entry: d_t (and the obligations behind it), the library's
+    proposal rho, and why the applied level differs from their join when it does (WAAC eq. 7, A.3)."""
+    d, rho, level, needs = entry.get("d"), entry.get("rho"), entry.get("level"), entry.get("why") or []
+    parts = [f"needed at {str(d).upper()} by {', '.join(needs)}" if needs else
+             ("online analysis off (no d)" if d is None else f"no obligation needs it (d = {str(d).upper()})")]
+    parts.append(f"library proposes {str(rho).upper()}" if rho else "no library match")
+    fused = _fuse(d, rho)
+    if fused is not None and level != fused.value:
+        parts.append(f"fused {fused.value.upper()}, shown {str(level).upper()}"
+                     + (f" ({promoted})" if promoted else " (a SUMMARY/POINTER that would not be shorter or failed its "
+                                                           "check, or a level this run does not allow)"))
+    return "; ".join(parts)
+
+
+def _fuse(d: str | None, rho: str | None) -> Level | None:
+    try:
+        levels = [Level(x) for x in (d, rho) if x]
+    except ValueError:
+        return None
+    if not levels:
+        return Level.EXACT  # w/o Online and no match: EXACT (harness.waac.policy._fuse_one)
+    return join(levels[0], levels[1]) if len(levels) == 2 else levels[0]
+
+
+def _with_eviction(fields: list[dict[str, Any]], seen: set[int]) -> list[dict[str, Any]]:
+    """A field whose message is not in the view at all (the budget evicted its pair) says so."""
+    return [f if f["message"] is None or f["message"] in seen else
+            {**f, "why": f["why"] + "; its message is not in this view (evicted)"} for f in fields]
