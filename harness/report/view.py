@@ -1,0 +1,257 @@
+"""`make view RUN=<folder>` (`python -m harness.report.view PATH [PATH ...] [--out FILE] [--serve] [--port N]`): one
+self-contained HTML report that answers "why did this episode fail".
+
+Pages (hash-routed, so each is a link): the runs (`#/`), one run's episodes with filters and sorting
+(`#/run/<id>`), one episode as a timeline of steps with what the model saw at each (`#/run/<id>/ep/<episode>` and
+`.../step/<n>`), and two runs of one task side by side (`#/compare/<runA>/<runB>/<task or episode>`).
+
+The file needs no server and no network: the CSS and JS (view_assets/) are inlined, a Content-Security-Policy
+forbids every fetch, and each episode's data is embedded as gzip+base64, decompressed by the browser
+(DecompressionStream) only when the episode is opened, so a 250-episode run stays a few MB. All data goes in
+through `<script type="application/json">` blocks that the page reads with JSON.parse, and the JS writes text only
+through text nodes: transcripts full of HTML-like text cannot inject markup.
+
+The data comes from harness.report.trajectory (find_runs, load_run, load_episode); this module only packs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import functools
+import gzip
+import html
+import http.server
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.errors import InputError
+from harness.report import trajectory
+
+ASSETS = Path(__file__).with_name("view_assets")
+# No fetch, frame, font or image from anywhere: the report is offline by construction (inline code only).
+CSP = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"
+# Characters that could close or confuse a <script> block; JSON.parse reads the \\u escapes back unchanged.
+_SCRIPT_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
+                                 "\u2029": "\\u2029"})
+
+
+# ---- packing ---------------------------------------------------------------------------------------------------
+def pack(obj: Any) -> str:
+    """JSON -> gzip (mtime 0, so the same data gives the same file) -> base64: what the page's inflate() reads."""
+    raw = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    return base64.b64encode(gzip.compress(raw, compresslevel=9, mtime=0)).decode("ascii")
+
+
+def unpack(text: str) -> Any:
+    """The inverse of pack (for tests and for reading a report back)."""
+    return json.loads(gzip.decompress(base64.b64decode(text)))
+
+
+def script_json(obj: Any) -> str:
+    """JSON safe inside a <script> element: no `</script>`, `<!--` or line separators can appear in it."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    return text.translate(_SCRIPT_ESCAPES)
+
+
+def pack_episode(data: dict[str, Any]) -> str:
+    """An episode packed with its long texts stored once: a tool result is shown at many steps, a field's reason
+    repeats, so each such text becomes an index into `strings` (about a third smaller for WAAC after gzip)."""
+    table: dict[str, int] = {}
+
+    def ref(text: str | None) -> int | None:
+        return None if text is None else table.setdefault(text, len(table))
+
+    steps = [{**s, "result": ref(s["result"]), "reply": ref(s["reply"]),
+              "shown": [{**m, "text": ref(m["text"])} for m in s["shown"]],
+              "fields": [{**f, "why": ref(f["why"])} for f in s["fields"]]} for s in data["steps"]]
+    messages = [{**m, "text": ref(m["text"])} for m in data["messages"]]
+    return pack({**data, "messages": messages, "steps": steps, "strings": list(table)})
+
+
+def unpack_episode(text: str) -> dict[str, Any]:
+    """The inverse of pack_episode (the page's prepare() does the same in JS)."""
+    data: dict[str, Any] = unpack(text)
+    strings = data.pop("strings")
+
+    def text_of(i: int | None) -> str | None:
+        return None if i is None else strings[i]
+
+    for m in data["messages"]:
+        m["text"] = text_of(m["text"])
+    for s in data["steps"]:
+        s["result"], s["reply"] = text_of(s["result"]), text_of(s["reply"])
+        for m in s["shown"]:
+            m["text"] = text_of(m["text"])
+        for f in s["fields"]:
+            f["why"] = text_of(f["why"])
+    return data
+
+
+def stats(episodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Episode count, share completed and mean score, each over the episodes where it is known (None if none)."""
+    done = [bool(e["completed"]) for e in episodes if e.get("completed") is not None]
+    scores = [float(e["score"]) for e in episodes if e.get("score") is not None]
+    return {"n": len(episodes), "completion": sum(done) / len(done) if done else None,
+            "score": sum(scores) / len(scores) if scores else None}
+
+
+# ---- collecting ------------------------------------------------------------------------------------------------
+def collect(paths: Sequence[Path]) -> list[Path]:
+    """Every run folder under the given paths (each a run, a sweep or results/), each once, in the order given."""
+    seen: dict[Path, Path] = {}
+    for path in paths:
+        for run in trajectory.find_runs(Path(path)):
+            seen.setdefault(run.resolve(), run)
+    return list(seen.values())
+
+
+def report_data(run_paths: Sequence[Path], say: Callable[[str], None] = lambda _: None
+                ) -> tuple[dict[str, Any], dict[str, str]]:
+    """The index (every run with its episode summaries; small, read at once) and one packed blob per episode
+    (keyed by the element id the index names in each summary's `blob`). `say` hears one line per run."""
+    runs: list[dict[str, Any]] = []
+    blobs: dict[str, str] = {}
+    ids: set[str] = set()
+    root = _common_parent(run_paths)
+    for path in run_paths:
+        run = trajectory.load_run(path, root)
+        run["id"] = _unique(str(run["id"]), ids)
+        run["stats"] = stats(run["episodes"])
+        say(f"reading {path} ({len(run['episodes'])} episodes)")
+        for summary in run["episodes"]:
+            summary["blob"] = f"ep{len(blobs)}"
+            blobs[summary["blob"]] = pack_episode(trajectory.load_episode(path, summary["id"]))
+        runs.append(run)
+    return {"runs": runs}, blobs
+
+
+def _common_parent(run_paths: Sequence[Path]) -> Path | None:
+    """Run ids relative to the folder holding every run (short links: `expense_c3`, not the absolute path)."""
+    if not run_paths:
+        return None
+    full = [Path(p).resolve() for p in run_paths]
+    common = Path(os.path.commonpath(full))
+    return common.parent if common in full else common
+
+
+def _unique(run_id: str, taken: set[str]) -> str:
+    """Two folders with the same id (e.g. run `0` of two sweeps) stay apart in the links: `0`, `0~2`."""
+    candidate, n = run_id, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{run_id}~{n}"
+    taken.add(candidate)
+    return candidate
+
+
+# ---- the page --------------------------------------------------------------------------------------------------
+def render(index: dict[str, Any], blobs: dict[str, str]) -> str:
+    """The whole HTML document: inline CSS, the index, the episode blobs, then the inline JS that reads them."""
+    css = (ASSETS / "view.css").read_text()
+    js = (ASSETS / "view.js").read_text().replace("</script", "<\\/script")
+    runs = index["runs"]
+    title = f"Trajectories: {runs[0]['display']}" if len(runs) == 1 else f"Trajectories: {len(runs)} runs"
+    data = "\n".join(f'<script type="application/gzip-base64" id="{html.escape(k)}">{v}</script>'
+                     for k, v in blobs.items())
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{CSP}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)}</title>
+<style>
+{css}</style>
+</head>
+<body>
+<header class="top"><h1>{html.escape(title)}</h1><nav class="crumbs" id="crumbs"></nav></header>
+<main id="page" data-ready="0"><p>Loading… (this report needs JavaScript)</p></main>
+<script type="application/json" id="index">{script_json(index)}</script>
+{data}
+<script>
+{js}</script>
+</body>
+</html>
+"""
+
+
+def build_report(paths: Sequence[Path], say: Callable[[str], None] = lambda _: None) -> tuple[str, dict[str, Any]]:
+    """The HTML for every run under `paths`, and its index (for the summary line the CLI prints)."""
+    index, blobs = report_data(collect(paths), say)
+    return render(index, blobs), index
+
+
+def write_report(paths: Sequence[Path], out: Path | None = None, say: Callable[[str], None] = lambda _: None
+                 ) -> tuple[Path, dict[str, Any]]:
+    """Writes the report (default `<first path>/view.html`); an unwritable `out` is an InputError naming it,
+    found before the runs are read when it can be (a folder in the way)."""
+    out = Path(out) if out is not None else Path(paths[0]) / "view.html"
+    if out.is_dir():
+        raise InputError(f"--out {out}: is a folder; give the HTML file to write")
+    text, index = build_report(paths, say)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot write the report ({exc.strerror})") from None
+    return out, index
+
+
+# ---- CLI -------------------------------------------------------------------------------------------------------
+def make_server(out: Path, port: int) -> http.server.ThreadingHTTPServer:
+    """An HTTP server for the report's folder on 127.0.0.1 only (never on other interfaces); port 0: any free one."""
+    handler = functools.partial(_QuietHandler, directory=str(out.parent))
+    try:
+        return http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except OSError as exc:
+        raise InputError(f"--port {port}: cannot listen on 127.0.0.1:{port} ({exc.strerror})") from None
+
+
+def serve(out: Path, port: int) -> None:
+    """Serves the report until Ctrl-C (the file works without it; a server only helps to share a link)."""
+    server = make_server(out, port)
+    print(f"serving http://127.0.0.1:{server.server_address[1]}/{out.name}  (Ctrl-C to stop)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        print("stopped")
+    finally:
+        server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No line per request on the console."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.report.view", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="a run folder, a sweep folder or results/")
+    parser.add_argument("--out", type=Path, help="the HTML file to write (default: <first PATH>/view.html)")
+    parser.add_argument("--serve", action="store_true", help="also serve it on http://127.0.0.1:PORT")
+    parser.add_argument("--port", type=int, default=8000, help="port for --serve (default 8000; 0 = any free one)")
+    args = parser.parse_args(argv)
+    try:
+        if not 0 <= args.port <= 65535:
+            raise InputError(f"--port {args.port}: not a port number (0-65535; 0 = any free one)")
+        out, index = write_report(args.paths, args.out, lambda line: print(line, flush=True))
+        n_eps = sum(len(r["episodes"]) for r in index["runs"])
+        size = out.stat().st_size / 1e6
+        print(f"wrote {out} ({len(index['runs'])} runs, {n_eps} episodes, {size:.1f} MB)")
+        print(f"open it in a browser: {out.resolve().as_uri()}")
+        if args.serve:
+            serve(out, args.port)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
