@@ -221,20 +221,20 @@ def test_no_judge_records_every_item_as_not_judged(tmp_path: Path, capsys: pytes
 def test_table2_ours_beside_the_papers(results: Path, tmp_path: Path) -> None:
     [table] = odysseys_tables.build(results)
     t = table.table
-    assert t["C2 ours"][["Perfect (%)", "Perfect (Hard) (%)", "Partial >= 50% (%)", "Rubric Avg (%)",
+    assert t["Vanilla ours"][["Perfect (%)", "Perfect (Hard) (%)", "Partial >= 50% (%)", "Rubric Avg (%)",
                               "Avg. Steps", "Traj. Eff.", "Input (M)", "Output (M)"]].tolist() == [
         "50.0", "0.0", "100.0", "71.4", "2.3", "29.17", "3.000", "0.300"]
     assert t["WAAC ours"][["Perfect (%)", "Perfect (Hard) (%)", "Partial >= 50% (%)", "Rubric Avg (%)",
                            "Avg. Steps", "Traj. Eff.", "Input (M)", "Output (M)"]].tolist() == [
         "50.0", "100.0", "100.0", "71.4", "2.0", "29.17", "1.500", "0.150"]
-    assert t["C2 ours"][["Episodes", "Episodes scored", "Episodes partly graded", "Items judge errors",
+    assert t["Vanilla ours"][["Episodes", "Episodes scored", "Episodes partly graded", "Items judge errors",
                               "Judge", "Simulated"]].tolist() == ["3", "2", "1", "1", "keyword-judge", "yes"]
-    assert t["C2 paper"][["Perfect (%)", "Perfect (Hard) (%)", "Rubric Avg (%)", "Avg. Steps", "Traj. Eff.",
+    assert t["Vanilla paper"][["Perfect (%)", "Perfect (Hard) (%)", "Rubric Avg (%)", "Avg. Steps", "Traj. Eff.",
                                "Input (M)"]].tolist() == ["7.5", "1.8", "31.0", "75", "0.42", "75.25"]
     assert t["WAAC paper"][["Perfect (%)", "Perfect (Hard) (%)", "Rubric Avg (%)"]].tolist() == ["19.0", "–", "48.0"]
     assert t["LCM ours"][["Rubric Avg (%)", "Avg. Steps", "Input (M)", "Judge"]].tolist() == [
         "not judged", "2.0", "2.400", "not judged"]
-    assert list(t.columns[:2]) == ["C2 ours", "C2 paper"]
+    assert list(t.columns[:2]) == ["Vanilla ours", "Vanilla paper"]
     assert any(n.startswith("NOTE: lcm ") and "make judge RUN=" in n for n in table.notes)
     assert "SIMULATED" in table.caption and "judge keyword-judge" in table.caption
     written = tables.write(table.table, tmp_path / "out", table.name, table.caption, table.notes)

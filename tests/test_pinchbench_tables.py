@@ -84,7 +84,7 @@ def _warnings(table: pd.DataFrame) -> list[str]:
 
 def test_table1_scores_categories_and_overall_as_upstream_leaving_ungraded_tasks_out_and_counted() -> None:
     t = pt.table1(_singles(), PAPER, {"c2": "c2/x"})
-    ours = t["C2 ours"]
+    ours = t["Vanilla ours"]
     assert ours["Prod"] == "87.5"  # task_b's NaN run left out, not a 0 (62.5)
     assert ours["Mem"] == "30.0" and ours["Overall"] == "68.3"  # mean over runs per task, then over tasks
     assert ours["Code"] == "n/a" and ours["Res"] == "–"  # ran but never graded / no task of the category
@@ -92,7 +92,7 @@ def test_table1_scores_categories_and_overall_as_upstream_leaving_ungraded_tasks
     assert (ours["Parts not graded"], ours["Grading errors (episodes)"], ours["Runs"]) == ("3", "1", "2")
     assert (ours["Input (M)"], ours["Output (M)"], ours["Aux in+out (M)"]) == ("6.000", "0.400", "0.060")
     assert ours["Time (s)"] == "60.0" and ours["Run"] == "c2/x" and ours["Task version"] == "2"
-    theirs = t["C2 paper"]
+    theirs = t["Vanilla paper"]
     assert (theirs["Overall"], theirs["Prod"], theirs["Integ"]) == ("72.6", "66.2", "88.1")
     assert theirs["Time (s)"] == "15,705" and theirs["Run"] == "the paper"
     assert list(t.index[:12]) == ["Overall", *(short for short, _ in pt.CATEGORIES)]
@@ -101,7 +101,7 @@ def test_table1_scores_categories_and_overall_as_upstream_leaving_ungraded_tasks
 def test_table1_counts_run_0_of_two_jobs_as_two_runs() -> None:
     """Two sweep jobs of one experiment, each with its run 0: totals are per run, not summed across jobs."""
     jobs = pd.concat([_singles(runs=1).assign(source="sweep/0"), _singles(runs=1).assign(source="sweep/1")])
-    ours = pt.table1(jobs, PAPER)["C2 ours"]
+    ours = pt.table1(jobs, PAPER)["Vanilla ours"]
     assert (ours["Runs"], ours["Input (M)"], ours["Time (s)"]) == ("2", "4.000", "40.0")
 
 
@@ -109,9 +109,9 @@ def test_table1_counts_tasks_another_column_ran_and_names_other_categories() -> 
     waac = _singles("waac", runs=1, tasks=("task_a", "task_d")).assign(category=["productivity", "file_ops"])
     t = pt.table1(pd.concat([_singles(), waac]), PAPER)
     assert t.loc["Tasks absent (run by another column)", "WAAC ours"] == "2"
-    assert t.loc["Tasks absent (run by another column)", "C2 ours"] == "0"
-    assert t.loc["Other: file_ops", "WAAC ours"] == "20.0" and t.loc["Other: file_ops", "C2 ours"] == "–"
-    assert list(t.columns) == ["C2 ours", "C2 paper", "WAAC ours", "WAAC paper"]
+    assert t.loc["Tasks absent (run by another column)", "Vanilla ours"] == "0"
+    assert t.loc["Other: file_ops", "WAAC ours"] == "20.0" and t.loc["Other: file_ops", "Vanilla ours"] == "–"
+    assert list(t.columns) == ["Vanilla ours", "Vanilla paper", "WAAC ours", "WAAC paper"]
 
 
 def test_table1_comes_from_the_newest_pinchbench_methods_sweep_with_provenance_in_every_output(
@@ -126,7 +126,7 @@ def test_table1_comes_from_the_newest_pinchbench_methods_sweep_with_provenance_i
     notes = _warnings(t)
     assert "WARNING: the columns do not share the same runs per task (c2: 2; keep_last_n: 1)" in notes
     t = t.drop(index="WARNING")
-    assert list(t.columns)[:4] == ["C2 ours", "C2 paper", "Keep-Last-N ours", "Keep-Last-N paper"]
+    assert list(t.columns)[:4] == ["Vanilla ours", "Vanilla paper", "Keep-Last-N ours", "Keep-Last-N paper"]
     assert t.loc["Run", "Keep-Last-N ours"] == f"sweeps/methods/{NEW}/1"
     assert t.loc["Overall", "Keep-Last-N paper"] == "78.0"
     assert t.loc["Overall", "Keep-Last-N ours"] == "56.7"  # run 0 only: (0.5 + 1.0 + 0.2) / 3
@@ -144,13 +144,13 @@ def test_table1_without_a_sweep_uses_the_newest_complete_single_runs_and_pins_wi
     real = _run(root / "waac" / OLD, _singles("waac", model="gpt-5", simulated=False))
     tables.main(["--results", str(root), "--out", str(tmp_path / "a")])
     t = _csv(tmp_path / "a", "pinchbench_table1")
-    assert t.loc["Run", "C2 ours"] == f"c2/{OLD}" and t.loc["Run", "WAAC ours"] == f"waac/{OLD}"
+    assert t.loc["Run", "Vanilla ours"] == f"c2/{OLD}" and t.loc["Run", "WAAC ours"] == f"waac/{OLD}"
     assert "WARNING: the columns do not share the same model (c2: sim; waac: gpt-5)" in _warnings(t)
     assert t.loc["Simulated", "WAAC ours"] == "no" and t.loc["Model", "WAAC ours"] == "gpt-5"
     assert t.loc["Run", "WAAC paper"] == "the paper" and real.exists()
     tables.main(["--results", str(root), "--out", str(tmp_path / "b"), "--run", f"c2={root / 'c2' / NEW}"])
     t = _csv(tmp_path / "b", "pinchbench_table1")
-    assert t.loc["Run", "C2 ours"] == f"c2/{NEW}" and t.loc["Runs", "C2 ours"] == "1"
+    assert t.loc["Run", "Vanilla ours"] == f"c2/{NEW}" and t.loc["Runs", "Vanilla ours"] == "1"
     assert f"WARNING: c2 comes from {root / 'c2' / NEW}, which is not complete (status partial)" in _warnings(t)
     assert old.exists()
 
@@ -173,7 +173,7 @@ def test_expense_tables_are_not_fooled_by_a_newer_pinchbench_run_or_sweep(tmp_pa
     assert methods.loc["C2 (full history)", "completed (%)"] == "75.0 ± 317.7"
     assert "budget_sweep.md" not in written and "pinchbench_table1.md" in written
     t1 = _csv(tmp_path / "t", "pinchbench_table1")
-    assert t1.loc["Run", "C2 ours"] == f"sweeps/methods/{NEW}/0"
+    assert t1.loc["Run", "Vanilla ours"] == f"sweeps/methods/{NEW}/0"
     # a pinned PinchBench run serves the PinchBench table only; the expense table keeps its own c2
     tables.main(["--results", str(root), "--out", str(tmp_path / "p"), "--run", f"c2={root / 'c2' / NEW}"])
     assert _csv(tmp_path / "p", "expense_c1_c4").loc["Run", "C2 ours"] == f"c2/{OLD}"
@@ -232,12 +232,12 @@ def _parsed(frame: pd.DataFrame) -> pd.DataFrame:
 
 def test_table4_acc_over_graded_positions_and_rel_over_chains_both_ran() -> None:
     t, notes = pt.table4(_parsed(_chains()), PAPER, {"c2": "sweeps/workflow/x/0"})
-    assert t.loc["K=2 Acc.", "WAAC ours"] == "78.6" and t.loc["K=2 Acc.", "C2 ours"] == "50.0"
-    assert t.loc["K=2 Rel.", "WAAC ours"] == "75.0 (-25.0)" and t.loc["K=2 Rel.", "C2 ours"] == "100.0"
+    assert t.loc["K=2 Acc.", "WAAC ours"] == "78.6" and t.loc["K=2 Acc.", "Vanilla ours"] == "50.0"
+    assert t.loc["K=2 Rel.", "WAAC ours"] == "75.0 (-25.0)" and t.loc["K=2 Rel.", "Vanilla ours"] == "100.0"
     assert t.loc["K=2 positions not graded", "WAAC ours"] == "1" and t.loc["K=2 chain episodes", "WAAC ours"] == "4"
     assert (t.loc["K=2 Rel.", "WAAC paper"], t.loc["K=16 Acc.", "WAAC paper"]) == ("78 (-22)", "81.6")
-    assert t.loc["K=2 Rel.", "C2 paper"] == "100" and t.loc["K=4 Acc.", "WAAC ours"] == "–"
-    assert t.loc["Run", "C2 ours"] == "sweeps/workflow/x/0"
+    assert t.loc["K=2 Rel.", "Vanilla paper"] == "100" and t.loc["K=4 Acc.", "WAAC ours"] == "–"
+    assert t.loc["Run", "Vanilla ours"] == "sweeps/workflow/x/0"
     assert notes == ["WARNING: K=2: Rel. of waac leaves out 2 chain(s) Vanilla (c2) lacks and 2 Vanilla chain(s) "
                      "waac lacks (chains match by task id, run and tasks)"]
 
@@ -270,7 +270,7 @@ def test_table4_comes_from_the_newest_workflow_sweep_and_is_written_in_three_for
     t = _csv(tmp_path / "t", "pinchbench_table4")
     assert t.loc["K=2 Rel.", "WAAC ours"] == "75.0 (-25.0)"
     assert t.loc["Run", "WAAC ours"] == f"sweeps/workflow/{NEW}/{{1,3}}"  # both of its jobs (K = 2 and K = 4)
-    assert t.loc["K=4 Acc.", "WAAC ours"] == "100.0" and t.loc["K=4 chain episodes", "C2 ours"] == "4"
+    assert t.loc["K=4 Acc.", "WAAC ours"] == "100.0" and t.loc["K=4 chain episodes", "Vanilla ours"] == "4"
     # K = 4: ch5 now has the same tasks on both sides: WAAC 1,100 + 1,300 + 10,000 over Vanilla 3 x 1,600
     assert t.loc["K=4 Rel.", "WAAC ours"] == "258.3 (+158.3)"
     assert any(n.startswith("WARNING: K=2: Rel. of waac leaves out 2 chain(s)") for n in _warnings(t))
@@ -304,4 +304,4 @@ def test_a_score_that_is_not_a_number_skips_the_run_and_a_damaged_folder_is_warn
     tables.main(["--results", str(root), "--out", str(tmp_path / "t")])
     assert any(m.startswith(f"skipping {bad}: score not a number") for m in caplog.messages)
     assert sum(str(damaged) in m for m in caplog.messages) == 1
-    assert list(_csv(tmp_path / "t", "pinchbench_table1").columns) == ["C2 ours", "C2 paper"]
+    assert list(_csv(tmp_path / "t", "pinchbench_table1").columns) == ["Vanilla ours", "Vanilla paper"]

@@ -288,3 +288,19 @@ def test_make_runs_lists_every_run_folder_with_status_and_path(tmp_path: Path,
     assert set(table[table.path.str.startswith("sweeps")].kind) == {"sweep job"}
     assert table[table.path == "c1/2026-02-01_00-00-00"].iloc[0].status == "unknown"
     assert "git" in table and "started" in table and "ended" in table
+
+
+def test_budget_rows_of_one_policy_class_stay_apart_by_the_swept_policy(tmp_path: Path) -> None:
+    """The budget sweep runs last_n (C3: pairs) and keep_last_n (Keep-Last-N: rounds), both of class LastN: each
+    keeps its own row and line, named by the job's `policy=` override, never pooled into one "C3" (tokens summed)."""
+    base = tables.load(tables.find_runs(FIXTURE), ["c2"])
+    jobs = [base.assign(policy="LastN", budget_fraction=1.0, job=str(j), over_budget_steps=0,
+                        job_overrides=f"policy={p} budget.fraction=1.0", completed=[p == "last_n"] * 4)
+            for j, p in enumerate(("last_n", "keep_last_n"))]
+    sweep = pd.concat(jobs, ignore_index=True)
+    t = tables.budget_table(sweep)
+    assert sorted(t.index) == [("C3", "100%"), ("Keep-Last-N", "100%")]
+    assert t.loc[("C3", "100%"), "completed (%)"] == "100.0 ± 0.0"
+    assert t.loc[("Keep-Last-N", "100%"), "completed (%)"] == "0.0 ± 0.0"
+    legend = [x.get_text() for x in plots.completion_vs_budget_figure(sweep).axes[0].get_legend().get_texts()]
+    assert sorted(x.split(" (")[0] for x in legend) == ["C3", "Keep-Last-N"]

@@ -54,6 +54,8 @@ def key(name: str, benchmark: str | None = None) -> str:
     if found is None:
         return name
     expense = benchmark in (None, "expense") and bare == name  # a prefixed name is never an expense experiment
+    if found == "c2" and not expense:
+        return "vanilla"  # the WAAC paper's name for full history on PinchBench and Odysseys (§4.1)
     return EXPENSE_POLICIES.get(found, found) if expense and bare in POLICIES | LABELS else found
 
 

@@ -48,6 +48,7 @@ from harness.report.tables import (  # noqa: E402
     label,
     pins_of,
     simulated_label,
+    swept_policy,
 )
 
 MIN_EPISODES = 5  # a per-step statistic needs at least this many episodes still running ...
@@ -114,6 +115,7 @@ TRUNCATION = (f"Per-step lines end where fewer than {MIN_EPISODES} episodes, or 
 
 def completion_vs_budget_figure(sweep: pd.DataFrame) -> plt.Figure:
     """Completion (left) and agent input tokens per run (right) per tier, mean ± 95% CI over runs per policy."""
+    sweep = sweep.assign(policy=swept_policy(sweep))  # LastN is two experiments: C3 and Keep-Last-N
     runs = per_run(sweep.assign(experiment=sweep.policy + "|" + sweep.budget_fraction.astype(str)))
     runs[["policy", "tier"]] = runs.experiment.str.split("|", expand=True)
     runs["tier"] = runs.tier.astype(float) * 100

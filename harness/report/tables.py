@@ -203,6 +203,7 @@ def budget_table(episodes: pd.DataFrame) -> pd.DataFrame:
     labelled by the policy's experiment name (harness.report.names: FullHistory is C2) and the tier in %."""
     if episodes.empty:
         return episodes
+    episodes = episodes.assign(policy=swept_policy(episodes))
     runs = per_run(episodes.assign(experiment=episodes.policy + " @ " + episodes.budget_fraction.astype(str)))
     rows = {}
     for exp, g in runs.groupby("experiment"):
@@ -215,6 +216,14 @@ def budget_table(episodes: pd.DataFrame) -> pd.DataFrame:
     table = table.sort_index(ascending=[True, False])
     labels = [(short(policy), f"{100 * tier:g}%") for policy, tier in table.index]
     return table.set_axis(pd.MultiIndex.from_tuples(labels, names=["Method", "Budget"]))
+
+
+def swept_policy(episodes: pd.DataFrame) -> pd.Series:
+    """Each episode's policy as its sweep job chose it (`policy=keep_last_n`), else its class: one class can be two
+    experiments (LastN is C3 with last_n's pairs and Keep-Last-N with keep_last_n's rounds), which the budget sweep
+    runs side by side and must not pool into one row or line."""
+    overrides = episodes.get("job_overrides", pd.Series("", index=episodes.index)).fillna("").astype(str)
+    return overrides.str.extract(r"(?:^|\s)\+{0,2}policy=(\S+)")[0].fillna(episodes.policy)
 
 
 def _paper(value: Any, digits: int) -> str:
