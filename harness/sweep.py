@@ -13,6 +13,7 @@ Jobs run in parallel through Hydra's joblib launcher; add `hydra/launcher=ray` (
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -29,6 +30,24 @@ SWEEPS = ("budget", "n_w", "ablations", "methods", "workflow")
 # the local model unless ARGS says otherwise, and no user model: the tasks' sessions are the user's turns)
 BASE = {"budget": ["experiment=c2"], "n_w": ["experiment=c4"], "ablations": [], "methods": [],
         "workflow": ["env=pinchbench_workflow", "model=local", "user=none", "max_steps=480"]}
+
+
+def installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that is missing, or broken
+        return False
+
+
+def missing_launcher(args: list[str]) -> str | None:
+    """The Ray launcher is the optional 'ray' extra (pyproject.toml): `make sweep ARGS='hydra/launcher=ray ...'`
+    installs it; run any other way without it, Hydra would only say it cannot find 'hydra/launcher/ray'."""
+    if not any(a.lstrip("+~").startswith("hydra/launcher=ray") for a in args):
+        return None
+    if installed("ray") and installed("hydra_plugins.hydra_ray_launcher"):
+        return None
+    return ("error: hydra/launcher=ray needs the optional 'ray' dependencies (hydra-ray-launcher, ray), which are not "
+            "installed: run `make setup-ray` (make sweep ARGS='hydra/launcher=ray ...' installs them itself)")
 
 
 def multirun(sweep: str, sweep_dir: Path, args: list[str]) -> None:
@@ -60,6 +79,9 @@ def main(argv: list[str] | None = None) -> Path:
     if not argv or argv[0] not in SWEEPS:
         sys.exit(f"usage: make sweep SWEEP=<{'|'.join(SWEEPS)}> [ARGS='overrides']")
     sweep, args = argv[0], argv[1:]
+    problem = missing_launcher(args)
+    if problem:
+        sys.exit(problem)
     given = [a.split("=", 1)[1] for a in args if a.startswith("hydra.sweep.dir=")]
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     sweep_dir = Path(given[-1]) if given else ROOT / "results" / "sweeps" / sweep / stamp

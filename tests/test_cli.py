@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from _support import ROOT
 
@@ -123,3 +124,54 @@ def test_a_bad_waac_library_or_env_block_is_one_line_before_anything_is_written(
                                                                                reason: str) -> None:
     refused(run_cli("experiment=waac", override, out_dir=tmp_path / "out"), reason)
     assert not (tmp_path / "out").exists()
+
+
+def make_run(config: str, args: str) -> subprocess.CompletedProcess[str]:
+    """`make run CONFIG=... ARGS=...` as a user types it, with this interpreter (and its environment taken as
+    installed: -o skips the install step)."""
+    return subprocess.run(["make", "-s", "-o", ".venv/.installed-stamp", "run", f"PY={sys.executable}",
+                           f"CONFIG={config}", f"ARGS={args}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("args", "shown"), [
+    ("--cfg job", ["name: c3", "n_tasks: 2", "policy:\n  _target_: harness.policies.last_n.LastN"]),
+    ("--info", ["Defaults Tree", "experiment: c3"]),
+    ("--info defaults", ["Defaults List", "experiment/c3"]),
+    ("--help", ["== Configuration groups ==", "experiment: ", "name: c3"])])
+def test_hydras_flags_pass_through_make_run(tmp_path: Path, args: str, shown: list[str]) -> None:
+    """Hydra's own flags after make's experiment=...: each does what Hydra documents, and runs nothing."""
+    proc = make_run("c3", f"{args} n_tasks=2 out_dir={tmp_path / 'out'}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for text in shown:
+        assert text in proc.stdout, proc.stdout[:3000]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_multirun_through_make_run_gives_each_job_its_out_dir(tmp_path: Path) -> None:
+    """`-m` after make's experiment=...: two jobs, each in a numbered folder of the given out_dir (one shared
+    out_dir would have the second job refused as another configuration's)."""
+    out = tmp_path / "sweep"
+    proc = make_run("c2", f"-m policy=full,last_n n_tasks=1 n_runs=1 n_workers=1 progress=false out_dir={out}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    policies = {job: pd.read_parquet(out / job / "episodes.parquet").policy.iloc[0] for job in ("0", "1")}
+    assert policies == {"0": "FullHistory", "1": "LastN"}, policies
+
+
+def test_flags_go_first_each_with_its_value() -> None:
+    argv = ["experiment=c3", "-m", "policy=a,b", "--cfg", "job", "--package", "policy", "~budget", "--info"]
+    assert cli.split_flags(argv) == (["-m", "--cfg", "job", "--package", "policy", "--info", "all"],
+                                     ["experiment=c3", "policy=a,b", "~budget"])
+    assert cli.split_flags(["--info", "plugins", "n_tasks=1"]) == (["--info", "plugins"], ["n_tasks=1"])
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (["n_tasks=1", "out_dir=/x"], ["n_tasks=1", "hydra.sweep.dir=/x", "out_dir=${hydra:runtime.output_dir}"]),
+    (["n_tasks=1"], ["n_tasks=1", "hydra.sweep.dir=results/sweeps/${name}/${now:%Y-%m-%d_%H-%M-%S}",
+                     "out_dir=${hydra:runtime.output_dir}"]),
+    (["hydra.sweep.dir=/s"], ["hydra.sweep.dir=/s", "out_dir=${hydra:runtime.output_dir}"]),
+    (["hydra.sweep.dir=/s", "out_dir=/o"], ["hydra.sweep.dir=/s", "out_dir=/o"])])
+def test_a_multirun_job_writes_into_the_sweep_folder(overrides: list[str], expected: list[str]) -> None:
+    assert cli.multirun_out_dirs(["-m"], overrides) == expected
+    assert cli.multirun_out_dirs([], overrides) == overrides  # a single run keeps its out_dir

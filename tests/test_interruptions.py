@@ -8,6 +8,7 @@ cached and replayed), the resumed run's tables agree with its transcripts, and o
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -171,3 +172,75 @@ def test_a_stop_with_many_queued_episodes_still_exits(tmp_path: Path) -> None:
         finally:
             proc.kill()
         assert proc.returncode == 130 and "Stopped (SIGTERM received)" in err, err[-2000:]
+
+
+def ctrl_c_twice(cmd: list[str], out: Path, at_least: int) -> tuple[int, str, str]:
+    """A user's Ctrl-C, then another while the run stops: SIGINT to the whole process group, as a terminal sends
+    it (the workers get it too). Returns the exit code, stdout and stderr."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    STARTED.append(proc)
+    wait_for(lambda: len(list((out / "transcripts").glob("*.jsonl"))) >= at_least)
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)  # a runner left waiting on idle workers would hang here
+    # a stop quicker than 0.2 s may take the second signal while the interpreter finalizes, where Python has put
+    # back the default action: killed by SIGINT then, which a shell reports as 130 too
+    return 130 if proc.returncode == -signal.SIGINT else proc.returncode, stdout, stderr
+
+
+def stopped_count_and_resume(err: str) -> tuple[int, list[str]]:
+    """The stop message's count of new episodes and the command it prints to resume."""
+    lines = err.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("Stopped (SIGINT received) after "))
+    return int(lines[at].split(" after ", 1)[1].split()[0]), shlex.split(lines[at + 1])
+
+
+def identities(out: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in transcript_files(out)}
+
+
+def check_ctrl_c_then_resume(cmd: list[str], out: Path, expected: int) -> None:
+    """The stop message counts exactly the transcripts written, with no traceback; its resume command finishes
+    the run without rewriting (so without rerunning) any of them, and every episode is there once."""
+    code, stdout, stderr = ctrl_c_twice(cmd, out, at_least=3)
+    assert code == 130 and "Traceback" not in stdout + stderr, stderr[-2000:]
+    count, resume = stopped_count_and_resume(stderr)
+    kept = identities(out)
+    assert count == len(kept) and 0 < count < expected, stderr[-2000:]
+    assert resume[1:3] == ["-m", "harness.cli"] and f"out_dir={out}" in resume
+    done = subprocess.run(resume, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"episodes written: {expected - count}\n" in done.stdout
+    after = identities(out)
+    assert {name: after[name] for name in kept} == kept  # nothing of the first session was redone
+    episodes = pd.read_parquet(out / "episodes.parquet")
+    assert len(episodes) == expected == len(after) and not episodes.duplicated(["task_id", "run"]).any()
+
+
+def test_ctrl_c_twice_during_a_process_pool_run(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "harness.cli", "experiment=c3", "n_tasks=12", "n_runs=1", "n_workers=2",
+           f"out_dir={out}", "progress=false"]
+    check_ctrl_c_then_resume(cmd, out, expected=12)
+
+
+@pytest.mark.parametrize("workers", ["n_workers=2", "n_workers=1"], ids=["processes", "threads"])
+def test_ctrl_c_twice_during_concurrent_requests(tmp_path: Path, workers: str) -> None:
+    """concurrency=8 against a loopback endpoint (processes x threads, or threads); the resume command carries
+    an override with spaces and braces (+model.prices=...), so it must be quoted to work when pasted."""
+    with RecordingEndpoint(latency_s=0.05) as endpoint:
+        cmd = command(endpoint.base_url, tmp_path, workers, "concurrency=8", n_tasks=12)
+        check_ctrl_c_then_resume(cmd, tmp_path / "out", expected=12)
+
+
+def test_ctrl_c_stops_a_process_pool_without_running_its_queued_chunks(tmp_path: Path) -> None:
+    """250 jobs go to the pool in chunks of 15: a stop must end the workers' episodes, not let them run the
+    chunks already queued to them (dozens of episodes after the user asked to stop)."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "harness.cli", "experiment=c3", "n_tasks=50", "n_runs=5", "n_workers=2",
+           f"out_dir={out}", "progress=false"]
+    code, _, stderr = ctrl_c_twice(cmd, out, at_least=3)
+    count, _ = stopped_count_and_resume(stderr)
+    assert code == 130 and count == len(identities(out)) < 3 + 10, stderr[-2000:]

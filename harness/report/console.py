@@ -21,9 +21,14 @@ PER_RUN = (
     ("Total tokens", "total_tokens", "sum", 0, 1.0),
     ("Tool calls per task", "n_tool_calls", "mean", 1, 1.0),
     ("Model time (h; modeled for sim)", "modeled_time_s", "sum", 2, 1 / 3600),
-    ("Wall time (s)", "wall_time_s", "sum", 1, 1.0),
+    # each episode's own wall time, summed: in a parallel run more than the elapsed time (render() prints that)
+    ("Episode time, summed (s)", "wall_time_s", "sum", 1, 1.0),
     ("Cost (USD, not cached)", "cost_usd", "sum", 2, 1.0),
-    ("Infra failures (episodes)", "infra", "sum", 0, 1.0),
+)
+# Counts the user adds up, not averages: totals over every run (a mean per run read as "50 ± 0" for 250 failures).
+COUNTS = (
+    ("Episodes (total)", "episodes"),
+    ("Infra failures (episodes, total)", "infra"),
 )
 # PinchBench (FORMATS.md): the score of a task is in [0, 1]; a run's score is the mean over its graded tasks x 100
 # (a task nothing of which could be graded is left out and its parts counted as not graded). Odysseys: an episode's
@@ -31,8 +36,8 @@ PER_RUN = (
 GRADED = (
     ("Score (mean task score x 100)", "task_score", "mean", 1, 100.0),
     ("Perfect tasks (%)", "task_completed", "mean", 1, 100.0),
-    ("Parts not graded", "not_graded_parts", "sum", 0, 1.0),
 )
+GRADED_COUNTS = (("Parts not graded (total)", "not_graded_parts"),)
 
 
 def rows(episodes: pd.DataFrame) -> tuple[tuple[str, str, str, int, float], ...]:
@@ -40,6 +45,10 @@ def rows(episodes: pd.DataFrame) -> tuple[tuple[str, str, str, int, float], ...]
     if "score" in episodes.columns:
         return GRADED + PER_RUN[3:]
     return PER_RUN
+
+
+def counts(episodes: pd.DataFrame) -> tuple[tuple[str, str], ...]:
+    return COUNTS + (GRADED_COUNTS if "score" in episodes.columns else ())
 
 
 def per_run(episodes: pd.DataFrame) -> pd.DataFrame:
@@ -55,8 +64,9 @@ def per_run(episodes: pd.DataFrame) -> pd.DataFrame:
             df.get("rubric_not_judged", 0) + df.get("rubric_errors", 0)
         df = df.assign(task_score=df.score.astype(float).mask(infra), not_graded_parts=ungraded)
     df = df.assign(total_tokens=df.input_tokens + df.output_tokens + df.aux_tokens,
-                   user_tokens=df.user_input_tokens + df.user_output_tokens)
+                   user_tokens=df.user_input_tokens + df.user_output_tokens, episodes=1)
     aggs: dict[str, Any] = {col: how for _, col, how, _, _ in PER_RUN + (GRADED if "score" in df.columns else ())}
+    aggs.update({col: "sum" for _, col in counts(df)})
     aggs["cost_usd"] = lambda s: s.sum() if s.notna().all() else float("nan")  # an unknown price is not free
     return df.groupby(["experiment", "run"]).agg(aggs).reset_index()
 
@@ -67,16 +77,24 @@ def summary_table(episodes: pd.DataFrame) -> pd.DataFrame:
     for exp, group in runs.groupby("experiment"):
         table[exp] = {label: fmt(*mean_ci(list(group[col])), digits=digits, scale=scale)
                       for label, col, _, digits, scale in rows(episodes)}
+        table[exp].update({label: f"{int(group[col].sum()):,}" for label, col in counts(episodes)})
         table[exp]["Runs x tasks"] = f"{len(group)} x {episodes[episodes.experiment == exp].task_id.nunique()}"
     return pd.DataFrame(table)
 
 
-def render(episodes: pd.DataFrame) -> str:
+def render(episodes: pd.DataFrame, elapsed_s: float | None = None, written: int | None = None) -> str:
+    """The end-of-run report; `elapsed_s` and `written` are the session's wall-clock time and new transcripts
+    (a resumed run's table covers every episode of the out_dir, the session only those it ran)."""
     label = "SIMULATED agent: not LLM results" if episodes.simulated.any() else "real model backend"
     models = ", ".join(sorted(episodes.model.unique()))
     terms = episodes.groupby(["experiment", "termination"]).size().unstack(fill_value=0)
-    return "\n".join([
-        f"== {label}; model: {models}; mean ± 95% CI over runs (per run: sum or mean over its tasks) ==",
+    lines = [
+        f"== {label}; model: {models}; mean ± 95% CI over runs (per run: sum or mean over its tasks; "
+        "rows marked total: over all runs) ==",
         summary_table(episodes).to_string(),
         "", "Terminations (episodes):", terms.to_string(),
-    ])
+    ]
+    if elapsed_s is not None:
+        wrote = "" if written is None else f"; episodes written: {written}"
+        lines += ["", f"Elapsed (wall clock, this invocation): {elapsed_s:,.1f} s{wrote}"]
+    return "\n".join(lines)
