@@ -14,6 +14,7 @@ from test_waac_reuse import run_against_full
 
 from harness.envs.expense.tasks import load
 from harness.envs.expense.waac import schemas
+from harness.waac.build_library import main as build_library
 from harness.waac.embeddings import LocalMiniLM
 from harness.waac.lattice import Level, join
 from harness.waac.library import ALTERNATIVES, HistoryLibrary, compat_of, describe, fragment, key_of
@@ -172,3 +173,13 @@ def test_the_committed_library_comes_from_the_dev_split_disjoint_from_evaluation
     assert not {t.data["report"]["number"] for t in dev} & {t.data["report"]["number"] for t in ev}
     assert all(t.task_id.startswith("hotel-dev-") for t in dev)
     assert {x for r in lib.records.values() for x in r.tasks} <= {t.task_id for t in dev}
+
+
+@pytest.mark.parametrize(("args", "says"), [(["--env", "expnese"], "valid: expense, odysseys, pinchbench"),
+                                            (["--env", "expense", "n_taks=3"], "n_taks")])
+def test_make_library_with_a_bad_env_or_override_is_one_line(args: list[str], says: str) -> None:
+    """`make library ENV=<typo>` used to end in Hydra's traceback; now one line naming the valid envs or the key."""
+    with pytest.raises(SystemExit) as stop:
+        build_library(args)
+    message = str(stop.value.code)
+    assert message.startswith("error: ") and says in message and "\n" not in message

@@ -64,6 +64,11 @@ def checksum(data: str | bytes) -> str:
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
 
 
+def ref_of(field_id: str, version: int) -> str:
+    """A pointer's reference: the one place its format is written (the projection sizes pointers by it)."""
+    return f"waac:{field_id}@v{version}"
+
+
 @dataclass(frozen=True)
 class Artifact:
     ref: str
@@ -111,7 +116,7 @@ class ArtifactStore:
     def put(self, field_id: str, identity: str, version: int, original: str) -> Artifact:
         """Record a field's original bytes once. A later put of the same reference changes nothing: a file
         that went missing or changed is detected by `problem`, never silently rewritten."""
-        ref = f"waac:{field_id}@v{version}"
+        ref = ref_of(field_id, version)
         if ref not in self._items:
             data = original.encode()
             sha = checksum(data)

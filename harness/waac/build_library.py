@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from harness.build import build_domain, build_judge, build_model, build_policy, build_user, episode_seed
@@ -58,6 +59,9 @@ def dev_block(cfg: DictConfig) -> DictConfig:
 
 def compose_split(env: str, overrides: list[str]) -> tuple[DictConfig, DictConfig]:
     """(evaluation config, development config): the same overrides, the dev one with `dev.split` applied last."""
+    envs = sorted(p.stem for p in (Path(CONFIG_DIR) / "env").glob("*.yaml"))
+    if env not in envs:  # Hydra's own error for an unknown group option is a traceback from deep in compose
+        raise InputError(f"--env {env} is not an env config; valid: {', '.join(envs)}")
     with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
         evaluation = compose("config", ["experiment=waac", f"env={env}", *overrides])
         dev = dev_block(evaluation)
@@ -135,6 +139,8 @@ def main(argv: list[str] | None = None) -> None:
         library = build(development, evaluation_domain(evaluation))
     except InputError as exc:
         sys.exit(f"error: {exc}")
+    except HydraException as exc:  # a bad override: Hydra's reason, one line, no traceback
+        sys.exit(f"error: {str(exc).strip().splitlines()[0]}")
     out = args.out or str(development.env.waac.library_path)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     library.save(out)

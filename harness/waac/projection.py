@@ -27,7 +27,7 @@ from typing import Any
 
 from harness.tokens import TokenCounter
 from harness.types import Message
-from harness.waac.artifacts import ArtifactStore
+from harness.waac.artifacts import ArtifactStore, ref_of
 from harness.waac.extract import AuxUse
 from harness.waac.graph import Event, Field, TraceGraph
 from harness.waac.lattice import LEVELS, Level
@@ -239,7 +239,7 @@ class Projector:
             return _Rep(level, {"$summary": text, "$source": f.id}, shown)
         if level == Level.POINTER:
             original = original_text(f, history)
-            if not self._shorter(f"[$pointer waac:{f.id}@v{f.version} sha256={'0' * 16}]", f):
+            if not self._shorter(f"[$pointer {ref_of(f.id, f.version)} sha256={'0' * 16}]", f):
                 return _Rep(Level.EXACT)
             art = self.store.put(f.id, f.identity or f.id, f.version, original) if original is not None else None
             why = self._problem(art.ref, f, history) if art else "no located span of the original message"
