@@ -29,7 +29,7 @@ from harness.report import names  # noqa: E402
 from harness.report.odysseys_tables import KIND, POLICIES, judged_rows  # noqa: E402
 from harness.report.pinchbench_tables import PAPER, kinds_of, newest_sweep  # noqa: E402
 from harness.report.runs import EPISODES, describe, read_frame, where  # noqa: E402
-from harness.report.stats import mean_ci  # noqa: E402
+from harness.report.stats import mean_ci, n_label  # noqa: E402
 
 TIERS = [100, 90, 70, 50, 30]  # WAAC B.3 / Figure 3
 METRICS = {"rubric_avg": "Rubric Avg (%)", "perfect": "Perfect tasks (%)"}
@@ -113,7 +113,7 @@ def figure3_figure(frame: pd.DataFrame, metric: str = "rubric_avg", paper: dict[
     for i, (method, g) in enumerate(frame.sort_values("tier").groupby("method")):
         marker, line = styles[i % len(styles)]
         style = {"marker": marker, "linestyle": line, "color": colour(method), "alpha": 0.85, "capsize": 3,
-                 "label": f"{display(method)} ({runs_label(g.runs)})"}
+                 "label": f"{display(method)} ({n_label(g.runs, ' per tier')})"}
         for ax, col in ((left, metric), (right, "input_tokens_k")):
             ax.errorbar(g.tier, g[col], yerr=g[f"{col}_ci"].fillna(0.0), **style)
     _paper_points(left, paper, metric)
@@ -135,13 +135,6 @@ def display(method: str) -> str:
 
 def colour(method: str) -> str:
     return names.colour(CLASSES.get(method, method), KIND)
-
-
-def runs_label(runs: pd.Series) -> str:
-    """"n=3 runs per tier" (or "n=2–3 ..."); a single run has no CI, and the label says so (as plots.n_label)."""
-    ns = sorted({int(n) for n in runs})
-    n = f"n={ns[0]}" if len(ns) == 1 else f"n={ns[0]}–{ns[-1]}"
-    return f"{n} run{'s' if ns[-1] != 1 else ''} per tier" + (", no CI" if ns[0] < 2 else "")
 
 
 def _paper_points(ax: Any, paper: dict[str, Any] | None, metric: str) -> None:

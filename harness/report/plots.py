@@ -39,7 +39,7 @@ from harness.report.console import per_run  # noqa: E402
 from harness.report.pinchbench_tables import EXPENSE as EXPENSE_KIND  # noqa: E402
 from harness.report.pinchbench_tables import select_kind  # noqa: E402
 from harness.report.runs import mismatch_notes, read_frame, status_notes  # noqa: E402
-from harness.report.stats import mean_ci  # noqa: E402
+from harness.report.stats import mean_ci, n_label  # noqa: E402
 from harness.report.tables import (  # noqa: E402
     EXPENSE,
     ROOT,
@@ -75,13 +75,6 @@ def ci(values: Iterable[float]) -> tuple[float, float]:
     """(mean, 95% CI half-width) over runs; one run has no spread, drawn as no bar (0) and said so by n_label."""
     mean, half = mean_ci([float(v) for v in values])
     return mean, 0.0 if math.isnan(half) else half
-
-
-def n_label(counts: Iterable[int], per: str = "") -> str:
-    """"n=3 runs" or "n=2–3 runs per tier"; with a single run there is no CI to draw, and the label says so."""
-    ns = sorted({int(c) for c in counts}) or [0]
-    n = f"n={ns[0]}" if len(ns) == 1 else f"n={ns[0]}–{ns[-1]}"
-    return f"{n} run{'s' if ns[-1] != 1 else ''}{per}" + (", no CI" if ns[0] < 2 else "")
 
 
 def min_running(total: int) -> int:

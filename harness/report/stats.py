@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from scipy import stats
 
@@ -27,3 +27,10 @@ def fmt(mean: float, half: float, digits: int = 1, scale: float = 1.0) -> str:
     if math.isnan(half):
         return f"{m:,.{digits}f}"
     return f"{m:,.{digits}f} ± {half * scale:,.{digits}f}"
+
+
+def n_label(counts: Iterable[int], per: str = "") -> str:
+    """"n=3 runs" or "n=2–3 runs per tier"; with a single run there is no CI to draw, and the label says so."""
+    ns = sorted({int(c) for c in counts}) or [0]
+    n = f"n={ns[0]}" if len(ns) == 1 else f"n={ns[0]}–{ns[-1]}"
+    return f"{n} run{'s' if ns[-1] != 1 else ''}{per}" + (", no CI" if ns[0] < 2 else "")
