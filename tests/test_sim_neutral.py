@@ -6,6 +6,7 @@ shows, and conflicts with the newest view exactly as a full one does."""
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 import pytest
@@ -224,6 +225,21 @@ class Counting:
 
     def slip(self, line: FolioLine, checkin: str, checkout: str) -> tuple[FolioLine, str]:
         return line, "none"
+
+    def misused(self, fact: str, position: int | None) -> bool:
+        return False
+
+    def confabulates(self, fact: str) -> bool:
+        return False
+
+    def verifies(self, row_key: str) -> bool:
+        return True
+
+    def fire(self, mechanism: str, fact: str, detail: str) -> None:
+        raise AssertionError("no mechanism fires here")
+
+    def stream(self, mechanism: str) -> random.Random:
+        return random.Random(0)
 
 
 def conflicting(older: dict[str, Any]) -> int:

@@ -7,12 +7,14 @@ through `Noise` (stale-snapshot confusion and length-driven lapses), identical f
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
 
 from harness.backends.sim.reader import Belief, Snapshot
+from harness.backends.sim.slip import slip
 from harness.types import FolioLine
 
 STALE_PARTS = ("control:Remaining", "grid:ItemizationGrid")  # what two itemization views can disagree on
@@ -28,6 +30,12 @@ class Noise(Protocol):
     def lapse(self) -> bool: ...
     def choice(self, items: list[Any]) -> Any: ...
     def slip(self, line: FolioLine, checkin: str, checkout: str) -> tuple[FolioLine, str]: ...
+    # the measured failure model (harness/backends/sim/failures.py; all no-ops under model=sim)
+    def misused(self, fact: str, position: int | None) -> bool: ...
+    def confabulates(self, fact: str) -> bool: ...
+    def verifies(self, row_key: str) -> bool: ...
+    def fire(self, mechanism: str, fact: str, detail: str) -> None: ...
+    def stream(self, mechanism: str) -> random.Random: ...
 
 
 @dataclass
@@ -140,9 +148,11 @@ def _folio_key(line: FolioLine) -> tuple[str, str, Decimal]:
     return line.subcategory, line.date, Decimal(line.amount)
 
 
-def _cover(rows: list[dict[str, Any]], folio: list[FolioLine]) -> tuple[list[FolioLine], list[dict[str, Any]]]:
+def _cover(rows: list[dict[str, Any]], folio: list[FolioLine],
+           trusted: frozenset[Any] = frozenset()) -> tuple[list[FolioLine], list[dict[str, Any]]]:
     """What is left to enter and what should not be there: folio lines matched by no row (exactly, else by a
-    row of the same subcategory, which the line check will correct), and rows that match no folio line."""
+    row of the same subcategory, which the line check will correct), and rows that match no folio line. A row
+    the agent did not verify (`trusted`, by row number) counts as one of the lines still to enter."""
     want = list(folio)
     loose = []
     for row in rows:
@@ -154,11 +164,30 @@ def _cover(rows: list[dict[str, Any]], folio: list[FolioLine]) -> tuple[list[Fol
     extra = []
     for row in loose:
         same = next((f for f in want if f.subcategory == row["SubCategoryName"]), None)
+        if same is None and row["_n"] in trusted and want:
+            same = want[0]  # not read, only counted: the agent takes it for the next line it meant to enter
         if same is not None:
             want.remove(same)
         else:
             extra.append(row)
     return want, extra
+
+
+def _unverified(rows: list[dict[str, Any]], noise: Noise) -> frozenset[Any]:
+    """Checking habits: the saved rows the agent does not verify (one draw per row as shown, so the choice
+    holds across calls without memory); under model=sim it verifies every row."""
+    return frozenset(r["_n"] for r in rows if r.get("LineStatus") == "Saved" and not noise.verifies(_row_id(r)))
+
+
+def _row_id(row: dict[str, Any]) -> str:
+    return "|".join(str(row.get(k, "")) for k in ("_n", "SubCategory", "StartDate", "DailyRate", "Quantity"))
+
+
+def _fact(row_or_line: dict[str, Any] | FolioLine, kind: str) -> str:
+    """How events name a fact: `line:` a folio line, `row:` a saved line, by subcategory and date."""
+    if isinstance(row_or_line, FolioLine):
+        return f"{kind}:{row_or_line.subcategory}@{row_or_line.date}"
+    return f"{kind}:{row_or_line.get('SubCategoryName', '')}@{row_or_line.get('StartDate', '')}"
 
 
 def _strict_bad(rows: list[dict[str, Any]], folio: list[FolioLine]) -> tuple[list[dict[str, Any]], list[FolioLine]]:
@@ -184,7 +213,8 @@ def _on_itemize(b: Belief, snap: Snapshot, noise: Noise) -> Action:
         return call("form_close_form", discardChanges=False)
     if snap.rows("ItemizationGrid") is None:
         return _reread("ItemizationGrid")
-    missing, extra = _cover(rows, folio)
+    trusted = _unverified(rows, noise)
+    missing, extra = _cover(rows, folio, trusted)
     sel = next((r for r in rows if r["_sel"]), None)
     if sel is not None and not (sel.get("SubCategory") and sel.get("Amount")):
         return _fill(b, snap, missing[0], noise) if missing else call("form_click_control", controlName="DeleteLine")
@@ -194,7 +224,7 @@ def _on_itemize(b: Belief, snap: Snapshot, noise: Noise) -> Action:
         if noise.lapse():
             verdict = Action(events=["lapse(skipped line check)"])
         else:
-            verdict = _fix_bad(b, snap, rows, folio, sel, noise)
+            verdict = _fix_bad(b, snap, rows, folio, sel, noise, trusted)
         if verdict.tool or verdict.text:
             return verdict
         return _advance(b, snap, rows, missing, verdict.events)
@@ -208,8 +238,11 @@ def _verify_now(b: Belief, missing: list[FolioLine]) -> bool:
 
 
 def _fix_bad(b: Belief, snap: Snapshot, rows: list[dict[str, Any]], folio: list[FolioLine],
-             sel: dict[str, Any] | None, noise: Noise) -> Action:
+             sel: dict[str, Any] | None, noise: Noise, trusted: frozenset[Any] = frozenset()) -> Action:
     bad, unmatched = _strict_bad(rows, folio)
+    for row in (r for r in bad if r["_n"] in trusted):  # a wrong line it did not verify stays wrong
+        noise.fire("checking", _fact(row, "row"), "wrong saved line not verified")
+    bad = [r for r in bad if r["_n"] not in trusted]
     if not bad:
         return Action()
     target = bad[0]
@@ -249,19 +282,58 @@ def _final_message(b: Belief, snap: Snapshot, n_rows: int) -> str:
 
 
 def _fill(b: Belief, snap: Snapshot, line: FolioLine, noise: Noise) -> Action:
-    code = b.codes.get(line.subcategory)
+    code = _code(b, line.subcategory, noise)
     if code is None and (found := b.reference_about(*CODE_SOURCE)):  # cheaper to restore than to reopen
         ref, tool, arg = found
         return call(tool, **{arg: ref.ref})
     if code is None:
         return call("form_open_lookup", controlName="SubCategory")
+    checkin, checkout = str(snap.control("CheckInDate")), str(snap.control("CheckOutDate"))
     events = []
     if noise.lapse():
-        line, what = noise.slip(line, str(snap.control("CheckInDate")), str(snap.control("CheckOutDate")))
+        line, what = noise.slip(line, checkin, checkout)
         events.append(f"lapse(slip:{what})")
+    elif noise.misused(_fact(line, "line"), _line_position(b, line)):  # Lost in the Middle / RULER
+        line, _ = slip(noise.stream("position_length"), line, checkin, checkout)
     values = [{"controlName": "SubCategory", "value": code}, {"controlName": "StartDate", "value": line.date},
               {"controlName": "DailyRate", "value": line.daily_rate},
               {"controlName": "Quantity", "value": line.quantity}]
     action = call("form_set_control_values", controlValues=values)
     action.events = events
     return action
+
+
+def _code(b: Belief, name: str, noise: Noise) -> str | None:
+    """The code the agent enters for a subcategory: read from its view (used wrongly with the position and
+    length effects' probability), or, when the view lacks it, made up with the confabulation probability;
+    None when it will look it up."""
+    code = b.codes.get(name)
+    if code is None:
+        return _plausible_code(b, name, exclude=None) if noise.confabulates(f"code:{name}") else None
+    if noise.misused(f"code:{name}", b.codes.position(name)):
+        return _plausible_code(b, name, exclude=code)
+    return code
+
+
+def _plausible_code(b: Belief, name: str, exclude: str | None) -> str:
+    """A wrong value a model would produce: the code in view whose text shares most words with the name (the
+    newest on ties; e.g. LODG-ROOM for "Room tax"), else one made from the name in the codes' shape (which
+    the form rejects)."""
+    words = set(name.casefold().split())
+    best, score = "", -1
+    for item in b.codes.items:
+        overlap = len(words & set(" ".join(item.texts).casefold().split()))
+        if item.code != exclude and overlap >= score:
+            best, score = item.code, overlap
+    if best:
+        return best
+    parts = [w.upper().ljust(4, "X") for w in name.split()]
+    return f"{parts[0][:4]}-{parts[-1][:5] if len(parts) > 1 else parts[0][:3]}"
+
+
+def _line_position(b: Belief, line: FolioLine) -> int | None:
+    """Where the folio line sits in the view: the user's message, or (no user) the report view it came from."""
+    if line in b.folio_pos:
+        return b.folio_pos[line]
+    report = [s for s in b.snapshots if s.name == "TrvExpenseReport" and s.tab_open("Hotel")]
+    return report[-1].position if report else None

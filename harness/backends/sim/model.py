@@ -11,12 +11,12 @@ import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, timedelta
-from decimal import Decimal
 from typing import Any
 
 from harness.backends.sim import expense
+from harness.backends.sim.failures import FailureModel, Failures
 from harness.backends.sim.reader import read
+from harness.backends.sim.slip import slip
 from harness.tokens import TokenCounter
 from harness.types import Completion, FolioLine, Latency, Message, ToolCall, ToolSpec, Usage
 
@@ -34,16 +34,19 @@ class NoiseConfig:
 
 
 class Draw:
-    """The random draws of one model call, with probabilities fixed by the visible context."""
+    """The random draws of one model call, with probabilities fixed by the visible context: today's noise
+    (stale confusion, length lapses) from `rng`, and the measured failure model's draws through `fail`."""
 
-    def __init__(self, rng: random.Random, cfg: NoiseConfig, visible_tokens: int) -> None:
-        self.rng, self.cfg = rng, cfg
+    def __init__(self, rng: random.Random, cfg: NoiseConfig, visible_tokens: int, fail: Failures) -> None:
+        self.rng, self.cfg, self.fail = rng, cfg, fail
         over = max(0, visible_tokens - cfg.degradation_onset_tokens) / 1000
-        self.p_lapse = min(cfg.degradation_max, cfg.degradation_per_1k_tokens * over) if cfg.enabled else 0.0
+        # the measured position/length mechanism replaces this unsourced lapse (configs/model/sim_llmlike.yaml)
+        lapses = cfg.enabled and not fail.model.position_length.enabled
+        self.p_lapse = min(cfg.degradation_max, cfg.degradation_per_1k_tokens * over) if lapses else 0.0
 
     def confused(self, n_conflicting: int) -> bool:
         p = min(self.cfg.confusion_max, self.cfg.confusion_per_conflicting_snapshot * n_conflicting)
-        return self.cfg.enabled and self.rng.random() < p
+        return self.cfg.enabled and self.fail.model.stale_confusion.enabled and self.rng.random() < p
 
     def lapse(self) -> bool:
         return self.rng.random() < self.p_lapse
@@ -52,21 +55,23 @@ class Draw:
         return self.rng.choice(items)
 
     def slip(self, line: FolioLine, checkin: str, checkout: str) -> tuple[FolioLine, str]:
-        """A transcription slip: a neighbouring date inside the stay, or two digits of the rate swapped."""
-        first, last = date.fromisoformat(checkin), date.fromisoformat(checkout) - timedelta(days=1)
-        day = date.fromisoformat(line.date)
-        shifted = day + timedelta(days=1) if day < last else day - timedelta(days=1)
-        if self.rng.random() < 0.5 and first <= shifted <= last and shifted != day:
-            return FolioLine(line.subcategory, shifted.isoformat(), line.daily_rate, line.quantity,
-                             line.amount), "date"
-        digits = line.daily_rate.replace(".", "")
-        i = self.rng.randrange(len(digits) - 1)
-        swapped = digits[:i] + digits[i + 1] + digits[i] + digits[i + 2:]
-        rate = Decimal(f"{swapped[:-2]}.{swapped[-2:]}")
-        if rate <= 0 or swapped == digits:
-            rate = Decimal(line.daily_rate) + 1
-        return FolioLine(line.subcategory, line.date, f"{rate:.2f}", line.quantity,
-                         f"{rate * line.quantity:.2f}"), "amount"
+        return slip(self.rng, line, checkin, checkout)
+
+    # the measured failure model (harness/backends/sim/failures.py), each from its own random stream
+    def misused(self, fact: str, position: int | None) -> bool:
+        return self.fail.misused(fact, position)
+
+    def confabulates(self, fact: str) -> bool:
+        return self.fail.confabulates(fact)
+
+    def verifies(self, row_key: str) -> bool:
+        return self.fail.verifies(row_key)
+
+    def fire(self, mechanism: str, fact: str, detail: str) -> None:
+        self.fail.fire(mechanism, fact, detail)
+
+    def stream(self, mechanism: str) -> random.Random:
+        return self.fail.rng(mechanism)
 
 
 class SimModel:
@@ -76,9 +81,12 @@ class SimModel:
 
     def __init__(self, name: str = "sim", context_window: int = 128_000, seed: int = 0,
                  encoding: str = "o200k_base", noise: dict[str, Any] | None = None,
-                 latency: dict[str, Any] | None = None, executor: str = "process") -> None:
-        self.name, self.context_window = name, context_window
+                 latency: dict[str, Any] | None = None, executor: str = "process",
+                 failures: dict[str, Any] | None = None) -> None:
+        self.name, self.context_window, self.seed = name, context_window, seed
         self.noise = NoiseConfig(**(noise or {}))
+        self.failures = FailureModel.from_dict(failures)
+        self.streams = Failures.streams_for(seed)
         self.latency = Latency(**(latency or {}))
         self.rng = random.Random(seed)
         self.tokens = TokenCounter(encoding)
@@ -86,15 +94,40 @@ class SimModel:
 
     def generate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion:
         visible = self.tokens.request(messages, tools)
-        action = expense.plan(read(messages, tools), Draw(self.rng, self.noise, visible))
+        fail = Failures(self.failures, self.streams, self.seed, visible, self._depths(messages))
+        action = expense.plan(read(messages, tools), Draw(self.rng, self.noise, visible, fail))
         self.calls += 1
         message = self._message(action)
         out = self.tokens.message(message)
         return Completion(message, Usage(visible, out), self.latency.seconds(visible, out),
-                          info={"events": action.events} if action.events else {})
+                          info=_info(action.events, fail.events))
+
+    def _depths(self, messages: Sequence[Message]) -> list[float]:
+        """Each message's relative depth in the view: its middle token's offset over the messages' tokens."""
+        sizes = [self.tokens.message(m) for m in messages]
+        total, start, out = max(1, sum(sizes)), 0, []
+        for n in sizes:
+            out.append((start + n / 2) / total)
+            start += n
+        return out
 
     def _message(self, action: expense.Action) -> Message:
         if action.tool is None:
             return Message("assistant", action.text or "")
         call = ToolCall(f"call_{self.calls:03d}", action.tool, json.dumps(action.args))
         return Message("assistant", "", tool_calls=(call,))
+
+
+def _info(events: list[str], fired: list[dict[str, str]]) -> dict[str, Any]:
+    """The step's events: today's strings (`mechanism(fact)`) and, when the failure model fired, each event
+    structured (mechanism, fact, detail) as the viewer and the failure tables read them."""
+    if not fired:
+        return {"events": events} if events else {}
+    strings = [f"{e['mechanism']}({e['fact']})" for e in fired]
+    structured = [_structured(e) for e in events]
+    return {"events": events + strings, "sim_events": structured + fired}
+
+
+def _structured(event: str) -> dict[str, str]:
+    name, _, rest = event.partition("(")
+    return {"mechanism": name, "fact": rest.rstrip(")"), "detail": event}

@@ -110,16 +110,28 @@ class CodeItem:
 
 
 class CodeBook:
-    """Subcategory name -> code, read from every item of the view by the same rule (newest item first)."""
+    """Subcategory name -> code, read from every item of the view by the same rule (newest item first);
+    `positions[i]` is the index of the view message that holds `items[i]`."""
 
-    def __init__(self, items: list[CodeItem]) -> None:
+    def __init__(self, items: list[CodeItem], positions: list[int] | None = None) -> None:
         self.items = items
+        self.positions = positions if positions is not None else [-1] * len(items)
 
     def get(self, name: str) -> str | None:
+        found = self.where(name)
+        return None if found is None else self.items[found].code
+
+    def position(self, name: str) -> int | None:
+        """The view position of the message the code of `name` is read from, None when it is not in view."""
+        found = self.where(name)
+        return None if found is None else self.positions[found]
+
+    def where(self, name: str) -> int | None:
         phrase = re.compile(rf"(?<![A-Za-z]){re.escape(name)}(?![A-Za-z])", re.IGNORECASE)
-        for item in reversed(self.items):
+        for i in range(len(self.items) - 1, -1, -1):
+            item = self.items[i]
             if any((t.casefold() == name.casefold()) if item.exact else bool(phrase.search(t)) for t in item.texts):
-                return item.code
+                return i
         return None
 
     def __getitem__(self, name: str) -> str:
@@ -140,6 +152,7 @@ class Belief:
     report_number: str | None = None
     has_user: bool = True
     folio: list[FolioLine] = field(default_factory=list)
+    folio_pos: dict[FolioLine, int] = field(default_factory=dict)  # view position of the message naming a line
     asked_lodging: bool = False
     asked_other: bool = False
     lodging_known: bool = False
@@ -175,25 +188,27 @@ class Belief:
 def read(messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> Belief:
     b = Belief(tools=list(tools))
     items: list[CodeItem] = []
+    positions: list[int] = []
     for pos, m in enumerate(messages):
         payload, found, refs, menu = _analysed(m.content)
         items += found
+        positions += [pos] * len(found)
         b.references += refs
         b.menu_item_known = b.menu_item_known or menu
         if m.role == "system":
             b.has_user = b.has_user and NO_USER not in m.content
         elif m.role == "user":
-            _read_user(b, m.content)
+            _read_user(b, m.content, pos)
         elif m.role == "assistant":
             _read_assistant(b, m)
         elif m.role == "tool":
             _read_tool(b, pos, payload)
-    b.codes = CodeBook(items)
+    b.codes = CodeBook(items, positions)
     b.visible_text = "\n".join(m.content for m in messages)
     return b
 
 
-def _read_user(b: Belief, text: str) -> None:
+def _read_user(b: Belief, text: str, pos: int) -> None:
     if b.report_number is None and (found := REPORT.search(text)):
         b.report_number = found.group(0)
     lines = [FolioLine(m["sub"].strip(), m["date"], m["rate"], int(m["qty"]), m["amount"])
@@ -201,6 +216,7 @@ def _read_user(b: Belief, text: str) -> None:
     for line in lines:
         if line not in b.folio:
             b.folio.append(line)
+            b.folio_pos[line] = pos
     if "Room charges on the folio" in text or "no separate room charges" in text:
         b.lodging_known = True
     if "Other charges on the folio" in text or "no other charges" in text:
