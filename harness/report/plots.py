@@ -34,11 +34,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from harness.report import names, odysseys_plots  # noqa: E402
+from harness.report import names, odysseys_plots, sim_failures  # noqa: E402
 from harness.report.console import per_run  # noqa: E402
 from harness.report.pinchbench_tables import EXPENSE as EXPENSE_KIND  # noqa: E402
 from harness.report.pinchbench_tables import select_kind  # noqa: E402
-from harness.report.runs import mismatch_notes, read_frame, status_notes  # noqa: E402
+from harness.report.runs import discover, mismatch_notes, read_frame, status_notes  # noqa: E402
 from harness.report.stats import mean_ci, n_label  # noqa: E402
 from harness.report.tables import (  # noqa: E402
     EXPENSE,
@@ -273,7 +273,10 @@ def decisions_by_step(steps: pd.DataFrame, simulated: bool, out: Path, notes: li
 
 def _runs(results: Path, pins: dict[str, Path], out: Path) -> list[Path]:
     """The per-run figures, from the runs the tables use (the same choice, the same warnings)."""
-    chosen = {k: r for k, r in select_kind(results, pins, EXPENSE_KIND).items() if k in (*EXPENSE, "waac")}
+    found, _ = sim_failures.split_runs(discover(results))  # model=sim_llmlike runs have their own tables
+    default_pins, _ = sim_failures.split_pins(pins)
+    chosen = {k: r for k, r in select_kind(results, default_pins, EXPENSE_KIND, found).items()
+              if k in (*EXPENSE, "waac")}
     pairs = [(name, read_frame(r.path / "episodes.parquet"), read_frame(r.path / "steps.parquet"))
              for name, r in chosen.items()]
     pairs = [(n, e[e.experiment == n], s[s.experiment == n]) for n, e, s in pairs if e is not None and s is not None]

@@ -30,6 +30,9 @@ caption says SIMULATED or real model backend). Experiments are named as in every
 numbers formatted (no raw 1.000000); the CSV keeps Unicode (±, Δ, –); the LaTeX is ASCII, every cell, label and
 caption escaped, and compiles with pdflatex in a document that loads booktabs and graphicx (tests/test_latex.py).
 - `odysseys_table2`: WAAC Table 2 beside the paper's, from judged Odysseys runs (harness.report.odysseys_tables).
+- `sim_failures`, `sim_sensitivity`, `sim_sensitivity_summary`: the SIMULATED failure model (model=sim_llmlike):
+  completion with failures attributed to mechanisms, and the sim_sensitivity sweep (harness.report.sim_failures).
+  model=sim_llmlike runs (and sweep jobs) feed only these: every other table leaves them out, pinned or not.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from harness.report import odysseys_tables, pinchbench_tables
+from harness.report import odysseys_tables, pinchbench_tables, sim_failures
 from harness.report.console import per_run
 from harness.report.methods_table import METHODS, comparison_table
 from harness.report.names import display, short
@@ -194,8 +197,15 @@ def budget_sweep(results: Path) -> tuple[pd.DataFrame, list[str]]:
     jobs = {job: describe(folder / str(job), results) for job in merged.job.unique()}
     notes = [f"WARNING: sweep job {where(run.path, results)} left out: status {run.status}"
              for run in jobs.values() if not run.usable]
-    keep = [job for job, run in jobs.items() if run.usable]
+    notes += _llmlike_note(results, [run for run in jobs.values() if sim_failures.is_llmlike(run)])
+    keep = [job for job, run in jobs.items() if run.usable and not sim_failures.is_llmlike(run)]
     return merged[merged.job.isin(keep)].reset_index(drop=True), notes
+
+
+def _llmlike_note(results: Path, runs: list[Run]) -> list[str]:
+    """model=sim_llmlike sweep jobs are reported in the sim_failures tables only, never mixed into these."""
+    return [f"NOTE: model={sim_failures.MODEL} sweep job(s) left out (see the sim_failures tables): "
+            + ", ".join(where(run.path, results) for run in runs)] if runs else []
 
 
 def budget_table(episodes: pd.DataFrame) -> pd.DataFrame:
@@ -380,7 +390,11 @@ def simulated_label(simulated: bool) -> str:
 
 
 def label(episodes: pd.DataFrame) -> str:
-    return simulated_label(bool(episodes.simulated.any()))
+    """The results' kind; model=sim_llmlike named as such (its failure model differs from model=sim's)."""
+    simulated = bool(episodes.simulated.any())
+    if simulated and "model" in episodes and sim_failures.MODEL in set(episodes.model):
+        return f"SIMULATED (model={sim_failures.MODEL}), not LLM results"
+    return simulated_label(simulated)
 
 
 def announce(written: list[Path], results: Path) -> list[Path]:
@@ -393,8 +407,12 @@ def announce(written: list[Path], results: Path) -> list[Path]:
 
 
 def sweep_runs(results: Path, kind: str) -> tuple[dict[str, Run], list[str]]:
-    """Experiment -> complete job of the newest expense sweep of a kind, and a warning per job left out."""
-    return sweep_jobs(results, kind, EXPENSE_KIND)
+    """Experiment -> complete job of the newest expense sweep of a kind, and a warning per job left out; jobs of
+    model=sim_llmlike are left out with a note (so a sim_llmlike sweep leaves the table to the single runs)."""
+    jobs, notes = sweep_jobs(results, kind, EXPENSE_KIND)
+    llmlike = {name: run for name, run in jobs.items() if sim_failures.is_llmlike(run)}
+    notes += _llmlike_note(results, list(llmlike.values()))
+    return {name: run for name, run in jobs.items() if name not in llmlike}, notes
 
 
 def _waac(results: Path, chosen: dict[str, Run], pins: dict[str, Path], out: Path) -> list[Path]:
@@ -499,6 +517,14 @@ def _odysseys(results: Path, pins: dict[str, Path], out: Path, found: list[Run])
     return written
 
 
+def _sim_failures(results: Path, pins: dict[str, Path], found: list[Run], out: Path) -> list[Path]:
+    """The SIMULATED failure model's tables from model=sim_llmlike runs and the newest sim_sensitivity sweep."""
+    written: list[Path] = []
+    for table in sim_failures.build(results, pins, found, yaml.safe_load(PAPER.read_text())):
+        written += write(table.table, out, table.name, table.caption, table.notes)
+    return written
+
+
 def pins_of(args: list[str]) -> dict[str, Path]:
     """`--run EXPERIMENT=DIR` options as a mapping."""
     pairs = [r.split("=", 1) for r in args]
@@ -515,13 +541,14 @@ def main(argv: list[str] | None = None) -> list[Path]:
     parser.add_argument("--run", action="append", default=[], help="EXPERIMENT=RUN_DIR (repeatable)")
     args = parser.parse_args(argv)
     out = args.out or args.results / "tables"
-    pins = pins_of(args.run)
-    found = discover(args.results)  # once: a damaged run folder is warned about once
+    pins, llmlike_pins = sim_failures.split_pins(pins_of(args.run))
+    # once: a damaged run folder is warned about once; model=sim_llmlike runs feed only their own tables
+    found, llmlike = sim_failures.split_runs(discover(args.results))
     chosen = select_kind(args.results, pins, EXPENSE_KIND, found)
     written = _expense(args.results, chosen, out) + _waac(args.results, chosen, pins, out)
     written += _methods(args.results, chosen, pins, out) + _budget(args.results, out)
     written += _pinchbench(args.results, pins, out, found) + _waac_pinchbench(args.results, pins, out, found)
-    written += _odysseys(args.results, pins, out, found)
+    written += _odysseys(args.results, pins, out, found) + _sim_failures(args.results, llmlike_pins, llmlike, out)
     return announce(written, args.results)
 
 
