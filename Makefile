@@ -96,8 +96,10 @@ METHOD_NAMES := waac% llmlingua% mem0%
 METHODS_DEPS = $(if $(filter $(METHOD_NAMES),$(1) $(patsubst policy=%,%,$(filter policy=%,$(ARGS)))),$(METHODS_STAMP))
 PINCH_DEPS := $(if $(filter pinchbench%,$(CONFIG)),$(LOCAL_STAMP) sandbox-deps)
 ODYSSEYS_DEPS := $(if $(filter odysseys%,$(CONFIG)),$(LOCAL_STAMP) $(BROWSER_STAMP) browser-deps)
-run: $(STAMP) $(call METHODS_DEPS,$(CONFIG)) $(PINCH_DEPS) $(ODYSSEYS_DEPS) ## Run an experiment: CONFIG=c1..c4|waac|waac_no_*|keep_last_n|...|pinchbench|pinchbench_workflow; Hydra flags in ARGS ('--cfg job', '-m ...')
-	$(PY) -m harness.cli experiment=$(CONFIG) $(ARGS)
+# `make run CONFIG=c3 model=sim_llmlike` (or MODEL=...) picks the model group like ARGS='model=...' does.
+MODEL_ARG = $(if $(or $(MODEL),$(model)),model=$(or $(MODEL),$(model)))
+run: $(STAMP) $(call METHODS_DEPS,$(CONFIG)) $(PINCH_DEPS) $(ODYSSEYS_DEPS) ## Run an experiment: CONFIG=c1..c4|waac|waac_no_*|keep_last_n|...|pinchbench|pinchbench_workflow [model=sim_llmlike|openai|local]; Hydra flags in ARGS ('--cfg job', '-m ...')
+	$(PY) -m harness.cli experiment=$(CONFIG) $(MODEL_ARG) $(ARGS)
 
 # WAAC's history library from the env's dev split (its env config's waac.dev), checked disjoint from evaluation.
 ENV ?= expense
@@ -105,11 +107,12 @@ LIBRARY_DEPS := $(if $(filter pinchbench%,$(ENV)),sandbox-deps) $(if $(filter od
 library: $(STAMP) $(METHODS_STAMP) $(LIBRARY_DEPS) ## Rebuild WAAC's history library: ENV=expense|pinchbench|pinchbench_workflow|odysseys (ARGS='model=openai ...')
 	$(PY) -m harness.waac.build_library --env $(ENV) $(ARGS)
 
-# Every sweep but n_w (C4 only) runs WAAC or the comparison methods; ARGS='hydra/launcher=ray' adds the Ray launcher.
-SWEEP_DEPS := $(if $(filter n_w,$(SWEEP)),,$(METHODS_STAMP)) $(if $(findstring launcher=ray,$(ARGS)),$(RAY_STAMP)) \
+# Every sweep but n_w (C4 only) and sim_sensitivity (C2/C3/C4) runs WAAC or the comparison methods;
+# ARGS='hydra/launcher=ray' adds the Ray launcher.
+SWEEP_DEPS := $(if $(filter n_w sim_sensitivity,$(SWEEP)),,$(METHODS_STAMP)) $(if $(findstring launcher=ray,$(ARGS)),$(RAY_STAMP)) \
 	$(if $(filter workflow,$(SWEEP))$(findstring pinchbench,$(ARGS)),$(LOCAL_STAMP) sandbox-deps) \
 	$(if $(findstring odysseys,$(ARGS)),$(LOCAL_STAMP) $(BROWSER_STAMP) browser-deps)
-sweep: $(STAMP) $(SWEEP_DEPS) ## Hydra multirun: SWEEP=budget|n_w|ablations|methods|workflow, ARGS='n_tasks=5 n_runs=1' (+ 'hydra/launcher=ray')
+sweep: $(STAMP) $(SWEEP_DEPS) ## Hydra multirun: SWEEP=budget|n_w|ablations|methods|workflow|sim_sensitivity, ARGS='n_tasks=5 n_runs=1' (+ 'hydra/launcher=ray')
 	$(PY) -m harness.sweep $(SWEEP) $(ARGS)
 
 runs: $(STAMP) ## List every run folder under results/: status, episodes done/expected, model, git revision

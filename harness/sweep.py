@@ -7,6 +7,10 @@
 - methods: the WAAC paper's comparison methods (Table 1's rows), Vanilla and WAAC on the same tasks, runs and seeds
   (on PinchBench: ARGS='env=pinchbench benchmark.path=<clone> model=local|openai ...').
 - workflow: WAAC Table 4, PinchBench chains of K = 2/4/8/16 tasks per method (ARGS='benchmark.path=<clone>').
+- sim_sensitivity: C2 / C3 / C4 under model=sim_llmlike, one failure-model parameter at a time across the published
+  range its `sweep:` list in configs/model/sim_llmlike.yaml gives (the others at their defaults): one multirun per
+  parameter in <sweep folder>/<parameter>/ (ARGS naming a parameter, e.g.
+  'model.failures.confabulation.p_absent=0.379,0.937', choose that parameter's values).
 Jobs run in parallel through Hydra's joblib launcher; add `hydra/launcher=ray` (and e.g.
 `+hydra.launcher.ray.init.num_cpus=2`) to run them on a Ray instance instead.
 """
@@ -15,21 +19,27 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
 from functools import partial
 from pathlib import Path
+from typing import Any, NamedTuple
+
+import yaml
 
 from harness.lifecycle import die_with_parent
 from harness.report.budget import read_reference
 
 ROOT = Path(__file__).resolve().parents[1]
-SWEEPS = ("budget", "n_w", "ablations", "methods", "workflow")
+SWEEPS = ("budget", "n_w", "ablations", "methods", "workflow", "sim_sensitivity")
 # ablations, methods and workflow sweep the experiment itself; workflow runs on PinchBench's chains (its env,
 # the local model unless ARGS says otherwise, and no user model: the tasks' sessions are the user's turns)
 BASE = {"budget": ["experiment=c2"], "n_w": ["experiment=c4"], "ablations": [], "methods": [],
-        "workflow": ["env=pinchbench_workflow", "model=local", "user=none", "max_steps=480"]}
+        "workflow": ["env=pinchbench_workflow", "model=local", "user=none", "max_steps=480"],
+        "sim_sensitivity": ["model=sim_llmlike"]}
 
 
 def installed(module: str) -> bool:
@@ -90,9 +100,96 @@ def main(argv: list[str] | None = None) -> Path:
         ref = vanilla_reference(sweep_dir, [a for a in args if not a.startswith(swept)])
         print(f"budget reference (median per-task peak visible history under Vanilla): {ref} tokens")
         args = [f"budget.reference_tokens={ref}", *args]
+    if sweep == "sim_sensitivity":
+        return sensitivity(sweep_dir, args)
     multirun(sweep, sweep_dir, args)
     print(f"sweep folder: {sweep_dir} (merged.parquet, merged_table.txt); `make tables` and `make plots` read it")
     return sweep_dir
+
+
+# --- sim_sensitivity: one failure-model parameter at a time across its published range (issue #15) -------------
+SIM_MODEL = ROOT / "configs" / "model" / "sim_llmlike.yaml"
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HYDRA_WORDS = {"true", "false", "null", "inf", "nan"}  # bare, Hydra would read these as values, not strings
+
+
+class Axis(NamedTuple):
+    """One swept parameter: `model.failures.<block>.<key>` over `values`, run into `<sweep folder>/<key>/`."""
+
+    block: str
+    key: str
+    values: list[Any]
+
+    @property
+    def override(self) -> str:
+        return f"model.failures.{self.block}.{self.key}"
+
+
+def axes(path: Path | None = None) -> list[Axis]:
+    """Every `sweep:` entry of every failure block (of configs/model/sim_llmlike.yaml unless given), in the file's
+    order: the ranges live beside their sources (the YAML's comments), so a block that gains a `sweep:` list is
+    swept without a change here."""
+    path = path or SIM_MODEL
+    failures = (yaml.safe_load(path.read_text()) or {}).get("failures") or {}
+    found: list[Axis] = []
+    for block, body in failures.items():
+        for key, values in ((body or {}).get("sweep") or {}).items():
+            where = f"{path.name}: failures.{block}.sweep.{key}"
+            if key not in body:
+                sys.exit(f"error: {where} names no parameter of failures.{block} (its keys: {', '.join(body)})")
+            if not isinstance(values, list) or not values:
+                sys.exit(f"error: {where} must be a non-empty list of values, not {values!r}")
+            if key in {a.key for a in found}:
+                sys.exit(f"error: {where}: another block already sweeps a parameter named {key!r} (one folder each)")
+            found.append(Axis(block, key, values))
+    return found
+
+
+def hydra_value(value: Any) -> str:
+    """A value as Hydra's override grammar reads it back: numbers and plain identifiers bare, booleans as
+    true/false, any other string single-quoted (so e.g. 'null' or '0.5' stay strings)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return repr(value)
+    text = str(value)
+    if _PLAIN.fullmatch(text) and text.lower() not in _HYDRA_WORDS:
+        return text
+    return "'" + text.replace("'", "\\'") + "'"  # (Hydra escapes a backslash only before a quote)
+
+
+def sensitivity(sweep_dir: Path, args: list[str]) -> Path:
+    """One multirun per axis into `<sweep_dir>/<key>/`. A rerun with hydra.sweep.dir=<sweep_dir> resumes: every
+    job gets its number and folder again, and run.py reruns only its missing or damaged episodes."""
+    other = [a.split("=", 1)[1] for a in args if a.split("=", 1)[0] == "model" and "=" in a]
+    if other and other[-1] != "sim_llmlike":
+        sys.exit(f"error: SWEEP=sim_sensitivity sweeps the failure model of model=sim_llmlike "
+                 f"(configs/model/sim_llmlike.yaml); ARGS name model={other[-1]}")
+    found = axes()
+    mine = {a.override: a for a in found}
+    chosen = {a.split("=", 1)[0]: a for a in args if a.split("=", 1)[0] in mine}  # ARGS pick an axis's values
+    rest = [a for a in args if a.split("=", 1)[0] not in mine]
+    experiments = next((a for a in reversed(args) if a.startswith("experiment=")), "experiment=c2,c3,c4")
+    for axis in found:
+        values = chosen.get(axis.override) or f"{axis.override}={','.join(map(hydra_value, axis.values))}"
+        print(f"sim_sensitivity: {values} x {experiments} -> {sweep_dir / axis.key}", flush=True)
+        _run_axis(sweep_dir, axis.key, [values, *rest], args)
+    names = ", ".join(f"{a.key}/" for a in found)
+    print(f"sweep folder: {sweep_dir} (one multirun per parameter: {names} each with merged.parquet, "
+          "merged_table.txt); `make tables` reads it")
+    return sweep_dir
+
+
+def _run_axis(sweep_dir: Path, key: str, overrides: list[str], args: list[str]) -> None:
+    """One axis's multirun; when it stops (Ctrl-C, a failed job) one line says how to resume the whole sweep."""
+    try:
+        multirun("sim_sensitivity", sweep_dir / key, overrides)
+    except (subprocess.CalledProcessError, KeyboardInterrupt) as exc:
+        again = " ".join([*(a for a in args if not a.startswith("hydra.sweep.dir=")), f"hydra.sweep.dir={sweep_dir}"])
+        why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"exit status {exc.returncode}"
+        sys.exit(f"error: the sim_sensitivity multirun of {key} stopped ({why}); finished episodes are kept, and "
+                 f"(once any error above is fixed) this resumes the sweep: make sweep SWEEP=sim_sensitivity "
+                 f"ARGS={shlex.quote(again)}")
 
 
 if __name__ == "__main__":

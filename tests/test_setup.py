@@ -127,3 +127,11 @@ def test_c1_to_c4_run_without_any_optional_dependency() -> None:
     proc = subprocess.run([sys.executable, "-c", RUN_WITHOUT_EXTRAS], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "ran []", proc.stderr[-3000:]
+
+
+def test_make_run_takes_the_model_group_as_a_make_variable(tmp_path: Path) -> None:
+    """`make run CONFIG=c3 model=sim_llmlike` (the issue's wording) must not be silently ignored by make."""
+    for var in ("model", "MODEL"):
+        assert "harness.cli experiment=c3 model=sim_llmlike" in plan("run", "CONFIG=c3", f"{var}=sim_llmlike",
+                                                                      venv=tmp_path / "v")
+    assert "harness.cli experiment=c3 " in plan("run", "CONFIG=c3", venv=tmp_path / "v")
