@@ -317,3 +317,13 @@ def test_a_sweep_of_sim_llmlike_jobs_is_labelled_with_its_model(llmlike: dict[st
     sim = pd.read_parquet(results / "c3" / "2026-01-01_00-00-00" / "episodes.parquet")
     assert tables.label(llm) == "SIMULATED (model=sim_llmlike), not LLM results"
     assert tables.label(sim) == "SIMULATED (model=sim), not LLM results"
+
+
+def test_the_viewer_explains_a_failed_sim_llmlike_episode_with_its_attribution(llmlike: dict[str, Path]) -> None:
+    from harness.report import trajectory
+
+    episodes = [e for name in ("c2", "c3", "c4") for e in trajectory.load_run(llmlike[name])["episodes"]]
+    tag = "Failure attributed to (SIMULATED failure model): "
+    failed = [e for e in episodes if e["completed"] is False]
+    assert failed and all(any(x.startswith(tag) for x in e["explanation"]) for e in failed)
+    assert not any(x.startswith(tag) for e in episodes if e["completed"] for x in e["explanation"])

@@ -33,7 +33,7 @@ import yaml
 
 from harness.errors import InputError
 from harness.records import NAME, check_transcript, transcript_files
-from harness.report import names
+from harness.report import names, sim_failures
 from harness.tokens import TokenCounter
 from harness.types import Message
 from harness.waac.lattice import Level, join
@@ -129,7 +129,15 @@ def _summary(records: list[dict[str, Any]]) -> dict[str, Any]:
             "termination": str(end.get("termination") or "unknown"), "error": end.get("error"),
             "input_tokens": int(end.get("input_tokens") or 0), "output_tokens": int(end.get("output_tokens") or 0),
             "n_steps": int(end.get("n_steps") or sum(r.get("type") == "step" for r in records)),
-            "explanation": explain(end)}
+            "explanation": explain(end) + _attributed(start, end, records)}
+
+
+def _attributed(start: dict[str, Any], end: dict[str, Any], records: list[dict[str, Any]]) -> list[str]:
+    """model=sim_llmlike: the mechanisms a failure is attributed to (harness.report.sim_failures' rule)."""
+    if start.get("model") != sim_failures.MODEL or end.get("completed") is not False:
+        return []
+    events = [";".join(map(str, (r.get("info") or {}).get("events") or [])) for r in records if r.get("type") == "step"]
+    return ["Failure attributed to (SIMULATED failure model): " + ", ".join(sim_failures.attribute(end, events))]
 
 
 def _num(value: Any) -> float | None:
