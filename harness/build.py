@@ -56,7 +56,14 @@ def build_policy(cfg: DictConfig) -> ContextPolicy:
 
 
 def build_model(cfg: DictConfig, seed: int) -> LLMBackend:
-    return instantiate(cfg.model, seed=seed)
+    """The model backend; a backend refusing its settings (e.g. model.failures of model=sim_llmlike) comes out as
+    one InputError line, not Hydra's wrapper."""
+    try:
+        return instantiate(cfg.model, seed=seed)
+    except InstantiationException as exc:
+        if isinstance(exc.__cause__, InputError):
+            raise InputError(str(exc.__cause__)) from None
+        raise
 
 
 def build_user(cfg: DictConfig) -> Callable[[Task], UserModel] | None:

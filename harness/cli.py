@@ -196,6 +196,7 @@ def check_run(cfg: DictConfig) -> str | None:
     try:
         build_domain(cfg)  # validates the tasks file and n_tasks (1..available); ~10 ms for the benchmark
         check_policy_model(cfg)  # the policy's settings, and a model it cannot run with (TokenSkip)
+        check_failures(cfg)  # model=sim_llmlike's failure model
     except InputError as exc:  # harness.build unwraps Hydra's InstantiationException around them
         return f"error: {exc}"
     try:
@@ -203,6 +204,14 @@ def check_run(cfg: DictConfig) -> str | None:
     except Exception:  # e.g. ${hydra:runtime.output_dir}, which only Hydra's own run can resolve
         return None
     return check_out_dir(out_dir)
+
+
+def check_failures(cfg: DictConfig) -> None:
+    """The simulated agent's failure model (model.failures), checked before any episode: InputError naming the key."""
+    if cfg.model.get("failures") is not None:
+        from harness.backends.sim.failures import FailureModel
+
+        FailureModel.from_dict(OmegaConf.to_container(cfg.model.failures, resolve=True))  # type: ignore[arg-type]
 
 
 def check_out_dir(out_dir: Path) -> str | None:

@@ -5,6 +5,8 @@ information rendered by different policies gives the same behaviour."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +115,32 @@ def test_every_measured_event_names_its_fact_and_is_structured_for_the_viewer() 
         assert f"{e['mechanism']}({e['fact']})" in [x for s in r.steps for x in s.info.get("events", [])]
 
 
+def test_a_failure_event_is_logged_only_on_the_step_that_enters_the_value() -> None:
+    """A fill the agent prepares but does not make this step (it selects the row first) logs no event."""
+    for index, policy in CASES:
+        r = episode(index, POLICY[policy](), failures(MEASURED), SLIPPY)
+        for s in r.steps:
+            kinds = {e["fact"].partition(":")[0] for e in s.info.get("sim_events", [])
+                     if e["mechanism"] in ("position_length", "confabulation")}
+            assert not kinds or s.action == "form_set_control_values", (s.step, s.action, s.info["sim_events"])
+
+
+@pytest.mark.parametrize(("override", "says"), [
+    ("model.failures.confabulation.p_absent=2", "model.failures.confabulation.p_absent=2 must be a probability"),
+    ("model.failures.checking.enabled=maybe", "model.failures.checking.enabled='maybe' must be true or false"),
+    ("model.failures.position_length.length_curve=gpt5", "length_curve='gpt5' is not one of the curves given"),
+])
+def test_a_bad_failure_setting_from_the_command_line_is_one_clear_line(override: str, says: str,
+                                                                       tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "experiment=c3", "model=sim_llmlike", override,
+                           "n_tasks=1", "n_runs=1", f"out_dir={tmp_path / 'run'}", "progress=false"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = (proc.stdout + proc.stderr).strip()
+    assert proc.returncode != 0 and "Traceback" not in out and says in out, out
+    assert len(out.splitlines()) == 1, out
+    assert not (tmp_path / "run" / "episodes.parquet").exists()
+
+
 def test_unknown_mechanism_or_key_is_one_clear_error() -> None:
     with pytest.raises(ValueError, match=r"model.failures: unknown mechanism 'halucination'"):
         FailureModel.from_dict({"halucination": {}})
@@ -120,6 +148,9 @@ def test_unknown_mechanism_or_key_is_one_clear_error() -> None:
         FailureModel.from_dict({"checking": {"share": 0.5}})
     with pytest.raises(ValueError, match=r"length_curve='gpt5' is not one of the curves"):
         FailureModel.from_dict({"position_length": {**LLMLIKE["position_length"], "length_curve": "gpt5"}})
+    with pytest.raises(ValueError, match=r"length_curve='gpt4_1106': its points must be numbers"):
+        FailureModel.from_dict({"position_length": {**LLMLIKE["position_length"],
+                                                    "curves": {"gpt4_1106": {4000: 0.0, 8000: 0.5}}}})
 
 
 # ---- the measurements -----------------------------------------------------------------------------------------
@@ -247,3 +278,15 @@ def test_an_unverified_line_with_a_wrong_code_is_counted_as_the_line_it_was_mean
     trusted, events = decide(view, failures(("checking",)))
     assert not trusted.tool_calls
     assert events == [f"checking(row:{FOLIO[0].subcategory}@{NEED.date})"]
+
+
+def test_a_fix_prepared_while_selecting_the_wrong_line_logs_nothing() -> None:
+    """Verified, the wrong line is selected first; the fix made with it (certain to be misused here) is next
+    step's: this step logs no position/length event."""
+    certain = {**LLMLIKE["position_length"], "enabled": True, "curves": {"cliff": {1000: 1.0, 2000: 1e-9}},
+               "length_curve": "cliff"}
+    fail = failures(("checking", "position_length"), position_length=certain,
+                    checking={"enabled": True, "verify_share": 1.0})
+    message, events = decide(_wrong_line_saved(), fail)
+    assert message.tool_calls[0].name == "form_select_grid_row"
+    assert events == []

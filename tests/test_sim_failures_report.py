@@ -327,3 +327,14 @@ def test_the_viewer_explains_a_failed_sim_llmlike_episode_with_its_attribution(l
     failed = [e for e in episodes if e["completed"] is False]
     assert failed and all(any(x.startswith(tag) for x in e["explanation"]) for e in failed)
     assert not any(x.startswith(tag) for e in episodes if e["completed"] for x in e["explanation"])
+
+
+def test_a_normal_ending_is_no_cause_and_another_ending_has_its_column() -> None:
+    details = json.dumps({"missing_lines": [], "extra_lines": []})
+    ended = {"completed": False, "score_details": details}
+    assert sim_failures.attribute({**ended, "termination": "agent_final"}, []) == [sim_failures.NONE_LOGGED]
+    assert sim_failures.attribute({**ended, "termination": "context_window_exceeded"}, []) == \
+        [sim_failures.NONE_LOGGED, "context_window_exceeded"]
+    failed = pd.DataFrame({"causes": [[sim_failures.NONE_LOGGED, "context_window_exceeded"], ["max_steps"]]})
+    counts = sim_failures._counts(failed)
+    assert counts["Failures: other ending"] == 1 and counts["Failures: step limit"] == 1

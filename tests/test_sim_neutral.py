@@ -241,6 +241,12 @@ class Counting:
     def stream(self, mechanism: str) -> random.Random:
         return random.Random(0)
 
+    def fired(self) -> int:
+        return 0
+
+    def unfire(self, mark: int) -> None:
+        pass
+
 
 def conflicting(older: dict[str, Any]) -> int:
     newest = _itemize_views()[1]

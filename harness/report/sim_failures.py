@@ -10,7 +10,8 @@
 Attribution rule (`attribute`), simple on purpose: a failed episode's failure is attributed to every mechanism
 that logged an event whose fact names a line the score found wrong: `code:<subcategory>` matches a missing or
 extra line of that subcategory, `line:` / `row:<subcategory>@<date>` one of that subcategory and date. The
-episode's termination is added when it is not a user stop ("max_steps"). When no fact matches but mechanisms fired,
+episode's termination is added when it is not a normal ending (a user stop, or the final answer without a user
+model): "max_steps", "context_window_exceeded". When no fact matches but mechanisms fired,
 those mechanisms are listed marked unmatched ("confabulation?"); when none fired, "none logged". A match says the
 mechanism touched a line that ended wrong, not that it alone caused the failure (a line confabulated and later
 repaired, then left out at the step limit, still matches); events without a line in their fact (stale-state
@@ -60,6 +61,7 @@ LABELS = {"position_length": "position & length", "confabulation": "confabulatio
           "stale_confusion": "stale-state confusion", "lapse": "lapse (model=sim)"}
 LINE_FACTS = ("position_length", "confabulation", "checking")  # their facts name a line; the others' never match
 NONE_LOGGED = "none logged"
+NORMAL_ENDINGS = ("user_stop", "agent_final")  # the user ended it / the agent answered (C1, no user model)
 ROWS = ("c1", "c2", "c3", "c4", *(m for m in METHODS if m not in ("c2", "waac")), "waac")
 ORDER = ("c2", "c3", "c4")  # the expense paper's ordering: C2 71.0 < C3 79.0 < C4 91.6 completed (%)
 AXES = {"length_curve": "Length curve (RULER)", "position_curve": "Position curve (Lost in the Middle)",
@@ -115,7 +117,7 @@ def attribute(episode: Mapping[str, Any], step_events: Iterable[Any]) -> list[st
     matched = _ranked(m for m, fact in events if matches(fact, lines))
     causes = matched or [f"{m}?" for m in _ranked(m for m, _ in events)] or [NONE_LOGGED]
     ending = str(episode.get("termination") or "")
-    return causes + ([ending] if ending and ending != "user_stop" else [])
+    return causes + ([ending] if ending and ending not in NORMAL_ENDINGS else [])
 
 
 # --- which runs ---------------------------------------------------------------------------------------------------
@@ -192,6 +194,8 @@ def _counts(failed: pd.DataFrame) -> dict[str, int]:
     row["Failures: fired, no fact matched"] = int(sum(any(c.endswith("?") for c in r) for r in failed.causes))
     row["Failures: none logged"] = causes.count(NONE_LOGGED)
     row["Failures: step limit"] = causes.count("max_steps")
+    known = {*LINE_FACTS, NONE_LOGGED, "max_steps"}
+    row["Failures: other ending"] = sum(c not in known and not c.endswith("?") for c in causes)
     return row
 
 

@@ -35,6 +35,8 @@ class Noise(Protocol):
     def confabulates(self, fact: str) -> bool: ...
     def verifies(self, row_key: str) -> bool: ...
     def fire(self, mechanism: str, fact: str, detail: str) -> None: ...
+    def fired(self) -> int: ...
+    def unfire(self, mark: int) -> None: ...
     def stream(self, mechanism: str) -> random.Random: ...
 
 
@@ -247,7 +249,11 @@ def _fix_bad(b: Belief, snap: Snapshot, rows: list[dict[str, Any]], folio: list[
         return Action()
     target = bad[0]
     fix = next((f for f in unmatched if f.subcategory == target.get("SubCategoryName")), None)
+    mark = noise.fired()
     then = _fill(b, snap, fix, noise) if fix else call("form_click_control", controlName="DeleteLine")
+    if sel is None or sel["_n"] != target["_n"]:
+        noise.unfire(mark)  # the fill waits for the selection: its draws are spent (as model=sim spends them), its
+        # failure events did not happen
     return _select_or(sel, target, then)
 
 

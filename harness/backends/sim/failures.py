@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from harness.errors import InputError
+
 MECHANISMS = ("position_length", "confabulation", "checking", "stale_confusion")
 
 
@@ -39,12 +41,18 @@ class PositionLength:
     position_curves: Mapping[str, Mapping[float, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.enabled:
-            for key, table, name in (("length_curve", self.curves, self.length_curve),
-                                     ("position_curve", self.position_curves, self.position_curve)):
-                if name not in table:
-                    raise ValueError(f"model.failures.position_length.{key}={name!r} is not one of the curves "
-                                     f"given: {', '.join(map(str, table)) or 'none'}")
+        if not self.enabled:
+            return
+        for key, table, name in (("length_curve", self.curves, self.length_curve),
+                                 ("position_curve", self.position_curves, self.position_curve)):
+            if name not in table:
+                raise InputError(f"model.failures.position_length.{key}={name!r} is not one of the curves "
+                                 f"given: {', '.join(map(str, table)) or 'none'}")
+            points = sorted((k, v) for k, v in table[name].items() if _number(k) and _number(v) and v >= 0)
+            reference = points[0][1] if key == "length_curve" and points else max((v for _, v in points), default=0)
+            if len(points) != len(table[name]) or reference <= 0:  # the factors divide by the reference point
+                raise InputError(f"model.failures.position_length.{key}={name!r}: its points must be numbers, "
+                                 f"accuracies >= 0 with a reference above 0; got {dict(table[name])!r}")
 
     def p_correct(self, tokens: int, depth: float) -> float:
         return self.length_factor(tokens) * self.position_factor(depth)
@@ -93,7 +101,7 @@ class FailureModel:
         kinds: dict[str, Any] = {f.name: f.default_factory for f in fields(cls)}
         unknown = sorted(set(raw) - set(kinds))
         if unknown:
-            raise ValueError(f"model.failures: unknown mechanism {unknown[0]!r}; valid: {', '.join(kinds)}")
+            raise InputError(f"model.failures: unknown mechanism {unknown[0]!r}; valid: {', '.join(kinds)}")
         return cls(**{name: _block(name, kinds[name](), raw.get(name)) for name in kinds})
 
 
@@ -102,8 +110,22 @@ def _block(name: str, default: Any, raw: Mapping[str, Any] | None) -> Any:
     valid = {f.name for f in fields(default)}
     unknown = sorted(set(raw) - valid)
     if unknown:
-        raise ValueError(f"model.failures.{name}: unknown key {unknown[0]!r}; valid: {', '.join(sorted(valid))}")
+        raise InputError(f"model.failures.{name}: unknown key {unknown[0]!r}; valid: {', '.join(sorted(valid))}")
+    for key, value in raw.items():
+        _check(f"model.failures.{name}.{key}", key, value)
     return type(default)(**raw)
+
+
+def _check(where: str, key: str, value: Any) -> None:
+    """A switch must be a boolean and a probability a number in [0, 1]: a typo must not run as something else."""
+    if key == "enabled" and not isinstance(value, bool):
+        raise InputError(f"{where}={value!r} must be true or false")
+    if key in ("p_absent", "verify_share") and not (_number(value) and 0 <= float(value) <= 1):
+        raise InputError(f"{where}={value!r} must be a probability between 0 and 1")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _interpolate(points: list[tuple[float, float]], x: float) -> float:
@@ -129,7 +151,9 @@ class Failures:
 
     @staticmethod
     def streams_for(seed: int) -> dict[str, random.Random]:
-        return {m: random.Random(f"{seed}/{m}") for m in MECHANISMS}
+        """The measured mechanisms that draw; checking's draw is keyed by the line, stale confusion keeps
+        model=sim's stream (drawn whether or not it is switched on, so the switch changes nothing else)."""
+        return {m: random.Random(f"{seed}/{m}") for m in ("position_length", "confabulation")}
 
     def misused(self, fact: str, position: int | None) -> bool:
         """Position and length: True when the agent uses the fact at message `position` wrongly this time."""

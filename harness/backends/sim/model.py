@@ -46,7 +46,10 @@ class Draw:
 
     def confused(self, n_conflicting: int) -> bool:
         p = min(self.cfg.confusion_max, self.cfg.confusion_per_conflicting_snapshot * n_conflicting)
-        return self.cfg.enabled and self.fail.model.stale_confusion.enabled and self.rng.random() < p
+        if not self.cfg.enabled:
+            return False
+        hit = self.rng.random() < p  # drawn even when switched off: the switch changes nothing else
+        return hit and self.fail.model.stale_confusion.enabled
 
     def lapse(self) -> bool:
         return self.rng.random() < self.p_lapse
@@ -69,6 +72,12 @@ class Draw:
 
     def fire(self, mechanism: str, fact: str, detail: str) -> None:
         self.fail.fire(mechanism, fact, detail)
+
+    def fired(self) -> int:
+        return len(self.fail.events)
+
+    def unfire(self, mark: int) -> None:
+        del self.fail.events[mark:]
 
     def stream(self, mechanism: str) -> random.Random:
         return self.fail.rng(mechanism)
