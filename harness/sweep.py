@@ -63,9 +63,18 @@ def missing_launcher(args: list[str]) -> str | None:
 def multirun(sweep: str, sweep_dir: Path, args: list[str]) -> None:
     given = {a.split("=", 1)[0] for a in args}
     base = [b for b in BASE[sweep] if b.split("=", 1)[0] not in given]  # ARGS win (e.g. model=openai)
-    cmd = [sys.executable, "-m", "harness.run", "-m", *base, f"+sweep={sweep}",
+    cmd = [sys.executable, "-m", "harness.run", "-m", *base, f"+sweep={sweep}", *joblib_jobs(sweep, args),
            f"hydra.sweep.dir={sweep_dir}", *[a for a in args if not a.startswith("hydra.sweep.dir=")]]
     subprocess.run(cmd, cwd=ROOT, check=True, preexec_fn=_with_us())
+
+
+def joblib_jobs(sweep: str, args: list[str]) -> list[str]:
+    """Two jobs at a time under joblib (each job runs LLMLingua, Mem0 or a local server of its own); set here, not
+    in the sweep configs, so that ARGS='hydra/launcher=ray' composes (Ray's launcher has no n_jobs key).
+    sim_sensitivity's light jobs take one per CPU; ARGS naming n_jobs win."""
+    if sweep == "sim_sensitivity" or any("launcher=ray" in a or "launcher.n_jobs" in a for a in args):
+        return []
+    return ["hydra.launcher.n_jobs=2"]
 
 
 def _with_us() -> partial[None]:

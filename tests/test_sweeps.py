@@ -68,3 +68,15 @@ def test_methods_sweep_feeds_the_comparison_table(tmp_path: Path) -> None:
     assert table.loc["C2 (full history)", "input vs Vanilla, ours"] == "1.000"
     assert all(str(r).startswith(str(Path("sweeps") / "methods" / "x")) for r in table.run.iloc[:3])
     assert set(table.simulated.iloc[:3]) == {"yes"}
+
+
+def test_every_sweep_composes_with_the_ray_launcher_and_joblib_keeps_two_jobs() -> None:
+    """`make sweep SWEEP=<any> ARGS='hydra/launcher=ray'`: the sweep configs set nothing Ray's launcher lacks."""
+    from harness.sweep import SWEEPS, joblib_jobs
+
+    for sweep in SWEEPS:
+        proc = subprocess.run([sys.executable, "-m", "harness.run", f"+sweep={sweep}", "hydra/launcher=ray",
+                               "--cfg", "hydra"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and "hydra_ray_launcher" in proc.stdout, (sweep, proc.stderr[-400:])
+    assert joblib_jobs("methods", ["n_tasks=1"]) == ["hydra.launcher.n_jobs=2"]
+    assert joblib_jobs("methods", ["hydra/launcher=ray"]) == [] == joblib_jobs("budget", ["hydra.launcher.n_jobs=4"])
