@@ -38,6 +38,7 @@ from typing import Any
 import pandas as pd
 
 from harness import manifest as manifests
+from harness.backends.sim.failures import EVENT
 from harness.backends.sim.failures import MECHANISMS as MEASURED
 from harness.report.console import per_run
 from harness.report.methods_table import METHODS
@@ -69,7 +70,6 @@ AXES = {"length_curve": "Length curve (RULER)", "position_curve": "Position curv
         "stale_confusion": "Stale-state confusion"}
 CAPTION = (f"SIMULATED failure model (model={MODEL}, not LLM results; parameters from published measurements of "
            "language models, sources in configs/model/sim_llmlike.yaml and the README; not a reproduction)")
-_EVENT = re.compile(r"^\s*(\w+)\((.*)\)\s*$")
 _FACT = re.compile(r"^(?:code|line|row):([^@]+)(?:@(.+))?$")
 
 
@@ -80,8 +80,8 @@ def parse_events(step_events: Iterable[Any]) -> list[tuple[str, str]]:
     found = []
     for text in step_events:
         for part in (text if isinstance(text, str) else "").split(";"):
-            if match := _EVENT.match(part):
-                found.append((match[1], match[2]))
+            if match := EVENT.match(part):
+                found.append((match["mechanism"], match["fact"]))
     return found
 
 

@@ -24,13 +24,13 @@ import json
 import logging
 import math
 import os
-import re
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from harness.backends.sim.failures import EVENT
 from harness.errors import InputError
 from harness.records import NAME, check_transcript, transcript_files
 from harness.report import names, sim_failures
@@ -44,7 +44,6 @@ STATUSES = ("kept", "summarized", "masked", "compressed", "pointer", "inserted")
 REWRITES = {"observation_masking": "masked", "llmlingua": "compressed", "summary": "summarized",
             "lcm": "summarized", "agentfold": "summarized", "last_n_summary": "summarized", "mem0": "summarized"}
 BY_LEVEL = (("pointer", "pointer"), ("summary", "summarized"), ("drop", "compressed"))
-EVENT = re.compile(r"^(?P<mechanism>[\w.-]+)\((?P<fact>.*)\)$")
 
 
 # ---- runs ---------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
 
+from harness.backends.sim.failures import event_text
 from harness.backends.sim.reader import Belief, Snapshot
 from harness.backends.sim.slip import slip
 from harness.types import FolioLine
@@ -81,7 +82,7 @@ def _current_form(b: Belief, noise: Noise) -> tuple[Snapshot | None, list[str]]:
         return current, []
     stale = [s for s in same[:-1] if _conflicts(s, latest)]
     if stale and noise.confused(len(stale)):
-        return noise.choice(stale).over(current), [f"stale_confusion({len(stale)} conflicting snapshots)"]
+        return noise.choice(stale).over(current), [event_text("stale_confusion", f"{len(stale)} conflicting snapshots")]
     return current, []
 
 
@@ -224,7 +225,7 @@ def _on_itemize(b: Belief, snap: Snapshot, noise: Noise) -> Action:
         return _select_or(sel, extra[0], call("form_click_control", controlName="DeleteLine"))
     if _verify_now(b, missing):
         if noise.lapse():
-            verdict = Action(events=["lapse(skipped line check)"])
+            verdict = Action(events=[event_text("lapse", "skipped line check")])
         else:
             verdict = _fix_bad(b, snap, rows, folio, sel, noise, trusted)
         if verdict.tool or verdict.text:
@@ -298,7 +299,7 @@ def _fill(b: Belief, snap: Snapshot, line: FolioLine, noise: Noise) -> Action:
     events = []
     if noise.lapse():
         line, what = noise.slip(line, checkin, checkout)
-        events.append(f"lapse(slip:{what})")
+        events.append(event_text("lapse", f"slip:{what}"))
     elif noise.misused(_fact(line, "line"), _line_position(b, line)):  # Lost in the Middle / RULER
         line, _ = slip(noise.stream("position_length"), line, checkin, checkout)
     values = [{"controlName": "SubCategory", "value": code}, {"controlName": "StartDate", "value": line.date},

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import math
 import random
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -26,6 +27,12 @@ from typing import Any
 from harness.errors import InputError
 
 MECHANISMS = ("position_length", "confabulation", "checking", "stale_confusion")
+# how a step logs an event as text (`info.events`, steps.parquet): `mechanism(fact)`; the viewer and tables parse it
+EVENT = re.compile(r"^\s*(?P<mechanism>[\w.-]+)\((?P<fact>.*)\)\s*$")
+
+
+def event_text(mechanism: str, fact: str) -> str:
+    return f"{mechanism}({fact})"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.backends.sim import expense
-from harness.backends.sim.failures import FailureModel, Failures
+from harness.backends.sim.failures import EVENT, FailureModel, Failures, event_text
 from harness.backends.sim.reader import read
 from harness.backends.sim.slip import slip
 from harness.tokens import TokenCounter
@@ -103,7 +103,8 @@ class SimModel:
 
     def generate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion:
         visible = self.tokens.request(messages, tools)
-        fail = Failures(self.failures, self.streams, self.seed, visible, self._depths(messages))
+        depths = self._depths(messages) if self.failures.position_length.enabled else []  # only it reads them
+        fail = Failures(self.failures, self.streams, self.seed, visible, depths)
         action = expense.plan(read(messages, tools), Draw(self.rng, self.noise, visible, fail))
         self.calls += 1
         message = self._message(action)
@@ -132,11 +133,12 @@ def _info(events: list[str], fired: list[dict[str, str]]) -> dict[str, Any]:
     structured (mechanism, fact, detail) as the viewer and the failure tables read them."""
     if not fired:
         return {"events": events} if events else {}
-    strings = [f"{e['mechanism']}({e['fact']})" for e in fired]
+    strings = [event_text(e["mechanism"], e["fact"]) for e in fired]
     structured = [_structured(e) for e in events]
     return {"events": events + strings, "sim_events": structured + fired}
 
 
 def _structured(event: str) -> dict[str, str]:
-    name, _, rest = event.partition("(")
-    return {"mechanism": name, "fact": rest.rstrip(")"), "detail": event}
+    found = EVENT.match(event)
+    return {"mechanism": found["mechanism"] if found else event, "fact": found["fact"] if found else "",
+            "detail": event}
