@@ -17,7 +17,7 @@ RAY_STAMP := $(VENV)/.ray-stamp
 SMOLLM_STAMP := $(VENV)/.smollm2-stamp
 .PHONY: help setup setup-local setup-methods setup-browser setup-ray run library sweep runs tables plots view notebook \
 	test test-unit test-integration serve-local serve-sim lint bench clean sandbox-deps browser-deps tex-deps \
-	check-bench judge
+	check-bench judge mock-deps
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-17s %s\n", $$1, $$2}'
@@ -94,7 +94,8 @@ $(LOCAL_STAMP): $(STAMP) $(SMOLLM_STAMP)
 # both use the local model server (model=local).
 METHOD_NAMES := waac% llmlingua% mem0%
 METHODS_DEPS = $(if $(filter $(METHOD_NAMES),$(1) $(patsubst policy=%,%,$(filter policy=%,$(ARGS)))),$(METHODS_STAMP))
-PINCH_DEPS := $(if $(filter pinchbench%,$(CONFIG)),$(LOCAL_STAMP) sandbox-deps)
+PINCH_DEPS := $(if $(filter pinchbench%,$(CONFIG)),$(LOCAL_STAMP) sandbox-deps \
+	$(if $(findstring agent_profile=openclaw,$(ARGS)),openclaw-profile) $(if $(findstring mocks.enabled=true,$(ARGS)),mock-deps))
 ODYSSEYS_DEPS := $(if $(filter odysseys%,$(CONFIG)),$(LOCAL_STAMP) $(BROWSER_STAMP) browser-deps)
 # `make run CONFIG=c3 model=sim_llmlike` (or MODEL=...) picks the model group like ARGS='model=...' does.
 MODEL_ARG = $(if $(or $(MODEL),$(model)),model=$(or $(MODEL),$(model)))
@@ -133,7 +134,10 @@ notebook: $(STAMP) ## Execute notebooks/reproduce.ipynb on the project's kernel 
 
 # The tests use every extra (methods, browser, Ray launcher, local model server) and Debian's bubblewrap, Chromium
 # and TeX (the LaTeX tables are compiled).
-TEST_DEPS := $(STAMP) $(METHODS_STAMP) $(BROWSER_STAMP) $(RAY_STAMP) sandbox-deps browser-deps tex-deps
+# mock-deps and openclaw-profile: the fws plumbing and OpenClaw's captured request are tested for real (what npm
+# cannot install here is skipped with the reason npm gave: see the README's PinchBench section)
+TEST_DEPS := $(STAMP) $(METHODS_STAMP) $(BROWSER_STAMP) $(RAY_STAMP) sandbox-deps browser-deps tex-deps mock-deps \
+	openclaw-profile
 test: $(TEST_DEPS) $(LOCAL_STAMP) ## Run every test, the local-model integration tests included (offline)
 	$(PY) -m pytest
 
@@ -166,6 +170,50 @@ sandbox-deps: ## Install bubblewrap (the PinchBench sandbox) and check it can cr
 	@command -v bwrap >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq bubblewrap; }
 	@bwrap --unshare-all --ro-bind / / true || { echo "bwrap cannot create namespaces here; on Ubuntu >= 23.10:" \
 	  "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"; exit 1; }
+
+# PinchBench's gws/gh tasks (benchmark.mocks; harness/envs/pinchbench/mocks.py): Debian's gh; fws and the gws CLI
+# from npm into a project-local prefix (upstream: npm install -g @juppytt/fws); the Google discovery documents fws
+# reads, from google-api-python-client's wheel (fws would download them; it runs without network). A package npm
+# cannot install is named in one line and its tasks are left out of a run; FWS_PKG=<tarball or folder> uses a copy.
+MOCK_NODE := $(VENV)/node
+FWS_PKG ?= @juppytt/fws@0.4.2
+GWS_PKG ?= @googleworkspace/cli@0.22.5
+DISCOVERY_PKG ?= google-api-python-client==2.202.0
+NPM_G := npm install -g --prefix $(MOCK_NODE) --no-audit --no-fund --loglevel=error
+mock-deps: $(STAMP) ## Install the fws mocks' pieces: Debian's gh, npm's fws and gws (into .venv/node), discovery docs
+	@command -v gh >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq gh; }
+	@command -v npm >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq nodejs npm; }
+	@test -x $(MOCK_NODE)/bin/fws || $(NPM_G) $(FWS_PKG) >/dev/null 2>&1 || echo "mock-deps: npm could not" \
+	  "install $(FWS_PKG): the gws/gh tasks cannot run (FWS_PKG=<a tarball or folder of fws> uses another copy)"
+	@test -x $(MOCK_NODE)/bin/gws || $(NPM_G) $(GWS_PKG) >/dev/null 2>&1 || { rm -f $(MOCK_NODE)/bin/gws; \
+	  echo "mock-deps: npm could not install $(GWS_PKG) (its install step downloads a binary from GitHub):" \
+	  "the task_gws_* tasks cannot run"; }
+	@test -f $(MOCK_NODE)/gws-discovery/cache/people_v1.json || { d=$$(mktemp -d) && \
+	  $(PY) -m pip download -q --no-deps $(DISCOVERY_PKG) -d $$d && \
+	  $(PY) -m harness.envs.pinchbench.mocks discovery $$d $(MOCK_NODE)/gws-discovery; s=$$?; rm -rf $$d; exit $$s; }
+
+# The `openclaw` agent profiles (benchmark.agent_profile=openclaw|openclaw-coding, harness/envs/pinchbench/profile.py):
+# OpenClaw's own request (system prompt, tool schemas) captured by harness.envs.pinchbench.openclaw_capture from the
+# pinned npm package, run by a Node.js it supports (node-linux-<arch>, a registry package), both under .venv.
+OPENCLAW_VERSION := 2026.5.6
+OPENCLAW_NODE := 22.23.5
+OPENCLAW_DIR := $(VENV)/openclaw
+OPENCLAW_STAMP := $(OPENCLAW_DIR)/.installed-$(OPENCLAW_VERSION)-node$(OPENCLAW_NODE)
+OPENCLAW_REQUESTS := $(OPENCLAW_DIR)/request-full.json $(OPENCLAW_DIR)/request-coding.json
+NODE_PKG := node-linux-$(if $(filter aarch64 arm64,$(shell uname -m)),arm64,x64)
+$(OPENCLAW_STAMP):
+	$(SAY) "installing openclaw@$(OPENCLAW_VERSION) and Node.js $(OPENCLAW_NODE) ($(NODE_PKG)) from the npm registry \
+	into $(OPENCLAW_DIR): they generate the openclaw agent profile; once, ~1 min, ~0.7 GB"
+	@command -v npm >/dev/null || { echo "make openclaw-profile needs npm (Debian: apt-get install npm)"; exit 1; }
+	npm install --prefix $(OPENCLAW_DIR) --no-audit --no-fund --loglevel=error \
+	  $(NODE_PKG)@$(OPENCLAW_NODE) openclaw@$(OPENCLAW_VERSION)
+	@touch $@
+
+$(OPENCLAW_DIR)/request-%.json: $(OPENCLAW_STAMP) harness/envs/pinchbench/openclaw_capture.py | $(STAMP)
+	$(PY) -m harness.envs.pinchbench.openclaw_capture --prefix $(OPENCLAW_DIR) --out $@ --tools-profile $*
+
+.PHONY: openclaw-profile
+openclaw-profile: $(OPENCLAW_REQUESTS) ## Capture OpenClaw's own request for benchmark.agent_profile=openclaw (npm, ~0.7 GB)
 
 BENCH ?= pinchbench
 BENCH_DIR ?=

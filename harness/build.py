@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError
 
 from harness.backends.base import LLMBackend
+from harness.backends.judge_backend import host
 from harness.envs.base import Domain, UserModel
 from harness.errors import InputError
 from harness.policies.base import ContextPolicy, method_record
@@ -32,6 +34,7 @@ def build_domain(cfg: DictConfig) -> Domain:
         env = OmegaConf.to_container(cfg.env, resolve=True)
         assert isinstance(env, dict)
         env.pop("waac", None)
+        env.pop("reads", None)  # which root settings the benchmark reads: harness.cli's check, not the domain's
         return instantiate(env)
     except InstantiationException as exc:
         cause = exc.__cause__
@@ -83,11 +86,59 @@ def build_judge(cfg: DictConfig, agent: LLMBackend) -> tuple[Any, str, str | Non
     if judge.get("use_agent"):
         if getattr(agent, "simulated", False):
             return (None, f"the agent's backend ({getattr(agent, 'name', '?')}) is simulated and cannot judge; "
-                    "set judge=openai (any OpenAI-compatible endpoint)", cache, attempts, images)
+                    "set judge=pinchbench|gemini (the benchmark's upstream judge) or judge=openai (any "
+                    "OpenAI-compatible endpoint)", cache, attempts, images)
         return agent, "", cache, attempts, images
     if judge.get("model") is None:
         return None, "no judge configured (judge=none)", cache, attempts, images
-    return instantiate(judge.model, seed=cfg.seed), "", cache, attempts, images
+    backend = instantiate(judge.model, seed=cfg.seed)
+    missing = getattr(backend, "unavailable_reason", None)  # an API judge whose key is unset (judge=pinchbench)
+    if missing:
+        _warn_once(missing)
+        return None, missing, cache, attempts, images
+    return backend, "", cache, attempts, images
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(reason: str) -> None:
+    if reason not in _WARNED:
+        _WARNED.add(reason)
+        logging.getLogger("harness.build").warning("%s", reason)
+
+
+def judge_context(cfg: DictConfig, agent: LLMBackend) -> dict[str, Any]:
+    """The judge part of an episode's EpisodeContext: build_judge's judge, its retry setting and its label."""
+    backend, reason, cache, attempts, images = build_judge(cfg, agent)
+    judge = cfg.get("judge") or {}
+    return {"judge": backend, "judge_reason": reason, "judge_cache_dir": cache, "judge_attempts": attempts,
+            "judge_max_images": images, "judge_retry_unusable": bool(judge.get("retry_unusable", False)),
+            "judge_label": judge_label(cfg, agent)}
+
+
+def judge_label(cfg: DictConfig, agent: Any) -> dict[str, Any]:
+    """Which judge grades, as the episode columns judge_model, judge_host, judge_setting ("self-judged", "upstream
+    default" while the judge config matches its own `upstream:` block, "override", or "none") and judge_is_agent.
+    The label names the configured judge even when it cannot be asked (its key unset, a simulated agent)."""
+    judge = cfg.get("judge")
+    if judge is not None and judge.get("use_agent"):
+        return {"judge_model": getattr(agent, "name", None), "judge_host": host(getattr(agent, "base_url", None)),
+                "judge_setting": "self-judged", "judge_is_agent": True}
+    model = judge.get("model") if judge is not None else None
+    if model is None:
+        return {"judge_model": None, "judge_host": None, "judge_setting": "none", "judge_is_agent": False}
+    upstream = judge.get("upstream")
+    setting = "upstream default" if upstream is not None and _matches(judge, upstream) else "override"
+    return {"judge_model": model.get("name") or model.get("model"), "judge_host": host(model.get("base_url")),
+            "judge_setting": setting, "judge_is_agent": False}
+
+
+def _matches(node: Any, expected: Any) -> bool:
+    """Every key of `expected` has the same value in `node` (nested mappings compared key by key)."""
+    if isinstance(expected, DictConfig | dict):
+        return isinstance(node, DictConfig | dict) and all(_matches(node.get(k), v) for k, v in expected.items())
+    return bool(node == expected)
 
 
 def method_columns(policy: ContextPolicy, model: Any = None) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 
 Composes the config once up front so that a bad experiment name or override fails with a message listing
 the valid choices, and checks what would otherwise fail mid-run or with a traceback (a `+` adding an unknown
-key, n_tasks/n_runs out of range, a bad tasks file, an unwritable out_dir): each exits with code 2 and a short
-`error: ...` on stderr. Then it hands over to the Hydra app in `harness.run` (which also supports `-m` sweeps).
+key, a renamed setting such as `benchmark.limit`, a setting the chosen benchmark does not read such as `user=llm`
+on PinchBench, n_tasks/n_runs out of range, a bad tasks file, an unwritable out_dir): each exits with code 2 and a
+short `error: ...` on stderr. Then it hands over to the Hydra app in `harness.run` (which also supports `-m` sweeps).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError
 
 from harness.build import build_domain, check_policy_model
-from harness.config import RunConfig
+from harness.config import BENCHMARK_SETTINGS, RENAMED, RunConfig
 from harness.errors import InputError
 from harness.run import CONFIG_DIR, main
 from harness.sweep import installed, missing_launcher
@@ -100,6 +101,60 @@ def unknown_additions(overrides: list[str]) -> str | None:
     return None
 
 
+def renamed_settings(overrides: list[str]) -> str | None:
+    """`benchmark.limit=3` (and the other settings of harness.config.RENAMED) is refused with the setting's new
+    name, instead of Hydra's unknown-key listing."""
+    for line, o in zip(overrides, _parsed(overrides) or [], strict=False):
+        if o.key_or_group in RENAMED:
+            return f"error: {line}: this setting was removed; use {RENAMED[o.key_or_group]}"
+    return None
+
+
+def unread_settings(overrides: list[str]) -> str | None:
+    """An override of a root setting the chosen benchmark does not read (harness.config.BENCHMARK_SETTINGS not in
+    its env config's `reads:`), e.g. `user=llm` on PinchBench or `benchmark.subset=core` on the expense benchmark,
+    which would otherwise run as if it had not been given. Setting a group to none (`user=none`) or deleting a
+    setting says it is not used, and is allowed. The benchmark is found by composing without those overrides."""
+    parsed = _parsed(overrides)
+    if parsed is None:
+        return None
+    specific = [(line, o) for line, o in zip(overrides, parsed, strict=True) if _sets_a_benchmark_setting(o)]
+    if not specific:
+        return None
+    chosen = {line for line, _ in specific}
+    try:
+        with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+            cfg = compose("config", [o for o in overrides if o not in chosen], return_hydra_config=True)
+    except Exception:  # composition reports its own errors (check)
+        return None
+    reads = cfg.env.get("reads")
+    if reads is None:  # an env config without the declaration: it may read anything
+        return None
+    name = cfg.hydra.runtime.choices.get("env") or cfg.env.get("_target_")
+    for line, o in specific:
+        head = o.key_or_group.split(".")[0]
+        if head not in reads:
+            unread = [k for k in BENCHMARK_SETTINGS if k not in reads]
+            return (f"error: {line}: the {name} benchmark does not read `{head}`, so it would change nothing (it "
+                    f"reads {', '.join(reads) or 'none of them'}; not {', '.join(unread)})")
+    return None
+
+
+def _parsed(overrides: list[str]) -> list[Any] | None:
+    try:
+        return list(OverridesParser.create().parse_overrides(overrides))
+    except Exception:  # a syntax error: composition reports it with Hydra's message
+        return None
+
+
+def _sets_a_benchmark_setting(o: Any) -> bool:
+    head = o.key_or_group.split(".")[0].split("/")[0]
+    if head not in BENCHMARK_SETTINGS or o.is_delete():
+        return False
+    is_group = "." not in o.key_or_group and (Path(CONFIG_DIR) / o.key_or_group).is_dir()
+    return not (is_group and o.value() in ("none", None))
+
+
 # Hydra's flags that take a value (`--cfg job`), and --info's optional one (hydra/_internal/utils.py get_args_parser)
 VALUED = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
           "--experimental-rerun")
@@ -145,8 +200,11 @@ def check(argv: list[str]) -> str | None:
     choices. Only what Hydra would run: with flags (-m sweeps, --help, --cfg) the overrides get the syntactic
     check alone, and Hydra reports the rest."""
     flags, overrides = split_flags(argv)
-    problem = unknown_additions(overrides) or missing_launcher(overrides)
+    problem = unknown_additions(overrides) or renamed_settings(overrides) or missing_launcher(overrides)
     if problem or flags:
+        return problem
+    problem = unread_settings(overrides)
+    if problem:
         return problem
     try:
         with initialize_config_dir(CONFIG_DIR, version_base="1.3"):

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 @dataclass
 class RunConfig:
     name: str = "default"
-    n_tasks: int = 50
+    n_tasks: int | None = 50  # every benchmark's task count (a workflow's: chains); None: all
     n_runs: int = 5
     seed: int = 2606
     max_steps: int = 60
@@ -36,6 +36,16 @@ class RunConfig:
     benchmark: Any = None
     browser: Any = None
     budget: Any = None
+
+
+# Root settings that only some benchmarks read. Each env config lists those its benchmark reads (`env.reads`); the
+# command line may not override any other (harness.cli), so e.g. `user=llm` on PinchBench, which has no user model,
+# is refused instead of silently ignored. The rest of RunConfig applies to every benchmark.
+BENCHMARK_SETTINGS = ("benchmark", "browser", "judge", "user")
+# Settings that were renamed: an override of one is refused with where the setting is now.
+RENAMED = {"benchmark.limit": "n_tasks", "env.limit": "n_tasks",
+           "benchmark.workflow.n_chains": "n_tasks (a workflow run's tasks are its chains)",
+           "env.n_chains": "n_tasks (a workflow run's tasks are its chains)"}
 
 
 def policy_label(*, _root_: Any) -> str:

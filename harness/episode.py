@@ -101,22 +101,32 @@ class _NewSession:
 
 def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, tokens: TokenCounter,
                 max_steps: int, aux: Summarizer | None = None, budget: int | None = None,
-                max_unusable_replies: int = 3, new_policy: Callable[[], ContextPolicy] | None = None
-                ) -> EpisodeResult:
+                max_unusable_replies: int = 3, new_policy: Callable[[], ContextPolicy] | None = None,
+                deadline_s: float | None = None) -> EpisodeResult:
     """`max_unusable_replies`: that many truncated or empty replies in a row end the episode
     (Termination.UNUSABLE_REPLIES), instead of paying for the same useless output until max_steps.
     `new_policy` makes the policy of a fresh conversation (a user reply opening with NEW_SESSION; without it such
-    a reply ends the episode as an error). `max_steps` counts model calls over all conversations of the episode."""
+    a reply ends the episode as an error). `max_steps` counts model calls over all conversations of the episode.
+    `deadline_s`: the episode's wall-clock limit, seconds from its start (the domain supplies it, e.g. a PinchBench
+    task's timeout_seconds; None: none). It is checked before every model call; once past, the episode ends as
+    Termination.TIMEOUT and is still scored on what it did (upstream grades timed-out tasks). An environment with
+    `set_deadline(remaining)` gets a function giving the seconds left, to bound a tool call by it (PinchBench's
+    exec); a model call in flight is not cut short (its backend's own timeout bounds it)."""
     start = time.perf_counter()
+    remaining = _clock(start, deadline_s)
     try:
         history: list[Message] = episode.opening()
     except InfraError as exc:  # the environment could not start (e.g. a browser): no model call was made
         return _not_started(episode, start, f"{type(exc).__name__}: {exc}")
     convo = Conversation(policy, 0, len(history))
     tools = [*episode.env.tools(), *_policy_tools(policy)]
+    _offer_deadline(episode, remaining)
     steps: list[StepRecord] = []
     termination, error, failed_retries = Termination.MAX_STEPS, None, 0
     for step in range(max_steps):
+        if remaining is not None and remaining() <= 0:  # as upstream: no new turn once the time is up
+            termination = Termination.TIMEOUT
+            break
         try:
             ctx = RenderContext(step, tokens, tools, budget=budget, aux=aux, n_fixed=convo.n_fixed)
             ended = _step(episode, convo, model, tokens, history, steps, ctx)
@@ -146,6 +156,21 @@ def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, toke
     return EpisodeResult(history, steps, termination, score, elapsed, tool_errors, malformed, user_usage,
                          getattr(episode.user, "cost_usd", 0.0), error, failed_retries,
                          time.perf_counter() - scoring)
+
+
+def _clock(start: float, deadline_s: float | None) -> Callable[[], float] | None:
+    """Seconds left before the episode's wall-clock limit (None: no limit)."""
+    if deadline_s is None:
+        return None
+    end = start + float(deadline_s)
+    return lambda: end - time.perf_counter()
+
+
+def _offer_deadline(episode: Episode, remaining: Callable[[], float] | None) -> None:
+    """Tell an environment that can bound its own tool calls (`set_deadline`) how much time the episode has left."""
+    setter = getattr(episode.env, "set_deadline", None)
+    if remaining is not None and callable(setter):
+        setter(remaining)
 
 
 def _not_started(episode: Episode, start: float, error: str) -> EpisodeResult:
@@ -296,7 +321,9 @@ def _tool_result(episode: Episode, policy: ContextPolicy, call: ToolCall) -> Mes
         content, is_error = policy.call_tool(call)  # type: ignore[attr-defined]
         return Message("tool", content, tool_call_id=call.id, name=call.name, is_error=is_error)
     result = episode.env.execute(call)
-    return Message("tool", result.content, tool_call_id=call.id, name=call.name, is_error=result.is_error)
+    images = tuple(getattr(result, "images", ()))  # a screenshot observation (Odysseys browser.observation)
+    return Message("tool", result.content, tool_call_id=call.id, name=call.name, is_error=result.is_error,
+                   images=images)
 
 
 def view_refs(history: Sequence[Message], view: Sequence[Message]) -> list[Any]:

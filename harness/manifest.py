@@ -8,6 +8,9 @@ Reports use it to tell a complete run from a smoke, partial or failed one instea
   or `error`;
 - `failed`: no episode at all, or every episode is an infrastructure failure (`infra_error`);
 - `partial`: anything else, and always after an interruption.
+It also records the run's limits (`limits`: max_steps and, for a domain with time limits, the timeout setting and
+each episode's effective limit) and, for a benchmark that can say so (PinchBench), `coverage`: every task of the
+benchmark the run leaves out, with its category and why (the tables and the console read it: issue #23 item 4).
 Written atomically, so a reader sees the old manifest or the new one, never half of one.
 """
 
@@ -39,8 +42,12 @@ MAX_IDS = 1000  # above this many tasks only their count and hash are kept
 log = logging.getLogger(__name__)
 
 
-def begin(out_dir: Path, cfg: DictConfig, fingerprint: str, task_ids: list[str]) -> None:
-    """Record the start of a run, or of a resumed session of it (the first start time is kept)."""
+def begin(out_dir: Path, cfg: DictConfig, fingerprint: str, task_ids: list[str],
+          coverage: dict[str, Any] | None = None, limits: dict[str, Any] | None = None,
+          provenance: dict[str, Any] | None = None) -> None:
+    """Record the start of a run, or of a resumed session of it (the first start time is kept). `coverage`: the
+    benchmark's tasks the run leaves out and why (domain_record); `limits`: the step cap and time limits;
+    `provenance`: the task file's version and hash and the observation mode (Odysseys)."""
     old = _existing(out_dir)
     now = _now()
     n_runs = int(cfg.n_runs)
@@ -54,8 +61,21 @@ def begin(out_dir: Path, cfg: DictConfig, fingerprint: str, task_ids: list[str])
         "git": git_state(), "python": platform.python_version(), "packages": versions(),
         "command": [_program(), *sys.argv[1:]], "overrides": overrides(out_dir),
         "host": socket.gethostname(),
+        "limits": {"max_steps": cfg.get("max_steps"), **(limits or {})},
     }
+    if coverage is not None:
+        manifest["coverage"] = coverage
+    if provenance is not None:
+        manifest["provenance"] = provenance
     _write(out_dir, manifest)
+
+
+def domain_record(domain: Any) -> dict[str, Any]:
+    """What a domain can say about its run, for `begin`: `coverage()` (the benchmark's tasks left out, each with
+    its category and why: PinchBench), `limits()` (its time limits) and `provenance()` (which task-file version
+    and observation mode: Odysseys); a domain without them says nothing."""
+    found = {key: getattr(domain, key, None) for key in ("coverage", "limits", "provenance")}
+    return {key: method() for key, method in found.items() if callable(method)}
 
 
 def finish(out_dir: Path, episodes: pd.DataFrame, interrupted: bool = False) -> dict[str, Any]:

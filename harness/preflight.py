@@ -25,7 +25,7 @@ from harness.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 PER_EPISODE = ("n_steps", "input_tokens", "output_tokens", "aux_input_tokens", "aux_output_tokens",
-               "user_input_tokens", "user_output_tokens")
+               "user_input_tokens", "user_output_tokens", "judge_input_tokens", "judge_output_tokens")
 
 
 def real_backends(cfg: DictConfig, seed: int) -> dict[str, Any]:
@@ -86,9 +86,11 @@ def estimate(cfg: DictConfig, n_episodes: int, backends: dict[str, Any], results
 
 
 def _price(tokens: dict[str, float], backends: dict[str, Any]) -> float | None:
-    """Agent tokens at the agent's price; user-model and summarizer tokens at theirs, when those are real."""
+    """Agent tokens at the agent's price; user-model, summarizer and judge tokens at theirs, when those are real
+    (the judge's from the reference run's judge_*_tokens columns: PinchBench records them per episode)."""
     by_role = {"agent": ("input_tokens", "output_tokens"), "user": ("user_input_tokens", "user_output_tokens"),
-               "summarizer": ("aux_input_tokens", "aux_output_tokens")}
+               "summarizer": ("aux_input_tokens", "aux_output_tokens"),
+               "judge": ("judge_input_tokens", "judge_output_tokens")}
     total = 0.0
     for role, backend in backends.items():
         price = backend.prices.get(backend.model)

@@ -40,13 +40,13 @@ from harness.backends.base import InfraError
 from harness.backends.local import serving
 from harness.build import (
     build_domain,
-    build_judge,
     build_model,
     build_policy,
     build_user,
     check_policy_model,
     describe,
     episode_seed,
+    judge_context,
     method_columns,
 )
 from harness.config import register
@@ -77,16 +77,19 @@ def run_one(cfg: DictConfig, domain: Domain, job: Job) -> dict[str, Any]:
     model = build_model(cfg, seed)
     budget = budget_tokens(cfg.budget.reference_tokens, cfg.budget.fraction)
     policy = build_policy(cfg)
-    context = EpisodeContext(run, Path(out_dir), *build_judge(cfg, model))
+    context = EpisodeContext(run, Path(out_dir), **judge_context(cfg, model))
     episode = domain.episode(task, build_user(cfg), context)
+    deadline = getattr(episode, "timeout_s", None)  # the domain's wall-clock limit for this episode, if it has one
     try:
         result = run_episode(episode, policy, model, TokenCounter(cfg.encoding), cfg.max_steps, budget=budget,
-                             max_unusable_replies=cfg.max_unusable_replies, new_policy=lambda: build_policy(cfg))
+                             max_unusable_replies=cfg.max_unusable_replies, new_policy=lambda: build_policy(cfg),
+                             deadline_s=deadline)
     finally:  # an abandoned episode (a stopped run) frees what it holds, e.g. a browser
         getattr(episode, "close", lambda: None)()
     meta = {**describe(cfg, model), **method_columns(policy, model), "benchmark": domain.name,
             "task_id": task.task_id, "run": run, "seed": seed,
-            "budget_fraction": cfg.budget.fraction, "budget_tokens": budget, "fingerprint": print_}
+            "budget_fraction": cfg.budget.fraction, "budget_tokens": budget, "fingerprint": print_,
+            "max_steps": cfg.max_steps, "timeout_s": deadline}
     write_transcript(transcript_path(Path(out_dir), task.task_id, run), meta, result)
     return {"completed": result.score.completed, "input_tokens": sum(s.input_tokens for s in result.steps),
             "cost_usd": sum(s.cost_usd + s.aux_cost_usd for s in result.steps) + result.user_cost_usd}
@@ -143,7 +146,7 @@ def fingerprint(cfg: DictConfig) -> str:
     relevant = {k: v for k, v in resolved.items() if k not in NEUTRAL}
     # env.waac configures WAAC only (its policy block resolves what it uses), so other policies' runs keep
     # their fingerprint; WAAC's covers its library's content, not only its path (make library rebuilds it)
-    relevant["env"] = {k: v for k, v in relevant.get("env", {}).items() if k not in ("n_tasks", "waac")}
+    relevant["env"] = {k: v for k, v in relevant.get("env", {}).items() if k not in ("n_tasks", "waac", "reads")}
     policy = relevant.get("policy")
     if isinstance(policy, dict) and policy.get("library_path") and policy.get("use_library", True):
         relevant["policy"] = {**policy, "library_sha256": _file_sha256(str(policy["library_path"]))}
@@ -403,7 +406,7 @@ def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
         if jobs and backends and cfg.preflight:
             _preflight(cfg, backends, len(jobs), verbose)
         (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-        manifest.begin(out_dir, cfg, print_, [t.task_id for t in domain.tasks])
+        manifest.begin(out_dir, cfg, print_, [t.task_id for t in domain.tasks], **manifest.domain_record(domain))
         how = plan(cfg, jobs, bool(backends))
         lifecycle.METER.reset(cfg.max_cost_usd, _spent(out_dir, print_), count_only=how == "hybrid")
         if jobs and lifecycle.METER.cap is not None and lifecycle.METER.spent >= lifecycle.METER.cap:
@@ -526,7 +529,7 @@ def _conclude(out_dir: Path, episodes: pd.DataFrame, session: Session, unfinishe
     """The console report, then the exit status: a run stopped before its end, or one where every episode was an
     infrastructure failure, exits non-zero with the reason (a stop after the last episode changes nothing)."""
     if verbose and not episodes.empty:
-        print(render(episodes, elapsed_s=session.elapsed_s, written=session.written))
+        print(render(episodes, elapsed_s=session.elapsed_s, written=session.written, record=manifest.read(out_dir)))
         print(f"\nWrote {out_dir}/episodes.parquet, steps.parquet, transcripts/ ({len(episodes)} episodes)")
     if lifecycle.stopping() and unfinished:
         reason, command = lifecycle.stop_reason(), resume_command(out_dir)

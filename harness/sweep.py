@@ -38,7 +38,7 @@ SWEEPS = ("budget", "n_w", "ablations", "methods", "workflow", "sim_sensitivity"
 # ablations, methods and workflow sweep the experiment itself; workflow runs on PinchBench's chains (its env,
 # the local model unless ARGS says otherwise, and no user model: the tasks' sessions are the user's turns)
 BASE = {"budget": ["experiment=c2"], "n_w": ["experiment=c4"], "ablations": [], "methods": [],
-        "workflow": ["env=pinchbench_workflow", "model=local", "user=none", "max_steps=480"],
+        "workflow": ["env=pinchbench_workflow", "model=local", "user=none"],
         "sim_sensitivity": ["model=sim_llmlike"]}
 
 

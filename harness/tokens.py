@@ -12,16 +12,24 @@ Framing rule (documented once, used everywhere), after OpenAI's published chat-f
 - the tool definitions cost the tokens of their canonical JSON (sorted keys, compact separators), plus
   `PER_TOOL` (2) each, plus `TOOLS_BLOCK` (10) once when any tool is offered.
 Providers' hidden framing differs slightly; the rule is fixed so that all policies are measured alike.
+
+Images (a message's `images`, sent as OpenAI `image_url` parts with detail "high") are counted by OpenAI's
+published tile formula for GPT-4o-class models: scale to fit 2048 x 2048, then the shorter side to 768, and count
+`IMAGE_BASE` (85) + `IMAGE_TILE` (170) per 512-px tile (a 1280 x 800 screenshot: 6 tiles, 1,105 tokens). Other
+providers bill images differently (patch-based OpenAI minis, Anthropic, Gemini): for them this is an estimate. A
+tool result's images travel in a user message of their own after the tool results (the chat format's tool
+messages take text only), so such a message also costs that message's framing and its `image_caption` text.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 
 import quicktok
 
-from harness.types import Message, ToolSpec
+from harness.types import Message, ToolSpec, image_caption
 
 PER_MESSAGE = 3
 PER_ROLE = 1
@@ -30,6 +38,7 @@ PER_TOOL_CALL = 3
 REPLY_PRIMING = 3
 PER_TOOL = 2
 TOOLS_BLOCK = 10
+IMAGE_BASE, IMAGE_TILE, IMAGE_TILE_PX, IMAGE_MAX_PX, IMAGE_SHORT_PX = 85, 170, 512, 2048, 768  # OpenAI, detail high
 ENCODINGS = ("o200k_base", "cl100k_base")
 _CACHE_LIMIT = 200_000
 
@@ -66,6 +75,10 @@ class TokenCounter:
             n += PER_NAME + self.text(msg.name)
         for call in msg.tool_calls:
             n += PER_TOOL_CALL + self.text(call.name) + self.text(call.arguments)
+        if msg.images:
+            n += sum(image_tokens(i.width, i.height) for i in msg.images)
+            if msg.role == "tool":  # the user message that carries a tool result's images
+                n += PER_MESSAGE + PER_ROLE + self.text(image_caption(msg))
         if len(self._messages) > _CACHE_LIMIT:
             self._messages.clear()
         self._messages[msg] = n
@@ -89,3 +102,15 @@ class TokenCounter:
     def request(self, msgs: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
         """Input tokens of one model call: messages + tool definitions + reply priming."""
         return self.messages(msgs) + self.tools(tools) + REPLY_PRIMING
+
+
+def image_tokens(width: int, height: int) -> int:
+    """One image's input tokens by OpenAI's tile formula (detail "high"; see the module docstring)."""
+    if width <= 0 or height <= 0:
+        return IMAGE_BASE
+    scale = min(1.0, IMAGE_MAX_PX / max(width, height))
+    w, h = width * scale, height * scale
+    scale = min(1.0, IMAGE_SHORT_PX / min(w, h))
+    w, h = w * scale, h * scale
+    tiles = math.ceil(w / IMAGE_TILE_PX) * math.ceil(h / IMAGE_TILE_PX)
+    return IMAGE_BASE + IMAGE_TILE * tiles

@@ -6,9 +6,11 @@ views out of these objects and never mutate them.
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -38,9 +40,43 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class ImagePart:
+    """An image a message carries beside its text, for a multimodal model (Odysseys' screenshot observations).
+    `data` is the base64 of the image file's bytes; `file`, when set, is where those bytes are also saved, and a
+    transcript keeps the path instead of the bytes. Token counts depend on `width` x `height` only (pixels)."""
+
+    media_type: str  # e.g. "image/png"
+    data: str
+    width: int
+    height: int
+    file: str | None = None
+
+    @property
+    def data_url(self) -> str:
+        return f"data:{self.media_type};base64,{self.data}"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"media_type": self.media_type, "width": self.width, "height": self.height}
+        return out | ({"file": self.file} if self.file else {"data": self.data})
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> ImagePart:
+        """As written by to_dict; the bytes are read back from `file` when it is still there ("" when not)."""
+        data, file = d.get("data"), d.get("file")
+        if data is None and file:
+            try:
+                data = base64.b64encode(Path(file).read_bytes()).decode("ascii")
+            except OSError:
+                data = ""
+        return ImagePart(d["media_type"], data or "", int(d["width"]), int(d["height"]), file)
+
+
+@dataclass(frozen=True)
 class Message:
     """One chat message. `tool_calls` only on assistant messages; `tool_call_id` only on tool results.
-    `name` tags the producer where the role alone is ambiguous (e.g. a policy's summary)."""
+    `name` tags the producer where the role alone is ambiguous (e.g. a policy's summary). `images` (a tool
+    result's screenshot) belong to the message: a policy that keeps the message, or copies it with
+    dataclasses.replace, keeps them; one that replaces it with a new message (a mask, a summary) drops them."""
 
     role: Role
     content: str = ""
@@ -48,6 +84,7 @@ class Message:
     tool_call_id: str | None = None
     name: str | None = None
     is_error: bool = False
+    images: tuple[ImagePart, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -59,6 +96,8 @@ class Message:
             out["name"] = self.name
         if self.is_error:
             out["is_error"] = True
+        if self.images:
+            out["images"] = [i.to_dict() for i in self.images]
         return out
 
     @staticmethod
@@ -71,7 +110,14 @@ class Message:
             tool_call_id=d.get("tool_call_id"),
             name=d.get("name"),
             is_error=d.get("is_error", False),
+            images=tuple(ImagePart.from_dict(i) for i in d.get("images", ())),
         )
+
+
+def image_caption(msg: Message) -> str:
+    """The text before a tool result's images in the user message that carries them (the chat format's tool
+    messages take text only): which call they belong to. harness.tokens counts it."""
+    return f"Screenshot after tool call {msg.tool_call_id} ({msg.name or 'tool'}):"
 
 
 @dataclass(frozen=True, eq=False)
@@ -170,3 +216,4 @@ class Termination(StrEnum):
     ERROR = "error"
     INFRA_ERROR = "infra_error"  # the model endpoint failed after every retry: not a task failure
     UNUSABLE_REPLIES = "unusable_replies"  # too many truncated or empty replies in a row (the model's failure)
+    TIMEOUT = "timeout"  # the episode's wall-clock limit was reached (graded on what it did, as upstream)

@@ -175,3 +175,78 @@ def test_flags_go_first_each_with_its_value() -> None:
 def test_a_multirun_job_writes_into_the_sweep_folder(overrides: list[str], expected: list[str]) -> None:
     assert cli.multirun_out_dirs(["-m"], overrides) == expected
     assert cli.multirun_out_dirs([], overrides) == overrides  # a single run keeps its out_dir
+
+
+# ---- one task-count knob, and settings the chosen benchmark does not read ------------------------------------------
+V2 = ROOT / "tests" / "fixtures" / "pinchbench" / "v2"
+PINCH_SCRIPT = ROOT / "tests" / "fixtures" / "pinchbench" / "scripts" / "v2.json"
+
+
+def run_experiment(experiment: str, *args: str, out_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness.cli", f"experiment={experiment}", *FAST, *args,
+                           f"out_dir={out_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def pinch(*args: str) -> list[str]:
+    return [f"benchmark.path={V2}", "model=scripted", f"model.script={PINCH_SCRIPT}", "judge=scripted",
+            f"judge.model.script={PINCH_SCRIPT}", *args]
+
+
+def test_n_tasks_runs_exactly_that_many_pinchbench_tasks_run_first_first(tmp_path: Path) -> None:
+    """`env=pinchbench n_tasks=3` used to run every task (PinchBench read `benchmark.limit`)."""
+    proc = run_experiment("pinchbench", *pinch("n_tasks=3"), out_dir=tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    episodes = pd.read_parquet(tmp_path / "out" / "episodes.parquet")  # rows sorted by id; the run order is
+    # tested on the domain (test_configs): these are the manifest's first three (file-name order's would differ)
+    assert sorted(episodes.task_id) == ["task_notes_answer", "task_sales_summary", "task_sanity"]
+
+
+def test_n_tasks_out_of_range_on_pinchbench_is_one_line(tmp_path: Path) -> None:
+    # 5 of the fixture's 6 tasks run offline (task_stock_price needs the network; the log says so first)
+    for experiment, n, reason in (
+            ("pinchbench", "6", "n_tasks=6 is out of range: 5 PinchBench tasks are selected after the filters "
+                                "(valid: 1..5, or n_tasks=null for all)"),
+            ("pinchbench_workflow", "null", "n_tasks=null: a workflow run's n_tasks is its number of chains")):
+        proc = run_experiment(experiment, *pinch(f"n_tasks={n}"), out_dir=tmp_path / "out")
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1].startswith(f"error: {reason}"), proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("experiment", "override", "benchmark", "key"), [
+    ("c3", "benchmark.subset=core", "expense", "benchmark"),
+    ("c3", "judge=openai", "expense", "judge"),
+    ("c3", "browser.source=replay", "expense", "browser"),
+    ("pinchbench", "user=llm", "pinchbench", "user"),
+    ("pinchbench_workflow", "browser.source=replay", "pinchbench_workflow", "browser"),
+    ("odysseys", "user=scripted", "odysseys", "user"),
+    ("odysseys", "benchmark.subset=core", "odysseys", "benchmark"),
+])
+def test_a_setting_the_benchmark_does_not_read_is_refused(experiment: str, override: str, benchmark: str,
+                                                          key: str) -> None:
+    problem = cli.check([f"experiment={experiment}", override, "out_dir=/tmp/never-made"])
+    assert problem is not None and "\n" not in problem
+    assert problem.startswith(f"error: {override}: the {benchmark} benchmark does not read `{key}`"), problem
+
+
+def test_the_refusal_from_the_command_line_writes_nothing(tmp_path: Path) -> None:
+    refused(run_experiment("pinchbench", "user=llm", out_dir=tmp_path / "out"),
+            "user=llm: the pinchbench benchmark does not read `user`", "it reads benchmark, judge")
+    assert not (tmp_path / "out").exists()
+
+
+def test_none_and_read_settings_are_not_refused() -> None:
+    assert cli.unread_settings(["experiment=pinchbench", "user=none", "judge=none", "benchmark.subset=core"]) is None
+    assert cli.unread_settings(["experiment=c3", "judge=none", "user=llm", "~judge"]) is None
+    assert cli.unread_settings(["experiment=odysseys", "browser.source=replay", "judge=scripted"]) is None
+
+
+@pytest.mark.parametrize(("experiment", "override", "now"), [
+    ("pinchbench", "benchmark.limit=3", "use n_tasks"),
+    ("odysseys", "env.limit=2", "use n_tasks"),
+    ("pinchbench_workflow", "benchmark.workflow.n_chains=2", "use n_tasks (a workflow run's tasks are its chains)")])
+def test_a_removed_count_setting_says_to_use_n_tasks(tmp_path: Path, experiment: str, override: str,
+                                                     now: str) -> None:
+    refused(run_experiment(experiment, override, out_dir=tmp_path / "out"),
+            f"error: {override}: this setting was removed; {now}")
+    assert not (tmp_path / "out").exists()

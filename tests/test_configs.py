@@ -17,6 +17,7 @@ from harness.backends.sim import SimModel
 from harness.config import register
 from harness.envs.expense.domain import ExpenseDomain
 from harness.envs.expense.user import ScriptedUser
+from harness.errors import InputError
 from harness.policies import ExtractiveSummarizer, FullHistory, LastN, LastNSummary
 
 register()
@@ -140,3 +141,66 @@ def test_every_experiment_file_builds_a_policy_that_records_its_method(exp: str)
     record = build.method_columns(build.build_policy(cfg), build.build_model(cfg, seed=1))
     assert json.loads(record["method_params"])["method"]
     assert isinstance(record["aux_backend"], str) and record["aux_backend"]
+
+
+# ---- n_tasks on every benchmark; what each benchmark reads -------------------------------------------------------
+PINCH_V2 = Path(__file__).parent / "fixtures" / "pinchbench" / "v2"
+
+
+@pytest.mark.usefixtures("hydra_ctx")
+def test_n_tasks_defaults_per_benchmark_and_reaches_each_domain() -> None:
+    """50 is the expense benchmark's; PinchBench and Odysseys run every task, PinchBench workflows 10 chains."""
+    expected = {(): 50, ("experiment=pinchbench",): None, ("env=pinchbench",): None, ("experiment=odysseys",): None,
+                ("experiment=pinchbench_workflow",): 10, ("experiment=pinchbench", "n_tasks=3"): 3}
+    for overrides, n in expected.items():
+        cfg = load(*overrides)
+        assert (cfg.n_tasks, cfg.env.n_tasks) == (n, n), overrides
+        assert "limit" not in cfg.env and "limit" not in (cfg.benchmark or {}), overrides
+
+
+READS = {"expense": ["user"], "pinchbench": ["benchmark", "judge"], "pinchbench_workflow": ["benchmark", "judge"],
+         "odysseys": ["browser", "judge"]}
+
+
+@pytest.mark.usefixtures("hydra_ctx")
+@pytest.mark.parametrize("env", sorted(p.stem for p in (Path(CONFIG_DIR) / "env").glob("*.yaml")))
+def test_every_env_config_declares_the_root_settings_it_reads(env: str) -> None:
+    """`env.reads` (harness.cli refuses an override of any other benchmark setting) names at least every root
+    setting the env block interpolates, so a benchmark is never refused a setting it reads."""
+    from omegaconf import OmegaConf
+
+    from harness.config import BENCHMARK_SETTINGS
+
+    cfg = load(f"env={env}")
+    reads = list(cfg.env.reads)
+    assert reads == READS[env] and set(reads) <= set(BENCHMARK_SETTINGS)
+    block = OmegaConf.to_container(cfg.env, resolve=False)
+    text = json.dumps({k: v for k, v in block.items() if k != "waac"})  # type: ignore[union-attr]
+    used = {k for k in BENCHMARK_SETTINGS if "${" + k + "}" in text or "${" + k + "." in text}
+    assert used <= set(reads), (env, used)
+
+
+@pytest.mark.usefixtures("hydra_ctx")
+def test_pinchbench_tasks_follow_the_manifest_and_n_tasks_and_subset() -> None:
+    def ids(*overrides: str) -> list[str]:
+        return [t.task_id for t in build.build_domain(load("experiment=pinchbench", f"benchmark.path={PINCH_V2}",
+                                                               *overrides)).tasks]
+
+    assert ids("n_tasks=3") == ["task_sanity", "task_notes_answer", "task_sales_summary"]  # run_first first
+    assert ids() == ["task_sanity", "task_notes_answer", "task_sales_summary", "task_second_brain",
+                     "task_email_draft"]  # all (task_stock_price needs the network)
+    assert ids("benchmark.subset=core") == ["task_sanity", "task_email_draft", "task_sales_summary"]  # core's order
+    assert ids("benchmark.subset=core", "n_tasks=2") == ["task_sanity", "task_email_draft"]
+    flows = build.build_domain(load("experiment=pinchbench_workflow", f"benchmark.path={PINCH_V2}", "n_tasks=2"))
+    assert [t.task_id for t in flows.tasks] == ["chain-k2-000", "chain-k2-001"]  # a workflow's n_tasks: chains
+
+
+@pytest.mark.usefixtures("hydra_ctx")
+def test_odysseys_takes_the_first_n_tasks_and_refuses_more_than_it_has() -> None:
+    dev = ["experiment=odysseys", "env.tasks_path=benchmarks/odysseys/dev/tasks.json", "browser.source=replay",
+           "browser.archive=benchmarks/odysseys/dev/archive"]
+    every = [t.task_id for t in build.build_domain(load(*dev)).tasks]
+    assert len(every) == 2 and [t.task_id for t in build.build_domain(load(*dev, "n_tasks=1")).tasks] == every[:1]
+    with pytest.raises(InputError, match=r"n_tasks=3 is out of range: 2 Odysseys tasks are selected after the "
+                                         r"filters \(valid: 1..2, or n_tasks=null for all\)"):
+        build.build_domain(load(*dev, "n_tasks=3"))

@@ -76,3 +76,47 @@ def test_a_resume_counts_the_failed_episodes_it_reran(tmp_path: Path, capsys: py
     path.write_text("\n".join(lines) + "\n")
     runner.run(config(tmp_path))
     assert "episodes written: 1\n" in capsys.readouterr().out
+
+
+def pinchbench(tasks: dict[str, str], **kw: object) -> pd.DataFrame:
+    """One PinchBench run (task id -> category), every task graded 0.5; `kw` sets more columns."""
+    rows = episodes(n_runs=1, n_tasks=len(tasks)).assign(
+        task_id=list(tasks), category=list(tasks.values()), benchmark="pinchbench", benchmark_version=2,
+        workflow_size=0, score=0.5, not_graded_parts=0, termination="agent_final")
+    return rows.assign(**kw)
+
+
+PAPER_SET = {f"{cat}_{i:02d}": cat for cat, n in {
+    "productivity": 8, "research": 12, "writing": 6, "coding": 14, "analysis": 12, "csv_analysis": 26,
+    "log_analysis": 30, "meeting_analysis": 28, "memory": 2, "skills": 6, "integrations": 3}.items() for i in range(n)}
+
+
+def test_after_a_pinchbench_subset_the_console_says_what_ran_of_the_papers_tasks_and_that_it_is_not_comparable(
+        ) -> None:
+    record = {"coverage": {"left_out": {"research_00": {"category": "research", "kind": "not runnable here",
+                                                        "reason": "live web"}}},
+              "limits": {"max_steps": 1000, "timeout": "paper", "timeout_multiplier": 1.0}}
+    text = render(pinchbench({"coding_00": "coding", "memory_00": "memory"}, judge_model="claude-haiku",
+                             max_steps=1000, timeout_s=1000.0), record=record)
+    line = next(x for x in text.splitlines() if x.startswith("PinchBench tasks run"))
+    assert line.startswith("PinchBench tasks run, of the paper's 147 (c3): Overall 2/147: NOT COMPARABLE with the "
+                           "paper's Overall (over 2 graded tasks); Prod 0/8 *, Res 0/12 *")
+    assert "Code 1/14 *" in line and "Mem 1/2 *" in line
+    assert "left out: not runnable here: 1; 144 not in the clone that ran; ids and reasons in the run's " \
+           "manifest.json (coverage)" in line
+    assert "PinchBench judge: claude-haiku; step cap (max_steps): 1000; time limit per episode (s): 1,000 " \
+           "(benchmark.timeout=paper)" in text
+    assert "SELF-JUDGED" not in text
+    assert "PinchBench" not in render(episodes(n_runs=1, n_tasks=2))  # the expense benchmark has no such line
+
+
+def test_after_the_whole_task_set_the_console_says_comparable_and_labels_a_self_judged_run() -> None:
+    text = render(pinchbench(PAPER_SET, judge_model="gpt-5", judge_is_agent=True), record={"coverage": {}})
+    line = next(x for x in text.splitlines() if x.startswith("PinchBench tasks run"))
+    assert "Overall 147/147: comparable with the paper; Prod 8/8, Res 12/12" in line and " *," not in line
+    assert "left out: none" in line
+    assert "PinchBench judge: gpt-5 (self-judged) (SELF-JUDGED: the agent's own model graded its work" in text
+    old = render(pinchbench({"coding_00": "coding"}))  # a run from before coverage and limits were recorded
+    assert "146 not named (the run's manifest does not record what it left out)" in old
+    assert "PinchBench judge: not recorded; step cap (max_steps): not recorded; time limit per episode (s): " \
+           "not recorded" in old

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import dataclass, field
 
 import pytest
 from _support import ScriptedModel, calls, say, task
@@ -10,12 +12,13 @@ from _support import ScriptedModel, calls, say, task
 from harness.backends.base import ContextWindowExceeded
 from harness.backends.sim import SimModel
 from harness.envs.expense.domain import ExpenseDomain
+from harness.envs.expense.env import ToolResult
 from harness.envs.expense.toolspecs import TOOL_SPECS
 from harness.envs.expense.user import ScriptedUser
 from harness.episode import STOP, run_episode, view_refs
 from harness.policies import ExtractiveSummarizer, FullHistory, LastN, LastNSummary
 from harness.tokens import TokenCounter
-from harness.types import Message, Termination
+from harness.types import Message, Score, Task, Termination, ToolCall, ToolSpec
 
 DOMAIN = ExpenseDomain(n_tasks=3)
 TOKENS = TokenCounter()
@@ -200,3 +203,64 @@ def test_opening_names_the_user_rule(user: bool) -> None:
     system = DOMAIN.episode(T, ScriptedUser if user else None).opening()[0].content
     assert ("No user is available" in system) is (not user)
     assert ("Ask the user for the charges" in system) is user
+
+
+# --- the wall-clock deadline ---------------------------------------------------------------------------------------
+
+SLOW = ToolSpec("slow", "Takes a while.", {"type": "object", "properties": {}})
+
+
+class SlowEnv:
+    """An environment whose one tool takes a while, and which takes the episode's deadline (`set_deadline`)."""
+
+    def __init__(self) -> None:
+        self.calls, self.remaining = 0, None
+
+    def tools(self) -> list[ToolSpec]:
+        return [SLOW]
+
+    def execute(self, call: ToolCall) -> ToolResult:
+        self.calls += 1
+        time.sleep(0.02)
+        return ToolResult("still working")
+
+    def set_deadline(self, remaining):  # type: ignore[no-untyped-def]
+        self.remaining = remaining
+
+
+@dataclass
+class SlowEpisode:
+    """One task with no user, scored on whatever it did; `scored` keeps the terminations it was scored with."""
+
+    task: Task = field(default_factory=lambda: Task("slow-1", "go", {}))
+    env: SlowEnv = field(default_factory=SlowEnv)
+    user: None = None
+    scored: list[str | None] = field(default_factory=list)
+
+    def opening(self) -> list[Message]:
+        return [Message("system", "Work."), Message("user", "Go.")]
+
+    def score(self, history=(), usage=(), termination=None):  # type: ignore[no-untyped-def]
+        self.scored.append(termination)
+        return Score(False, False, 0.0, columns={"tool_results": sum(m.role == "tool" for m in history)})
+
+
+def test_an_agent_calling_a_slow_tool_ends_at_its_deadline_and_is_still_scored() -> None:
+    episode = SlowEpisode()
+    script = [calls((f"c{i}", "slow", "{}")) for i in range(200)]  # 4 s of tool time: far past 0.2 s
+    r = run_episode(episode, FullHistory(), ScriptedModel(script), TOKENS, 200, deadline_s=0.2)
+    assert r.termination is Termination.TIMEOUT and r.error is None
+    assert 0 < len(r.steps) < 200 and episode.env.calls == len(r.steps)
+    assert episode.scored == ["timeout"]  # graded on what it did, as upstream grades a timed-out task
+    assert r.score.columns["tool_results"] == len(r.steps)
+    assert episode.env.remaining is not None and episode.env.remaining() <= 0  # the env was given the clock
+
+
+def test_a_deadline_already_past_makes_no_model_call_and_no_deadline_changes_nothing() -> None:
+    model = ScriptedModel([])
+    past = SlowEpisode()
+    r = run_episode(past, FullHistory(), model, TOKENS, 10, deadline_s=0)
+    assert r.termination is Termination.TIMEOUT and r.steps == [] and model.seen == [] and past.scored == ["timeout"]
+    free = SlowEpisode()
+    r = run_episode(free, FullHistory(), ScriptedModel([calls(("c", "slow", "{}")), say("done")]), TOKENS, 10)
+    assert r.termination is Termination.AGENT_FINAL and free.env.remaining is None

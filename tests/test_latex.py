@@ -35,8 +35,8 @@ from harness.report import tables
 from harness.report.sweep import _varying
 
 TABLES = ("expense_c1_c4", "expense_ratios", "waac_ablations", "waac_step_log", "waac_firing", "methods_comparison",
-          "budget_sweep", "pinchbench_table1", "pinchbench_table4", "pinchbench_table3", "pinchbench_table6",
-          "odysseys_table2")
+          "budget_sweep", "pinchbench_table1", "pinchbench_table1_coverage", "pinchbench_table4", "pinchbench_table3",
+          "pinchbench_table6", "odysseys_table2")
 INSTALL = "apt-get install -y texlive-latex-base texlive-latex-recommended"
 ODYSSEYS_STAMP = "2026-01-05_00-00-00"  # beside the expense runs of c2 and waac, in their experiments' folders
 

@@ -4,6 +4,7 @@ archive entry, a killed or hung browser), and that no Chromium process outlives 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -420,3 +421,55 @@ def test_close_leaves_no_process_and_no_profile() -> None:
     assert chromium_processes(marker=str(profile)) == [] and not profile.exists()
     with pytest.raises(BrowserCrashed, match="the browser is closed"):
         b.observe()
+
+
+# ---- observation modes (browser.observation) ---------------------------------------------------------------------
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def centre(browser: Browser, selector: str) -> tuple[int, int]:
+    """Viewport pixel at the middle of the first element matching `selector` (where an agent would click)."""
+    box = browser._run("box", lambda: browser._page().locator(selector).first.bounding_box())
+    assert box is not None
+    return int(box["x"] + box["width"] / 2), int(box["y"] + box["height"] / 2)
+
+
+def test_screenshot_mode_shows_the_viewport_as_an_image_and_acts_by_position(
+        browser: Browser, sites: FixtureSites, tmp_path: Path) -> None:
+    tools = BrowserTools(browser, tmp_path / "shots", observation="screenshot")
+    assert [t.name for t in tools.tools()] == ["goto", "go_back", "tab_open", "tab_switch", "tab_close", "click_at",
+                                               "type_text", "press_key", "scroll", "find", "read_page"]
+    shop = call(tools, "goto", url=sites.url("shop", "/index.html"))
+    assert shop.content.startswith(f"Opened {sites.url('shop', '/index.html')}.\n\nURL: ")
+    assert "Title: Acme Shop" in shop.content and "Blue Kettle" not in shop.content  # no page text, no numbers
+    (image,) = shop.images
+    png = base64.b64decode(image.data)
+    assert png[:8] == PNG and (image.media_type, image.width, image.height) == ("image/png", 1280, 800)
+    assert image.file and image.file == shop.screenshot_file and Path(image.file).read_bytes() == png  # the judge's too
+    kettle = call(tools, "click_at", **dict(zip("xy", centre(browser, 'a[href="/kettle.html"]'), strict=True)))
+    assert kettle.url == sites.url("shop", "/kettle.html") and kettle.content.startswith("Clicked at (")
+    call(tools, "goto", url=sites.url("wiki", "/index.html"))
+    call(tools, "click_at", **dict(zip("xy", centre(browser, 'input[name="q"]'), strict=True)))
+    found = call(tools, "type_text", text="kettle", submit=True)
+    assert found.url.startswith(sites.url("wiki", "/search.html?q=kettle")) and found.images
+    assert "1 place(s) on the page contain" in call(tools, "find", text="Electric kettle").content
+    assert "unknown tool 'click'" in call(tools, "click", element=1).content  # element tools are not offered
+    outside = call(tools, "click_at", x=5000, y=1)
+    assert outside.is_error and "(5000, 1) is outside the screenshot (0-1279, 0-799)" in outside.content
+
+
+def test_both_mode_adds_the_image_to_the_text_and_aria_mode_sends_none(
+        browser: Browser, sites: FixtureSites, tmp_path: Path) -> None:
+    url = sites.url("shop", "/index.html")
+    both = call(BrowserTools(browser, None, observation="both"), "goto", url=url)
+    aria = call(BrowserTools(browser, tmp_path / "shots"), "goto", url=url)
+    assert both.content == aria.content and 'link "Blue Kettle"' in both.content  # the same text and numbers
+    assert len(both.images) == 1 and both.images[0].file is None  # no folder: the bytes only
+    assert base64.b64decode(both.images[0].data)[:8] == PNG
+    assert aria.images == () and aria.screenshot_file  # text mode: the judge's screenshot, nothing for the agent
+    assert both.record()["images_shown"] == 1 and "images_shown" not in aria.record()
+
+
+def test_an_unknown_observation_mode_is_one_line() -> None:
+    with pytest.raises(InputError, match=r"^browser.observation: 'pixels' is not one of aria, screenshot, both$"):
+        BrowserConfig(observation="pixels")

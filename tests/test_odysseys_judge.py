@@ -207,3 +207,211 @@ def test_image_parts_are_upstreams_openai_content() -> None:
     parts = image_parts("look", [JudgeImage("image/png", b"ab")])
     assert parts == [{"type": "text", "text": "look"},
                      {"type": "image_url", "image_url": {"url": "data:image/png;base64,YWI=", "detail": "high"}}]
+
+
+# --- WebJudge (Online-Mind2Web's judge: the O-M2W Judge column) ---------------------------------------------------
+
+# SHA-256 of each prompt as OSU-NLP-Group/Online-Mind2Web src/methods/webjudge_online_mind2web.py has it (checked
+# against the verbatim copies mengsong16/online-mind2web@baf3a1b and unclevikram/TripMind@767535e): one changed
+# character, space or line break fails this test.
+WEBJUDGE_PROMPTS = {
+    "KEY_POINTS_SYSTEM": "f59402219cc586b00584fea7263a4fa93f71bf3e4d6fd43ae66f5430844cd51d",
+    "KEY_POINTS_USER": "0a0cf959a858a9eb295675230f7826d4c759d28b40b9d7ddc3776c7c936057ab",
+    "IMAGE_SYSTEM": "0c15bc23bcadf384e37763aaccf601291df6c0cdab8ec763b023b7c34470dda4",
+    "IMAGE_USER": "75cc58c21896a74c2a26a72792ea68e91e2df31239d8e02c79b3977c5f773c9e",
+    "OUTCOME_SYSTEM": "ff67fd2ed338ab1aa571ec13efaa17ce2a459857e92a11f04b4217979a5484af",
+    "OUTCOME_USER": "0002edd5e7fffc9313703e3def89401534fc77ccc82700a6866c25ccb2425171",
+    "OUTCOME_USER_NO_IMAGES": "7ab5f230283267b7426b9bf8880aa5be6536cb192856d8eff72b005b4ca5bb65",
+}
+
+
+def test_webjudge_prompts_are_upstreams_word_for_word() -> None:
+    import hashlib
+
+    from harness.envs.odysseys import webjudge
+
+    got = {name: hashlib.sha256(getattr(webjudge, name).encode()).hexdigest() for name in WEBJUDGE_PROMPTS}
+    assert got == WEBJUDGE_PROMPTS
+    assert webjudge.KEY_POINTS_SYSTEM.endswith("one per line, without explanations or additional details.")
+    assert "2. **Score**: [1-5]" in webjudge.IMAGE_SYSTEM and "completion:  \n- Identify" in webjudge.IMAGE_SYSTEM
+    assert webjudge.OUTCOME_SYSTEM.endswith('Status: "success" or "failure"\n')
+    assert (webjudge.SCORE_THRESHOLD, webjudge.MAX_IMAGE) == (3, 50)
+    assert "webjudge_online_mind2web.py" in webjudge.SOURCE
+
+
+def png(shade: int) -> bytes:
+    """A real 2x2 grey PNG (a screenshot stand-in: the judge only forwards its bytes)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + bytes([shade] * 2) for _ in range(2))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+class ScriptedVision:
+    """harness.testing.scripted.ScriptedBackend declaring multimodal=True; records the images of each call."""
+
+    multimodal = True
+    simulated = True
+    context_window = 1_000_000
+
+    def __init__(self, script: Path) -> None:
+        from harness.testing.scripted import ScriptedBackend
+
+        self.inner = ScriptedBackend(str(script), name="scripted-vision")
+        self.name = self.inner.name
+        self.calls: list[tuple[Sequence[Message], list[bytes]]] = []
+
+    def generate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion:
+        self.calls.append((messages, []))
+        return self.inner.generate(messages, tools)
+
+    def generate_with_images(self, messages: Sequence[Message], images: Sequence[JudgeImage]) -> Completion:
+        self.calls.append((messages, [i.data for i in images]))
+        return self.inner.generate(messages, [])
+
+
+def webjudge_script(path: Path, scores: Sequence[int], outcome: Sequence[str]) -> Path:
+    """Replies per WebJudge stage, told apart by upstream's system prompts."""
+    import json
+
+    path.write_text(json.dumps({"conversations": [
+        {"match": "Task: ", "system": "identify the key points explicitly stated",
+         "replies": [{"content": "**Key Points**:\n\n1. Open site A\n  2. Report the cheaper one"}]},
+        {"match": "**Task**: ", "system": "whether an image contains information",
+         "replies": [{"content": f"**Reasoning**: shot {i} shows\nthe price.\n\n**Score**: {s}"}
+                     for i, s in enumerate(scores)]},
+        {"match": "User Task: ", "system": "evaluating the performance of a web navigation agent",
+         "replies": [{"content": c} for c in outcome]}]}))
+    return path
+
+
+def fixture_episode(folder: Path) -> list[Step]:
+    """A trajectory in the upstream layout: three steps with screenshots, the last one the agent's answer."""
+    from harness.envs.odysseys.layout import read_steps, write_episode
+    from harness.types import ToolCall
+
+    shots = {}
+    for n, shade in enumerate((10, 120, 250)):
+        (folder.parent / f"shot{n}.png").parent.mkdir(parents=True, exist_ok=True)
+        (folder.parent / f"shot{n}.png").write_bytes(png(shade))
+        shots[f"c{n}"] = folder.parent / f"shot{n}.png"
+    history = [Message("system", "browse"), Message("user", "task"),
+               Message("assistant", "Opening A.", (ToolCall("c0", "goto", '{"url": "http://a.test/"}'),)),
+               Message("tool", "ok", tool_call_id="c0"),
+               Message("assistant", "", (ToolCall("c1", "goto", '{"url": "http://b.test/"}'),)),
+               Message("tool", "ok", tool_call_id="c1"),
+               Message("assistant", "", (ToolCall("c2", "click", '{"element": 3}'),)),
+               Message("tool", "ok", tool_call_id="c2"),
+               Message("assistant", "B is cheaper.")]
+    write_episode(folder, history, shots, {"c0": "http://a.test/", "c1": "http://b.test/"})
+    return read_steps(folder)
+
+
+def test_webjudge_pipeline_key_points_key_screenshots_outcome(tmp_path: Path) -> None:
+    from harness.envs.odysseys.webjudge import (
+        IMAGE_SYSTEM,
+        KEY_POINTS_SYSTEM,
+        OUTCOME_SYSTEM,
+        WebJudge,
+        outcome_prompt,
+    )
+
+    folder = tmp_path / "odysseys" / "run0" / TASK.task_id
+    steps = fixture_episode(folder)
+    backend = ScriptedVision(webjudge_script(tmp_path / "wj.json", [4, 2, 3], ['Thoughts: done\nStatus: "success"']))
+    verdict = WebJudge(backend, tmp_path / "cache").judge_episode(TASK, steps, folder)
+    assert (verdict.status, verdict.success, verdict.text_only, verdict.model) == (
+        "success", 1.0, False, "scripted-vision")
+    assert verdict.key_points == "\n1. Open site A\n2. Report the cheaper one"  # upstream's parsing
+    assert [(s.step, s.score) for s in verdict.screenshots] == [(1, 4), (2, 2), (3, 3)]
+    assert verdict.key_screenshots == 2 and verdict.calls == 5 and verdict.thoughts == "done"
+    systems = [m[0].content for m, _ in backend.calls]
+    assert systems == [KEY_POINTS_SYSTEM] + [IMAGE_SYSTEM] * 3 + [OUTCOME_SYSTEM]
+    assert backend.calls[0][0][1].content == "Task: Compare prices on A and B."
+    assert [len(images) for _, images in backend.calls] == [0, 1, 1, 1, 2]
+    assert backend.calls[4][1] == [png(10), png(250)]  # the screenshots scoring >= 3, in order
+    assert backend.calls[4][0][1].content == outcome_prompt(
+        "Compare prices on A and B.", verdict.key_points,
+        ['goto {"url": "http://a.test/"} (URL: http://a.test/)', 'goto {"url": "http://b.test/"} (URL: http://b.test/)',
+         'click {"element": 3}'], ["shot 0 shows the price.", "shot 2 shows the price."], 2)
+    assert backend.calls[4][0][1].content.endswith(
+        "reasons:\n1. shot 0 shows the price.\n2. shot 2 shows the price.")
+    again = ScriptedVision(webjudge_script(tmp_path / "wj2.json", [1, 1, 1], ['Status: "failure"']))
+    cached = WebJudge(again, tmp_path / "cache").judge_episode(TASK, steps, folder)
+    assert again.calls == [] and (cached.status, cached.calls, cached.cached_calls) == ("success", 0, 5)
+
+
+def test_webjudge_text_only_gets_upstreams_no_screenshot_prompt(tmp_path: Path) -> None:
+    from harness.envs.odysseys.webjudge import OUTCOME_USER_NO_IMAGES, WebJudge
+    from harness.testing.scripted import ScriptedBackend
+
+    folder = tmp_path / "ep"
+    steps = fixture_episode(folder)
+    text = ScriptedBackend(str(webjudge_script(tmp_path / "wj.json", [5], ["Status: failure"])), name="text-judge")
+    verdict = WebJudge(text).judge_episode(TASK, steps, folder)
+    assert (verdict.status, verdict.success, verdict.text_only, verdict.screenshots) == ("failure", 0.0, True, ())
+    assert verdict.calls == 2 and OUTCOME_USER_NO_IMAGES.split("{")[0] == "User Task: "
+    none = WebJudge(None, unavailable_reason="judge=none").judge_episode(TASK, steps, folder)
+    assert (none.status, none.success, none.reason) == ("not_judged", None, "judge=none")
+
+
+@pytest.mark.parametrize(("reply", "status"), [
+    ('Thoughts: ok\nStatus: "success"', "success"), ("STATUS: Failure", "failure"),
+    ("Status: failure, although success was close", "success"),  # upstream's rule: any "success" after it
+    ("The agent was a success.\nStatus: failure", "failure"),  # only the text after the first 'status:' counts
+    ("The agent succeeded.", None)])
+def test_webjudge_outcome_parser_is_upstreams(reply: str, status: str | None) -> None:
+    from harness.envs.odysseys.webjudge import parse_outcome
+
+    assert parse_outcome(reply) == status
+
+
+def test_webjudge_score_and_key_point_parsers_are_upstreams() -> None:
+    from harness.envs.odysseys.webjudge import parse_image_score, parse_key_points
+
+    assert parse_image_score("**Reasoning**: A cart.\nIt shows.\n\nmore\n**Score**: 4") == (4, "A cart. It shows.")
+    assert parse_image_score("Score: 7 then 2") == (2, "Score: 7 then 2")  # the first digit 1-5 after 'Score'
+    assert parse_image_score("no score here") == (0, "") and parse_image_score("**Score**: 9") == (0, "")
+    assert parse_key_points("Key Points: a\n  b") == "a\nb"  # without the bold header: after the last one
+
+
+def test_webjudge_unusable_outcome_is_an_error_and_bad_settings_are_refused(tmp_path: Path) -> None:
+    from harness.envs.odysseys.webjudge import RETRY_REMINDER, WebJudge, from_settings
+
+    folder = tmp_path / "ep"
+    steps = fixture_episode(folder)
+    backend = ScriptedVision(webjudge_script(tmp_path / "wj.json", [5, 5, 5], ["I think so.", "Still unsure."]))
+    verdict = WebJudge(backend, attempts=2).judge_episode(TASK, steps, folder)
+    assert (verdict.status, verdict.success, verdict.calls) == ("error", None, 6)
+    assert backend.calls[-1][0][1].content.endswith(RETRY_REMINDER) and "no Status line" in (verdict.reason or "")
+    failing = FakeJudge({}, name="down")
+    failing.generate = lambda *a: (_ for _ in ()).throw(RuntimeError("endpoint down"))  # type: ignore[method-assign]
+    broken = WebJudge(failing).judge_episode(TASK, steps, folder)
+    assert broken.status == "error" and broken.reason == "judge call failed: RuntimeError: endpoint down"
+    with pytest.raises(InputError, match="env.webjudge.threshold: unknown setting"):
+        from_settings(Judge(None), {"threshold": 3})
+    with pytest.raises(InputError, match="score_threshold must be 1..5"):
+        from_settings(Judge(None), {"score_threshold": 6})
+    assert from_settings(Judge(None), {"enabled": False}) is None
+
+
+def test_the_odysseys_default_judge_is_upstreams_gemini_with_screenshots() -> None:
+    from hydra import compose, initialize_config_dir
+
+    from harness.config import register
+
+    register()
+    configs = str(Path(__file__).resolve().parents[1] / "configs")
+    with initialize_config_dir(configs, version_base="1.3"):
+        default = compose("config", ["env=odysseys"])
+        chosen = compose("config", ["env=odysseys", "judge=none"])
+    assert default.judge.model.model == "gemini-3.1-flash-lite-preview" and default.judge.model.multimodal is True
+    assert default.judge.model.api_key_env == "GEMINI_API_KEY" and not default.judge.use_agent
+    assert "generativelanguage.googleapis.com" in default.judge.model.base_url
+    assert chosen.judge.model is None  # a judge named on the command line wins
+    assert default.env.webjudge == {"enabled": True, "score_threshold": 3}

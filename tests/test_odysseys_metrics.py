@@ -95,3 +95,14 @@ def test_episode_columns_of_one_judged_episode() -> None:
     assert math.isnan(cols["perfect"]) and cols["judge_cost_usd"] == pytest.approx(0.3)
     assert episode_columns(judged[:1])["perfect"] == 1.0 and episode_columns(judged[1:2])["perfect"] == 0.0
     assert math.isnan(episode_columns([RubricJudgment("R1", "not_judged")])["rubric_score"])
+
+
+def test_o_m2w_judge_is_the_success_rate_over_episodes_with_a_verdict() -> None:
+    from harness.envs.odysseys.metrics import om2w_summary
+
+    rows = pd.DataFrame({"status": ["success", "failure", "success", "error", "not_judged"],
+                         "text_only": [True, True, False, True, True]})
+    m = om2w_summary(rows)
+    assert (m.episodes, m.judged, m.errors, m.not_judged, m.text_only) == (5, 3, 1, 1, 2)
+    assert m.rate == pytest.approx(2 / 3)
+    assert math.isnan(om2w_summary(rows[3:]).rate)

@@ -97,6 +97,9 @@ def test_a_two_site_task_runs_and_is_judged_per_rubric_exactly(recorded: tuple[P
     acted = [s for s in steps if not s["final"]]
     assert (folder / "result.txt").exists() and all((folder / s["screenshot_file"]).is_file() for s in acted)
     assert (tmp / "har" / f"{TASK}.har").exists()
+    manifest = json.loads((tmp / "record" / "manifest.json").read_text())  # which task file and observation
+    assert manifest["provenance"] == {"odysseys_version": row.odysseys_version,
+                                      "odysseys_tasks_sha256": row.odysseys_tasks_sha256, "observation_mode": "aria"}
 
 
 def test_the_replay_with_the_server_stopped_gives_the_same_observations(

@@ -12,6 +12,8 @@ alpha, beta), t2 (hard: alpha, gamma, delta, omega), t3 (hard: beta, unjudgeable
   only (1 step): 1 failure + 1 error. Rubric Avg 5/7 = 71.4; Perfect 50.0; Perfect (Hard) 100.0; Partial 100.0;
   Traj. Eff. 100 x (0.5/2 + 1/3) / 2 = 29.17; Avg. Steps 2.0; Input 1.500, Output 0.150.
 - lcm: run, never judged: rubric metrics n/a and a NOTE.
+Avg. Hit: c2 (2 + 2) / 2 = 2.0 (t3 partly graded, left out); waac (1 + 4) / 2 = 2.5. WebJudge (the same keyword
+judge, text-only) says success when beta was visited: c2 t1, t3 of 3 = 66.7; waac none = 0.0.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import pytest
 import yaml
 from fixtures.make_results import run_manifest, write_run
 
-from harness.envs.odysseys import judge_run
+from harness.envs.odysseys import judge_run, webjudge
 from harness.envs.odysseys.judge import Judge
 from harness.envs.odysseys.layout import episode_dir, write_episode
 from harness.envs.odysseys.tasks import load_tasks
@@ -60,6 +62,11 @@ class KeywordJudge:
     def generate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion:
         self.calls += 1
         text = messages[-1].content
+        if messages[0].content == webjudge.KEY_POINTS_SYSTEM:
+            return Completion(Message("assistant", "**Key Points**:\n1. Visit the sites"), Usage(20, 5))
+        if messages[0].content == webjudge.OUTCOME_SYSTEM:  # WebJudge: success when beta was visited
+            verdict = "success" if "beta.test" in text.split("Action History:")[1] else "failure"
+            return Completion(Message("assistant", f'Thoughts: checked.\nStatus: "{verdict}"'), Usage(30, 5))
         site = re.search(r"Requirement: Visit (\S+)", text)
         history = text.split("Full Action History:")[1].split("Screenshots attached")[0]
         if site is None or site.group(1) == "unjudgeable":
@@ -117,7 +124,8 @@ def results(tmp_path: Path) -> Path:
     for name in PLANS:
         run = make_run(root / name / "2026-01-01_00-00-00", name)
         if name != "lcm":
-            judge_run.judge_run_dir(run, tasks, Judge(KeywordJudge(), attempts=2))
+            judge = Judge(KeywordJudge(), attempts=2)
+            judge_run.judge_run_dir(run, tasks, judge, webjudge=webjudge.from_settings(judge))
     return root
 
 
@@ -174,10 +182,15 @@ def test_the_command_judges_with_a_config_judge_and_resumes_from_the_cache(
         {"match": "Rubric ID:", "replies": [{"content": 'Thoughts: no\nStatus: "failure"'}] * 9}]}))
     args = [str(run), "judge=scripted", f"judge.model.script={script}", "--tasks", str(tasks)]
     assert judge_run.main(args) == 0
-    assert capsys.readouterr().out.strip().endswith("8 rubric items (3 success, 5 failure, 0 error, "
-                                                    "0 not_judged); judge scripted-judge: 8 calls, 0 cached")
+    rubric, web = capsys.readouterr().out.strip().splitlines()
+    assert rubric.endswith("8 rubric items (3 success, 5 failure, 0 error, 0 not_judged); judge scripted-judge: "
+                           "8 calls, 0 cached")
+    # the script has no WebJudge replies: its "(script exhausted)" answers leave every episode without a verdict
+    assert web.endswith("O-M2W Judge n/a over 0 episodes (3 error, 0 not_judged); 9 calls, 0 cached")
     assert judge_run.main(args) == 0  # again: every verdict from the cache, nothing asked
-    assert capsys.readouterr().out.strip().endswith("judge scripted-judge: 0 calls, 8 cached")
+    rubric, web = capsys.readouterr().out.strip().splitlines()
+    assert rubric.endswith("judge scripted-judge: 0 calls, 8 cached")
+    assert judge_run.main([*args, "--no-webjudge"]) == 0 and len(capsys.readouterr().out.strip().splitlines()) == 1
     assert (run / judge_run.CACHE).is_dir()
 
 
@@ -205,8 +218,8 @@ def test_the_runs_own_config_judges_by_default_and_a_simulated_agent_cannot(tmp_
     assert judge_run.main([str(run), "--tasks", str(tasks_file(tmp_path / "tasks.json"))]) == 0
     frame = pd.read_parquet(run / judge_run.JUDGED)
     assert set(frame.status) == {"not_judged"}
-    assert set(frame.reason) == {"the agent's backend (scripted) is simulated and cannot judge; set judge=openai "
-                                 "(any OpenAI-compatible endpoint)"}
+    [reason] = set(frame.reason)
+    assert reason.startswith("the agent's backend (scripted) is simulated and cannot judge; set judge=")
 
 
 def test_no_judge_records_every_item_as_not_judged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -240,6 +253,41 @@ def test_table2_ours_beside_the_papers(results: Path, tmp_path: Path) -> None:
     written = tables.write(table.table, tmp_path / "out", table.name, table.caption, table.notes)
     assert [p.name for p in written] == ["odysseys_table2.md", "odysseys_table2.csv", "odysseys_table2.tex"]
     assert "NOTE: lcm" in written[0].read_text()
+
+
+def test_table2_prints_o_m2w_judge_and_avg_hit_and_labels_a_text_only_judge(results: Path) -> None:
+    [table] = odysseys_tables.build(results)
+    t = table.table
+    assert list(t.index[:6]) == ["O-M2W Judge (%)", "Perfect (%)", "Perfect (Hard) (%)", "Partial >= 50% (%)",
+                                 "Rubric Avg (%)", "Avg. Hit"]
+    assert t["Vanilla ours"][["O-M2W Judge (%)", "Avg. Hit"]].tolist() == ["66.7", "2.0"]
+    assert t["WAAC ours"][["O-M2W Judge (%)", "Avg. Hit"]].tolist() == ["0.0", "2.5"]
+    assert t["Vanilla paper"][["O-M2W Judge (%)", "Avg. Hit"]].tolist() == ["12.0", "1.9"]
+    assert t["LCM ours"][["O-M2W Judge (%)", "Avg. Hit", "O-M2W judge mode"]].tolist() == [
+        "not judged", "not judged", "not judged"]
+    assert t["Vanilla ours"][["Judge mode", "O-M2W judge mode", "O-M2W episodes judged"]].tolist() == [
+        "text-only judge", "text-only judge", "3 (0 error, 0 not judged)"]
+    assert sum("c2 (" in n and "text-only judge" in n and "not comparable" in n for n in table.notes) == 1
+    assert not any("self-judged" in n for n in table.notes) and "text-only judge" in table.caption
+
+
+def test_a_self_judging_run_and_a_judge_that_saw_screenshots_are_labelled(tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    tasks = load_tasks(tasks_file(tmp_path / "tasks.json"))
+    run = make_run(root / "c2" / "2026-01-01_00-00-00", "c2")
+    agent = KeywordJudge()
+    agent.name = "scripted"  # the episodes' agent model: the agent grades itself
+    judge = Judge(agent, attempts=2)
+    judge_run.judge_run_dir(run, tasks, judge, webjudge=webjudge.from_settings(judge))
+    [table] = odysseys_tables.build(root)
+    assert table.table["Vanilla ours"]["Judge mode"] == "text-only judge; self-judged (the agent's model)"
+    assert table.table["Vanilla ours"]["O-M2W judge mode"] == "text-only judge; self-judged (the agent's model)"
+    assert any(n.startswith("NOTE: c2 ") and "self-judged" in n and "grades itself" in n for n in table.notes)
+    rows = pd.DataFrame({"task_id": ["a", "a", "b"], "run": [0, 0, 0], "status": ["success", "failure", "success"],
+                         "images_sent": [2, 0, 0], "judge_model": ["gemini"] * 3})
+    mine = pd.DataFrame({"model": ["agent"]})
+    assert odysseys_tables._judge_mode(rows, mine) == "screenshots in 1 of 2 episodes; text-only judge in the others"
+    assert odysseys_tables._judge_mode(rows.assign(images_sent=3), mine) == "screenshots (multimodal)"
 
 
 def test_a_judged_file_missing_episodes_is_warned_about(results: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,18 @@ from typing import Any
 import pytest
 
 from harness.envs.odysseys import check
-from harness.envs.odysseys.tasks import DEFAULT_PATH, LEVELS, Rubric, load_tasks, select, task_table
+from harness.envs.odysseys.tasks import (
+    DEFAULT_PATH,
+    LEVELS,
+    V1,
+    V2,
+    VERSIONS,
+    Rubric,
+    load_tasks,
+    load_version,
+    select,
+    task_table,
+)
 from harness.errors import InputError
 
 
@@ -125,3 +137,73 @@ def test_unknown_level_or_id_is_one_line_input_error(tmp_path: Path) -> None:
         select(tasks, ids=["nope"])
     with pytest.raises(InputError, match="no task with id 'nope'"):
         tasks.by_id("nope")
+
+
+# --- versions (env.version) ---------------------------------------------------------------------------------------
+
+def website_version(path: Path, n_tasks: int = 120, n_rubrics: int = 699) -> Path:
+    """A file in the shape of the website's 120-task version (not public): the first real tasks (the first 120 of
+    the 200 happen to hold 699 rubric items), with items dropped from the end or added to the first task until the
+    total is `n_rubrics`."""
+    entries = json.loads(DEFAULT_PATH.read_text())[:n_tasks]
+    extra = sum(len(e["rubrics"]) for e in entries) - n_rubrics
+    for e in reversed(entries):
+        while extra > 0 and len(e["rubrics"]) > 1:
+            e["rubrics"].pop(list(e["rubrics"])[-1])
+            extra -= 1
+    for i in range(-extra):
+        entries[0]["rubrics"][f"X{i}"] = {"requirement": "An added item", "verification": ""}
+    return write(path, entries)
+
+
+def test_the_shipped_file_is_v1_200_pinned_by_its_bytes(tmp_path: Path) -> None:
+    tasks = load_version()
+    assert (tasks.version, len(tasks.tasks), tasks.n_rubrics) == (V1, 200, 1225)
+    assert tasks.sha256 == hashlib.sha256(DEFAULT_PATH.read_bytes()).hexdigest() == VERSIONS[V1].sha256
+    copy = tmp_path / "odysseys.json"
+    copy.write_bytes(DEFAULT_PATH.read_bytes())
+    assert load_version(None, copy).version == V1  # named by its bytes wherever it is
+    assert load_version(V1, copy, levels=["easy"]).tasks[0].level == "easy"  # checked whole, then filtered
+
+
+def test_v2_120_loads_a_user_file_checked_by_the_websites_counts(tmp_path: Path) -> None:
+    path = website_version(tmp_path / "odysseys_120.json")
+    tasks = load_version(V2, path)
+    assert (tasks.version, len(tasks.tasks), tasks.n_rubrics) == (V2, 120, 699)
+    assert tasks.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert load_version(V2, path, tasks.sha256).version == V2  # a sha256 the user pins is checked too
+    with pytest.raises(InputError, match=r"^env.version=v2-120: no task file ships for it \(.*not in the public "
+                                         r"repository.*\); give its file with env.tasks_path="):
+        load_version(V2)
+
+
+@pytest.mark.parametrize(("n_tasks", "n_rubrics"), [(121, 705), (120, 700)])
+def test_a_wrong_count_is_one_line(tmp_path: Path, n_tasks: int, n_rubrics: int) -> None:
+    path = website_version(tmp_path / "t.json", n_tasks, n_rubrics)
+    with pytest.raises(InputError) as err:
+        load_version(V2, path)
+    assert str(err.value) == (f"{path}: {n_tasks} tasks and {n_rubrics} rubric items, but version v2-120 has 120 "
+                              f"and 699 ({VERSIONS[V2].source})")
+
+
+def test_a_wrong_sha256_is_one_line(tmp_path: Path) -> None:
+    edited = tmp_path / "odysseys.json"
+    edited.write_bytes(DEFAULT_PATH.read_bytes().replace(b"Hulu", b"hulu", 1))  # one letter of one rubric
+    digest = hashlib.sha256(edited.read_bytes()).hexdigest()
+    with pytest.raises(InputError) as err:
+        load_version(V1, edited)
+    assert str(err.value) == (f"{edited}: sha256 {digest} is not version v1-200's, {VERSIONS[V1].sha256}; give the "
+                              "right file, or name this file's own version with env.version=<any name>")
+    assert load_version(None, edited).version == "custom"  # unnamed: recorded as custom, with its sha256
+    with pytest.raises(InputError, match=rf"^{edited}: sha256 {digest} is not env.tasks_sha256=abc; "):
+        load_version("mine", edited, "abc")
+
+
+def test_a_file_of_ones_own_is_recorded_by_name_and_sha256(tmp_path: Path) -> None:
+    path = write(tmp_path / "t.json", [entry("a" * 40)])
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert (load_version(None, path).version, load_version(None, path).sha256) == ("custom", digest)
+    assert load_version("pilot-1", path).version == "pilot-1"
+    with pytest.raises(InputError, match=r"^env.version=pilot-1: no task file ships for it \(a version of your "
+                                         r"own\); give its file with env.tasks_path=<odysseys json>$"):
+        load_version("pilot-1")

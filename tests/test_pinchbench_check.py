@@ -23,6 +23,23 @@ def test_the_fixture_benchmark_checks_clean(capsys: pytest.CaptureFixture[str]) 
     out = capsys.readouterr().out.strip().splitlines()
     assert out[-1] == "6 tasks: 0 load errors, 0 workspace errors, 0 grading errors"
     assert any("task_stock_price" in line for line in out)  # flagged as needing the network
+    assert "core subset (benchmark.subset=core, upstream's --core): 3 tasks" in out
+    assert not any("Research" in line for line in out)  # the manifest's category, not the front matter's
+
+
+def test_manifest_problems_are_load_errors_not_a_crash(tmp_path: Path) -> None:
+    """A task file in no category and a manifest entry without its file (upstream's loader skips both, its
+    lint fails on both) are each one load error line, as is a core entry left in no category; the rest is
+    checked."""
+    bench = tmp_path / "bench"
+    shutil.copytree(FIXTURE, bench)
+    manifest = bench / "tasks" / "manifest.yaml"
+    manifest.write_text(manifest.read_text().replace("    - task_email_draft\n", "    - task_ghost\n"))
+    report = check(bench)
+    assert report.last_line() == "5 tasks: 3 load errors, 0 workspace errors, 0 grading errors"
+    assert any("names 'task_ghost' but" in e for e in report.benchmark.errors)
+    assert any("task_email_draft.md: not listed in" in e for e in report.benchmark.errors)
+    assert any("core names 'task_email_draft', which is in no category" in e for e in report.benchmark.errors)
 
 
 def test_a_missing_asset_is_a_workspace_error_naming_the_file(tmp_path: Path) -> None:

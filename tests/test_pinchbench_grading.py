@@ -1,18 +1,30 @@
-"""Running a task's grade() in the sandbox: real graders return their dict, bad ones are grading errors."""
+"""Running a task's grade() in the sandbox, and a task's score from its parts as upstream computes it: every
+grading type and every failure kind against upstream's own results on the same fixtures
+(fixtures/pinchbench/scripts/upstream_scores.json, made by running 2.0.0's grade_task with benchmark.py's rule)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from harness.backends.base import InfraError
 from harness.envs.pinchbench.grading import automated_score, run_grade
+from harness.envs.pinchbench.judge import Judge
+from harness.envs.pinchbench.scoring import combine, grade_task
+from harness.envs.pinchbench.tasks import load_benchmark
+from harness.types import Completion, Message, ToolSpec, Usage
 
 MIRROR = Path("/work/.mirror/pinchbench+skill/repo")
+FIXTURES = Path(__file__).parent / "fixtures" / "pinchbench"
 
 
 def _v1_grader(task_file: str) -> str:
@@ -47,24 +59,39 @@ def test_real_v1_grader_on_an_empty_transcript(ws: Path) -> None:
 
 
 @pytest.mark.parametrize(("source", "expected"), [
-    ("def grade(t, w):\n    while True:\n        pass", "timed out after 1.5 s"),
+    ("def grade(t, w):\n    while True:\n        pass", "timed out after 5 s"),
     ("def grade(t, w):\n    x = []\n    while True:\n        x.append(bytearray(2**24))", "MemoryError"),
-    ("def grade(t, w):\n    return [1.0]", "returned list, not a dict"),
-    ("def grade(t, w):\n    return {'a': 'high'}", "non-numeric values for ['a']"),
-    ("def grade(t, w):\n    return {'a': float('nan')}", "non-numeric"),
     ("def grade(t, w):\n    return 1 / 0", "ZeroDivisionError"),
-    ("x = 1", "defines no grade() function"),
     ("import os, sys\ndef grade(t, w):\n    sys.__stdout__.write('@@PINCHBENCH_GRADE_RESULT@@ [1]\\n')\n"
      "    sys.__stdout__.flush()\n    os._exit(0)", "not a dict of finite numbers"),
     ("def grade(t, w)\n    return {}", "SyntaxError"),
     ("import sys\ndef grade(t, w):\n    sys.exit(0)", "no result"),
+    ("def grade(t, w):\n    return {'a': 10 ** 400}", "OverflowError"),  # upstream's float(v) raises too
     ("def grade(t, w):\n    open(w + '/new.txt', 'w').write('x')\n    return {'a': 1}", "Read-only file system"),
     ("import socket\ndef grade(t, w):\n    socket.create_connection(('127.0.0.1', 9), timeout=1)", "Connection"),
 ])
-def test_bad_graders_are_grading_errors(ws: Path, source: str, expected: str) -> None:
-    result = run_grade(source, [], ws, timeout_s=1.5, memory_mb=256)
-    assert result.scores is None and result.score is None
+def test_failing_graders_fail_the_grading(ws: Path, source: str, expected: str) -> None:
+    """Upstream's grade_task raises on these (or hangs): the task scores 0 (scoring.py)."""
+    result = run_grade(source, [], ws, timeout_s=5, memory_mb=256)  # time enough on a loaded machine
+    assert result.failed and result.scores is None and result.score is None
     assert result.error is not None and expected in result.error and "\n" not in result.error
+
+
+@pytest.mark.parametrize(("source", "score", "error", "note"), [
+    ("def grade(t, w):\n    return [1.0]", 0.0, "grade() returned list, not a dict", None),
+    ("x = 1", 0.0, "Automated grading function missing", None),
+    ("def grade(t, w):\n    return {}", 0.0, None, None),
+    ("def grade(t, w):\n    return {'a': 1, 'b': True, 'c': 'high', 'd': None, 'e': 0.0}", 2 / 3, None, "['c', 'd']"),
+    ("def grade(t, w):\n    return {'a': 1.0, 'b': float('nan'), 'c': 0.5}", 0.75, None, "['b']"),
+    ("def grade(t, w):\n    return {'a': 3.0, 'b': 0.0}", 1.5, None, None),  # no clamping
+])
+def test_graders_scored_as_upstream_averages_them(ws: Path, source: str, score: float, error: str | None,
+                                                  note: str | None) -> None:
+    """lib_grading.py _grade_automated/_average_scores: no grade() or a non-dict is 0.0; the mean is over the
+    int/float values, bools included; ours also leaves out NaN/inf (named in `note`)."""
+    result = run_grade(source, [], ws, timeout_s=10)
+    assert not result.failed and result.score == pytest.approx(score) and result.error == error
+    assert (result.note is None) == (note is None) and (note is None or note in (result.note or ""))
 
 
 def test_fork_bomb_is_stopped_and_leaves_nothing(ws: Path) -> None:
@@ -102,12 +129,79 @@ def test_workspace_is_graded_on_a_copy_without_special_files(ws: Path) -> None:
 
 
 def test_automated_score_is_the_plain_mean() -> None:
-    # scripts/lib_grading.py _average_scores: unweighted mean, 0.0 for no scores, no clamping.
+    # scripts/lib_grading.py _average_scores: unweighted mean of the int/float values, 0.0 for none, no clamping.
     assert automated_score({"a": 1.0, "b": 0.0, "c": 0.5}) == 0.5
-    assert automated_score({}) == 0.0
+    assert automated_score({}) == 0.0 and automated_score({"a": "x"}) == 0.0
     assert automated_score({"a": 3.0, "b": 0.0}) == 1.5
+    assert automated_score({"a": True, "b": 0, "c": "1"}) == 0.5
 
 
 def test_unserializable_transcript_is_an_error(ws: Path) -> None:
     result = run_grade("def grade(t, w):\n    return {}", [{"x": object()}], ws)
-    assert result.scores is None and result.error is not None and "not JSON-serializable" in result.error
+    assert result.failed and result.error is not None and "not JSON-serializable" in result.error
+
+
+# ---- a task's score, as upstream computes it ------------------------------------------------------------------
+
+class FakeJudge:
+    """A judge backend replaying the golden file's replies; None is a failed call."""
+
+    name, simulated, context_window = "fake-judge", True, 1_000_000
+
+    def __init__(self, replies: list[str | None]) -> None:
+        self.replies, self.calls = list(replies), 0
+
+    def generate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion:
+        self.calls += 1
+        reply = self.replies.pop(0)
+        if reply is None:
+            raise InfraError("endpoint down")
+        return Completion(Message("assistant", reply), Usage(10, 5))
+
+
+UPSTREAM = json.loads((FIXTURES / "scripts" / "upstream_scores.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("case", UPSTREAM["cases"], ids=lambda c: f"{c['grading_type']}-{c['grader']}-{c['judge']}")
+def test_task_scores_equal_upstreams(case: dict[str, Any], ws: Path) -> None:
+    fixture = load_benchmark(FIXTURES / "v2").by_id(UPSTREAM["tasks"][case["grading_type"]].removesuffix(".md"))
+    task = replace(fixture, grade_source=UPSTREAM["graders"][case["grader"]] if case["grader"] else None)
+    backend = FakeJudge(UPSTREAM["judge_replies"][case["judge"]] if case["judge"] else [])
+    transcript = json.loads((FIXTURES / "scripts" / "judge_transcript.json").read_text(encoding="utf-8"))
+    grade = grade_task(task, transcript, ws, Judge(backend, sleep=lambda _: None), version=2, grade_timeout_s=10)
+    assert grade.score == pytest.approx(case["score"])
+    assert backend.calls == case["judge_calls"]  # no judge call upstream does not make
+    graded, missing = grade.parts  # the harness's own diagnostic beside upstream's score
+    assert graded + missing == (2 if case["grading_type"] == "hybrid" else 1)
+    assert grade.grading_failed == (case["grader"] == "raises")
+    assert (missing > 0) == (case["grader"] in ("raises", "not_dict", "no_function")
+                             or case["judge"] in ("call_fails", "unparseable", "no_total"))
+
+
+def test_a_grader_timeout_zeroes_a_hybrid_task_and_the_judge_is_not_asked(ws: Path) -> None:
+    """Upstream has no grader timeout of its own: benchmark.py's background grading gives up after 300 s and
+    records 0.0 for the task (a synchronous grade hangs). Ours stops the grader and records the same 0."""
+    task = replace(load_benchmark(FIXTURES / "v2").by_id("task_sales_summary"),
+                   grade_source="def grade(t, w):\n    while True:\n        pass")
+    backend = FakeJudge(['{"total": 1.0}'])
+    grade = grade_task(task, [], ws, Judge(backend), version=2, grade_timeout_s=1)
+    assert (grade.score, grade.grading_failed, backend.calls, grade.parts) == (0.0, True, 0, (0, 2))
+    assert grade.judge is not None and grade.judge.status == "not_graded" and "not asked" in (grade.judge.reason or "")
+    assert "timed out" in (grade.grading_error or "")
+
+
+def test_no_judge_and_no_code_score_0_and_are_counted_not_graded(ws: Path) -> None:
+    task = replace(load_benchmark(FIXTURES / "v2").by_id("task_sales_summary"), grade_source=None)
+    grade = grade_task(task, [], ws, Judge(None, unavailable_reason="judge unavailable: key unset"), version=2)
+    assert (grade.score, grade.parts, grade.grading_error) == (0.0, (0, 2), "No automated grading code found")
+    assert grade.judge is not None and grade.judge.status == "not_graded"
+
+
+def test_hybrid_weights_as_upstream_combines_them() -> None:
+    both = ("automated", "llm_judge")
+    assert combine({"automated": 1.0, "llm_judge": None}, {"automated": 0.7, "llm_judge": 0.3}, both) == \
+        pytest.approx(0.7)
+    assert combine({"automated": 1.0, "llm_judge": 0.5}, {"automated": 0.0, "llm_judge": 0.0}, both) == 0.75
+    assert combine({"automated": 0.7062937062937062, "llm_judge": 0.87}, {"automated": 0.4, "llm_judge": 0.6},
+                   both) == pytest.approx(0.8045174825174824)  # upstream's tests/test_lib_grading.py
+    assert combine({"llm_judge": None}, {}, ("llm_judge",)) == 0.0

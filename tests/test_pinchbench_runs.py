@@ -6,7 +6,6 @@ replies, so every score is exact."""
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -56,6 +55,9 @@ def test_scripted_run_scores_every_task_exactly(scripted_run: tuple[Path, pd.Dat
     assert episodes.loc["task_sales_summary", "automated_score"] == 1.0
     assert episodes.loc["task_sales_summary", "judge_score"] == 0.5
     assert (episodes.not_graded_parts == 0).all() and episodes.grading_error.isna().all()
+    assert (episodes.grading_failed == 0).all() and not episodes.judge_is_agent.any()
+    judged = episodes.loc["task_sales_summary"]  # judge=scripted: not upstream's judge, so labelled "override"
+    assert (judged.judge_model, judged.judge_setting, judged.judge_host) == ("scripted-judge", "override", None)
     assert episodes.loc["task_second_brain", "n_sessions"] == 2  # the third prompt opened a fresh conversation
     assert episodes.loc["task_sales_summary", "category"] == "csv_analysis"
     assert "task_stock_price" not in episodes.index  # needs the network: left out by offline_only
@@ -75,12 +77,13 @@ def test_transcripts_in_both_formats_and_workspaces_under_the_run(scripted_run: 
     assert "What programming language" in brain and "I previously saved" in brain and "###STOP###" not in brain
 
 
-def test_without_a_judge_judge_parts_are_excluded_and_counted_never_zero(tmp_path: Path) -> None:
+def test_without_a_judge_judge_parts_score_0_as_upstream_and_are_counted(tmp_path: Path) -> None:
     episodes = run(config(tmp_path, judge="none"), verbose=False).set_index("task_id")
-    assert episodes.loc["task_sales_summary", "score"] == 1.0  # the automated part alone
+    assert episodes.loc["task_sales_summary", "score"] == pytest.approx(0.7)  # 1.0 x 0.7 + judge 0 x 0.3
     assert episodes.loc["task_sales_summary", "not_graded_parts"] == 1
-    assert math.isnan(episodes.loc["task_email_draft", "score"])  # nothing gradable: no score, not 0
+    assert episodes.loc["task_email_draft", "score"] == 0.0  # upstream scores a failed judge 0
     assert episodes.loc["task_email_draft", "judge_status"] == "not_graded"
+    assert (episodes.judge_setting == "none").all() and not episodes.judge_is_agent.any()
     assert "judge=none" in episodes.loc["task_email_draft", "judge_reason"]
     assert episodes.not_graded_parts.sum() == 3
 
@@ -88,6 +91,7 @@ def test_without_a_judge_judge_parts_are_excluded_and_counted_never_zero(tmp_pat
 def test_a_simulated_agent_is_not_its_own_judge(tmp_path: Path) -> None:
     episodes = run(config(tmp_path, "benchmark.ids=[task_email_draft]", judge="agent"), verbose=False)
     assert episodes.judge_status.tolist() == ["not_graded"] and "simulated" in episodes.judge_reason[0]
+    assert episodes.judge_is_agent.tolist() == [True] and episodes.judge_setting.tolist() == ["self-judged"]
 
 
 def test_offline_only_false_includes_network_tasks_flagged_with_unavailable_tools(tmp_path: Path) -> None:
@@ -199,7 +203,7 @@ def workflow_config(out: Path, script: Path, *extra: str) -> Any:
     with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
         return compose("config", ["experiment=pinchbench_workflow", f"benchmark.path={V2}", "model=scripted",
                                   f"model.script={script}", "judge=scripted", f"judge.model.script={SCRIPT}",
-                                  "benchmark.workflow.size=2", "benchmark.workflow.n_chains=3",
+                                  "benchmark.workflow.size=2", "n_tasks=3",
                                   f"out_dir={out}", "progress=false", "n_workers=1", *extra])
 
 
@@ -258,7 +262,7 @@ def test_the_workflow_sweep_feeds_table_4(tmp_path: Path) -> None:
     script = chain_script(draw_chains(POOL, 2, 2, 0), tmp_path)
     merged = sweep("workflow", tmp_path / "sweeps" / "workflow" / "x", f"benchmark.path={V2}", "model=scripted",
                    f"model.script={script}", "judge=scripted", f"judge.model.script={SCRIPT}",
-                   "benchmark.workflow.n_chains=2", "experiment=c2,keep_last_n", "benchmark.workflow.size=2")
+                   "n_tasks=2", "experiment=c2,keep_last_n", "benchmark.workflow.size=2")
     assert sorted(set(merged.experiment)) == ["c2", "keep_last_n"] and set(merged.workflow_size) == {2}
     from harness.report.tables import main as tables
 
@@ -273,15 +277,16 @@ def test_table1_from_a_single_run_sits_beside_the_papers_vanilla_row(scripted_ru
     tables(["--results", str(out.parent), "--out", str(out.parent / "tables")])
     table = pd.read_csv(out.parent / "tables" / "pinchbench_table1.csv", index_col=0, dtype=str)
     mine, paper = "Vanilla ours", "Vanilla paper"
-    assert table.loc["Overall", mine] == f"{100 * sum(EXPECTED.values()) / len(EXPECTED):.1f}"  # 90.5
-    assert table.loc["CSV", mine] == "85.0" and table.loc["Overall", paper] == "72.6"
+    # five fixture tasks of the paper's 147: every cell of ours is marked * (not comparable), the paper's are not
+    assert table.loc["Overall", mine] == f"{100 * sum(EXPECTED.values()) / len(EXPECTED):.1f}*"  # 90.5*
+    assert table.loc["CSV", mine] == "85.0*" and table.loc["Overall", paper] == "72.6"
     assert table.loc["Simulated", mine] == "yes" and table.loc["Task version", mine] == "2"
 
 
 def test_a_chain_cut_short_grades_the_unreached_task_as_it_stands_and_marks_it(tmp_path: Path) -> None:
     pool = ["task_notes_answer", "task_sales_summary"]  # both take several steps
     chains = draw_chains(pool, 2, 1, 0)
-    cfg = workflow_config(tmp_path / "run", chain_script(chains, tmp_path), "benchmark.workflow.n_chains=1",
+    cfg = workflow_config(tmp_path / "run", chain_script(chains, tmp_path), "n_tasks=1",
                           f"benchmark.ids=[{','.join(pool)}]", "max_steps=1")
     row = run(cfg, verbose=False).iloc[0]
     scores = json.loads(row.chain_scores)
@@ -305,7 +310,7 @@ def test_each_chain_task_is_graded_on_its_own_slice(tmp_path: Path, monkeypatch:
         return real(task, transcript, *args)
 
     monkeypatch.setattr(domain_module, "grade_task", spy)
-    flows = PinchBenchWorkflows(path=str(V2), ids=["task_sanity", "task_notes_answer"], size=2, n_chains=1)
+    flows = PinchBenchWorkflows(path=str(V2), ids=["task_sanity", "task_notes_answer"], size=2, n_tasks=1)
     first, second = flows.tasks[0].data["chain"]
     episode = flows.episode(flows.tasks[0], None, EpisodeContext(0, tmp_path))
     run_episode(episode, FullHistory(), ScriptedModel([say("one"), say("two")]), TokenCounter(), 5)
@@ -317,24 +322,24 @@ def test_each_chain_task_is_graded_on_its_own_slice(tmp_path: Path, monkeypatch:
 def test_a_chain_continues_a_tasks_new_session_in_its_one_conversation(tmp_path: Path) -> None:
     pool = ["task_sanity", "task_second_brain"]  # in the benchmark's order, as the domain draws from it
     chains = draw_chains(pool, 2, 1, 0)
-    cfg = workflow_config(tmp_path / "run", chain_script(chains, tmp_path), "benchmark.workflow.n_chains=1",
+    cfg = workflow_config(tmp_path / "run", chain_script(chains, tmp_path), "n_tasks=1",
                           f"benchmark.ids=[{','.join(pool)}]")
     row = run(cfg, verbose=False).iloc[0]
     assert row.n_sessions == 1 and row.termination == "user_stop"
     assert json.loads(row.chain_scores)[[*chains[0]].index("task_second_brain")]["score"] == pytest.approx(0.875)
 
 
-def test_a_chains_score_is_the_mean_of_its_graded_tasks(tmp_path: Path) -> None:
-    pool = ["task_sanity", "task_email_draft"]  # without a judge the email task has no score at all
+def test_a_chains_score_is_the_mean_of_its_tasks_an_unjudged_one_scoring_0(tmp_path: Path) -> None:
+    pool = ["task_sanity", "task_email_draft"]  # without a judge the email task scores 0, as upstream
     chains = draw_chains(pool, 2, 1, 0)
     with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
         cfg = compose("config", ["experiment=pinchbench_workflow", f"benchmark.path={V2}", "model=scripted",
                                  f"model.script={chain_script(chains, tmp_path)}", "judge=none",
-                                 "benchmark.workflow.size=2", "benchmark.workflow.n_chains=1",
+                                 "benchmark.workflow.size=2", "n_tasks=1",
                                  f"benchmark.ids=[{','.join(pool)}]", f"out_dir={tmp_path / 'run'}",
                                  "progress=false"])
     row = run(cfg, verbose=False).iloc[0]
-    assert row.score == 1.0 and row.not_graded_parts == 1  # the sanity task alone; the email task counted
+    assert row.score == 0.5 and row.not_graded_parts == 1  # (1.0 + 0.0) / 2; the email task counted
 
 
 def test_the_runner_gives_a_new_session_a_fresh_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -352,7 +357,7 @@ def test_the_runner_gives_a_new_session_a_fresh_policy(tmp_path: Path, monkeypat
     assert len(built) == 2  # the episode's policy, then the new session's
 
 
-def test_a_crashing_grader_is_a_grading_error_never_a_score(tmp_path: Path) -> None:
+def test_a_crashing_grader_zeroes_the_task_as_upstream_and_is_said(tmp_path: Path) -> None:
     clone = tmp_path / "clone"
     shutil.copytree(V2, clone)
     task = clone / "tasks" / "task_notes_answer.md"
@@ -360,7 +365,8 @@ def test_a_crashing_grader_is_a_grading_error_never_a_score(tmp_path: Path) -> N
                                              '    raise RuntimeError("broken grader")'))
     cfg = config(tmp_path / "run", f"benchmark.path={clone}", "benchmark.ids=[task_notes_answer]")
     row = run(cfg, verbose=False).iloc[0]
-    assert math.isnan(row.score) and "broken grader" in row.grading_error and row.not_graded_parts == 1
+    assert row.score == 0.0 and "broken grader" in row.grading_error and row.not_graded_parts == 1
+    assert row.grading_failed == 1
 
 
 def test_a_served_models_port_is_not_part_of_the_fingerprint(tmp_path: Path) -> None:
@@ -372,12 +378,12 @@ def test_a_served_models_port_is_not_part_of_the_fingerprint(tmp_path: Path) -> 
     assert fingerprint(a) == fingerprint(b) and fingerprint(c) != fingerprint(a)
 
 
-def test_only_zero_weight_parts_graded_is_no_score() -> None:
-    from harness.envs.pinchbench.scoring import blend
+def test_a_part_not_graded_counts_0_whatever_its_weight() -> None:
+    from harness.envs.pinchbench.scoring import combine
 
     both = ("automated", "llm_judge")
-    assert blend({"automated": 1.0, "llm_judge": None}, {"automated": 0.0, "llm_judge": 1.0}, both) is None
-    assert blend({"automated": 1.0, "llm_judge": 0.5}, {"automated": 0.7, "llm_judge": 0.3}, both) == \
+    assert combine({"automated": 1.0, "llm_judge": None}, {"automated": 0.0, "llm_judge": 1.0}, both) == 0.0
+    assert combine({"automated": 1.0, "llm_judge": 0.5}, {"automated": 0.7, "llm_judge": 0.3}, both) == \
         pytest.approx(0.85)
 
 

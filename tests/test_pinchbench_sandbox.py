@@ -166,6 +166,40 @@ def test_no_network_but_loopback_and_no_connection_reaches_the_host(tools: Works
             server.accept()
 
 
+def test_exec_with_network_reaches_a_host_server_and_without_cannot(ws: Path) -> None:
+    """benchmark.network.exec: the same HTTP request from the sandbox, answered only when the sandbox has the
+    host's network; the rest of the sandbox (workspace-only writes) is unchanged."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Ping(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"PONG-FROM-HOST")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Ping)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    request = (f"exec 3<>/dev/tcp/127.0.0.1/{server.server_address[1]} && "
+               "printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3")
+    try:
+        online = WorkspaceTools(ws, Sandbox(ws, timeout_s=10, network=True))
+        out, is_error = call(online, "exec", command=request)
+        assert not is_error and "PONG-FROM-HOST" in out, out
+        assert "network access" in next(t.description for t in online.tools() if t.name == "exec")
+        out, is_error = call(online, "exec", command="echo ok > inside.txt; touch /usr/x")
+        assert is_error and "touch: cannot touch" in out and (ws / "inside.txt").read_text() == "ok\n"
+        offline = WorkspaceTools(ws, Sandbox(ws, timeout_s=10))
+        out, is_error = call(offline, "exec", command=request)
+        assert is_error and "PONG" not in out and "Connection refused" in out
+        assert "no network access" in next(t.description for t in offline.tools() if t.name == "exec")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_timeout_kills_everything_including_escaped_sessions(ws: Path) -> None:
     marker = f"{time.time_ns() % 10**9}.{os.getpid()}"
     sandbox = Sandbox(ws, timeout_s=1)

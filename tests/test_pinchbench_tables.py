@@ -85,8 +85,8 @@ def _warnings(table: pd.DataFrame) -> list[str]:
 def test_table1_scores_categories_and_overall_as_upstream_leaving_ungraded_tasks_out_and_counted() -> None:
     t = pt.table1(_singles(), PAPER, {"c2": "c2/x"})
     ours = t["Vanilla ours"]
-    assert ours["Prod"] == "87.5"  # task_b's NaN run left out, not a 0 (62.5)
-    assert ours["Mem"] == "30.0" and ours["Overall"] == "68.3"  # mean over runs per task, then over tasks
+    assert ours["Prod"] == "87.5*"  # task_b's NaN run left out, not a 0 (62.5); 2 of the paper's 8: not comparable
+    assert ours["Mem"] == "30.0*" and ours["Overall"] == "68.3*"  # mean over runs per task, then over tasks
     assert ours["Code"] == "n/a" and ours["Res"] == "–"  # ran but never graded / no task of the category
     assert (ours["Tasks"], ours["Tasks not graded"], ours["Episodes not graded"]) == ("4", "1", "3")
     assert (ours["Parts not graded"], ours["Grading errors (episodes)"], ours["Runs"]) == ("3", "1", "2")
@@ -129,7 +129,7 @@ def test_table1_comes_from_the_newest_pinchbench_methods_sweep_with_provenance_i
     assert list(t.columns)[:4] == ["Vanilla ours", "Vanilla paper", "Keep-Last-N ours", "Keep-Last-N paper"]
     assert t.loc["Run", "Keep-Last-N ours"] == f"sweeps/methods/{NEW}/1"
     assert t.loc["Overall", "Keep-Last-N paper"] == "78.0"
-    assert t.loc["Overall", "Keep-Last-N ours"] == "56.7"  # run 0 only: (0.5 + 1.0 + 0.2) / 3
+    assert t.loc["Overall", "Keep-Last-N ours"] == "56.7*"  # run 0 only: (0.5 + 1.0 + 0.2) / 3
     md = (tmp_path / "t" / "pinchbench_table1.md").read_text()
     assert "SIMULATED" in md.splitlines()[0] and "model sim; task version 2" in md.splitlines()[0]
     assert notes[0] in md and str(newest.relative_to(root)) in md
@@ -194,6 +194,109 @@ def test_the_papers_category_scores_give_its_overall_scores() -> None:
         assert abs(weighted - PAPER["table1"][name]["overall"]) <= (0.15 if name == "waac" else 0.1), name
     assert set(PAPER["table4"]) == {"c2", "keep_last_n", "llmlingua", "summary", "agentfold", "mem0", "waac"}
     assert all(set(v["acc"]) == set(v["rel"]) == set(pt.PAPER_KS) for v in PAPER["table4"].values())
+
+
+# --- Table 1: comparable with the paper only over its task set (issue #23 item 4) --------------------------------
+
+SCORES = [r for r, _ in [("Overall", 0), *pt.CATEGORIES]]
+
+
+def _full_set(experiment: str = "c2", drop: tuple[str, ...] = (), **kw: Any) -> pd.DataFrame:
+    """One run of the paper's 147 tasks (FORMATS.md's count per category), every one graded 0.5."""
+    rows = [_row(experiment, f"{cat}_{i:02d}", 0, category=cat, score=0.5, **kw)
+            for _, cat in pt.CATEGORIES for i in range(pt.PAPER_COUNTS[cat]) if f"{cat}_{i:02d}" not in drop]
+    return pd.DataFrame(rows)
+
+
+def _left(*ids: str, kind: str = "not runnable here") -> dict[str, Any]:
+    """A run manifest's `coverage` naming these tasks (named <category>_<nn>) as left out."""
+    return {"benchmark": "pinchbench", "version": 2, "left_out": {
+        i: {"category": i.rsplit("_", 1)[0], "kind": kind, "reason": "needs the network"} for i in ids}}
+
+
+def test_a_run_of_the_papers_whole_task_set_is_comparable_and_unmarked() -> None:
+    assert sum(pt.PAPER_COUNTS.values()) == pt.PAPER_TASKS == 147
+    t = pt.table1(_full_set(), PAPER, records={"c2": [{"coverage": _left()}]})
+    ours = t["Vanilla ours"]
+    assert [ours[r] for r in SCORES] == ["50.0"] * 12  # no NOT_COMPARABLE mark anywhere
+    assert ours["Tasks run (of the paper's)"] == "147/147"
+    cover = pt.coverage_table(_full_set(), {"c2": [{"coverage": _left()}]})
+    assert list(cover["Vanilla tasks run"]) == [f"{n}/{n}" for n in (147, *pt.PAPER_COUNTS.values())]
+    assert set(cover["Vanilla left out"]) == {"none"}
+    assert pt.coverage_notes(_full_set()) == []
+
+
+def test_a_subset_marks_its_overall_and_short_categories_not_comparable_and_names_what_it_left_out() -> None:
+    records = {"c2": [{"coverage": _left("coding_03", "coding_07") | {"tasks_in_clone": 147}}]}
+    frame = _full_set(drop=("coding_03", "coding_07"))
+    ours = pt.table1(frame, PAPER, records=records)["Vanilla ours"]
+    assert ours["Overall"] == "50.0*" and ours["Code"] == "50.0*"  # over 145 / 12 of the paper's 147 / 14
+    assert [ours[r] for r in SCORES if r not in ("Overall", "Code")] == ["50.0"] * 10  # whole categories: unmarked
+    assert ours["Tasks run (of the paper's)"] == "145/147"
+    cover = pt.coverage_table(frame, records)
+    assert cover.loc["Overall", "Vanilla tasks run"] == "145/147 *"
+    assert cover.loc["Code", "Vanilla tasks run"] == "12/14 *" and cover.loc["Prod", "Vanilla tasks run"] == "8/8"
+    assert cover.loc["Code", "Vanilla left out"] == "not runnable here: coding_03, coding_07"
+    assert cover.loc["Overall", "Vanilla left out"] == "not runnable here: 2"  # ids in the category rows
+    assert pt.coverage_notes(frame, records) == [
+        "WARNING: c2: Overall over 145 graded of the 145 tasks run, of the paper's 147: not comparable with the "
+        "paper (marked *; pinchbench_table1_coverage names what was left out)"]
+
+
+def test_a_column_with_an_ungraded_task_or_another_task_version_is_not_comparable() -> None:
+    ungraded = _full_set().assign(score=lambda d: d.score.mask(d.task_id == "memory_01"))
+    ours = pt.table1(ungraded, PAPER)["Vanilla ours"]
+    assert ours["Mem"] == "50.0*" and ours["Overall"] == "50.0*" and ours["Prod"] == "50.0"
+    cover = pt.coverage_table(ungraded)
+    assert cover.loc["Mem", "Vanilla tasks run"] == "2/2 (1 graded) *"
+    assert cover.loc["Mem", "Vanilla left out"] == "ran, not graded: memory_01"
+    v1 = pt.table1(_full_set(benchmark_version=1), PAPER)["Vanilla ours"]
+    assert all(v1[r].endswith("*") for r in SCORES)  # 147 tasks, but not the paper's version
+
+
+def test_what_a_run_left_out_is_read_from_its_manifest_and_a_run_without_it_says_so(tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    _run(root / "c2" / OLD, _singles(), coverage=_left("coding_03", "writing_00", kind="after n_tasks"))
+    _run(root / "waac" / OLD, _singles("waac"))  # a run from before coverage records
+    tables.main(["--results", str(root), "--out", str(tmp_path / "t")])
+    t = _csv(tmp_path / "t", "pinchbench_table1")
+    assert t.loc["Overall", "Vanilla ours"] == "68.3*" and t.loc["Overall", "WAAC ours"] == "68.3*"
+    assert any(n.startswith("WARNING: waac: Overall over 3 graded of the 4 tasks run") for n in _warnings(t))
+    cover = _csv(tmp_path / "t", "pinchbench_table1_coverage")
+    assert _warnings(cover)  # the same WARNINGs beside the coverage table
+    cover = cover.drop(index="WARNING")
+    assert cover.loc["Code", "Vanilla left out"] == \
+        "after n_tasks: coding_03; ran, not graded: task_c; 12 not in the clone that ran"
+    assert cover.loc["Write", "Vanilla left out"] == "after n_tasks: writing_00; 5 not in the clone that ran"
+    assert cover.loc["Write", "WAAC left out"] == \
+        "6 not named (the run's manifest does not record what it left out)"
+    md = (tmp_path / "t" / "pinchbench_table1.md").read_text()
+    assert "* = not comparable with the paper" in md.splitlines()[0]
+    assert (tmp_path / "t" / "pinchbench_table1_coverage.tex").exists()
+
+
+def test_table1_says_who_judged_which_request_shape_and_the_limits_and_labels_a_self_judged_run(
+        tmp_path: Path) -> None:
+    old = pt.table1(_singles(), PAPER)["Vanilla ours"]  # a run from before these columns
+    assert (old["Judge"], old["Agent profile (tokens)"], old["Step cap (model calls)"], old["Time limit (s)"]) == \
+        ("not recorded",) * 4
+    labelled = _singles(judge_model="claude-haiku-4.5", judge_is_agent=False, agent_profile="openclaw",
+                        request_overhead_tokens=12_345, max_steps=1000).assign(timeout_s=[60.0, 120, 180, 240] * 2)
+    limits = {"max_steps": 1000, "timeout": "task", "timeout_multiplier": 1.0}
+    ours = pt.table1(labelled, PAPER, records={"c2": [{"limits": limits}]})["Vanilla ours"]
+    assert ours["Judge"] == "claude-haiku-4.5" and ours["Agent profile (tokens)"] == "openclaw"
+    assert ours["Request overhead (tokens, mean)"] == "12,345" and ours["Step cap (model calls)"] == "1000"
+    assert ours["Time limit (s)"] == "60–240 (benchmark.timeout=task x1.0)"
+    assert pt.table1(_singles(timeout_s=1000.0), PAPER)["Vanilla ours"]["Time limit (s)"] == "1,000"
+    assert pt.table1(_singles(timeout_s=None), PAPER)["Vanilla ours"]["Time limit (s)"] == "none"
+    root = tmp_path / "results"
+    _run(root / "c2" / OLD, _singles(judge_model="gpt-5", judge_is_agent=True))
+    chains = _chains().assign(judge_model="gpt-5", judge_is_agent=True)
+    _sweep(root, "workflow", OLD, [chains[chains.experiment == n] for n in ("c2", "waac")])
+    tables.main(["--results", str(root), "--out", str(tmp_path / "t")])
+    for name in ("pinchbench_table1", "pinchbench_table4"):
+        assert "SELF-JUDGED" in (tmp_path / "t" / f"{name}.md").read_text().splitlines()[0], name
+        assert _csv(tmp_path / "t", name).loc["Judge", "Vanilla ours"] == "gpt-5 (self-judged)", name
 
 
 # --- Table 4 -------------------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.envs.pinchbench.tasks import Session, as_dataset, load_benchmark, select, task_table
+from harness.envs.pinchbench.tasks import Session, as_dataset, load_benchmark, select, subset, task_table
 from harness.envs.pinchbench.workspace import build_workspace
 from harness.errors import InputError
 
@@ -22,24 +22,84 @@ def _copy(src: Path, tmp_path: Path) -> Path:
 
 
 def test_v2_follows_the_manifest_order_and_categories() -> None:
+    """The fixture's manifest has PinchBench 2.0.0's shape (run_first, core, categories)."""
     bench = load_benchmark(V2)
     assert bench.version == 2 and bench.errors == ()
+    # run_first, then the categories in file order; task_sanity (second in its category) comes first, once
     assert [t.id for t in bench.tasks] == [
         "task_sanity", "task_notes_answer", "task_sales_summary", "task_second_brain", "task_stock_price",
         "task_email_draft",
     ]
     assert bench.by_id("task_sales_summary").category == "csv_analysis"
+    assert bench.by_id("task_sanity").category == "productivity"
+    assert bench.categories == ("productivity", "csv_analysis", "memory", "research", "writing")
+    assert bench.core == ("task_sanity", "task_email_draft", "task_sales_summary")
 
 
-def test_manifest_categories_override_the_task_files(tmp_path: Path) -> None:
+def test_the_manifest_category_wins_over_the_front_matter() -> None:
+    """task_stock_price's front matter says `Research` (as upstream's task_polymarket_briefing does); upstream's
+    TaskLoader gives it the manifest's `research`, so its Table 1 column is research's."""
+    task = load_benchmark(V2).by_id("task_stock_price")
+    assert task.frontmatter["category"] == "Research" and task.category == "research"
+
+
+def test_core_subset_runs_in_the_core_lists_order() -> None:
+    bench = load_benchmark(V2)
+    assert [t.id for t in subset(bench, "core").tasks] == ["task_sanity", "task_email_draft", "task_sales_summary"]
+    assert subset(bench, "all") == bench
+    with pytest.raises(InputError, match="benchmark.subset='some' is not one of all, core"):
+        subset(bench, "some")
+    with pytest.raises(InputError, match="has no `core:` list"):
+        subset(load_benchmark(V1), "core")
+
+
+def test_the_flat_tasks_form_keeps_the_front_matter_categories(tmp_path: Path) -> None:
     root = _copy(V2, tmp_path)
     (root / "tasks" / "manifest.yaml").write_text(
-        "tasks:\n  - {id: task_stock_price, category: research_live}\n  - task_sanity\n"
-        "categories:\n  basics: [task_sanity]\n"
-    )
+        "tasks:\n  - task_stock_price\n  - task_sanity\n  - task_notes_answer\n  - task_sanity\n")
+    for name in ("task_sales_summary", "task_second_brain", "task_email_draft"):
+        (root / "tasks" / f"{name}.md").unlink()
     bench = load_benchmark(root)
     assert [(t.id, t.category) for t in bench.tasks] == [
-        ("task_stock_price", "research_live"), ("task_sanity", "basics")]
+        ("task_stock_price", "Research"), ("task_sanity", "productivity"), ("task_notes_answer", "productivity")]
+    assert (bench.core, bench.categories) == ((), ())
+    assert bench.errors == (f"{root / 'tasks' / 'manifest.yaml'}: tasks lists 'task_sanity' more than once",)
+
+
+def _manifest(root: Path, text: str) -> Path:
+    manifest = root / "tasks" / "manifest.yaml"
+    manifest.write_text(text)
+    return manifest
+
+
+def test_a_task_file_in_no_category_is_a_load_error_and_not_loaded(tmp_path: Path) -> None:
+    root = _copy(V2, tmp_path)
+    manifest = root / "tasks" / "manifest.yaml"
+    manifest.write_text(manifest.read_text().replace("  memory:\n    - task_second_brain\n", ""))
+    bench = load_benchmark(root)
+    assert "task_second_brain" not in [t.id for t in bench.tasks] and len(bench.tasks) == 5
+    assert bench.errors == (f"{root / 'tasks' / 'task_second_brain.md'}: not listed in {manifest} "
+                            "(upstream does not load it)",)
+
+
+def test_a_task_in_two_categories_and_entries_in_no_category_are_errors(tmp_path: Path) -> None:
+    root = _copy(V2, tmp_path)
+    manifest = _manifest(root, "run_first: [task_sanity, task_stock_price]\ncore: [task_email_draft, task_ghost]\n"
+                               "categories:\n  writing: [task_email_draft, task_notes_answer]\n"
+                               "  productivity: [task_notes_answer, task_sales_summary, task_second_brain]\n"
+                               "  research: [task_stock_price]\n")
+    bench = load_benchmark(root)
+    # run_first entries load first even outside every category (upstream's loader does; its lint fails)
+    assert [(t.id, t.category) for t in bench.tasks] == [
+        ("task_sanity", "productivity"), ("task_stock_price", "research"), ("task_email_draft", "writing"),
+        ("task_notes_answer", "writing"), ("task_sales_summary", "productivity"),
+        ("task_second_brain", "productivity")]
+    assert bench.errors == (
+        f"{manifest}: 'task_notes_answer' is in category 'productivity' and already in 'writing' (each task "
+        "belongs to exactly one; the first is kept)",
+        f"{manifest}: run_first names 'task_sanity', which is in no category",
+        f"{manifest}: core names 'task_ghost', which is in no category")
+    assert subset(bench, "core").tasks == (bench.by_id("task_email_draft"),)  # upstream skips an id not loaded
 
 
 def test_v1_loads_task_files_in_name_order_with_front_matter_ids() -> None:
@@ -143,7 +203,7 @@ def test_invalid_fields_are_reported(tmp_path: Path, front: str, reason: str) ->
 def test_manifest_naming_a_missing_file_is_an_error(tmp_path: Path) -> None:
     root = _copy(V2, tmp_path)
     manifest = root / "tasks" / "manifest.yaml"
-    manifest.write_text(manifest.read_text() + "  - task_ghost\n")
+    manifest.write_text(manifest.read_text() + "    - task_ghost\n")  # the last category's list
     bench = load_benchmark(root)
     assert len(bench.tasks) == 6
     assert bench.errors == (f"{manifest}: names 'task_ghost' but {root / 'tasks' / 'task_ghost.md'} does not exist",)
@@ -164,9 +224,13 @@ def test_not_a_clone_and_a_bad_manifest_are_one_line_errors(tmp_path: Path) -> N
     with pytest.raises(InputError, match="no tasks/ directory"):
         load_benchmark(tmp_path)
     root = _copy(V2, tmp_path)
-    (root / "tasks" / "manifest.yaml").write_text("tasks: {not: a list}\n")
-    with pytest.raises(InputError, match="expected a mapping with a `tasks:` list"):
-        load_benchmark(root)
+    for text, reason in (("tasks: {not: a list}\n", "expected `run_first:`, `core:` and `categories:`"),
+                         ("categories: [a, b]\n", "`categories:` must map a category name"),
+                         ("categories:\n  x: [../../etc/passwd]\n", "`categories.x:` must be a list of task ids"),
+                         ("run_first: task_sanity\ncategories: {}\n", "`run_first:` must be a list of task ids")):
+        _manifest(root, text)
+        with pytest.raises(InputError, match=reason):
+            load_benchmark(root)
 
 
 def test_task_table_dataset_and_selection() -> None:
@@ -244,3 +308,21 @@ def test_real_v1_repository_loads_23_tasks_without_errors(tmp_path: Path) -> Non
     assert not any(t.needs_mock for t in bench.tasks)
     assert [s.new_session for s in bench.by_id("task_22_second_brain").sessions] == [False, False, True]
     assert all(t.grade_source for t in bench.tasks if t.grading_type != "llm_judge")
+
+
+UPSTREAM_2 = Path("/work/.mirror/nucocloud+skill/repo")  # PinchBench 2.0.0 (commit 530dd6a)
+
+
+def test_real_2_0_0_manifest_loads_147_tasks_in_upstreams_order(tmp_path: Path) -> None:
+    if not (UPSTREAM_2 / "HEAD").exists():
+        pytest.skip(f"the upstream PinchBench 2.0.0 mirror is not on this machine ({UPSTREAM_2})")
+    archive = subprocess.run(["git", "-C", str(UPSTREAM_2), "archive", "HEAD", "tasks"], capture_output=True,
+                             check=True)
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive.stdout, check=True)
+    bench = load_benchmark(tmp_path)
+    assert (bench.version, len(bench.tasks), bench.errors) == (2, 147, ())
+    assert [t.id for t in bench.tasks[:3]] == ["task_sanity", "task_calendar", "task_pdf_to_calendar"]
+    assert bench.tasks[-1].id == "task_gws_task_management" and len(bench.categories) == 11
+    assert bench.by_id("task_polymarket_briefing").category == "research"  # front matter: Research
+    core = subset(bench, "core").tasks
+    assert len(core) == 21 and core[0].id == "task_sanity" and core[-1].id == "task_gws_email_triage"

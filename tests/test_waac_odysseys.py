@@ -146,7 +146,7 @@ def test_rules_keep_task_facts_exact_tabs_exact_and_archived_pages_recoverable()
 def test_the_dev_split_replays_offline_and_builds_a_library(tmp_path: Path) -> None:
     evaluation, development = compose_split("odysseys", ["n_runs=1", "policy.embedder._target_=_waac.BagOfWords"])
     assert str(development.browser.source) == "replay" and len(build_domain(development).tasks) == 2
-    development.env.limit = 1  # one of the two dev tasks: a browser episode is seconds
+    development.env.n_tasks = 1  # one of the two dev tasks: a browser episode is seconds
     library = build(development, build_domain(evaluation))  # checked against the 200 tasks: disjoint
     assert library.meta["verified_episodes"] == library.meta["episodes"] == 1 and library.records
 

@@ -37,8 +37,9 @@ from harness import lifecycle
 from harness.backends.base import ContextWindowExceeded, InfraError
 from harness.backends.cache import ResponseCache, cache_key, completion_problem
 from harness.backends.ratelimit import shared_limiter
+from harness.errors import InputError
 from harness.tokens import TokenCounter
-from harness.types import Completion, Message, ToolCall, ToolSpec, Usage
+from harness.types import Completion, ImagePart, Message, ToolCall, ToolSpec, Usage, image_caption
 
 log = logging.getLogger("harness.backends")
 SIM_SERVED = "sim-served"  # the model id harness.backends.sim_server reports: its answers are simulated
@@ -74,13 +75,35 @@ class RetryPolicy:
 
 
 def to_openai(m: Message) -> dict[str, Any]:
-    if m.role == "tool":
+    if m.role == "tool":  # its images go in a user message after the turn's tool results: to_openai_messages
         return {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}
     out: dict[str, Any] = {"role": m.role, "content": m.content}  # "" not null: llama.cpp's server rejects null
+    if m.images:
+        out["content"] = [{"type": "text", "text": m.content}, *map(image_part, m.images)]
     if m.tool_calls:
         out["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                              for c in m.tool_calls]
     return out
+
+
+def image_part(image: ImagePart) -> dict[str, Any]:
+    """OpenAI's image content part; detail "high", which harness.tokens' tile formula counts."""
+    return {"type": "image_url", "image_url": {"url": image.data_url, "detail": "high"}}
+
+
+def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The chat messages. A tool message takes text only in the chat format, so each tool result's images follow
+    the turn's tool results as a user message of their own: `image_caption`, then the image parts."""
+    out: list[dict[str, Any]] = []
+    carried: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role != "tool":
+            out, carried = out + carried, []
+        out.append(to_openai(m))
+        if m.role == "tool" and m.images:
+            carried.append({"role": "user", "content": [{"type": "text", "text": image_caption(m)},
+                                                        *map(image_part, m.images)]})
+    return out + carried
 
 
 def is_context_overflow(exc: openai.APIStatusError) -> bool:
@@ -172,7 +195,10 @@ class OpenAICompatible:
         return text.replace(key, REDACTED) if key else text
 
     def request(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "messages": [to_openai(m) for m in messages],
+        if not self.multimodal and any(m.images for m in messages):  # the domain refuses this config before a run
+            raise InputError(f"{self.name}: the request carries images (browser.observation=screenshot|both) but "
+                             "the model is not multimodal (model.multimodal=true)")
+        body: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(messages),
                                 self.max_tokens_param: self.max_output_tokens}
         for key in ("temperature", "top_p"):
             if getattr(self, key) is not None:

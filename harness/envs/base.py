@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -43,6 +43,8 @@ class EpisodeContext:
     judge_cache_dir: str | None = None
     judge_attempts: int = 2
     judge_max_images: int = 0  # screenshots a multimodal judge gets (the last N; 0 = all)
+    judge_retry_unusable: bool = False  # re-ask a judge after a reply with no usable score (upstream does not)
+    judge_label: Mapping[str, Any] = field(default_factory=dict)  # harness.build.judge_label: which judge grades
 
 
 class Episode(Protocol):

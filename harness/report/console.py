@@ -6,6 +6,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.report.pinchbench_tables import console_lines
 from harness.report.stats import fmt, mean_ci
 
 # (label, column or derived per-run aggregate, how to aggregate over tasks in a run, digits, scale)
@@ -82,17 +83,21 @@ def summary_table(episodes: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(table)
 
 
-def render(episodes: pd.DataFrame, elapsed_s: float | None = None, written: int | None = None) -> str:
+def render(episodes: pd.DataFrame, elapsed_s: float | None = None, written: int | None = None,
+           record: dict[str, Any] | None = None) -> str:
     """The end-of-run report; `elapsed_s` and `written` are the session's wall-clock time and new transcripts
-    (a resumed run's table covers every episode of the out_dir, the session only those it ran)."""
+    (a resumed run's table covers every episode of the out_dir, the session only those it ran). `record`: the
+    run's manifest (what a PinchBench run left out of the paper's task set, its limits), as Table 1 reads it."""
     label = "SIMULATED agent: not LLM results" if episodes.simulated.any() else "real model backend"
     models = ", ".join(sorted(episodes.model.unique()))
     terms = episodes.groupby(["experiment", "termination"]).size().unstack(fill_value=0)
+    benchmark = console_lines(episodes, record)
     lines = [
         f"== {label}; model: {models}; mean ± 95% CI over runs (per run: sum or mean over its tasks; "
         "rows marked total: over all runs) ==",
         summary_table(episodes).to_string(),
         "", "Terminations (episodes):", terms.to_string(),
+        *([""] + benchmark if benchmark else []),
     ]
     if elapsed_s is not None:
         wrote = "" if written is None else f"; episodes written: {written}"

@@ -33,7 +33,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
-from harness.build import build_domain, build_judge, build_model, build_policy, build_user, episode_seed
+from harness.build import build_domain, build_model, build_policy, build_user, episode_seed, judge_context
 from harness.envs.base import Domain, EpisodeContext
 from harness.episode import run_episode
 from harness.errors import InputError
@@ -112,7 +112,7 @@ def _episode(cfg: DictConfig, domain: Domain, task: Task, run: int, tokens: Toke
     policy = build_policy(cfg)
     assert isinstance(policy, WAAC)
     model = build_model(cfg, episode_seed(cfg.seed, task.task_id, run))
-    episode = domain.episode(task, build_user(cfg), EpisodeContext(run, out, *build_judge(cfg, model)))
+    episode = domain.episode(task, build_user(cfg), EpisodeContext(run, out, **judge_context(cfg, model)))
     try:
         result = run_episode(episode, policy, model, tokens, cfg.max_steps)
     finally:

@@ -1,4 +1,5 @@
-"""A real browser for a text-observing agent: Playwright's sync API driving the system Chromium, headless.
+"""A real browser for a web agent: Playwright's sync API driving the system Chromium, headless. The agent observes
+the page as ARIA text (below) or, with `observation=screenshot|both`, as viewport screenshots too (tools.py).
 
 One `Browser` per episode, with a fresh profile folder; `close()` leaves no process behind (it closes Chromium
 through Playwright, then SIGKILLs whatever of that browser is still alive, found by its profile path in /proc).
@@ -50,6 +51,8 @@ T = TypeVar("T")
 SOURCES = ("live", "record", "replay")
 WAIT_UNTIL = ("load", "domcontentloaded")
 SCROLL_DIRECTIONS = ("up", "down", "top", "bottom")
+# What the agent is shown (BrowserTools): the ARIA text, a screenshot of the viewport, or both
+OBSERVATIONS = ("aria", "screenshot", "both")
 SETUP_HINT = "run `make browser-deps` (apt-get install -y chromium)"
 # Headless Chromium as root, with nothing started in the background (without these, its background connections
 # make the loopback servers refuse connections many at a time).
@@ -100,9 +103,11 @@ class BrowserConfig:
     viewport_width: int = 1280
     viewport_height: int = 800
     extra_args: tuple[str, ...] = ()
+    observation: str = "aria"
 
     def __post_init__(self) -> None:
         _choice("browser.source", self.source, SOURCES)
+        _choice("browser.observation", self.observation, OBSERVATIONS)
         _choice("browser.wait_until", self.wait_until, WAIT_UNTIL)
         for key in ("navigation_timeout_s", "action_timeout_s", "hang_timeout_s"):
             value = getattr(self, key)
@@ -148,11 +153,14 @@ class Observation:
     elements: tuple[Element, ...] = ()
     scroll: tuple[int, int, int] = (0, 0, 0)
 
-    def text(self) -> str:
+    def head(self) -> str:
+        """URL, title, tabs and scroll position: what a screenshot of the viewport does not show."""
         tabs = " | ".join(f"[{i}] {t}" + (" (active)" if i == self.active_tab else "") for i, t in enumerate(self.tabs))
         y, height, total = self.scroll
-        return (f"URL: {self.url}\nTitle: {self.title}\nTabs: {tabs}\n"
-                f"Scroll: {y}-{y + height} of {total} px\n"
+        return f"URL: {self.url}\nTitle: {self.title}\nTabs: {tabs}\nScroll: {y}-{y + height} of {total} px"
+
+    def text(self) -> str:
+        return (f"{self.head()}\n"
                 f"Elements: {len(self.elements)} numbered (use the numbers with click, type and select)\n\n"
                 f"{self.page or '(the page shows nothing)'}")
 
@@ -616,11 +624,18 @@ class Browser:
     def screenshot(self, path: str | Path) -> Path:
         """A PNG of the active tab's viewport; ActionError when it cannot be taken in time."""
         target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        self._run("screenshot", lambda: self._guard("screenshot", lambda: self._page().screenshot(
-            path=str(target), timeout=self.config.action_timeout_s * 1000, animations="disabled", caret="hide"),
-            self._page()))
+        self.capture(target)
         return target
+
+    def capture(self, path: str | Path | None = None) -> bytes:
+        """The PNG bytes of the active tab's viewport, also saved at `path` when given; ActionError when it cannot
+        be taken in time."""
+        target = Path(path) if path is not None else None
+        if target is not None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        return self._run("screenshot", lambda: self._guard("screenshot", lambda: self._page().screenshot(
+            path=None if target is None else str(target), timeout=self.config.action_timeout_s * 1000,
+            animations="disabled", caret="hide"), self._page()))
 
     # ---- actions (each returns the new observation) -----------------------------------------------------------
     def goto(self, url: str) -> Observation:
@@ -729,6 +744,44 @@ class Browser:
             raise ActionError(f"{element.label()} has no option {value!r}; its options are {labels}")
         self._guard(what, lambda: locator.select_option(value=chosen), page)
         self._settle(self._page(), what)
+        return self._observe()
+
+    # ---- actions by screen position (browser.observation=screenshot: the agent sees no element numbers) ------
+    def click_at(self, x: int, y: int) -> Observation:
+        """A mouse click at viewport pixel (x, y), as a computer-use agent clicks a screenshot; a page it opens in a
+        new tab becomes the active tab (as after click)."""
+        width, height = self.config.viewport_width, self.config.viewport_height
+        if not (0 <= x < width and 0 <= y < height):
+            raise ActionError(f"({x}, {y}) is outside the screenshot (0-{width - 1}, 0-{height - 1})")
+        return self._run(f"click_at ({x}, {y})", lambda: self._click_at(x, y))
+
+    def _click_at(self, x: int, y: int) -> Observation:
+        page = self._page()
+        what = f"click at ({x}, {y})"
+        self._guard(what, lambda: page.mouse.click(x, y), page)
+        self._settle(self._page(), what)
+        return self._observe()
+
+    def type_text(self, text: str, submit: bool = False) -> Observation:
+        """Type `text` into whatever has the keyboard focus (click_at a field first), then Enter if `submit`."""
+        return self._run("type_text", lambda: self._type_text(text, submit))
+
+    def _type_text(self, text: str, submit: bool) -> Observation:
+        page = self._page()
+        self._guard("type_text", lambda: page.keyboard.type(text), page)
+        if submit:
+            self._guard("type_text", lambda: page.keyboard.press("Enter"), page)
+            self._settle(self._page(), "type_text")
+        return self._observe()
+
+    def press_key(self, key: str) -> Observation:
+        """One key or chord in Playwright's names (Enter, Tab, Escape, Backspace, ArrowDown, Control+A, ...)."""
+        return self._run(f"press_key {key}", lambda: self._press_key(key))
+
+    def _press_key(self, key: str) -> Observation:
+        page = self._page()
+        self._guard(f"press {key}", lambda: page.keyboard.press(key), page)
+        self._settle(self._page(), f"press {key}")
         return self._observe()
 
     def scroll(self, direction: str) -> Observation:

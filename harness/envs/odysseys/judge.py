@@ -10,7 +10,8 @@ says success (upstream: satisfied anywhere in the trajectory; the prompt says so
 Where we differ, and why:
 - Each history line also shows the page URL after the step (`URL: ...`) when the run recorded one: upstream's
   judges read it off the screenshots' address bar, a text-only judge has no other way to see where the agent was.
-- Screenshots are sent only to a backend that declares `multimodal = True` and offers
+- Screenshots are sent only to a backend that declares `multimodal = True` (a declared capability, never guessed
+  from the model's name; Odysseys' default judge, configs/judge/gemini.yaml, declares it) and offers
   `generate_with_images(messages, images)` (`ImageBackend`; `image_parts` builds the OpenAI content parts it
   sends, as upstream: text first, then each image as a data URL with detail "high"); any other backend gets the
   text alone and the message says "Screenshots attached below: 0". `max_images` keeps the last N screenshots
@@ -202,6 +203,11 @@ class Judge:
     @property
     def model(self) -> str | None:
         return getattr(self.backend, "name", None) if self.backend is not None else None
+
+    @property
+    def endpoint(self) -> str | None:
+        """Where the judge is called (an OpenAI-compatible backend's base URL), recorded with every verdict."""
+        return str(getattr(self.backend, "base_url", "") or "") or None if self.backend is not None else None
 
     def judge_episode(self, task: OdysseyTask, steps: Sequence[Step], folder: Path | None = None
                       ) -> list[RubricJudgment]:

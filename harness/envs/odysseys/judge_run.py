@@ -1,7 +1,11 @@
 """`make judge RUN=<run folder>` (`python -m harness.envs.odysseys.judge_run RUN_DIR [judge=NAME] [judge.KEY=VALUE
 ...] [--tasks FILE] [--workers N]`): judge every Odysseys episode a run saved, from its upstream-layout folders
 (`<RUN_DIR>/odysseys/run<r>/<task_id>/`, layout.py), one judge call per rubric item (judge.py), and write
-`<RUN_DIR>/odysseys_judged.parquet`: one row per task x run x rubric item.
+`<RUN_DIR>/odysseys_judged.parquet`: one row per task x run x rubric item. Then WebJudge, Online-Mind2Web's judge
+(webjudge.py, the O-M2W Judge column of Table 2), with the same judge backend, one verdict per episode:
+`<RUN_DIR>/odysseys_webjudge.parquet` (`--no-webjudge`, or `env.webjudge.enabled: false` in the run's config,
+skips it). Every row records the judge's model, endpoint and whether it takes images (`judge_multimodal`); a
+text-only judge is labelled in Table 2.
 
 RUN_DIR may also be a sweep folder: every run folder under it holding an `odysseys/` folder is judged on its own
 (each job's own parquet). Episodes that did not finish (no numeric result.txt, or `infra_error` in the run's
@@ -37,7 +41,9 @@ from omegaconf.errors import OmegaConfBaseException
 from harness.backends.base import LLMBackend
 from harness.envs.odysseys.judge import Judge, RubricJudgment
 from harness.envs.odysseys.layout import EPISODES_DIR, Step, is_complete, parse_episode_dir, read_steps
+from harness.envs.odysseys.metrics import om2w_summary
 from harness.envs.odysseys.tasks import DEFAULT_PATH, OdysseyTask, TaskSet, load_tasks
+from harness.envs.odysseys.webjudge import WebJudge, WebJudgment, from_settings
 from harness.errors import InputError
 from harness.records import FAILED
 
@@ -48,7 +54,13 @@ CACHE = "odysseys_judge_cache"
 META = ("experiment", "policy", "model", "simulated", "budget_fraction", "termination")  # from episodes.parquet
 COLUMNS = (*META, "task_id", "run", "level", "rubric_index", "rubric_key", "requirement", "status", "score",
            "thoughts", "reason", "judge_model", "judge_calls", "judge_input_tokens", "judge_output_tokens",
-           "judge_cost_usd", "judge_cached", "images_sent", "n_steps", "complete", "episode_dir")
+           "judge_cost_usd", "judge_cached", "images_sent", "n_steps", "complete", "episode_dir", "judge_endpoint",
+           "judge_multimodal")
+WEBJUDGED = "odysseys_webjudge.parquet"
+WEB_COLUMNS = (*META, "task_id", "run", "level", "status", "success", "text_only", "key_points",
+               "screenshots_scored", "key_screenshots", "thoughts", "reason", "judge_model", "judge_endpoint",
+               "judge_multimodal", "judge_calls", "judge_cached_calls", "judge_input_tokens", "judge_output_tokens",
+               "judge_cost_usd", "n_steps", "complete", "episode_dir")
 log = logging.getLogger("harness.envs.odysseys.judge_run")
 
 
@@ -76,8 +88,10 @@ def episode_folders(run_dir: Path) -> list[EpisodeFolder]:
     return sorted(found, key=lambda f: (f.task_id, f.run))
 
 
-def judge_run_dir(run_dir: Path, tasks: TaskSet, judge: Judge, workers: int = 1) -> pd.DataFrame:
-    """Judge every episode folder of one run and write `<run_dir>/odysseys_judged.parquet`; returns its rows."""
+def judge_run_dir(run_dir: Path, tasks: TaskSet, judge: Judge, workers: int = 1,
+                  webjudge: WebJudge | None = None) -> pd.DataFrame:
+    """Judge every episode folder of one run and write `<run_dir>/odysseys_judged.parquet`; returns its rows. With
+    `webjudge`, also judge each episode with it and write `<run_dir>/odysseys_webjudge.parquet`."""
     run_dir = Path(run_dir)
     folders = episode_folders(run_dir)
     by_id = {t.task_id: t for t in tasks.tasks}
@@ -91,7 +105,34 @@ def judge_run_dir(run_dir: Path, tasks: TaskSet, judge: Judge, workers: int = 1)
                               folders))
     frame = pd.DataFrame([row for part in parts for row in part], columns=list(COLUMNS))
     write_parquet(frame, run_dir / JUDGED)
+    if webjudge is not None:
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            web = list(pool.map(lambda f: webjudge_row(f, by_id[f.task_id], webjudge, judge,
+                                                       meta.get((f.task_id, f.run), {})), folders))
+        write_parquet(pd.DataFrame(web, columns=list(WEB_COLUMNS)), run_dir / WEBJUDGED)
     return frame
+
+
+def webjudge_row(folder: EpisodeFolder, task: OdysseyTask, webjudge: WebJudge, judge: Judge,
+                 meta: dict[str, Any]) -> dict[str, Any]:
+    """One episode's WebJudge verdict as a row (not judged when it did not finish, an error when unreadable)."""
+    complete = is_complete(folder.path) and meta.get("termination") not in FAILED
+    steps, problem = _steps(folder.path)
+    if not complete:
+        verdict = WebJudgment("not_judged", True, reason="the episode did not finish: not judged")
+    elif problem is not None:
+        verdict = WebJudgment("error", True, reason=problem, model=webjudge.model)
+    else:
+        verdict = webjudge.judge_episode(task, steps, folder.path)
+    return {k: meta.get(k) for k in META} | {
+        "task_id": task.task_id, "run": folder.run, "level": task.level, "status": verdict.status,
+        "success": verdict.success, "text_only": verdict.text_only, "key_points": verdict.key_points,
+        "screenshots_scored": len(verdict.screenshots), "key_screenshots": verdict.key_screenshots,
+        "thoughts": verdict.thoughts, "reason": verdict.reason, "judge_model": verdict.model,
+        "judge_endpoint": judge.endpoint, "judge_multimodal": webjudge.multimodal, "judge_calls": verdict.calls,
+        "judge_cached_calls": verdict.cached_calls, "judge_input_tokens": verdict.usage.input_tokens,
+        "judge_output_tokens": verdict.usage.output_tokens, "judge_cost_usd": verdict.cost_usd,
+        "n_steps": len(steps), "complete": complete, "episode_dir": str(folder.path)}
 
 
 def judged_rows(folder: EpisodeFolder, task: OdysseyTask, judge: Judge, meta: dict[str, Any]) -> list[dict[str, Any]]:
@@ -107,7 +148,8 @@ def judged_rows(folder: EpisodeFolder, task: OdysseyTask, judge: Judge, meta: di
         judgments = judge.judge_episode(task, steps, folder.path)
     base = {k: meta.get(k) for k in META} | {"task_id": task.task_id, "run": folder.run, "level": task.level,
                                              "n_steps": len(steps), "complete": complete,
-                                             "episode_dir": str(folder.path)}
+                                             "episode_dir": str(folder.path), "judge_endpoint": judge.endpoint,
+                                             "judge_multimodal": judge.multimodal}
     return [base | _judgment_row(i, rubric.key, rubric.requirement, j)
             for i, (rubric, j) in enumerate(zip(task.rubrics, judgments, strict=True))]
 
@@ -247,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="judge=NAME, judge.KEY=VALUE")
     parser.add_argument("--tasks", type=Path, default=None, help="the task file (default: the run's, else shipped)")
     parser.add_argument("--workers", type=int, default=1, help="episodes judged at once (threads)")
+    parser.add_argument("--no-webjudge", action="store_true", help="skip WebJudge (the O-M2W Judge column)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
     try:
@@ -254,8 +297,11 @@ def main(argv: list[str] | None = None) -> int:
             cfg = judge_config(run_dir, args.overrides)
             tasks = load_tasks(tasks_path(cfg, args.tasks))
             with configured_judge(cfg, run_dir) as judge:
-                frame = judge_run_dir(run_dir, tasks, judge, args.workers)
+                webjudge = None if args.no_webjudge else from_settings(judge, OmegaConf.select(cfg, "env.webjudge"))
+                frame = judge_run_dir(run_dir, tasks, judge, args.workers, webjudge)
             print(report_line(run_dir, frame, judge))
+            if webjudge is not None:
+                print(webjudge_line(run_dir))
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -269,6 +315,16 @@ def report_line(run_dir: Path, frame: pd.DataFrame, judge: Judge) -> str:
     return (f"{run_dir / JUDGED}: {frame[['task_id', 'run']].drop_duplicates().shape[0]} episodes, {len(frame)} "
             f"rubric items ({parts}); judge {judge.model or 'none'}: {spent} calls, "
             f"{int(frame.judge_cached.sum())} cached")
+
+
+def webjudge_line(run_dir: Path) -> str:
+    web = pd.read_parquet(run_dir / WEBJUDGED)
+    m = om2w_summary(web)
+    rate = "n/a" if m.judged == 0 else f"{100 * m.rate:.1f}%"
+    mode = f", {m.text_only} text-only (no screenshot seen)" if m.text_only else ""
+    return (f"{run_dir / WEBJUDGED}: O-M2W Judge {rate} over {m.judged} episodes ({m.errors} error, "
+            f"{m.not_judged} not_judged{mode}); {int(web.judge_calls.sum())} calls, "
+            f"{int(web.judge_cached_calls.sum())} cached")
 
 
 def _one_line(exc: BaseException) -> str:

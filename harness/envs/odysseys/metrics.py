@@ -8,6 +8,8 @@ WAAC's Table 2 reports them (B.1):
   satisfied per episode;
 - Avg. Steps: mean step count; Traj. Eff.: the mean over episodes of (the episode's average rubric score / its
   steps), x 100 as WAAC's table prints it (upstream `trajectory_efficiency_x100`; episodes with no step skipped).
+- O-M2W Judge: the share of episodes WebJudge (webjudge.py, Online-Mind2Web's judge) calls a success, over the
+  episodes it gave a verdict (`om2w_summary`).
 An episode is one (task, run); with several runs every run is one more episode, as upstream counts run folders.
 
 What is not graded is left out and counted, never scored 0 (upstream scores it 0):
@@ -16,7 +18,8 @@ What is not graded is left out and counted, never scored 0 (upstream scores it 0
 - an episode with any such item is left out of the per-episode metrics (Perfect, Partial, Avg. Hit, Traj. Eff.),
   since whether it is perfect is unknown, and counted as `partly_graded_episodes`;
 - an episode that did not finish (no numeric result.txt: an infrastructure failure) is left out of everything,
-  Avg. Steps included, and counted as `incomplete_episodes`.
+  Avg. Steps included, and counted as `incomplete_episodes`;
+- an episode WebJudge could not judge (`error`, `not_judged`) is left out of O-M2W Judge and counted.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from typing import Any
 
 import pandas as pd
 
-from harness.envs.odysseys.judge import RubricJudgment
+from harness.envs.odysseys.judge import Judge, RubricJudgment
 from harness.envs.odysseys.tasks import LEVELS
+from harness.envs.odysseys.webjudge import WebJudgment
 
 NEEDS = ("task_id", "run", "level", "rubric_key", "status", "n_steps", "complete")
 EPISODE = ["task_id", "run"]
@@ -78,6 +82,43 @@ def episode_columns(judgments: Sequence[RubricJudgment]) -> dict[str, Any]:
             "judge_cost_usd": sum(j.cost_usd for j in judgments),
             "judge_model": next((j.model for j in judgments if j.model), None),
             "judge_reason": "; ".join(sorted({j.reason for j in judgments if j.reason})) or None}
+
+
+def judge_columns(judge: Judge, judgments: Sequence[RubricJudgment]) -> dict[str, Any]:
+    """Which judge graded an episode and what it saw: its model and endpoint, whether it declares it takes images
+    (`judge_multimodal`) and whether it was sent any (`judge_saw_screenshots`): Table 2 labels a text-only judge."""
+    return {"judge_model": judge.model, "judge_endpoint": judge.endpoint, "judge_multimodal": judge.multimodal,
+            "judge_saw_screenshots": any(j.images_sent > 0 for j in judgments)}
+
+
+def webjudge_columns(w: WebJudgment | None) -> dict[str, Any]:
+    """An episode's WebJudge verdict as episode columns (`om2w_*`); None (not run) leaves them empty."""
+    if w is None:
+        return {"om2w_status": None, "om2w_success": NAN, "om2w_text_only": None}
+    return {"om2w_status": w.status, "om2w_success": NAN if w.success is None else w.success,
+            "om2w_text_only": w.text_only, "om2w_key_screenshots": w.key_screenshots,
+            "om2w_screenshots_scored": len(w.screenshots), "om2w_calls": w.calls,
+            "om2w_input_tokens": w.usage.input_tokens, "om2w_output_tokens": w.usage.output_tokens,
+            "om2w_cost_usd": w.cost_usd, "om2w_model": w.model}
+
+
+@dataclass(frozen=True)
+class OM2WMetrics:
+    episodes: int
+    judged: int  # with a verdict: the rate's denominator
+    errors: int
+    not_judged: int
+    rate: float  # successes / judged, NaN when none was judged
+    text_only: int  # judged episodes whose judge saw no screenshot
+
+
+def om2w_summary(rows: pd.DataFrame) -> OM2WMetrics:
+    """O-M2W Judge over per-episode WebJudge rows (`status`, `text_only`), as judge_run.py writes them."""
+    status = rows.status.astype(str) if "status" in rows else pd.Series(dtype=str)
+    judged = rows[status.isin(["success", "failure"])]
+    text_only = judged.text_only.fillna(False).astype(bool) if "text_only" in judged else judged.status.isna()
+    return OM2WMetrics(len(rows), len(judged), int((status == "error").sum()), int((status == "not_judged").sum()),
+                       float((judged.status == "success").mean()) if len(judged) else NAN, int(text_only.sum()))
 
 
 def episode_results(rows: pd.DataFrame) -> pd.DataFrame:

@@ -7,10 +7,18 @@ The file is one JSON array; each entry has `task_id` (a SHA-1), `confirmed_task`
 200 tasks, `categories` / `num_categories`. An entry that does not fit is reported in `TaskSet.errors` as one
 `path: task <i>: reason` line (i = its index in the array) and the others still load; a file that cannot be read
 at all, an unknown level or an unknown id in a filter is an `InputError`.
+
+**Versions** (`load_version`, `env.version`). The paper ran the 200 tasks of the public repository (`v1-200`,
+shipped, pinned by the sha256 of its bytes). The project's website now describes a 120-task version (`v2-120`:
+120 tasks, 699 rubric checkpoints); that file is not in the public repository at any commit (a30d1bb and its
+history hold only the 200-task file), so it is loaded from a file the user gives, checked against those two
+counts. Any other name is a user-supplied file of the user's own version. Every run records the version's name
+and the sha256 of the file it loaded.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -53,6 +61,8 @@ class TaskSet:
     path: Path
     tasks: tuple[OdysseyTask, ...]
     errors: tuple[str, ...]
+    sha256: str = ""  # of the file's bytes
+    version: str = ""  # set by load_version
 
     def by_id(self, task_id: str) -> OdysseyTask:
         for task in self.tasks:
@@ -72,7 +82,8 @@ def load_tasks(path: str | Path = DEFAULT_PATH, *, levels: Sequence[str] | None 
     tasks: list[OdysseyTask] = []
     errors: list[str] = []
     seen: dict[str, int] = {}
-    for i, entry in enumerate(_entries(path)):
+    entries, sha256 = _entries(path)
+    for i, entry in enumerate(entries):
         try:
             task = parse_task(entry)
         except ValueError as exc:
@@ -83,19 +94,88 @@ def load_tasks(path: str | Path = DEFAULT_PATH, *, levels: Sequence[str] | None 
             continue
         seen[task.task_id] = i
         tasks.append(task)
-    return select(TaskSet(path, tuple(tasks), tuple(errors)), levels=levels, ids=ids)
+    return select(TaskSet(path, tuple(tasks), tuple(errors), sha256), levels=levels, ids=ids)
 
 
-def _entries(path: Path) -> list[Any]:
+def _entries(path: Path) -> tuple[list[Any], str]:
+    """The file's array of entries and the sha256 of its bytes."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+        data = json.loads(raw.decode("utf-8"))
     except OSError as exc:
         raise InputError(f"{path}: cannot read the Odysseys task file ({exc.strerror or exc})") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: not a JSON file ({_one_line(exc)})") from None
     if not isinstance(data, list):
         raise InputError(f"{path}: expected a JSON array of tasks, got {type(data).__name__}")
-    return data
+    return data, hashlib.sha256(raw).hexdigest()
+
+
+# ---- versions ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TaskVersion:
+    """A published version of the task file: what a file claiming it must hold. `path` is the shipped copy
+    (None: not shipped, the user gives the file); `sha256` None when no copy is public to pin."""
+
+    name: str
+    n_tasks: int
+    n_rubrics: int
+    sha256: str | None
+    path: Path | None
+    source: str
+
+
+V1, V2 = "v1-200", "v2-120"
+VERSIONS = {
+    V1: TaskVersion(V1, 200, 1225, "0bb7081d740eb6237b72e7e33524cc9489e769c5e236ec54879a8eb06ebc48e0", DEFAULT_PATH,
+                    "the paper's 200 tasks: ljang0/Odysseys data/odysseys.json at a30d1bb (shipped)"),
+    V2: TaskVersion(V2, 120, 699, None, None,
+                    "the 120-task version of odysseys-website.pages.dev (120 tasks, 699 rubric checkpoints); "
+                    "not in the public repository ljang0/Odysseys at any commit up to a30d1bb"),
+}
+DEFAULT_VERSION = V1
+
+
+def load_version(version: str | None = None, path: str | Path | None = None, sha256: str | None = None, *,
+                 levels: Sequence[str] | None = None, ids: Sequence[str] | None = None) -> TaskSet:
+    """The tasks of one version, checked whole before `levels` / `ids` filter them. `version` None: named by the
+    file (a known version's shipped file or bytes are that version; any other file is `custom`). `path` None:
+    the version's shipped file. `sha256`: the file must have these bytes. A file that does not fit its version is
+    one InputError line naming the file, the version and what differs."""
+    name = version or _version_of(path)
+    spec = VERSIONS.get(name)
+    if path is None:
+        if spec is None or spec.path is None:
+            where = spec.source if spec else "a version of your own"
+            raise InputError(f"env.version={name}: no task file ships for it ({where}); give its file with "
+                             "env.tasks_path=<odysseys json>")
+        path = spec.path
+    tasks = load_tasks(path)
+    expected = sha256 or (spec.sha256 if spec else None)
+    if expected and tasks.sha256 != expected.lower():
+        pinned = f"env.tasks_sha256={sha256}" if sha256 else f"version {name}'s, {expected}"
+        raise InputError(f"{path}: sha256 {tasks.sha256} is not {pinned}; give the right file, or name this "
+                         "file's own version with env.version=<any name>")
+    counts = (len(tasks.tasks), tasks.n_rubrics)
+    if spec is not None and not tasks.errors and counts != (spec.n_tasks, spec.n_rubrics):  # errors: the caller's
+        raise InputError(f"{path}: {counts[0]} tasks and {counts[1]} rubric items, but version {name} has "
+                         f"{spec.n_tasks} and {spec.n_rubrics} ({spec.source})")
+    return select(replace(tasks, version=name), levels=levels, ids=ids)
+
+
+def _version_of(path: str | Path | None) -> str:
+    """The version a file is, when none is named: the shipped file's (or its bytes'), else `custom`."""
+    if path is None:
+        return DEFAULT_VERSION
+    resolved = Path(path).resolve()
+    for spec in VERSIONS.values():
+        if spec.path is not None and spec.path.resolve() == resolved:
+            return spec.name
+    try:
+        digest = hashlib.sha256(resolved.read_bytes()).hexdigest()
+    except OSError:
+        return "custom"  # load_tasks names the unreadable file
+    return next((v.name for v in VERSIONS.values() if v.sha256 == digest), "custom")
 
 
 def parse_task(entry: Any) -> OdysseyTask:

@@ -6,10 +6,17 @@ number, a bad argument or a page that does not load in time is a tool error the 
 browser raises `BrowserCrashed` out of execute() (an infrastructure failure for the orchestrator). Each call also
 saves a screenshot of the viewport (`step_NNN.png`) for judges that take images, and records the URL, whether the
 observation was truncated, and which requests the replay archive could not answer.
+
+**Observation modes** (`browser.observation`). `aria` (the default): the page as text, as above. `both`: the same
+text and tools, and the viewport's screenshot as an image part of the tool result. `screenshot`: the screenshot
+with only the URL, title, tabs and scroll position as text, as upstream's computer-use agent works from
+screenshots (SOURCE.md); element numbers are not shown, so the element tools give way to click_at(x, y),
+type_text and press_key (viewport pixels, as a computer-use agent acts). The image is the judge's step screenshot.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Callable
@@ -18,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.envs.odysseys.browser import SCROLL_DIRECTIONS, ActionError, Browser, Observation
-from harness.types import ToolCall, ToolSpec
+from harness.types import ImagePart, ToolCall, ToolSpec
 
 MAX_FIND_LINES = 20
 
@@ -53,6 +60,29 @@ TOOL_SPECS = (
           {"text": {"type": "string", "description": "The text to look for (case-insensitive)"}}, ("text",)),
     _spec("read_page", "Show the current page again, with fresh element numbers."),
 )
+_PIXEL = {"type": "integer", "description": "Pixels from the screenshot's {} edge"}
+SCREEN_TOOL_SPECS = (  # browser.observation=screenshot: actions by screen position instead of element number
+    *(t for t in TOOL_SPECS if t.name in ("goto", "go_back", "tab_open", "tab_switch", "tab_close")),
+    _spec("click_at", "Click at a point of the screenshot (pixels from its top-left corner).",
+          {"x": {**_PIXEL, "description": _PIXEL["description"].format("left")},
+           "y": {**_PIXEL, "description": _PIXEL["description"].format("top")}}, ("x", "y")),
+    _spec("type_text", "Type text into the field that has the keyboard focus (click_at it first); with "
+          "submit=true, press Enter afterwards.",
+          {"text": {"type": "string", "description": "The text to type"},
+           "submit": {"type": "boolean", "description": "Press Enter after typing (default false)"}}, ("text",)),
+    _spec("press_key", "Press a key or chord: Enter, Tab, Escape, Backspace, ArrowDown, PageDown, Control+A, ...",
+          {"key": {"type": "string", "description": "The key, in Playwright's key names"}}, ("key",)),
+    _spec("scroll", "Scroll the page.", {"direction": {"type": "string", "enum": list(SCROLL_DIRECTIONS)}},
+          ("direction",)),
+    _spec("find", "Find text on the page and scroll to its first match; says how many places contain it.",
+          {"text": {"type": "string", "description": "The text to look for (case-insensitive)"}}, ("text",)),
+    _spec("read_page", "Take a fresh screenshot of the current page."),
+)
+
+
+def tool_specs(mode: str) -> list[ToolSpec]:
+    """The tools the agent is offered under browser.observation=`mode`."""
+    return list(SCREEN_TOOL_SPECS if mode == "screenshot" else TOOL_SPECS)
 
 
 class ArgumentError(ValueError):
@@ -75,31 +105,36 @@ class BrowserResult:
     archive_misses: tuple[str, ...] = ()
     step: int = 0
     screenshot_note: str = ""
+    images: tuple[ImagePart, ...] = ()  # the screenshot shown to the agent (browser.observation=screenshot|both)
 
     def record(self) -> dict[str, Any]:
-        """Everything but the content, for a transcript line."""
+        """Everything but the content (and the images' bytes), for a transcript line."""
         return {"step": self.step, "url": self.url, "screenshot_file": self.screenshot_file,
                 "truncated": self.truncated, "observation_chars": self.observation_chars,
                 "observation_cap": self.observation_cap, "archive_misses": list(self.archive_misses),
-                **({"screenshot_note": self.screenshot_note} if self.screenshot_note else {})}
+                **({"screenshot_note": self.screenshot_note} if self.screenshot_note else {}),
+                **({"images_shown": len(self.images)} if self.images else {})}
 
 
 class BrowserTools:
     """`tools()` and `execute(call)` over one Browser. Screenshots go to `screenshots_dir` (None: none taken)."""
 
     def __init__(self, browser: Browser, screenshots_dir: str | Path | None, *,
-                 observation_cap: int | None = None) -> None:
+                 observation_cap: int | None = None, observation: str | None = None) -> None:
         self.browser = browser
         self.screenshots_dir = Path(screenshots_dir) if screenshots_dir is not None else None
         self.cap = observation_cap or browser.config.observation_cap
+        self.mode = observation or browser.config.observation
         self.step = 0  # calls so far; names the screenshot of each
-        self._handlers: dict[str, Callable[[dict[str, Any]], tuple[str, Observation]]] = {
+        handlers: dict[str, Callable[[dict[str, Any]], tuple[str, Observation]]] = {
             "goto": self._goto, "go_back": self._go_back, "tab_open": self._tab_open,
             "tab_switch": self._tab_switch, "tab_close": self._tab_close, "click": self._click, "type": self._type,
-            "select": self._select, "scroll": self._scroll, "find": self._find, "read_page": self._read_page}
+            "select": self._select, "scroll": self._scroll, "find": self._find, "read_page": self._read_page,
+            "click_at": self._click_at, "type_text": self._type_text, "press_key": self._press_key}
+        self._handlers = {t.name: handlers[t.name] for t in tool_specs(self.mode)}  # only the mode's tools
 
     def tools(self) -> list[ToolSpec]:
-        return list(TOOL_SPECS)
+        return tool_specs(self.mode)
 
     def execute(self, call: ToolCall) -> BrowserResult:
         """The new page (or a tool error); raises BrowserCrashed when the browser crashed or hung."""
@@ -110,7 +145,8 @@ class BrowserTools:
             if handler is None:
                 raise ArgumentError(f"unknown tool '{call.name}'; available tools: {', '.join(self._handlers)}")
             header, observation = handler(call.parsed_arguments())
-            text, is_error = f"{header}\n\n{observation.text()}", False
+            page = observation.head() if self.mode == "screenshot" else observation.text()
+            text, is_error = f"{header}\n\n{page}", False
         except (ActionError, ValueError) as exc:  # ArgumentError and malformed JSON arguments are ValueErrors
             text, is_error = f"Error: {call.name}: {exc}", True
         misses = tuple(url for url, kind in self.browser.archive_misses[misses_before:] if kind == "document")
@@ -118,9 +154,14 @@ class BrowserTools:
             text = f"Error: not in the replay archive (no network in replay mode): {misses[-1]}\n\n{text}"
             is_error = True
         content, truncated = cap_text(text, self.cap)
-        shot, note = self._screenshot()
+        if self.mode == "aria":
+            shot, note = self._screenshot()
+            images: tuple[ImagePart, ...] = ()
+        else:
+            shot, note, images = self._shown_screenshot()
+            content += f"\n(no screenshot: {note})" if note else ""
         return BrowserResult(content, is_error, self.browser.url(), shot, truncated, len(text), self.cap, misses,
-                             self.step, note)
+                             self.step, note, images)
 
     def _screenshot(self) -> tuple[str | None, str]:
         if self.screenshots_dir is None:
@@ -129,6 +170,18 @@ class BrowserTools:
             return str(self.browser.screenshot(self.screenshots_dir / f"step_{self.step:03d}.png")), ""
         except ActionError as exc:
             return None, str(exc)
+
+    def _shown_screenshot(self) -> tuple[str | None, str, tuple[ImagePart, ...]]:
+        """The viewport as the agent's image part (also the judge's step screenshot when one is kept)."""
+        path = self.screenshots_dir / f"step_{self.step:03d}.png" if self.screenshots_dir is not None else None
+        try:
+            png = self.browser.capture(path)
+        except ActionError as exc:
+            return None, str(exc), ()
+        width, height = png_size(png) or (self.browser.config.viewport_width, self.browser.config.viewport_height)
+        image = ImagePart("image/png", base64.b64encode(png).decode("ascii"), width, height,
+                          str(path) if path is not None else None)
+        return image.file, "", (image,)
 
     # ---- tools ---------------------------------------------------------------------------------------------
     def _goto(self, args: dict[str, Any]) -> tuple[str, Observation]:
@@ -174,6 +227,8 @@ class BrowserTools:
         lines, observation = self.browser.find(text)
         if not lines:
             return f"No match for {json.dumps(text)} on this page.", observation
+        if self.mode == "screenshot":  # the page text (and its line numbers) is not shown in this mode
+            return f"{len(lines)} place(s) on the page contain {json.dumps(text)}; scrolled to the first.", observation
         shown = lines[:MAX_FIND_LINES]
         more = f"\n  ... and {len(lines) - len(shown)} more" if len(lines) > len(shown) else ""
         return (f"{len(lines)} line(s) of the page contain {json.dumps(text)} (line numbers of the page text "
@@ -181,6 +236,26 @@ class BrowserTools:
 
     def _read_page(self, args: dict[str, Any]) -> tuple[str, Observation]:
         return "The current page:", self.browser.observe()
+
+    def _click_at(self, args: dict[str, Any]) -> tuple[str, Observation]:
+        x, y = _number(args, "x"), _number(args, "y")
+        return f"Clicked at ({x}, {y}).", self.browser.click_at(x, y)
+
+    def _type_text(self, args: dict[str, Any]) -> tuple[str, Observation]:
+        text, submit = _string(args, "text", allow_empty=True), _flag(args, "submit")
+        observation = self.browser.type_text(text, submit)
+        return f"Typed {json.dumps(text)}{' and pressed Enter' if submit else ''}.", observation
+
+    def _press_key(self, args: dict[str, Any]) -> tuple[str, Observation]:
+        key = _string(args, "key")
+        return f"Pressed {key}.", self.browser.press_key(key)
+
+
+def png_size(png: bytes) -> tuple[int, int] | None:
+    """(width, height) from a PNG's IHDR chunk (the first, at bytes 16-24), None when it is not a PNG."""
+    if png[:8] != b"\x89PNG\r\n\x1a\n" or len(png) < 24:
+        return None
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
 
 
 def cap_text(text: str, cap: int) -> tuple[str, bool]:

@@ -63,6 +63,8 @@ def render(report: Report) -> str:
         offline = table[table.needs_network | table.needs_mock]
         lines.append(f"needs the network or a mock server (excluded by benchmark.offline_only): "
                      f"{', '.join(offline.id) if len(offline) else 'none'}")
+    if report.benchmark.core:
+        lines.append(f"core subset (benchmark.subset=core, upstream's --core): {len(report.benchmark.core)} tasks")
     lines.append(f"automated grade() run on an empty transcript: {report.graded}")
     for kind, errors in (("load", report.benchmark.errors), ("workspace", report.workspace_errors),
                          ("grading", report.grading_errors)):

@@ -17,16 +17,22 @@ import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from harness.envs.base import NEW_SESSION, EpisodeContext, UserModel
 from harness.envs.pinchbench.judge import Judge
+from harness.envs.pinchbench.mocks import FwsMock, MockSandbox, MockSettings, as_mock_settings, unavailable
+from harness.envs.pinchbench.profile import AgentProfile, OpenClawTools, load_profile, overhead
+from harness.envs.pinchbench.requirements import Need, needs_for
+from harness.envs.pinchbench.requirements import reason as needs_reason
 from harness.envs.pinchbench.sandbox import Sandbox, SandboxUnavailable, require_tools
 from harness.envs.pinchbench.scoring import TaskGrade, grade_task, mean_score, not_reached
-from harness.envs.pinchbench.tasks import Benchmark, PinchTask, Session, load_benchmark, select
+from harness.envs.pinchbench.tasks import Benchmark, PinchTask, Session, load_benchmark, select, subset
 from harness.envs.pinchbench.tools import UNAVAILABLE_SPECS, ToolResult, WorkspaceTools
 from harness.envs.pinchbench.transcript import dumps, to_openclaw
+from harness.envs.pinchbench.web import NEED_TOOLS, NetworkSettings, WebTools, as_network
 from harness.envs.pinchbench.workspace import build_workspace
 from harness.episode import STOP
 from harness.errors import InputError
@@ -34,7 +40,8 @@ from harness.io import atomic_write
 from harness.types import Message, Score, Task, ToolCall, ToolSpec, Usage
 
 log = logging.getLogger("harness.pinchbench")
-NETWORK_TOOLS = ("web_search", "web_fetch")  # offered (and answered "unavailable offline") to needs_network tasks
+MOCKS_OFF = " The `gws` and `gh` command-line tools and their services are not available in this run."
+PAPER_TIMEOUT_S = 1000.0  # WAAC Table 5: "Single Task timeout 1000 seconds"
 # Our agent instructions (OpenClaw's own system prompt is its product's, not part of the benchmark).
 SYSTEM_PROMPT = """You are a capable personal assistant working in a workspace directory ({cwd}) on the user's \
 machine. Do the user's task with the tools provided: `read`, `write` and `edit` files, `ls` to list a directory, \
@@ -61,6 +68,7 @@ class Segment:
     task: PinchTask
     workspace: Path
     tools: WorkspaceTools
+    mock: FwsMock | None = None  # the task's fws server (benchmark.mocks; mocks.py), started by opening()
 
 
 class PinchEnv:
@@ -68,12 +76,25 @@ class PinchEnv:
 
     def __init__(self, segments: Sequence[Segment], tool_specs: list[ToolSpec]) -> None:
         self.segments, self.current, self._specs = list(segments), 0, tool_specs
+        self._remaining: Callable[[], float] | None = None
 
     def tools(self) -> list[ToolSpec]:
         return list(self._specs)
 
+    def set_deadline(self, remaining: Callable[[], float]) -> None:
+        """The episode's clock (harness.episode): no `exec` runs past the task's wall-clock limit, as upstream's
+        kill of the agent at its timeout would stop it (lib_agent.py execute_openclaw_task)."""
+        self._remaining = remaining
+
     def execute(self, call: ToolCall) -> ToolResult:
-        return self.segments[self.current].tools.execute(call)
+        tools = self.segments[self.current].tools
+        if self._remaining is None or call.name != "exec":
+            return tools.execute(call)
+        left = self._remaining()
+        if left <= 0:
+            return ToolResult("exec was not run: the task's time limit has been reached", True)
+        tools.max_exec_timeout_s = min(tools.sandbox.timeout_s, left)  # the sandbox's own cap, or the time left
+        return tools.execute(call)
 
 
 class SessionDriver:
@@ -109,9 +130,21 @@ class PinchEpisode:
     openclaw_path: Path | None
     workflow_size: int = 0
     record: dict[str, Any] = field(default_factory=dict)
+    timeout_s: float | None = None  # the episode's wall-clock limit (harness.episode's deadline); None: none
+    agent_profile: str = "harness"  # which request shape `system` and the tools are (profile.py)
 
     def opening(self) -> list[Message]:
+        for seg in self.env.segments:  # fws per task, before the agent (lib_agent.py execute_openclaw_task)
+            if seg.mock is not None:
+                seg.mock.start()  # InfraError: the episode fails before any model call
+                self.record.setdefault("mocks", []).append(seg.mock.record())
         return [Message("system", self.system), Message("user", self.driver.turns[0][1].prompt)]
+
+    def close(self) -> None:
+        """Stop the episode's fws servers (the runner calls this whatever happened)."""
+        for seg in self.env.segments:
+            if seg.mock is not None:
+                seg.mock.stop()
 
     def score(self, history: Sequence[Message] = (), usage: Sequence[Usage] = (),
               termination: str | None = None) -> Score:
@@ -155,17 +188,19 @@ class PinchEpisode:
             "judge_score": _nan(first.judge.score if first.judge else None) if not self.workflow_size else math.nan,
             "judge_status": ",".join(sorted({j.status for j in judged})) or "n/a",
             "judge_reason": "; ".join(sorted({j.reason for j in judged if j.reason})) or None,
-            "judge_model": next((j.model for j in judged if j.model), None),
+            **self.judge.columns(),  # judge_model, judge_host, judge_setting, judge_is_agent
             "judge_calls": sum(j.calls for j in judged),
             "judge_input_tokens": sum(j.usage.input_tokens for j in judged),
             "judge_output_tokens": sum(j.usage.output_tokens for j in judged),
             "judge_cost_usd": sum(j.cost_usd for j in judged),
-            "graded_parts": graded, "not_graded_parts": missing,
+            "graded_parts": graded, "not_graded_parts": missing,  # the not graded ones scored 0, as upstream
             "grading_error": "; ".join(f"{g.task_id}: {g.grading_error}" for g in grades if g.grading_error) or None,
+            "grading_failed": sum(g.grading_failed for g in grades),  # tasks zeroed because grade() failed
             "needs_network": any(s.task.needs_network for s in self.env.segments),
             "needs_mock": any(s.task.needs_mock for s in self.env.segments),
             "benchmark_version": self.version, "workflow_size": self.workflow_size,
             "chain_scores": _chain_json(grades, reached) if self.workflow_size else "[]",
+            **overhead(self.agent_profile, self.system, self.env.tools()),
         }
         perfect = value is not None and value >= 1.0 - 1e-9
         return Score(completed=perfect, any_line_itemized=bool(value), amount_itemized_pct=math.nan,
@@ -209,37 +244,52 @@ def make_judge(context: EpisodeContext | None) -> Judge:
     if context is None:
         return Judge(None, unavailable_reason="no judge configured")
     cache = Path(context.judge_cache_dir) if context.judge_cache_dir else None
-    return Judge(context.judge, cache, context.judge_attempts, unavailable_reason=context.judge_reason)
+    return Judge(context.judge, cache, context.judge_attempts, unavailable_reason=context.judge_reason,
+                 retry_unusable=context.judge_retry_unusable, label=context.judge_label)
 
 
 @dataclass
 class PinchBenchDomain:
-    """`path`: a local clone of pinchbench/skill (version 1 or 2). Tasks are filtered by `ids`, `categories`,
-    `grading_types`; `offline_only` (default) leaves out tasks flagged needs_network/needs_mock, and each task
-    left out is logged with its reason (`skipped`); `limit` keeps the first N of what remains."""
+    """`path`: a local clone of pinchbench/skill (version 1 or 2). `subset=core` takes the manifest's core list
+    (upstream's `--core`, in its order); tasks are filtered by `ids`, `categories`, `grading_types`;
+    `offline_only` (default) leaves out tasks flagged needs_network/needs_mock, and each task left out is logged
+    with its reason (`skipped`); `n_tasks` (the root n_tasks; None: all) keeps the first N of what remains."""
 
     path: str = ""
     ids: list[str] | None = None
     categories: list[str] | None = None
     grading_types: list[str] | None = None
     offline_only: bool = True
-    limit: int | None = None
+    subset: str = "all"
+    n_tasks: int | None = None
     sandbox: Sandboxing | dict[str, Any] = field(default_factory=Sandboxing)
     judge: Any = None  # the judge settings (root `judge`), carried here so the run's fingerprint covers them
+    timeout: Any = "task"  # each task's wall-clock limit: task | paper | <seconds> | null (see task_timeout_s)
+    timeout_multiplier: float = 1.0  # scales `task` limits (upstream's --timeout-multiplier)
+    network: NetworkSettings | dict[str, Any] | None = None  # benchmark.network (web.py); None: off
+    agent_profile: str = "harness"  # the request's shape: harness | openclaw | openclaw-coding (profile.py)
+    openclaw_requests: str = ".venv/openclaw"  # where `make openclaw-profile` writes OpenClaw's captured requests
+    mocks: MockSettings | dict[str, Any] | None = None  # benchmark.mocks (mocks.py): the fws server; None: off
     name: str = "pinchbench"
     tasks: list[Task] = field(init=False)
     benchmark: Benchmark = field(init=False)
     skipped: dict[str, str] = field(init=False)
+    profile: AgentProfile | None = field(init=False)  # None: the harness's own request shape
 
     def __post_init__(self) -> None:
+        check_timeout(self.timeout, self.timeout_multiplier)
+        self.profile = load_profile(self.agent_profile, self.openclaw_requests)
         self.sandbox = as_sandboxing(self.sandbox)
+        self.network = as_network(self.network)
+        self.mocks = as_mock_settings(self.mocks)
         check_sandbox()
         self.benchmark, self.skipped = load_selected(self)
-        self.tasks = self.make_tasks(list(self.benchmark.tasks[:self.limit] if self.limit else self.benchmark.tasks))
+        self.tasks = self.make_tasks(list(self.benchmark.tasks))
 
     def make_tasks(self, chosen: list[PinchTask]) -> list[Task]:
-        """One harness task per PinchBench task (the workflows domain makes one per chain instead)."""
-        return [Task(t.id, t.turns[0].prompt, {"pinchbench_id": t.id}) for t in chosen]
+        """One harness task per PinchBench task, the first `n_tasks` (the workflows domain makes one per chain)."""
+        n = len(chosen) if self.n_tasks is None else check_n_tasks(self.n_tasks, len(chosen), "PinchBench tasks")
+        return [Task(t.id, t.turns[0].prompt, {"pinchbench_id": t.id}) for t in chosen[:n]]
 
     def episode(self, task: Task, user_factory: Callable[[Task], UserModel] | None,
                 context: EpisodeContext | None = None) -> PinchEpisode:
@@ -247,13 +297,82 @@ class PinchBenchDomain:
         pinch = self.benchmark.by_id(task.data["pinchbench_id"])
         root = workspace_dir(context, task.task_id)
         assert isinstance(self.sandbox, Sandboxing)
-        segment = make_segment(pinch, self.benchmark.path, root, self.sandbox)
-        env = PinchEnv([segment], offered_tools([pinch], segment.tools))
+        assert isinstance(self.network, NetworkSettings)
+        assert isinstance(self.mocks, MockSettings)
+        segment = make_segment(pinch, self.benchmark.path, root, self.sandbox, self.network, self.profile,
+                               self.mocks)
+        specs, system = request_shape([pinch], segment.tools, self.network, self.profile)
+        if segment.mock is not None:
+            system = system.replace(MOCKS_OFF, "")
+        env = PinchEnv([segment], specs)
         turns = [(0, s) for s in pinch.turns]
         driver = SessionDriver(turns, lambda _: None)
         return PinchEpisode(task, env, driver if len(turns) > 1 else None, driver,
-                            system_prompt([pinch]), make_judge(context), self.benchmark.version,
-                            self.sandbox, openclaw_path(context, task.task_id))
+                            system, make_judge(context), self.benchmark.version,
+                            self.sandbox, openclaw_path(context, task.task_id), timeout_s=self.timeout_s(task),
+                            agent_profile=self.agent_profile)
+
+    def task_timeout_s(self, task: PinchTask) -> float | None:
+        """One PinchBench task's wall-clock limit: `task` = its timeout_seconds x timeout_multiplier (upstream
+        scripts/lib_agent.py execute_openclaw_task), `paper` = 1,000 s (WAAC Table 5), a number = that many
+        seconds, null = none."""
+        if self.timeout is None or str(self.timeout).lower() == "none":
+            return None
+        if str(self.timeout).lower() == "task":
+            return task.timeout_seconds * float(self.timeout_multiplier)
+        return PAPER_TIMEOUT_S if str(self.timeout).lower() == "paper" else float(self.timeout)
+
+    def timeout_s(self, task: Task) -> float | None:
+        """An episode's wall-clock limit: its task's, or for a chain the sum of its tasks' (workflow.py)."""
+        limits = [self.task_timeout_s(self.benchmark.by_id(i)) for i in _pinch_ids(task)]
+        return None if any(x is None for x in limits) else float(sum(x for x in limits if x is not None))
+
+    def limits(self) -> dict[str, Any]:
+        """The time limits of this run, for its manifest: the setting and each episode's effective limit."""
+        return {"timeout": self.timeout, "timeout_multiplier": self.timeout_multiplier,
+                "timeout_s": {t.task_id: self.timeout_s(t) for t in self.tasks}}
+
+    def coverage(self) -> dict[str, Any]:
+        """Every task of the clone this run leaves out, with its category and why, for the run manifest (Table 1
+        and the console say from it, per column, how many of the paper's tasks ran and which did not)."""
+        full = load_benchmark(self.path)
+        ran = {i for t in self.tasks for i in _pinch_ids(t)}
+        kept = {t.id for t in self.benchmark.tasks}
+        chains = any("chain" in t.data for t in self.tasks)
+        left = {t.id: {"category": t.category, **_left_out_because(t.id, self.skipped, kept, chains)}
+                for t in full.tasks if t.id not in ran}
+        return {"benchmark": self.name, "version": full.version, "tasks_in_clone": len(full.tasks),
+                "tasks_run": len(ran), "not_loaded": list(full.errors), "left_out": left}
+
+
+def _pinch_ids(task: Task) -> list[str]:
+    """The PinchBench task ids of a harness task: one, or a chain's."""
+    return list(task.data["chain"]) if "chain" in task.data else [str(task.data["pinchbench_id"])]
+
+
+def _left_out_because(task_id: str, skipped: dict[str, str], kept: set[str], chains: bool) -> dict[str, str]:
+    if task_id in skipped:
+        return {"kind": "not runnable here", "reason": skipped[task_id]}
+    if task_id in kept:
+        return {"kind": "not in a chain", "reason": "selected, but drawn into no chain"} if chains else \
+            {"kind": "after n_tasks", "reason": "selected, but after the first n_tasks"}
+    return {"kind": "not selected", "reason": "not in the run's selection (ids, categories, grading types, subset)"}
+
+
+def check_timeout(timeout: Any, multiplier: Any) -> None:
+    """`benchmark.timeout` is task, paper, a positive number of seconds or null; the multiplier is positive."""
+    if not _positive(multiplier):
+        raise InputError(f"benchmark.timeout_multiplier={multiplier} is not valid (a positive number)")
+    if not (timeout is None or str(timeout).lower() in ("task", "paper", "none") or _positive(timeout)):
+        raise InputError(f"benchmark.timeout={timeout} is not valid (task, paper, a positive number of seconds, "
+                         "or null for none)")
+
+
+def _positive(value: Any) -> bool:
+    try:
+        return float(value) > 0
+    except (TypeError, ValueError):
+        return False
 
 
 def openclaw_path(context: EpisodeContext | None, name: str) -> Path | None:
@@ -285,10 +404,15 @@ def load_selected(cfg: PinchBenchDomain | Any) -> tuple[Benchmark, dict[str, str
         raise InputError("benchmark path is not set: pass env.path=<your clone of pinchbench/skill>")
     full = load_benchmark(cfg.path)
     for error in full.errors:
-        log.warning("PinchBench task not loaded: %s", error)
-    chosen = select(full, ids=cfg.ids, categories=cfg.categories, grading_types=cfg.grading_types)
-    skipped = {t.id: t.offline_reason for t in chosen.tasks
-               if cfg.offline_only and (t.needs_network or t.needs_mock)}
+        log.warning("PinchBench manifest or task file problem: %s", error)
+    pool = subset(full, cfg.subset)
+    chosen = select(pool, ids=cfg.ids, categories=cfg.categories, grading_types=cfg.grading_types)
+    network = as_network(getattr(cfg, "network", None))
+    skipped = {t.id: why for t in chosen.tasks if cfg.offline_only and (why := left_out_reason(t, network))}
+    mocks = as_mock_settings(getattr(cfg, "mocks", None))
+    if mocks.enabled and cfg.offline_only:  # the fws tasks run when fws and their CLIs are installed (mocks.py)
+        skipped = {**skipped, **{t.id: mock_left_out(t, network, mocks) for t in chosen.tasks if t.needs_mock}}
+        skipped = {k: v for k, v in skipped.items() if v}
     skipped |= {t.id: why for t in chosen.tasks if t.id not in skipped and (why := missing_asset(t, full.path))}
     for task_id, why in skipped.items():
         log.warning("PinchBench task %s left out: %s", task_id, why)
@@ -299,6 +423,14 @@ def load_selected(cfg: PinchBenchDomain | Any) -> tuple[Benchmark, dict[str, str
     return kept, skipped
 
 
+def check_n_tasks(n_tasks: object, available: int, what: str) -> int:
+    """`n_tasks` itself if 1..available: a 0 or too-large value would be an empty or a silently shorter run."""
+    if isinstance(n_tasks, bool) or not isinstance(n_tasks, int) or not 1 <= n_tasks <= available:
+        raise InputError(f"n_tasks={n_tasks} is out of range: {available} {what} are selected after the filters "
+                         f"(valid: 1..{available}, or n_tasks=null for all)")
+    return n_tasks
+
+
 def missing_asset(task: PinchTask, root: Path) -> str:
     """Why the task's workspace cannot be built (a `source` absent from assets/), or ''."""
     for spec in task.workspace_files:
@@ -307,31 +439,116 @@ def missing_asset(task: PinchTask, root: Path) -> str:
     return ""
 
 
-def make_segment(task: PinchTask, bench_path: Path, root: Path, caps: Sandboxing) -> Segment:
+def mock_left_out(task: PinchTask, network: NetworkSettings, mocks: MockSettings) -> str:
+    """Why a needs_mock task cannot run with benchmark.mocks on: its other required needs, or a missing piece."""
+    other = [n for n in task_needs(task) if n.required and not n.is_mock and not network.provides(n.need)]
+    return needs_reason(other) or unavailable(task.prerequisites, mocks)
+
+
+def mock_for(task: PinchTask, root: Path, mocks: MockSettings | None) -> FwsMock | None:
+    """The task's fws server, in a folder beside its workspace (never inside: the agent and graders see that)."""
+    if mocks is None or not mocks.enabled or not task.needs_mock or unavailable(task.prerequisites, mocks):
+        return None
+    folder = root.parent / f"{root.name}.fws"
+    if folder.exists():  # a rerun starts fws afresh
+        shutil.rmtree(folder)
+    return FwsMock(mocks, folder)
+
+
+def make_segment(task: PinchTask, bench_path: Path, root: Path, caps: Sandboxing,
+                 network: NetworkSettings | None = None, profile: AgentProfile | None = None,
+                 mocks: MockSettings | None = None) -> Segment:
+    """The task's workspace and tools; with `network` on, the network tools it needs answer for real and `exec`
+    has the network when it needs that (exec_network) and `network.exec` allows it."""
+    net = network or NetworkSettings()
     workspace = build_workspace(task, bench_path, root)
-    sandbox = Sandbox(workspace, timeout_s=caps.exec_timeout_s, max_output_bytes=caps.max_output_bytes,
-                      memory_mb=caps.memory_mb, max_processes=caps.max_processes)
-    unavailable = unavailable_tools(task)
-    return Segment(task, workspace, WorkspaceTools(workspace, sandbox, unavailable))
+    mock = mock_for(task, Path(workspace), mocks)
+    limits: dict[str, Any] = dict(timeout_s=caps.exec_timeout_s, max_output_bytes=caps.max_output_bytes,
+                                  memory_mb=caps.memory_mb, max_processes=caps.max_processes,
+                                  network=exec_network(task, net))
+    sandbox = Sandbox(workspace, **limits) if mock is None else MockSandbox(workspace, mock, **limits)
+    live = live_tools(task, net)
+    web = (lambda resolve: WebTools(net, resolve)) if live else None
+    kind = WorkspaceTools if profile is None else partial(OpenClawTools, profile=profile)  # profile.py
+    tools = kind(workspace, sandbox, unavailable_tools(task, net), live=live, web=web)
+    return Segment(task, workspace, tools, mock)
 
 
-def unavailable_tools(task: PinchTask) -> tuple[str, ...]:
-    """The offline-unavailable tools a task needs (offered, and answered "unavailable offline")."""
+def task_needs(task: PinchTask) -> tuple[Need, ...]:
+    """The task's needs from its version's requirements file (requirements.py); for other versions, the needs
+    the regex flags imply (web search and fetch; image generation, the shell's network, the mocks when named)."""
+    needs = needs_for(task.id, task.file)
+    if needs is not None:
+        return needs
+    why = task.offline_reason
+    out = [Need("web_search", "required", why), Need("web_fetch", "required", why)] if task.needs_network else []
+    if task.needs_network and "image generation" in why:
+        out.append(Need("image_generation", "required", why))
+    if task.needs_network and any(k in why for k in ("repository clone", "a live URL", "video transcript")):
+        out.append(Need("exec_network", "required", why))
+    if task.needs_mock:
+        out.append(Need("mock:fws", "required", why))
+    return tuple(out)
+
+
+def exec_network(task: PinchTask, network: NetworkSettings) -> bool:
+    """Whether the task's `exec` gets the network: it needs it and this run allows it (benchmark.network.exec)."""
+    return network.provides("exec_network") and any(n.need == "exec_network" for n in task_needs(task))
+
+
+def live_tools(task: PinchTask, network: NetworkSettings) -> tuple[str, ...]:
+    """The network tools that answer for real for this task (none unless benchmark.network.enabled)."""
+    if not network.enabled:
+        return ()
+    names = {NEED_TOOLS[n.need] for n in task_needs(task) if n.need in NEED_TOOLS and network.provides(n.need)}
+    if network.web_tools_for == "all":  # OpenClaw offers its web tools to every task
+        names |= {"web_search", "web_fetch"}
+    return tuple(n for n in UNAVAILABLE_SPECS if n in names)
+
+
+def unavailable_tools(task: PinchTask, network: NetworkSettings | None = None) -> tuple[str, ...]:
+    """The network tools a flagged task is offered that this run does not provide (answered "unavailable"):
+    web_search and web_fetch, and generate_image for a task that needs image generation."""
     if not task.needs_network:
         return ()
-    image = "image generation" in task.offline_reason
-    return (*NETWORK_TOOLS, *(("generate_image",) if image else ()))
+    live = live_tools(task, network or NetworkSettings())
+    wanted = {"web_search", "web_fetch", *(NEED_TOOLS[n.need] for n in task_needs(task) if n.need in NEED_TOOLS)}
+    return tuple(n for n in UNAVAILABLE_SPECS if n in wanted and n not in live)
 
 
-def offered_tools(tasks: Sequence[PinchTask], tools: WorkspaceTools) -> list[ToolSpec]:
-    """The upstream tools, plus the tools any task needs that cannot work offline (answered as unavailable)."""
+def left_out_reason(task: PinchTask, network: NetworkSettings) -> str:
+    """Why an offline_only run leaves the task out: network off, its offline_reason (the requirements file's
+    `why`s for 2.0.0); network on, the required needs this run still cannot provide ('' = it runs)."""
+    if not (task.needs_network or task.needs_mock):
+        return ""
+    if not network.enabled:
+        return task.offline_reason
+    return needs_reason([n for n in task_needs(task) if n.required and not network.provides(n.need)])
+
+
+def offered_tools(tasks: Sequence[PinchTask], tools: WorkspaceTools,
+                  network: NetworkSettings | None = None) -> list[ToolSpec]:
+    """The upstream tools, plus the network tools any task is offered: live or answered as unavailable."""
+    net = network or NetworkSettings()
     specs = [s for s in tools.tools() if s.name not in UNAVAILABLE_SPECS]
-    names = dict.fromkeys(n for t in tasks for n in unavailable_tools(t))
-    return specs + [UNAVAILABLE_SPECS[n] for n in names]
+    names = {n for t in tasks for n in (*live_tools(t, net), *unavailable_tools(t, net))}
+    return specs + [UNAVAILABLE_SPECS[n] for n in UNAVAILABLE_SPECS if n in names]
 
 
-def system_prompt(tasks: Sequence[PinchTask]) -> str:
-    """Our instructions; a task needing the gws/gh mock servers is told they are not available in this run."""
-    mocks = " The `gws` and `gh` command-line tools and their services are not available in this run." \
-        if any(t.needs_mock for t in tasks) else ""
-    return SYSTEM_PROMPT.format(cwd="/workspace") + mocks
+def request_shape(tasks: Sequence[PinchTask], tools: WorkspaceTools, network: NetworkSettings | None,
+                  profile: AgentProfile | None) -> tuple[list[ToolSpec], str]:
+    """The episode's tools and system prompt: the harness's, or under an OpenClaw profile OpenClaw's captured ones
+    as they are (its tools from `tools`, an OpenClawTools)."""
+    if profile is None:
+        return offered_tools(tasks, tools, network), system_prompt(tasks, network)
+    return tools.tools(), profile.system_prompt
+
+
+def system_prompt(tasks: Sequence[PinchTask], network: NetworkSettings | None = None) -> str:
+    """Our instructions; a task needing the gws/gh mock servers is told they are not available in this run, and
+    `exec` is described with the network when the task's sandbox has it."""
+    mocks = MOCKS_OFF if any(t.needs_mock for t in tasks) else ""
+    text = SYSTEM_PROMPT.format(cwd="/workspace")
+    if any(exec_network(t, network or NetworkSettings()) for t in tasks):
+        text = text.replace("(bash, no network)", "(bash, with network access)")
+    return text + mocks

@@ -1,9 +1,15 @@
 """Runs a task's `grade(transcript, workspace_path)` (code from a benchmark file) in the sandbox.
 
 The grader gets a read-only copy of the workspace at /workspace and the transcript as a JSON file, no network, a
-timeout and caps on memory, processes and output. Its dict comes back as the last marked line of its output; a
-grader that crashes, loops, exhausts a cap, prints no result or returns anything but a dict of numbers is a grading
-error (one line), never a score. Upstream (scripts/lib_grading.py) exec()s the code in its own process.
+timeout and caps on memory, processes and output. Upstream (scripts/lib_grading.py _grade_automated, 2.0.0 commit
+530dd6a) exec()s the code in its own process; its outcomes are kept here, as upstream scores them:
+- a grader that raises (at import or in grade()), loops past the timeout, exhausts a cap or prints no result is a
+  *failed* grading (`failed`): upstream's grade_task raises and benchmark.py scores the whole task 0;
+- no `grade` function, or a return value that is not a dict, scores 0.0 (upstream: `scores = {}`), with `error`
+  saying why (the harness counts the part as not graded);
+- a dict is averaged over its int/float values (bools count: `isinstance(True, (int, float))`), others are left
+  out (lib_grading.py _average_scores); an empty dict is 0.0. One deviation: a NaN or infinite value is left out
+  too (upstream's mean would be NaN or infinite), and `note` names every value left out.
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ from harness.envs.pinchbench.sandbox import WORKSPACE_MOUNT, Bind, Sandbox, pyth
 RESULT_MARK = "@@PINCHBENCH_GRADE_RESULT@@ "
 ERROR_MARK = "@@PINCHBENCH_GRADE_ERROR@@ "
 GRADER_MOUNT = "/grader"
+NO_GRADE_FUNCTION = "Automated grading function missing"  # lib_grading.py _grade_automated's note
 # Runs inside the sandbox. The grader's own prints go to stderr so that the result is the last marked line.
+# The mean and the breakdown follow lib_grading.py _average_scores and _normalize_score_dict.
 RUNNER = f"""\
 import json, math, sys
 def fail(msg):
@@ -34,16 +42,27 @@ try:
     sys.stdout = sys.stderr
     ns = {{"__name__": "pinchbench_grader"}}
     exec(compile(open({GRADER_MOUNT + "/grade.py"!r}).read(), "grade.py", "exec"), ns)
+    error = None
     if not callable(ns.get("grade")):
-        fail("the Automated Checks code defines no grade() function")
-    transcript = json.load(open({GRADER_MOUNT + "/transcript.json"!r}))
-    scores = ns["grade"](transcript, {WORKSPACE_MOUNT!r})
-    if not isinstance(scores, dict):
-        fail(f"grade() returned {{type(scores).__name__}}, not a dict")
-    bad = [k for k, v in scores.items() if not isinstance(v, (int, float)) or not math.isfinite(v)]
-    if bad:
-        fail(f"grade() returned non-numeric values for {{bad[:5]}}")
-    result = json.dumps({{str(k): float(v) for k, v in scores.items()}})
+        scores, error = {{}}, {NO_GRADE_FUNCTION!r}
+    else:
+        transcript = json.load(open({GRADER_MOUNT + "/transcript.json"!r}))
+        scores = ns["grade"](transcript, {WORKSPACE_MOUNT!r})
+        if not isinstance(scores, dict):
+            error = f"grade() returned {{type(scores).__name__}}, not a dict"
+            scores = {{}}
+    numeric = {{str(k): float(v) for k, v in scores.items() if isinstance(v, (int, float))}}
+    left_out = [str(k) for k in scores if str(k) not in numeric or not math.isfinite(numeric[str(k)])]
+    breakdown = {{}}
+    for k, v in scores.items():
+        try:
+            number = float(v)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(number):
+            breakdown[str(k)] = number
+    result = json.dumps({{"scores": breakdown, "numeric": {{k: v for k, v in numeric.items() if math.isfinite(v)}},
+                         "left_out": left_out[:5], "error": error}})
 except SystemExit:
     raise
 except BaseException as exc:
@@ -54,18 +73,29 @@ sys.__stdout__.write({RESULT_MARK!r} + result + "\\n")
 
 @dataclass(frozen=True)
 class GradeResult:
-    scores: dict[str, float] | None  # the grader's dict; None on a grading error
+    """`score` is upstream's automated score (None when grading failed); `error` says why a part was scored 0
+    or failed (one line); `failed`: upstream's grade_task would have raised, so the task scores 0."""
+
+    scores: dict[str, float] | None  # the breakdown (upstream's _normalize_score_dict); None when failed
     error: str | None  # one line
     duration_s: float = 0.0
+    mean: float | None = None
+    note: str | None = None  # values left out of the mean
+
+    @property
+    def failed(self) -> bool:
+        return self.scores is None
 
     @property
     def score(self) -> float | None:
-        return None if self.scores is None else automated_score(self.scores)
+        return None if self.failed else self.mean
 
 
-def automated_score(scores: dict[str, float]) -> float:
-    """Unweighted mean of the values, 0.0 for an empty dict, no clamping (lib_grading.py: _average_scores)."""
-    return sum(scores.values()) / len(scores) if scores else 0.0
+def automated_score(scores: dict[str, Any]) -> float:
+    """lib_grading.py _average_scores: the mean of the int/float values (bools included), 0.0 when there is none;
+    no clamping. Non-finite values are left out (upstream's mean would be NaN or infinite)."""
+    values = [float(v) for v in scores.values() if isinstance(v, int | float) and math.isfinite(float(v))]
+    return sum(values) / len(values) if values else 0.0
 
 
 def run_grade(grade_source: str, transcript: list[dict[str, Any]], workspace: Path, timeout_s: float = 60.0,
@@ -93,8 +123,7 @@ def run_grade(grade_source: str, transcript: list[dict[str, Any]], workspace: Pa
     elapsed = time.monotonic() - start
     if result.timed_out:
         return GradeResult(None, f"grade() timed out after {timeout_s:g} s", elapsed)
-    scores, error = _parse(result.output, result.exit_code)
-    return GradeResult(scores, error, elapsed)
+    return _parse(result.output, result.exit_code, elapsed)
 
 
 def _stage(root: Path, source: str, payload: str, workspace: Path) -> tuple[Path, Path]:
@@ -120,23 +149,32 @@ def _special_files(directory: str, names: list[str]) -> set[str]:
     return skip
 
 
-def _parse(output: str, exit_code: int | None) -> tuple[dict[str, float] | None, str | None]:
+def _parse(output: str, exit_code: int | None, elapsed: float) -> GradeResult:
     """The last marked line decides; checked again here since the process's output is not trusted."""
     for line in reversed(output.splitlines()):
         if line.startswith(ERROR_MARK):
-            return None, line[len(ERROR_MARK):].strip() or "grade() failed"
+            return GradeResult(None, line[len(ERROR_MARK):].strip() or "grade() failed", elapsed)
         if line.startswith(RESULT_MARK):
-            return _checked(line[len(RESULT_MARK):])
+            return _checked(line[len(RESULT_MARK):], elapsed)
     last = next((ln.strip() for ln in reversed(output.splitlines()) if ln.strip()), "no output")
-    return None, f"grader exited with code {exit_code} and no result: {last[:300]}"
+    return GradeResult(None, f"grader exited with code {exit_code} and no result: {last[:300]}", elapsed)
 
 
-def _checked(text: str) -> tuple[dict[str, float] | None, str | None]:
+def _checked(text: str, elapsed: float) -> GradeResult:
+    """The runner's report: breakdown, numeric values (the mean is taken here, not trusted), left-out keys."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
-        return None, "grader result is not valid JSON"
-    if not isinstance(value, dict) or not all(
-            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in value.values()):
-        return None, "grader result is not a dict of finite numbers"
-    return {str(k): float(v) for k, v in value.items()}, None
+        return GradeResult(None, "grader result is not valid JSON", elapsed)
+    if not isinstance(value, dict) or not all(_numbers(value.get(k)) for k in ("scores", "numeric")) \
+            or not isinstance(value.get("left_out"), list) or not isinstance(value.get("error"), str | None):
+        return GradeResult(None, "grader result is not a dict of finite numbers", elapsed)
+    left_out = [str(k) for k in value["left_out"]]
+    note = f"values left out of the mean (not an int/float, or not finite): {left_out}" if left_out else None
+    return GradeResult({str(k): float(v) for k, v in value["scores"].items()}, value["error"], elapsed,
+                       automated_score(value["numeric"]), note)
+
+
+def _numbers(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in value.values())

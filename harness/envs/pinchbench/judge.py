@@ -1,22 +1,28 @@
-"""The PinchBench LLM judge: upstream's prompt, parser and retry (pinchbench/skill scripts/lib_grading.py, the
-version that reads workspace files and calls the judge API directly), over any harness `LLMBackend`.
+"""The PinchBench LLM judge: upstream's prompt, parser and attempts, over any harness `LLMBackend`.
 
-The judge sees one user message with the sections `## Task`, `## Expected Behavior`, `## Agent Transcript
-(summarized)`, `## Workspace Files Created by Agent` (left out when there is no file) and `## Grading Rubric`,
-then the JSON contract; the system message is upstream's "strict grading function" (lib_agent.py
-_JUDGE_SYSTEM_MSG). The prompt wording is upstream's word for word, because a judge's scores depend on it.
+Pinned to upstream's source: PinchBench 2.0.0 is scripts/lib_grading.py and scripts/lib_agent.py at commit
+530dd6a (github.com/pinchbench/skill 2.0.0); version 1 is scripts/lib_grading.py at commit 14b2993 (the stored
+pinchbench/skill). The judge gets one user message (`_build_judge_prompt`, word for word per version) and the
+system message `_JUDGE_SYSTEM_MSG` of 2.0.0's direct-API judge.
+- 2.0.0: sections `## Task`, `## Expected Behavior`, `## Agent Transcript (summarized)` (tool calls, assistant
+  text, tool results, user turns), `## Workspace Files Created by Agent` (left out when there is no file, each
+  file whole) and `## Grading Rubric`, the grader rules, the paragraph saying the agent's tool use is no
+  violation, and the rule that the total is the criteria's mean.
+- 1.x: tool calls (arguments whole), tool results and user turns only; no workspace files; no mean rule.
 
-Where we differ, and why:
-- A judge that cannot be asked is `not_graded` and a judge whose replies cannot be parsed (or whose calls fail) is
-  `error`, both with score None and a one-line reason; upstream records 0.0, which reads as a failed task.
-- Upstream re-sends the same prompt only after a failed call and takes a parsed-but-empty reply as final. We also
-  retry after an unusable reply, adding a reminder that the reply must be one JSON object (the stricter retry
-  prompt of a widely used fork); after a failed call the prompt is re-sent unchanged, as upstream. No sleep
-  between attempts: backends do their own backoff.
-- A total outside [0, 1] that the "summed total" rule cannot renormalise is an unusable reply, not a score.
-- Workspace files are untruncated in version 2 (FORMATS.md); version 1 keeps upstream's 3,000 characters a file.
-  Symlinks are not followed (the workspace is the agent's; a link could point at a host file).
-- Graded results are cached on disk by a SHA-256 of (judge model name, system, user prompt).
+Outcomes, scored as upstream scores them (scoring.py turns a missing score into 0):
+- `graded`: a reply with a total. As upstream, a summed total above 1 whose criteria are all in [0, 1] becomes
+  their mean, and any other total is kept as it is, even outside [0, 1] (`reason` says so);
+- `unusable`: a reply with no JSON and no prose total, or JSON with no total: final, not retried (upstream
+  breaks out of its loop once a call succeeds), unless `retry_unusable` (then the reply is asked again, with a
+  reminder that it must be one JSON object: not upstream's behaviour, off by default);
+- `error`: every call failed (upstream: up to 2 calls, a second only after a failed call, 2**attempt s apart);
+- `not_graded`: no judge could be asked (none configured, a simulated agent, or the judge's key unset).
+Deviations: a NaN/infinite total counts as no total; a reply whose content is a plain string is summarised
+whole; the 1.x judge ran as an OpenClaw agent session (its system prompt is OpenClaw's, not reproduced: 2.0.0's
+system message is sent) and version 1 replies are read with 2.0.0's parser. Symlinks in the workspace are not
+followed (the workspace is the agent's; a link could point at a host file). Graded results are cached on disk by
+a SHA-256 of (judge model name, system, user prompt).
 """
 
 from __future__ import annotations
@@ -27,12 +33,14 @@ import logging
 import math
 import os
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.backends.base import ContextWindowExceeded, LLMBackend
+from harness.backends.judge_backend import host
 from harness.envs.pinchbench.tasks import PinchTask
 from harness.errors import InputError
 from harness.io import atomic_write
@@ -40,48 +48,57 @@ from harness.types import Message, Usage
 
 log = logging.getLogger("harness.envs.pinchbench.judge")
 
-# scripts/lib_agent.py _JUDGE_SYSTEM_MSG (the direct-API judge)
+# 2.0.0 scripts/lib_agent.py _JUDGE_SYSTEM_MSG (commit 530dd6a)
 SYSTEM = ("You are a strict grading function. "
           "Respond with ONLY a JSON object, no prose, no markdown fences, no extra text.")
-ARG_CHARS = 200  # lib_grading.py _summarize_transcript: each string argument
-RESULT_CHARS = 200  # ... the first block of a tool result
-TEXT_CHARS = 2000  # ... an assistant text block
-V1_FILE_CHARS = 3000  # lib_grading.py _read_workspace_files: per file (version 1 only; FORMATS.md: v2 untruncated)
+# 2.0.0 scripts/lib_grading.py DEFAULT_JUDGE_MODEL "openrouter/anthropic/claude-haiku-4.5", sent by lib_agent.py
+# _judge_via_openrouter to OpenRouter's OpenAI-compatible API without the prefix (_judge_via_openai_compat).
+UPSTREAM_JUDGE_MODEL = "anthropic/claude-haiku-4.5"
+UPSTREAM_JUDGE_BASE_URL = "https://openrouter.ai/api/v1"
+UPSTREAM_ATTEMPTS = 2  # lib_grading.py _grade_llm_judge max_judge_attempts
+ARG_CHARS = 200  # 2.0.0 lib_grading.py _summarize_transcript: each string argument
+RESULT_CHARS = 200  # ... the first block of a tool result (both versions)
+TEXT_CHARS = 2000  # ... an assistant text block (2.0.0 only)
 # lib_grading.py _read_workspace_files: OpenClaw's bootstrap files and tool directories are not the agent's work
 SKIP_NAMES = frozenset({"BOOTSTRAP.md", "SOUL.md", "USER.md", "IDENTITY.md", "HEARTBEAT.md", "TOOLS.md",
                         "AGENTS.md"})
 SKIP_DIRS = frozenset({".git", ".openclaw", "__pycache__", "node_modules", "skills"})
+# Ours (judge.retry_unusable=true only): upstream never re-asks after a reply it could not use.
 RETRY_REMINDER = ("\n\nIMPORTANT: Your previous response was invalid for parsing. "
                   "Reply again with one JSON object only. No markdown, no surrounding text, no code fences.")
-_PREAMBLE = (  # lib_grading.py _build_judge_prompt
-    "You are a grading function. Your ONLY job is to output a single JSON object.\n\n"
-    "CRITICAL RULES:\n"
-    "- Do NOT use any tools (no Read, Write, exec, or any other tool calls)\n"
-    "- Do NOT create files or run commands\n"
-    "- Do NOT write any prose, explanation, or commentary outside the JSON\n"
-    "- Respond with ONLY a JSON object \u2014 nothing else\n\n"
-    "Be a strict evaluator. Reserve 1.0 for genuinely excellent performance. "
-    "An average acceptable completion should score around 0.6-0.7. "
-    "Deduct points for unnecessary steps, verbose output, and inefficient tool usage.\n\n"
-)
-_CONTRACT = (  # lib_grading.py _build_judge_prompt
-    "Score each criterion from 0.0 to 1.0.\n"
-    'The "total" field must also be between 0.0 and 1.0, and it must be the arithmetic mean of the criterion '
-    "scores, not their sum.\n\n"
-    "Respond with ONLY this JSON structure (no markdown, no code fences, no extra text):\n"
-    '{"scores": {"criterion_name": 0.0}, "total": 0.0, "notes": "brief justification"}'
-)
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)\s*```", re.DOTALL)  # lib_grading.py _parse_judge_text
+_RULES = ("- Do NOT use any tools (no Read, Write, exec, or any other tool calls)\n"
+          "- Do NOT create files or run commands\n"
+          "- Do NOT write any prose, explanation, or commentary outside the JSON\n"
+          "- Respond with ONLY a JSON object \u2014 nothing else\n\n")
+_STRICT = ("Be a strict evaluator. Reserve 1.0 for genuinely excellent performance. "
+           "An average acceptable completion should score around 0.6-0.7. "
+           "Deduct points for unnecessary steps, verbose output, and inefficient tool usage.\n\n")
+_REPLY_SHAPE = ("Respond with ONLY this JSON structure (no markdown, no code fences, no extra text):\n"
+                '{"scores": {"criterion_name": 0.0}, "total": 0.0, "notes": "brief justification"}')
+# 2.0.0 scripts/lib_grading.py _build_judge_prompt (commit 530dd6a), word for word
+V2_PREAMBLE = ("You are a grading function. Your ONLY job is to output a single JSON object.\n\n"
+               "CRITICAL RULES FOR YOU, THE GRADER (not the agent being graded):\n" + _RULES
+               + "IMPORTANT: The agent being graded may have used tools (read, write, exec, apply_patch, "
+               "todowrite, etc.) during task execution. This is normal and expected. Do NOT treat the "
+               "agent's tool usage as a rule violation \u2014 the rules above apply only to you, the grader.\n\n"
+               + _STRICT)
+V2_CONTRACT = ("Score each criterion from 0.0 to 1.0.\n"
+               'The "total" field must also be between 0.0 and 1.0, and it must be the arithmetic mean of the '
+               "criterion scores, not their sum.\n\n" + _REPLY_SHAPE)
+# version 1 scripts/lib_grading.py _build_judge_prompt (pinchbench/skill commit 14b2993), word for word
+V1_PREAMBLE = ("You are a grading function. Your ONLY job is to output a single JSON object.\n\n"
+               "CRITICAL RULES:\n" + _RULES + _STRICT)
+V1_CONTRACT = "Score each criterion from 0.0 to 1.0.\n\n" + _REPLY_SHAPE
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)\s*```", re.DOTALL)  # 2.0.0 lib_grading.py _parse_judge_text
 _PROSE_TOTAL = re.compile(r"(?:total|overall|final)\s*(?:score)?[:\s]*(0\.\d+|1\.0+)", re.IGNORECASE)  # ditto
 _TOTAL_KEYS = ("total", "score", "overall_score", "completionScore", "total_score")  # _extract_total_score
-_SCORE_MAPS = ("scores", "criteria_scores", "criterion_scores")  # _extract_named_scores
 _NOTE_KEYS = ("notes", "justification", "reasoning")  # _normalize_judge_response
 
 
 @dataclass(frozen=True)
 class JudgeResult:
-    status: str  # "graded" | "not_graded" (no judge available) | "error" (calls failed / replies unparseable)
-    score: float | None  # the total in [0, 1]; None unless graded
+    status: str  # "graded" | "unusable" (reply without a total) | "error" (calls failed) | "not_graded" (no judge)
+    score: float | None  # the judge's total (upstream keeps it even outside [0, 1]); None unless graded
     scores: dict[str, float] = field(default_factory=dict)
     notes: str = ""
     reason: str | None = None  # one line: why not graded / what failed
@@ -96,15 +113,17 @@ class JudgeResult:
 
 def build_prompt(task: PinchTask, transcript: Sequence[dict[str, Any]], workspace: Path,
                  version: int) -> tuple[str, str]:
-    """(system, user) as upstream sends them (lib_grading.py _build_judge_prompt)."""
+    """(system, user) as upstream sends them (lib_grading.py _build_judge_prompt of that version)."""
     if version not in (1, 2):
         raise InputError(f"PinchBench version must be 1 or 2, got {version!r}")
-    files = workspace_files_text(workspace, V1_FILE_CHARS if version == 1 else None)
+    summary = summarize_transcript(transcript, version)
+    head = (f"## Task\n{task.prompt}\n\n## Expected Behavior\n{task.expected_behavior}\n\n"
+            f"## Agent Transcript (summarized)\n{summary}\n\n")
+    if version == 1:
+        return SYSTEM, f"{V1_PREAMBLE}{head}## Grading Rubric\n{rubric(task)}\n\n{V1_CONTRACT}"
+    files = workspace_files_text(workspace)
     files_section = f"## Workspace Files Created by Agent\n{files}\n\n" if files.strip() else ""
-    user = (f"{_PREAMBLE}## Task\n{task.prompt}\n\n## Expected Behavior\n{task.expected_behavior}\n\n"
-            f"## Agent Transcript (summarized)\n{summarize_transcript(transcript)}\n\n{files_section}"
-            f"## Grading Rubric\n{rubric(task)}\n\n{_CONTRACT}")
-    return SYSTEM, user
+    return SYSTEM, f"{V2_PREAMBLE}{head}{files_section}## Grading Rubric\n{rubric(task)}\n\n{V2_CONTRACT}"
 
 
 def rubric(task: PinchTask) -> str:
@@ -112,8 +131,8 @@ def rubric(task: PinchTask) -> str:
     return task.llm_judge_rubric or "\n".join(f"- {c}" for c in task.grading_criteria)
 
 
-def summarize_transcript(transcript: Sequence[dict[str, Any]]) -> str:
-    """One line per tool call, assistant text, tool result and user turn (lib_grading.py _summarize_transcript)."""
+def summarize_transcript(transcript: Sequence[dict[str, Any]], version: int = 2) -> str:
+    """One line per tool call, assistant text (2.0.0 only), tool result and user turn (_summarize_transcript)."""
     lines: list[str] = []
     for event in transcript:
         message = event.get("message") if event.get("type") == "message" else None
@@ -121,7 +140,7 @@ def summarize_transcript(transcript: Sequence[dict[str, Any]]) -> str:
             continue
         role, content = message.get("role"), message.get("content")
         if role == "assistant" and isinstance(content, list):
-            lines += [line for block in content if (line := _assistant_line(block))]
+            lines += [line for block in content if (line := _assistant_line(block, version))]
         elif role == "toolResult" and content:
             lines.append(f"Result: {_first(content)[:RESULT_CHARS]}")
         elif role == "user" and content:
@@ -129,16 +148,16 @@ def summarize_transcript(transcript: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _assistant_line(block: Any) -> str | None:
+def _assistant_line(block: Any, version: int) -> str | None:
     if not isinstance(block, dict):
         return None
     if block.get("type") == "toolCall":
         args = block.get("arguments", {})
-        if isinstance(args, dict):
+        if version == 2 and isinstance(args, dict):  # version 1 shows the arguments whole
             args = {k: v[:ARG_CHARS] + "...[truncated]" if isinstance(v, str) and len(v) > ARG_CHARS else v
                     for k, v in args.items()}
         return f"Tool: {block.get('name')}({json.dumps(args)})"
-    if block.get("type") == "text":
+    if block.get("type") == "text" and version == 2:  # version 1 shows no assistant text
         text = str(block.get("text", "")).strip()
         return f"Assistant: {text[:TEXT_CHARS]}" if text else None
     return None  # thinking blocks are not shown to the judge
@@ -150,17 +169,17 @@ def _first(content: Any) -> str:
     return content if isinstance(content, str) else str(content[0]) if isinstance(content, list) else str(content)
 
 
-def workspace_files_text(workspace: Path, limit: int | None) -> str:
-    """`### File: <path>` and the text of every UTF-8 file, in sorted path order (lib_grading.py
+def workspace_files_text(workspace: Path) -> str:
+    """`### File: <path>` and the whole text of every UTF-8 file, in sorted path order (2.0.0 lib_grading.py
     _read_workspace_files): hidden files and directories, skills/ and tool directories, OpenClaw's bootstrap
-    files, binary files and symlinks are left out; `limit` cuts each file (None: whole)."""
+    files, binary files and symlinks are left out."""
     parts = []
     for rel in judged_files(workspace):
         try:
             text = (workspace / rel).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             continue  # binary or unreadable
-        parts.append(f"### File: {rel.as_posix()}\n{text if limit is None else text[:limit]}")
+        parts.append(f"### File: {rel.as_posix()}\n{text}")
     return "\n\n".join(parts)
 
 
@@ -184,24 +203,18 @@ def _skipped(name: str) -> bool:
 # ---- the reply ---------------------------------------------------------------------------------------------------
 
 def parse_reply(text: str) -> tuple[dict[str, float], float, str] | None:
-    """(scores, total, notes) from a judge reply, or None when it holds no usable total.
+    """(scores, total, notes) from a judge reply, or None when it has no usable total (upstream scores it 0)."""
+    scores, total, notes = normalise(parse_text(text))
+    return None if total is None else (scores, total, notes)
 
-    Tried in upstream's order (lib_grading.py _parse_judge_text): the whole reply as JSON, a code fence, the last
-    balanced-brace object (one with "scores" first), then a `total|overall|final ... 0.xx` in prose."""
-    text = text.strip()
+
+def parse_text(text: str) -> dict[str, Any]:
+    """The reply's JSON object, or {} (2.0.0 lib_grading.py _parse_judge_text, in its order): the whole reply as
+    JSON, a code fence, the last balanced-brace object with "scores", the last one at all, then a
+    `total|overall|final ... 0.xx` in prose."""
+    text = (text or "").strip()
     if not text:
-        return None
-    parsed = _json_object(text)
-    if parsed is not None:
-        return _normalised(parsed)
-    match = _PROSE_TOTAL.search(text)
-    if match and 0.0 <= float(match.group(1)) <= 1.0:
-        log.warning("judge reply had no JSON; took the total from prose (%s)", match.group(1))
-        return {}, float(match.group(1)), "Score extracted from prose"
-    return None
-
-
-def _json_object(text: str) -> dict[str, Any] | None:
+        return {}
     direct = _loads(text)
     if direct is not None:
         return direct
@@ -210,7 +223,14 @@ def _json_object(text: str) -> dict[str, Any] | None:
     if fenced is not None:
         return fenced
     objects = [obj for chunk in reversed(balanced_objects(text)) if (obj := _loads(chunk)) is not None]
-    return next((obj for obj in objects if "scores" in obj), objects[0] if objects else None)
+    found = next((obj for obj in objects if "scores" in obj), objects[0] if objects else None)
+    if found is not None:
+        return found
+    match = _PROSE_TOTAL.search(text)
+    if match and 0.0 <= float(match.group(1)) <= 1.0:
+        log.warning("judge reply had no JSON; took the total from prose (%s)", match.group(1))
+        return {"scores": {}, "total": float(match.group(1)), "notes": "Score extracted from prose"}
+    return {}
 
 
 def _loads(text: str) -> dict[str, Any] | None:
@@ -222,22 +242,29 @@ def _loads(text: str) -> dict[str, Any] | None:
 
 
 def balanced_objects(text: str) -> list[str]:
-    """Every top-level `{...}` span, counting braces as upstream does (a stray `}` at depth 0 is ignored)."""
-    spans, depth, start = [], 0, 0
-    for i, char in enumerate(text):
+    """The `{...}` candidates exactly as upstream's brace counter finds them: a stray `}` takes the depth below
+    zero, and the objects after it are then missed, as upstream misses them."""
+    spans: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for char in text:
         if char == "{":
-            start = i if depth == 0 else start
-            depth += 1
-        elif char == "}" and depth > 0:
-            depth -= 1
             if depth == 0:
-                spans.append(text[start:i + 1])
+                current = []
+            depth += 1
+        if depth > 0:
+            current.append(char)
+        if char == "}":
+            depth -= 1
+            if depth == 0 and current:
+                spans.append("".join(current))
     return spans
 
 
-def _normalised(parsed: dict[str, Any]) -> tuple[dict[str, float], float, str] | None:
-    """Upstream's key variants (lib_grading.py _normalize_judge_response), then the summed-total rule: a total
-    above 1 with every criterion in [0, 1] is replaced by their mean. A total still outside [0, 1]: unusable."""
+def normalise(parsed: dict[str, Any]) -> tuple[dict[str, float], float | None, str]:
+    """(scores, total or None, notes), as 2.0.0 lib_grading.py _normalize_judge_response: upstream's key
+    variants, the criteria's mean when there is no total, and a summed total (above 1, every criterion in
+    [0, 1]) replaced by the criteria's mean. Any other total is kept, even outside [0, 1], as upstream keeps it."""
     scores = named_scores(parsed)
     total = next((v for k in _TOTAL_KEYS if k in parsed and (v := _coerce(parsed[k])) is not None), None)
     if total is None and isinstance(parsed.get("overall"), dict):
@@ -246,17 +273,15 @@ def _normalised(parsed: dict[str, Any]) -> tuple[dict[str, float], float, str] |
         total = _mean(scores)
     if total is not None and total > 1.0 and scores and all(0.0 <= v <= 1.0 for v in scores.values()):
         total = _mean(scores)
-    if total is None or not 0.0 <= total <= 1.0:
-        return None
     notes = next((str(parsed[k]) for k in _NOTE_KEYS if k in parsed), "")
     return scores, total, notes
 
 
 def named_scores(parsed: dict[str, Any]) -> dict[str, float]:
-    """Criterion scores from `scores`, `criteria_scores` or `criterion_scores` (a map, or a list of
-    {name|criterion|label, score}), and `criterionN` keys (lib_grading.py _extract_named_scores)."""
+    """Criterion scores from `scores`, `criteria_scores` (maps), `criterion_scores` (a map, or a list of
+    {name|criterion|label, score}) and `criterionN` keys (lib_grading.py _extract_named_scores)."""
     scores: dict[str, float] = {}
-    for key in _SCORE_MAPS:
+    for key in ("scores", "criteria_scores", "criterion_scores"):
         raw = parsed.get(key)
         items = raw.items() if isinstance(raw, dict) else _listed(raw) if key == "criterion_scores" else ()
         scores.update({str(k): v for k, item in items if (v := _coerce(item)) is not None})
@@ -276,7 +301,8 @@ def _item_name(item: Any) -> Any:
 
 
 def _coerce(value: Any) -> float | None:
-    """A finite number from a number, a numeric string or {score|value|weighted_score: ...}; bools are not."""
+    """A number from a number, a numeric string or {score|value|weighted_score: ...}; bools are not
+    (_coerce_score_value). Ours: NaN and infinities are not either."""
     if isinstance(value, dict):
         key = next((k for k in ("score", "value", "weighted_score") if k in value), None)
         return _coerce(value[key]) if key else None
@@ -284,7 +310,7 @@ def _coerce(value: Any) -> float | None:
         return None
     try:
         number = float(value.strip() if isinstance(value, str) else value)
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
     return number if math.isfinite(number) else None
 
@@ -296,16 +322,29 @@ def _mean(scores: dict[str, float]) -> float:
 # ---- the judge -------------------------------------------------------------------------------------------------
 
 class Judge:
-    """Grades one run of a task with an LLM; see the module docstring."""
+    """Grades one run of a task with an LLM; see the module docstring. `label`: the episode columns naming the
+    judge (judge_model, judge_host, judge_setting, judge_is_agent; harness.build.judge_label)."""
 
-    def __init__(self, backend: LLMBackend | None, cache_dir: Path | None = None, attempts: int = 2,
-                 unavailable_reason: str = "no judge backend configured") -> None:
+    def __init__(self, backend: LLMBackend | None, cache_dir: Path | None = None, attempts: int = UPSTREAM_ATTEMPTS,
+                 unavailable_reason: str = "no judge backend configured", retry_unusable: bool = False,
+                 retry_delay_s: float = 1.0, label: Mapping[str, Any] | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         if attempts < 1:
             raise InputError(f"judge attempts must be >= 1, got {attempts!r}")
         self.backend = backend
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.attempts = attempts
         self.unavailable_reason = unavailable_reason
+        self.retry_unusable = retry_unusable
+        self.retry_delay_s = retry_delay_s
+        self.label = dict(label or {})
+        self.sleep = sleep
+
+    def columns(self) -> dict[str, Any]:
+        """Which judge this is, for the episode's columns; a judge built without a label names its backend."""
+        name, url = getattr(self.backend, "name", None), getattr(self.backend, "base_url", None)
+        return {"judge_model": name, "judge_host": host(url), "judge_setting": "override" if self.backend else "none",
+                "judge_is_agent": False} | self.label
 
     def grade(self, task: PinchTask, transcript: Sequence[dict[str, Any]], workspace: Path,
               version: int = 2) -> JudgeResult:
@@ -322,29 +361,36 @@ class Judge:
         return result
 
     def _ask(self, backend: LLMBackend, system: str, user: str) -> JudgeResult:
-        """Up to `attempts` calls; a failed call re-sends the same prompt (upstream), an unusable reply adds the
-        reminder. Returns the first parsed reply, or an error naming the last problem."""
-        calls, usage, cost, problem, prompt = 0, Usage(), 0.0, "", user
-        for _ in range(self.attempts):
+        """Upstream's loop (2.0.0 lib_grading.py _grade_llm_judge): up to `attempts` calls, a failed call re-sent
+        unchanged after 2**attempt x retry_delay_s; the first reply is final unless `retry_unusable`."""
+        calls, usage, cost, problem, prompt, status = 0, Usage(), 0.0, "", user, "error"
+        for attempt in range(self.attempts):
             calls += 1
             try:
                 completion = backend.generate([Message("system", system), Message("user", prompt)], [])
             except ContextWindowExceeded as exc:  # the same prompt cannot fit on a second try
-                problem = f"the judge prompt does not fit the judge's context window ({_one_line(exc)})"
+                problem, status = f"the judge prompt does not fit the judge's context window ({_one_line(exc)})", \
+                    "error"
                 break
             except Exception as exc:  # an infrastructure failure or a backend bug: this attempt failed
-                problem = f"judge call failed: {type(exc).__name__}: {_one_line(exc)}"
+                problem, status = f"judge call failed: {type(exc).__name__}: {_one_line(exc)}", "error"
+                if attempt + 1 < self.attempts:
+                    self.sleep(self.retry_delay_s * 2 ** attempt)
                 continue
             usage, cost = usage + completion.usage, cost + completion.cost_usd
-            parsed = parse_reply(completion.message.content)
-            if parsed is not None:
-                scores, total, notes = parsed
+            text = completion.message.content or ""
+            raw = parse_text(text)
+            scores, total, notes = normalise(raw)
+            if total is not None:
                 return JudgeResult("graded", total, scores, notes, calls=calls, usage=usage, cost_usd=cost,
-                                   model=backend.name)
-            problem = f"judge reply has no usable score: {_one_line(completion.message.content)[:120]!r}"
+                                   model=backend.name, reason=_out_of_range(total))
+            what = "no parseable JSON or prose total" if not raw else "JSON with no total score"
+            problem, status = f"judge reply has {what}: {_one_line(text)[:120]!r}", "unusable"
+            if not self.retry_unusable:
+                break  # upstream: a reply that came back is final
             prompt = user + RETRY_REMINDER
         reason = f"{problem} (after {calls} call{'s' if calls != 1 else ''})"
-        return JudgeResult("error", None, reason=reason, calls=calls, usage=usage, cost_usd=cost, model=backend.name)
+        return JudgeResult(status, None, reason=reason, calls=calls, usage=usage, cost_usd=cost, model=backend.name)
 
     def _path(self, key: str) -> Path:
         assert self.cache_dir is not None
@@ -359,6 +405,11 @@ class Judge:
             # a miss, not a crash: the judge is asked again and its answer replaces the bad entry
             log.warning("ignoring invalid judge cache entry %s: %s", self._path(key), _one_line(exc))
             return None
+
+
+def _out_of_range(total: float) -> str | None:
+    """Upstream keeps a total outside [0, 1] as the score; it is kept, and said."""
+    return None if 0.0 <= total <= 1.0 else f"judge total {total:g} is outside [0, 1]; kept as upstream keeps it"
 
 
 def cache_key(model: str, system: str, user: str) -> str:
@@ -377,11 +428,13 @@ def _from_entry(key: str, entry: Any) -> JudgeResult:
         raise ValueError("not an entry for this judge prompt")
     score = _coerce(entry["score"])
     scores = {str(k): _coerce(v) for k, v in entry["scores"].items()}
-    if score is None or not 0.0 <= score <= 1.0 or None in scores.values():
-        raise ValueError(f"a score is not a number in [0, 1]: {entry['score']!r}, {entry['scores']!r}")
+    if score is None or None in scores.values():
+        raise ValueError(f"a score is not a number: {entry['score']!r}, {entry['scores']!r}")
     return JudgeResult("graded", score, {k: float(v or 0.0) for k, v in scores.items()}, str(entry["notes"]),
-                       cached=True, model=entry.get("model"))
+                       reason=_out_of_range(score), cached=True, model=entry.get("model"))
 
+
+# ---- the backend ---------------------------------------------------------------------------------------------
 
 def _one_line(value: object) -> str:
     return " ".join(str(value).split()) or type(value).__name__

@@ -10,6 +10,10 @@ Processes are counted per user namespace (kernel >= 5.14 ucounts), so RLIMIT_NPR
 kernel never applies it to uid 0, so when the harness runs as root the command drops to SANDBOX_UID (with
 `setpriv`) and enters a user namespace of its own (`unshare --user`); the workspace is chowned to that uid first,
 since it is the only uid that may write there. As an ordinary user, bwrap's own user namespace does the same.
+
+`network=True` (benchmark.network.exec, only for a task whose requirements name exec_network: git clone, pip,
+curl) leaves out `--unshare-net`, so the command has the host's network (bwrap's `--share-net` is only for
+`--unshare-all`), and adds the /etc files name resolution and TLS need (NETWORK_ETC); nothing else changes.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ WORKSPACE_MOUNT = "/workspace"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # Public, read-only system files bash and common tools need (awk is /etc/alternatives/awk; `ls -l` wants names).
 ETC_FILES = ("alternatives", "ld.so.cache", "localtime", "passwd", "group", "nsswitch.conf", "mime.types")
+# Only with network=True: name resolution and the CA certificates for https.
+NETWORK_ETC = ("resolv.conf", "hosts", "host.conf", "gai.conf", "ssl", "ca-certificates", "ca-certificates.conf",
+               "pki")
 TOOLS = {"bwrap": "bubblewrap", "setpriv": "util-linux", "unshare": "util-linux", "prlimit": "util-linux"}
 
 
@@ -81,7 +88,7 @@ class Sandbox:
 
     def __init__(self, workspace: Path, timeout_s: float = 60.0, max_output_bytes: int = 50_000,
                  memory_mb: int = 1024, max_processes: int = 64, max_file_mb: int = 256,
-                 read_only: bool = False, binds: tuple[Bind, ...] = ()) -> None:
+                 read_only: bool = False, binds: tuple[Bind, ...] = (), network: bool = False) -> None:
         require_tools()
         self.workspace = Path(os.path.realpath(workspace))
         if not self.workspace.is_dir():
@@ -93,6 +100,7 @@ class Sandbox:
         self.max_file_mb = max_file_mb
         self.read_only = read_only
         self.binds = binds
+        self.network = network
         self.as_root = os.geteuid() == 0
 
     # ---- public -------------------------------------------------------------------------------------------
@@ -124,7 +132,8 @@ class Sandbox:
         # As root, bwrap's own user namespace would map uid 0 only, and setpriv could not drop to SANDBOX_UID:
         # the user namespace is made after the drop instead (_identity).
         user = [] if self.as_root else ["--unshare-user"]
-        return [*user, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+        net = [] if self.network else ["--unshare-net"]
+        return [*user, "--unshare-pid", *net, "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
                 "--hostname", "sandbox", "--die-with-parent", "--new-session"]
 
     def _mounts(self) -> list[str]:
@@ -135,7 +144,7 @@ class Sandbox:
             elif os.path.isdir(d):
                 args += ["--ro-bind", d, d]
         args += ["--perms", "0755", "--dir", "/etc"]  # bwrap would make it 0700, unreadable after the uid drop
-        for name in ETC_FILES:
+        for name in ETC_FILES + (NETWORK_ETC if self.network else ()):
             if os.path.exists(f"/etc/{name}"):
                 args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
         args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(256 << 20), "--tmpfs", "/tmp"]

@@ -1,14 +1,17 @@
-"""One task's score from its parts, as upstream blends them (scripts/lib_grading.py; FORMATS.md "Grading").
+"""One task's score from its parts, as upstream scores it (2.0.0 scripts/lib_grading.py grade_task,
+_combine_grades and scripts/benchmark.py, commit 530dd6a; version 1's lib_grading.py is the same here).
 
-- automated: `grade()` run in the sandbox over the task's transcript and workspace; its score is the unweighted
-  mean of the returned dict;
-- llm_judge: the judge's total (harness.envs.pinchbench.judge);
-- hybrid: the weighted blend (`grading_weights`, default 0.5 / 0.5).
-Our rule where upstream would write a 0 (FORMATS.md: never score a part 0 silently): a part that could not be
-graded (no judge available, the judge's reply unparseable after every attempt, a grader that crashed, looped or
-returned a non-dict) is *excluded* from the blend, counted in `not_graded_parts` and explained in `grading_error`
-/ `judge_reason`; the remaining parts' weights are renormalised. A task with no graded part scores NaN (None) and
-tables leave it out and count it.
+- automated: `grade()` run in the sandbox (grading.py), averaged over its numeric values;
+- llm_judge: the judge's total (judge.py);
+- hybrid: (automated x w_a + judge x w_j) / (w_a + w_j), `grading_weights` each defaulting to 0.5, both 0.5 when
+  they sum to 0 or less.
+A part that could not be graded counts as upstream counts it:
+- a grader that raises, times out, exhausts a cap or prints no result zeroes the whole task (upstream's
+  grade_task raises before it asks the judge, and benchmark.py records 0.0), and the judge is not asked;
+- no python block, no `grade` function or a non-dict return scores the automated part 0.0;
+- a judge whose calls failed, whose reply has no total, or that could not be asked scores the judge part 0.0.
+Beside the score, `parts` counts the parts graded and not graded (the harness's own diagnostic, written to the
+`graded_parts` / `not_graded_parts` columns), and `grading_error` / the judge's `reason` say why.
 """
 
 from __future__ import annotations
@@ -23,22 +26,26 @@ from harness.envs.pinchbench.grading import run_grade
 from harness.envs.pinchbench.judge import Judge, JudgeResult
 from harness.envs.pinchbench.tasks import PinchTask
 
-DEFAULT_WEIGHTS = {"automated": 0.5, "llm_judge": 0.5}  # lib_grading.py: hybrid default
+DEFAULT_WEIGHTS = {"automated": 0.5, "llm_judge": 0.5}  # lib_grading.py _combine_grades
+NO_CODE = "No automated grading code found"  # lib_grading.py _grade_automated's note
+NOT_ASKED = "not asked: grade() failed, and upstream's grade_task raises before it calls the judge"
 
 
 @dataclass(frozen=True)
 class TaskGrade:
-    """Every part of one task's grade; `score` is None when no part could be graded."""
+    """Every part of one task's grade. `score` is upstream's; `automated` is None when grade() failed."""
 
     task_id: str
     category: str
     grading_type: str
-    score: float | None
+    score: float
     automated: float | None
     automated_scores: dict[str, float] | None
     grading_error: str | None
     judge: JudgeResult | None
     reached: bool = True  # a chain's task the agent was never sent scores 0, ungraded (workflow.py)
+    grading_failed: bool = False  # grade() raised/looped: the task scored 0 whatever the judge would have said
+    grading_note: str | None = None  # grade() values left out of the mean
 
     @property
     def parts(self) -> tuple[int, int]:
@@ -46,7 +53,7 @@ class TaskGrade:
         if not self.reached:
             return 0, 0
         wanted = _wanted(self.grading_type)
-        got = [self.automated is not None if p == "automated" else self._judged for p in wanted]
+        got = [self.grading_error is None if p == "automated" else self._judged for p in wanted]
         return sum(got), len(got) - sum(got)
 
     @property
@@ -58,7 +65,8 @@ class TaskGrade:
         judge = self.judge
         return {"task_id": self.task_id, "category": self.category, "grading_type": self.grading_type,
                 "score": self.score, "automated": self.automated, "automated_scores": self.automated_scores,
-                "grading_error": self.grading_error,
+                "grading_error": self.grading_error, "grading_failed": self.grading_failed,
+                "grading_note": self.grading_note,
                 "judge": None if judge is None else {"status": judge.status, "score": judge.score,
                                                       "scores": judge.scores, "notes": judge.notes,
                                                       "reason": judge.reason, "cached": judge.cached,
@@ -76,37 +84,43 @@ def _wanted(grading_type: str) -> tuple[str, ...]:
 
 def grade_task(task: PinchTask, transcript: Sequence[dict[str, Any]], workspace: Path, judge: Judge,
                version: int, grade_timeout_s: float = 60.0, caps: dict[str, int] | None = None) -> TaskGrade:
-    """Grade one task on its transcript (OpenClaw lines) and workspace."""
+    """Grade one task on its transcript (OpenClaw lines) and workspace, in upstream's order (grader, then judge)."""
     wanted = _wanted(task.grading_type)
-    automated, scores, error = None, None, None
+    automated: float | None = None
+    scores: dict[str, float] | None = None
+    error: str | None = None
+    note: str | None = None
     if "automated" in wanted:
-        if task.grade_source:
+        if not task.grade_source:
+            automated, scores, error = 0.0, {}, NO_CODE
+        else:
             result = run_grade(task.grade_source, list(transcript), workspace, grade_timeout_s, label=task.id,
                                **(caps or {}))
-            automated, scores, error = result.score, result.scores, result.error
-        else:
-            error = "no Automated Checks python block"
+            if result.failed:  # upstream: the exception leaves grade_task, the task scores 0, no judge call
+                return TaskGrade(task.id, task.category, task.grading_type, 0.0, None, None, result.error,
+                                 JudgeResult("not_graded", None, reason=NOT_ASKED) if "llm_judge" in wanted
+                                 else None, grading_failed=True)
+            automated, scores, error, note = result.score, result.scores, result.error, result.note
     verdict = judge.grade(task, transcript, workspace, version) if "llm_judge" in wanted else None
-    parts = {"automated": automated, "llm_judge": verdict.score if verdict and verdict.status == "graded" else None}
-    return TaskGrade(task.id, task.category, task.grading_type, blend(parts, task.weights, wanted), automated,
-                     scores, error, verdict)
+    parts = {"automated": automated, "llm_judge": verdict.score if verdict else None}
+    return TaskGrade(task.id, task.category, task.grading_type, combine(parts, task.weights, wanted), automated,
+                     scores, error, verdict, grading_note=note)
 
 
-def blend(parts: dict[str, float | None], weights: dict[str, float], wanted: Sequence[str]) -> float | None:
-    """The weighted mean of the parts that were graded (weights renormalised over them); None if none was."""
-    w = {**DEFAULT_WEIGHTS, **weights}
-    graded = [(w.get(p, 0.0), parts[p]) for p in wanted if parts.get(p) is not None]
-    total = sum(weight for weight, _ in graded)
-    if not graded:
-        return None
+def combine(parts: dict[str, float | None], weights: dict[str, float], wanted: Sequence[str]) -> float:
+    """Upstream's score from the parts; a part with no score (not graded) counts 0.0 (lib_grading.py: every
+    failure path returns score 0.0; _combine_grades for hybrid)."""
+    value = {p: parts.get(p) or 0.0 for p in wanted}
     if len(wanted) == 1:
-        return float(sum(v for _, v in graded if v is not None) / len(graded))
-    if total <= 0:  # only zero-weight parts were graded: they say nothing about the score
-        return None
-    return float(sum(weight * v for weight, v in graded if v is not None) / total)
+        return float(value[wanted[0]])
+    w = {**DEFAULT_WEIGHTS, **weights}
+    auto, judge = float(w.get("automated", 0.5)), float(w.get("llm_judge", 0.5))
+    if auto + judge <= 0:
+        auto = judge = 0.5
+    return (value["automated"] * auto + value["llm_judge"] * judge) / (auto + judge)
 
 
 def mean_score(grades: Sequence[TaskGrade]) -> float | None:
-    """The mean of the graded tasks' scores (None when none was graded)."""
-    values = [g.score for g in grades if g.score is not None and not math.isnan(g.score)]
+    """The mean of the tasks' scores (a chain's; None for no task)."""
+    values = [g.score for g in grades if not math.isnan(g.score)]
     return sum(values) / len(values) if values else None

@@ -1,9 +1,15 @@
 """Load a PinchBench clone exactly as upstream does (scripts/lib_tasks.py), into frozen task records.
 
-Version 2 orders tasks by `tasks/manifest.yaml` (`tasks: [task_id, ...]`, the file is `tasks/<task_id>.md`);
-version 1 (no manifest) loads every `tasks/task_*.md` in file-name order. The front matter's `id` is a task's
-identity (two version-1 files carry an id that differs from their file name). A file that does not parse is
-reported in `Benchmark.errors` as one `path: reason` line and the rest still load.
+Version 2 loads the tasks `tasks/manifest.yaml` names (task `<id>` is the file `tasks/<id>.md`). PinchBench 2.0.0's
+manifest is `run_first: [ids]`, `core: [ids]` (upstream's `--core` quick subset) and `categories: {name: [ids]}`;
+the order is run_first, then every category in file order, each task once, and each task's category is the
+manifest's (it wins over the front matter's, which differs in case for task_polymarket_briefing). The older flat
+`tasks: [ids]` manifest keeps the front matter's categories. Version 1 (no manifest) loads every
+`tasks/task_*.md` in file-name order. The front matter's `id` is a task's identity (two version-1 files carry an
+id that differs from their file name). Problems are reported in `Benchmark.errors` as one `path: reason` line
+each and the rest still load: a file that does not parse; a manifest entry without its file and a task file the
+manifest does not list (upstream's loader skips both; scripts/lint_manifest.py fails on both), a task listed
+twice, a run_first or core entry in no category.
 
 Offline flags (our addition; upstream assumes a live OpenClaw): `needs_network` is set when the task's prompt,
 session prompts, expected behavior or prerequisites ask for the live web (web search/fetch, a live URL or HTTP
@@ -23,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from harness.envs.pinchbench.requirements import Need, needs_for
+from harness.envs.pinchbench.requirements import reason as needs_reason
 from harness.errors import InputError
 
 if TYPE_CHECKING:
@@ -51,6 +59,7 @@ NETWORK_SIGNALS: tuple[tuple[str, str], ...] = (
 )
 _MOCK_PREREQ = re.compile(r"fws|^cli:(gws|gh)$", re.IGNORECASE)
 _MOCK_ID = re.compile(r"^task_(gws|gh)_")
+_SAFE_ID = re.compile(r"^\w[\w.-]*$")  # a manifest id names tasks/<id>.md: never a path out of tasks/
 
 
 @dataclass(frozen=True)
@@ -109,10 +118,15 @@ class PinchTask:
 
 @dataclass(frozen=True)
 class Benchmark:
+    """`core`: the manifest's `core:` ids in its order (upstream's `--core`); `categories`: its category names in
+    file order (both empty for version 1 and a flat `tasks:` manifest)."""
+
     path: Path
     version: int
     tasks: tuple[PinchTask, ...]
     errors: tuple[str, ...]
+    core: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
 
     def by_id(self, task_id: str) -> PinchTask:
         for task in self.tasks:
@@ -143,14 +157,12 @@ def load_benchmark(
     manifest = root / MANIFEST
     errors: list[str] = []
     if manifest.exists():
-        entries = _manifest_entries(manifest, errors)
-        version = 2
-    else:
-        entries = [(p, None) for p in sorted((root / "tasks").glob("task_*.md"))]  # scripts/lib_tasks.py order
-        version = 1
+        plan, version = _manifest_plan(manifest, errors), 2
+    else:  # scripts/lib_tasks.py _load_from_glob: file-name order
+        plan, version = _Plan([(p, None) for p in sorted((root / "tasks").glob("task_*.md"))]), 1
     tasks: list[PinchTask] = []
     seen: dict[str, Path] = {}
-    for file, category in entries:
+    for file, category in plan.entries:
         task = _load_or_report(file, category, overrides, errors)
         if task is None:
             continue
@@ -159,45 +171,82 @@ def load_benchmark(
             continue
         seen[task.id] = file
         tasks.append(task)
-    return Benchmark(root, version, tuple(tasks), tuple(errors))
+    return Benchmark(root, version, tuple(tasks), tuple(errors), plan.core, plan.categories)
 
 
-def _manifest_entries(manifest: Path, errors: list[str]) -> list[tuple[Path, str | None]]:
-    """`tasks:` lists ids (upstream) or `{id, category}` maps; an optional `categories: {name: [ids]}` mapping
-    also assigns categories. A manifest category overrides the task file's own."""
+@dataclass(frozen=True)
+class _Plan:
+    """What a manifest says: the task files in run order with each one's manifest category (None: the front
+    matter's), the core ids and the category names."""
+
+    entries: list[tuple[Path, str | None]]
+    core: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+
+
+def _manifest_plan(manifest: Path, errors: list[str]) -> _Plan:
+    """scripts/lib_tasks.py _load_from_manifest: a `categories:` key selects the 2.0.0 form, else the flat
+    `tasks:` list; the checks of scripts/lint_manifest.py become error lines."""
     try:
         data = yaml.safe_load(manifest.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise InputError(f"{manifest}: cannot read the manifest ({_one_line(exc)})") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("tasks"), list):
-        raise InputError(f"{manifest}: expected a mapping with a `tasks:` list")
-    by_category = _category_map(manifest, data.get("categories"))
-    out: list[tuple[Path, str | None]] = []
-    for entry in data["tasks"]:
-        task_id, category = _manifest_entry(manifest, entry)
+    if isinstance(data, dict) and "categories" in data:
+        ids, category_of, plan = _categorized(manifest, data, errors)
+    elif isinstance(data, dict) and isinstance(data.get("tasks"), list):
+        ids, category_of, plan = _unique(manifest, "tasks", _ids(manifest, data["tasks"], "tasks"), errors), {}, \
+            _Plan([])
+    else:
+        raise InputError(f"{manifest}: expected `run_first:`, `core:` and `categories:` (PinchBench 2.0.0) or a "
+                         "`tasks:` list")
+    entries = []
+    for task_id in ids:
         file = manifest.parent / f"{task_id}.md"
-        if not file.is_file():
+        if file.is_file():
+            entries.append((file, category_of.get(task_id)))
+        else:
             errors.append(f"{manifest}: names {task_id!r} but {file} does not exist")
-            continue
-        out.append((file, category or by_category.get(task_id)))
-    return out
+    listed = set(ids)
+    errors += [f"{f}: not listed in {manifest} (upstream does not load it)"
+               for f in sorted(manifest.parent.glob("task_*.md")) if f.stem not in listed]
+    return replace(plan, entries=entries)
 
 
-def _manifest_entry(manifest: Path, entry: object) -> tuple[str, str | None]:
-    if isinstance(entry, str) and entry.strip():
-        return entry.strip(), None
-    if isinstance(entry, dict) and isinstance(entry.get("id"), str):
-        category = entry.get("category")
-        return entry["id"], str(category) if category is not None else None
-    raise InputError(f"{manifest}: a `tasks:` entry must be a task id or {{id, category}}, got {entry!r}")
-
-
-def _category_map(manifest: Path, raw: object) -> dict[str, str]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict) or not all(isinstance(v, list) for v in raw.values()):
+def _categorized(manifest: Path, data: dict[str, Any], errors: list[str]) -> tuple[list[str], dict[str, str], _Plan]:
+    """(ids in run order, id -> category, core and category names): run_first, then each category in file order,
+    a task already placed not repeated (scripts/lib_tasks.py _parse_categorized_manifest)."""
+    raw = data["categories"]
+    if not isinstance(raw, dict):
         raise InputError(f"{manifest}: `categories:` must map a category name to a list of task ids")
-    return {str(task_id): str(name) for name, ids in raw.items() for task_id in ids}
+    run_first, core = _ids(manifest, data.get("run_first"), "run_first"), _ids(manifest, data.get("core"), "core")
+    category_of: dict[str, str] = {}
+    for name, listed in raw.items():
+        for task_id in _ids(manifest, listed, f"categories.{name}"):
+            if task_id in category_of:
+                errors.append(f"{manifest}: {task_id!r} is in category {str(name)!r} and already in "
+                              f"{category_of[task_id]!r} (each task belongs to exactly one; the first is kept)")
+            else:
+                category_of[task_id] = str(name)
+    for key, ids in (("run_first", run_first), ("core", core)):
+        errors += [f"{manifest}: {key} names {t!r}, which is in no category" for t in ids if t not in category_of]
+    order = _unique(manifest, "run_first", run_first, errors) + [t for t in category_of if t not in run_first]
+    return order, category_of, _Plan([], tuple(dict.fromkeys(core)), tuple(str(n) for n in raw))
+
+
+def _ids(manifest: Path, raw: object, key: str) -> list[str]:
+    """A manifest list of task ids (absent or empty: none); anything else, or an id that is not a plain file
+    name in tasks/, is an InputError naming the key."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not all(isinstance(t, str) and _SAFE_ID.match(t.strip()) for t in raw):
+        raise InputError(f"{manifest}: `{key}:` must be a list of task ids (file names in tasks/ without .md), "
+                         f"got {raw!r}")
+    return [t.strip() for t in raw]
+
+
+def _unique(manifest: Path, key: str, ids: list[str], errors: list[str]) -> list[str]:
+    errors += [f"{manifest}: {key} lists {t!r} more than once" for t in dict.fromkeys(ids) if ids.count(t) > 1]
+    return list(dict.fromkeys(ids))
 
 
 def _load_or_report(
@@ -342,17 +391,25 @@ def _prerequisites(raw: object) -> tuple[str, ...]:
 
 
 def _flagged(task: PinchTask, overrides: _Overrides) -> PinchTask:
-    network_reason = _network_reason(task)
+    """A clone whose version has a requirements file (benchmarks/pinchbench/requirements_<version>.yaml) is
+    flagged by its `required` needs, each reason that file's `why`; any other clone by the regexes below."""
+    needs = needs_for(task.id, task.file)
+    network_reason = _network_reason(task, needs)
     if task.id in overrides.network:
         network_reason = "listed in network_ids"
     elif task.id in overrides.offline:
         network_reason = ""
-    mock_reason = _mock_reason(task, overrides)
+    if needs is None or task.id in overrides.mock:
+        mock_reason = _mock_reason(task, overrides)
+    else:
+        mock_reason = needs_reason([n for n in needs if n.required and n.is_mock])
     reason = "; ".join(r for r in (network_reason, mock_reason) if r)
     return replace(task, needs_network=bool(network_reason), needs_mock=bool(mock_reason), offline_reason=reason)
 
 
-def _network_reason(task: PinchTask) -> str:
+def _network_reason(task: PinchTask, needs: tuple[Need, ...] | None = None) -> str:
+    if needs is not None:  # the data file's word, not a guess
+        return needs_reason([n for n in needs if n.required and not n.is_mock])
     text = "\n".join([task.prompt, task.expected_behavior, *(s.prompt for s in task.sessions), *task.prerequisites])
     for pattern, reason in NETWORK_SIGNALS:
         if re.search(pattern, text, re.IGNORECASE):
@@ -393,6 +450,24 @@ def select(
         and not (offline_only and (t.needs_network or t.needs_mock))
     )
     return replace(benchmark, tasks=kept)
+
+
+SUBSETS = ("all", "core")
+
+
+def subset(benchmark: Benchmark, name: str) -> Benchmark:
+    """`all`: every task; `core`: the manifest's `core:` tasks in that list's order, as upstream's `--core` runs
+    them (scripts/benchmark.py: `tasks_map[tid] for tid in core_tasks`, an id not loaded skipped). Upstream
+    falls back to every task when there is no core list; here that is an InputError (never a silently bigger run)."""
+    if name not in SUBSETS:
+        raise InputError(f"benchmark.subset={name!r} is not one of {', '.join(SUBSETS)}")
+    if name == "all":
+        return benchmark
+    if not benchmark.core:
+        raise InputError(f"benchmark.subset=core: {benchmark.path / MANIFEST} has no `core:` list (PinchBench 2.0.0 "
+                         "has one; version 1 and the flat `tasks:` manifest do not)")
+    loaded = {t.id: t for t in benchmark.tasks}
+    return replace(benchmark, tasks=tuple(loaded[i] for i in benchmark.core if i in loaded))
 
 
 def _row(task: PinchTask) -> dict[str, Any]:

@@ -3,8 +3,9 @@
 `read`, `write`, `edit` and `exec` are OpenClaw's coding tools (pi-coding-agent's, with `bash` renamed `exec`);
 `ls` is pi-coding-agent's directory listing. File tools run in the harness process but only on paths that resolve
 (symlinks included, with realpath) inside the workspace; nothing can swap a symlink between the check and the use,
-because every process the agent starts is dead once `exec` returns. `exec` runs in the Sandbox. Tools that need the
-network or external services are offered only when asked for, and answer with a tool error.
+because every process the agent starts is dead once `exec` returns. `exec` runs in the Sandbox. The network tools
+(web_search, web_fetch, generate_image: harness.envs.pinchbench.web) are offered only when asked for: `live` ones
+answer for real (benchmark.network), `unavailable` ones with a tool error.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.envs.pinchbench.sandbox import WORKSPACE_MOUNT, Sandbox
+from harness.envs.pinchbench.web import WEB_SPECS, WebError, WebTools
 from harness.types import ToolCall, ToolSpec
 
 MAX_LINES = 2000  # pi-coding-agent truncate.ts: DEFAULT_MAX_LINES
@@ -52,14 +54,13 @@ TOOL_SPECS = (
           {"path": {**_STR, "description": "Directory to list (default: the workspace)"},
            "limit": {**_INT, "description": f"Maximum number of entries (default {LS_LIMIT})"}}, []),
 )
-# Tools that cannot work offline: offered only when a configuration lists them, always answered with an error.
-UNAVAILABLE_SPECS = {
-    "web_search": _spec("web_search", "Search the web.", {"query": _STR, "count": _INT}, ["query"]),
-    "web_fetch": _spec("web_fetch", "Fetch a URL and extract its content.",
-                       {"url": _STR, "extractMode": _STR, "maxChars": _INT}, ["url"]),
-    "generate_image": _spec("generate_image", "Generate an image from a prompt.", {"prompt": _STR, "path": _STR},
-                            ["prompt"]),
-}
+# The network tools, with OpenClaw's schemas whether they answer for real (`live`) or as unavailable offline.
+UNAVAILABLE_SPECS = WEB_SPECS
+_EXEC = next(s for s in TOOL_SPECS if s.name == "exec")
+# `exec` for a task whose sandbox shares the host's network (benchmark.network.exec; sandbox.py). Defined once:
+# specs compare by identity.
+EXEC_WITH_NETWORK = ToolSpec("exec", _EXEC.description.replace("no network access", "network access"),
+                             _EXEC.parameters)
 
 
 class ToolError(Exception):
@@ -76,19 +77,29 @@ class WorkspaceTools:
     """The Environment half of a PinchBench episode: `tools()` and `execute(call)` over one workspace."""
 
     def __init__(self, workspace: Path, sandbox: Sandbox, unavailable: Sequence[str] = (),
-                 max_exec_timeout_s: float | None = None) -> None:
+                 max_exec_timeout_s: float | None = None, live: Sequence[str] = (),
+                 web: Callable[[Callable[[str], Path]], WebTools] | None = None) -> None:
+        """`live`: network tools answered by `web` (a WebTools factory given this workspace's resolver)."""
         self.root = Path(os.path.realpath(workspace))
         self.sandbox = sandbox
-        unknown = [n for n in unavailable if n not in UNAVAILABLE_SPECS]
-        if unknown:
-            raise ValueError(f"unknown unavailable tool(s) {unknown}; known: {sorted(UNAVAILABLE_SPECS)}")
-        self.unavailable = tuple(unavailable)
+        for kind, names in (("unavailable", unavailable), ("live", live)):
+            unknown = [n for n in names if n not in UNAVAILABLE_SPECS]
+            if unknown:
+                raise ValueError(f"unknown {kind} tool(s) {unknown}; known: {sorted(UNAVAILABLE_SPECS)}")
+        if live and web is None:
+            raise ValueError("live network tools need a WebTools factory (`web`)")
+        self.unavailable = tuple(n for n in unavailable if n not in live)
+        self.live = tuple(live)
         self.max_exec_timeout_s = max_exec_timeout_s or sandbox.timeout_s
         self._handlers: dict[str, Callable[[dict[str, Any]], str]] = {
             "read": self._read, "write": self._write, "edit": self._edit, "exec": self._exec, "ls": self._ls}
+        if web is not None and live:
+            handlers = web(self.resolve).handlers
+            self._handlers |= {n: handlers[n] for n in self.live}
 
     def tools(self) -> list[ToolSpec]:
-        return [*TOOL_SPECS, *(UNAVAILABLE_SPECS[n] for n in self.unavailable)]
+        specs = [EXEC_WITH_NETWORK if s is _EXEC and self.sandbox.network else s for s in TOOL_SPECS]
+        return [*specs, *(UNAVAILABLE_SPECS[n] for n in (*self.live, *self.unavailable))]
 
     def execute(self, call: ToolCall) -> ToolResult:
         if call.name in self.unavailable:
@@ -102,7 +113,7 @@ class WorkspaceTools:
             return ToolResult(handler(args))
         except _Failed as exc:
             return ToolResult(exc.output, True)
-        except (ToolError, ValueError, TypeError, OSError) as exc:
+        except (ToolError, WebError, ValueError, TypeError, OSError) as exc:
             return ToolResult(f"{call.name}: {exc}", True)
 
     # ---- paths ---------------------------------------------------------------------------------------------
