@@ -225,9 +225,11 @@ check-bench: $(STAMP) ## Check a benchmark loads: BENCH=pinchbench BENCH_DIR=<cl
 	  *) echo "check-bench knows BENCH=pinchbench|odysseys"; exit 2 ;; \
 	esac
 
-judge: $(STAMP) ## Judge a saved Odysseys run (or sweep) folder once per rubric item: RUN=<folder> [ARGS='judge=openai ...']
+judge: $(STAMP) ## Judge a saved run (or sweep) folder: Odysseys once per rubric item; PinchBench: re-grade the judge parts not graded (exit 4 while some are not): RUN=<folder> [ARGS='judge=openai ...']
 	@test -n "$(RUN)" || { echo "usage: make judge RUN=<run or sweep folder> [ARGS='judge=openai ...']"; exit 2; }
-	$(PY) -m harness.envs.odysseys.judge_run $(RUN) $(ARGS)
+	@if [ -n "$$(find "$(RUN)" -maxdepth 3 -type d -name openclaw -print -quit 2>/dev/null)" ]; then \
+	  $(PY) -m harness.envs.pinchbench.judge_run "$(RUN)" $(ARGS); \
+	else $(PY) -m harness.envs.odysseys.judge_run "$(RUN)" $(ARGS); fi
 
 bench: $(STAMP) $(METHODS_STAMP) ## Speed figures: throughput, policy time, each method's per-step overhead, WAAC analysis, client
 	$(PY) -m bench.offline $(ARGS)

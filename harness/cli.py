@@ -5,6 +5,9 @@ the valid choices, and checks what would otherwise fail mid-run or with a traceb
 key, a renamed setting such as `benchmark.limit`, a setting the chosen benchmark does not read such as `user=llm`
 on PinchBench, n_tasks/n_runs out of range, a bad tasks file, an unwritable out_dir): each exits with code 2 and a
 short `error: ...` on stderr. Then it hands over to the Hydra app in `harness.run` (which also supports `-m` sweeps).
+Exit status: 0; 2 for a mistake in the command; 130 stopped (resume with the same command); 3 the cost cap reached;
+4 the score includes judge-graded parts the judge did not grade (the last lines say why; `make judge RUN=` re-grades);
+1 every episode an infrastructure failure.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from omegaconf.errors import ValidationError
 from harness.build import build_domain, check_policy_model
 from harness.config import BENCHMARK_SETTINGS, RENAMED, RunConfig
 from harness.errors import InputError
-from harness.run import CONFIG_DIR, main
+from harness.run import CONFIG_DIR, judge_status, main
 from harness.sweep import installed, missing_launcher
 
 GROUPS = ("experiment", "env", "policy", "model", "user", "summarizer")
@@ -303,7 +306,8 @@ def cli() -> None:
         sys.exit(2)
     flags, overrides = split_flags(sys.argv[1:])
     sys.argv[1:] = [*flags, *multirun_out_dirs(flags, overrides)]
-    main()
+    main()  # a single run exits non-zero itself (harness.run: stopped 130, cost cap 3, judge failed 4)
+    sys.exit(judge_status())  # a multirun: EXIT_JUDGE when a job's judge did not grade
 
 
 if __name__ == "__main__":

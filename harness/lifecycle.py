@@ -5,21 +5,30 @@
   in flight finish and are cached, no new request goes out, and the episodes they belong to have no transcript
   and are redone (replayed from the cache) on resume. A second signal while stopping does not cut the stop short
   (it would leave workers writing after the count and the tables, and the runner hanging at exit).
+- A stop always ends the run within seconds: the runner waits for the episodes in flight at most `STOP_GRACE_S`
+  (`wait_at_most`), then leaves behind the ones still blocked (a request or a read that never returns: their
+  threads are daemons, their processes are killed), writes the tables, prints the resume command and exits
+  non-zero; the episodes left behind have no transcript and are rerun on resume.
 - Worker processes die with their parent, SIGKILL included (`die_with_parent`: Linux's parent-death signal),
   so no orphan keeps calling the endpoint or rewriting transcripts after the runner is gone.
 - `RunLock`: one live run per out_dir. The lock is an flock on `out_dir/.lock`; forked workers inherit it, so it
   is held until the last process of a run is gone, and the kernel drops it when they die (no stale lock files).
+- `METER`: the run's spend against `max_cost_usd`, one per run, shared by its threads and worker processes through
+  a ledger file: every paid call reserves its worst case before it is sent (`CostMeter`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import fcntl
+import logging
 import math
 import os
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -32,6 +41,8 @@ from harness.errors import InputError
 _STOP: dict[str, str | None] = {"reason": None}
 _SAID: set[str] = set()  # notes already written from a signal handler this run
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+STOP_GRACE_S = 15.0  # how long a stopping run waits for its episodes in flight before it leaves them behind
+_LOG = logging.getLogger("harness.lifecycle")
 
 
 class Interrupted(BaseException):  # noqa: N818 - like KeyboardInterrupt, it is not an Exception on purpose
@@ -77,8 +88,9 @@ def signals_stop_the_run() -> Iterator[None]:
     def handler(signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if stopping():  # a second Ctrl-C must not cut the stop short: the count, tables and workers' exit follow it
-            _say_once(f"\n{name}: already stopping ({stop_reason()}); the requests in flight finish, then the "
-                      "tables are written. Ctrl-\\ (SIGQUIT) quits at once; whole transcripts are kept either way.\n")
+            _say_once(f"\n{name}: already stopping ({stop_reason()}); the requests in flight finish (within "
+                      f"{STOP_GRACE_S:g} s), then the tables are written. Ctrl-\\ (SIGQUIT) quits at once; whole "
+                      "transcripts are kept either way.\n")
             return
         request_stop(f"{name} received")  # lock-free: safe wherever the signal lands
         raise KeyboardInterrupt(name)
@@ -89,6 +101,21 @@ def signals_stop_the_run() -> Iterator[None]:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def wait_at_most(alive: Callable[[], int], what: str, between: Callable[[], None] = lambda: time.sleep(0.1),
+                 grace_s: float | None = None) -> int:
+    """After a stop (or a crash): wait while `alive()` (the count of episode threads or processes still running)
+    is above 0, calling `between` meanwhile, for at most `grace_s` (STOP_GRACE_S); returns how many are left, and
+    says so on stderr: the caller leaves them behind (a daemon thread) or kills them (a process)."""
+    end = time.monotonic() + (STOP_GRACE_S if grace_s is None else grace_s)
+    while (left := alive()) and time.monotonic() < end:
+        between()
+    if left:
+        print(f"\n{left} {what} still running {STOP_GRACE_S if grace_s is None else grace_s:g} s after the stop "
+              "(blocked in a request or a read that does not return): left behind without a transcript; the "
+              "resume reruns their episodes", file=sys.stderr)
+    return left
 
 
 def command_line_signals() -> None:
@@ -172,33 +199,138 @@ class RunLock:
 
 
 class CostMeter:
-    """The run's spend against `max_cost_usd`: crossing the cap requests a stop (clean and resumable)."""
+    """The run's spend against `max_cost_usd`, shared by every thread and every worker process of the run.
+
+    Every paid call reserves its worst case before it is sent (`reserve`: the request's input tokens x the input
+    price + the most output tokens it may return x the output price) and trades the reservation for its actual
+    cost when it returns (`settle`). A call whose reservation does not fit under the cap (spent + reserved + it >
+    cap) is not sent: the run stops, cleanly and resumably. So the spend stays within the cap, unless a provider
+    bills more than the reservation (it counts more input tokens than the local tokenizer, or ignores the output
+    limit), and then by at most that call's difference.
+
+    With a ledger (`out_dir/spent_usd.txt`, one number: spent + reserved) the state lives in that file, read and
+    written under an flock, so the threads of a run and its forked worker processes (`hybrid` runs) share one
+    meter, and a resumed run starts from it. A process killed with calls in flight leaves their reservations in the
+    ledger: they may have been billed (and their replies were never cached, so a resume sends them again), so
+    they stay counted at their worst case."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.cap: float | None = None
-        self.spent = 0.0
-        self.count_only = False
-        self.run_cap: float | None = None
+        self.ledger: Path | None = None
+        self._value = 0.0  # spent + reserved: the ledger's last value, or the whole state without a ledger
 
-    def reset(self, cap: float | None, already_spent: float, count_only: bool = False,
-              run_cap: float | None = None) -> None:
-        """`count_only`: the spend is added up here but the cap is enforced by worker processes on their
-        shares (each with its own meter, `cap` its share of the run's `run_cap`), so crossing it here stops
-        nothing by itself."""
+    def reset(self, cap: float | None, already_spent: float, ledger: Path | None = None) -> None:
+        """Start metering against `cap` from `already_spent`; `ledger`: the file shared with worker processes."""
         with self._lock:
-            self.cap, self.spent, self.count_only = cap, already_spent, count_only
-            self.run_cap = cap if run_cap is None else run_cap
+            self.cap, self.ledger, self._value = cap, ledger, already_spent
+            if ledger is not None:
+                try:
+                    with self._flock():
+                        self._write(already_spent)
+                except OSError as exc:  # e.g. a full disk: the first reservation says so and stops the run
+                    _LOG.warning("%s cannot be written (%s)", ledger, exc.strerror or exc)
+
+    def join(self, cap: float | None, ledger: Path) -> None:
+        """Meter against a run folder's ledger as it stands, e.g. `make judge` re-grading a run under its cap."""
+        with self._lock:
+            self.cap, self.ledger, self._value = cap, ledger, 0.0
+        self._value = self.spent
+
+    @property
+    def spent(self) -> float:
+        """Spent so far, plus what calls in flight have reserved."""
+        with self._state() as state:
+            return state[0]
+
+    def reserve(self, usd: float, what: str) -> float:
+        """Hold `usd` (a call's worst case) before sending the call; returns the amount held, to `settle` after.
+        Raises Interrupted (and stops the run) when the run is stopping or the call might cross the cap."""
+        check()
+        if not usd > 0:  # free, or an unknown price (refused up front when a cap is set)
+            return 0.0
+        try:
+            with self._state() as state:
+                before = state[0]
+                fits = self.cap is None or before + usd <= self.cap
+                if fits:
+                    state[0] = before + usd
+        except OSError as exc:  # unmetered calls could cross the cap unseen: stop, resumably
+            reason = f"the spend ledger {self.ledger} cannot be written ({exc.strerror or exc})"
+            request_stop(reason)
+            raise Interrupted(reason) from None
+        if not fits:
+            reason = (f"max_cost_usd={self.cap:g} reached (${before:.4f} spent or held by calls in flight; the next "
+                      f"call, {what}, could cost up to ${usd:.4f})")
+            request_stop(reason)
+            raise Interrupted(reason)
+        return usd
+
+    def settle(self, reserved: float, actual: float) -> None:
+        """Replace a call's reservation by what it cost (0 for a call that failed or was never sent)."""
+        actual = 0.0 if math.isnan(actual) else actual
+        if actual == reserved:
+            return
+        try:
+            with self._state() as state:
+                state[0] = max(0.0, state[0] + actual - reserved)
+                now = state[0]
+        except OSError as exc:  # the reservation stays in the ledger (the safe side); no new call goes out
+            request_stop(f"the spend ledger {self.ledger} cannot be written ({exc.strerror or exc})")
+            return
+        if self.cap is not None and now >= self.cap:  # nothing more can fit: the next request would be refused
+            request_stop(f"max_cost_usd={self.cap:g} reached (${now:.4f} spent)")
 
     def add(self, usd: float) -> None:
-        if math.isnan(usd) or usd == 0:
-            return  # an unknown price is refused up front when a cap is set
+        """Spend made without a reservation (mem0's own client): counted, and a stop when it crosses the cap."""
+        self.settle(0.0, usd)
+
+    @contextmanager
+    def _state(self) -> Iterator[list[float]]:
+        """The meter's value as a one-item list to read or change, under the thread lock and the ledger's flock."""
         with self._lock:
-            self.spent += usd
-            over = self.cap is not None and self.spent >= self.cap and not self.count_only
-        if over:
-            share = "" if self.run_cap == self.cap else f" by a worker process, its share ${self.cap:.4f}"
-            request_stop(f"max_cost_usd={self.run_cap:g} reached (${self.spent:.4f} spent{share})")
+            if self.ledger is None:
+                state = [self._value]
+                yield state
+                self._value = state[0]
+                return
+            with self._flock():
+                state = [self._read()]
+                before = state[0]
+                yield state
+                if state[0] != before:
+                    self._write(state[0])
+                self._value = state[0]
+
+    @contextmanager
+    def _flock(self) -> Iterator[None]:
+        # Opened anew each time: a forked worker sharing its parent's open file would share its lock too.
+        assert self.ledger is not None
+        with (self.ledger.parent / ".spend.lock").open("a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            yield  # closing the file releases the lock (and the kernel releases it if this process dies)
+
+    def _read(self) -> float:
+        assert self.ledger is not None
+        try:
+            value = float(self.ledger.read_text())
+        except FileNotFoundError:
+            return self._value
+        except (OSError, ValueError) as exc:
+            _LOG.warning("%s is unreadable (%s): metering from this process's last value", self.ledger, exc)
+            return self._value
+        return value if math.isfinite(value) and value >= 0 else self._value
+
+    def _write(self, value: float) -> None:
+        """Whole or not at all (a rename), without fsync: it survives the process, not a power cut."""
+        assert self.ledger is not None
+        tmp = self.ledger.with_name(f".{self.ledger.name}.tmp")  # one fixed name, written under the flock
+        tmp.write_text(f"{value!r}\n")
+        os.replace(tmp, self.ledger)
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # a thread of the parent may have held it at the fork
 
 
 METER = CostMeter()
+os.register_at_fork(after_in_child=METER._after_fork)

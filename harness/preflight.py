@@ -7,6 +7,8 @@ what the run is expected to cost.
 - The estimate: the episodes still to run x the mean calls and tokens per episode of an earlier run of the same
   experiment (a cached or simulated run: `make run CONFIG=<name>` with model=sim is free), priced with the
   config's price table. Without such a run, only the upper bound (max_steps calls per episode) is known.
+- The cost cap: `max_cost_usd` needs a price for every spending model (agent, user model, summarizer, judge), and
+  must be able to pay for one call of each (a call reserves its worst case before it is sent).
 """
 
 from __future__ import annotations
@@ -128,3 +130,20 @@ def check_cost_cap(cap: float | None, backends: dict[str, Any]) -> None:
     if unpriced:
         raise InputError(f"max_cost_usd is set but the price table has no price for {', '.join(unpriced)}: add it "
                          "under model.prices (USD per 1M input/output tokens), or drop the cap")
+
+
+def check_cap_fits_a_call(cap: float | None, backends: dict[str, Any]) -> None:
+    """Every call reserves its worst case before it is sent (harness.lifecycle.CostMeter): at least its output
+    limit at the output price. A cap below that for any spending model could never send that model's first call,
+    so a run with episodes to do is refused, naming the setting to change."""
+    if cap is None:
+        return
+    for role, backend in backends.items():
+        price = backend.prices.get(backend.model) or {}
+        floor = int(getattr(backend, "max_output_tokens", 0)) * float(price.get("output", 0.0)) / 1e6
+        if floor > cap:
+            where = "model" if role == "agent" else f"{role}.backend" if role != "judge" else "judge.model"
+            raise InputError(f"max_cost_usd={cap:g} cannot pay for one call of {backend.name} ({role}): each call "
+                             f"reserves its worst case before it is sent, at least {where}.max_output_tokens="
+                             f"{backend.max_output_tokens} x ${price.get('output', 0.0):g} per 1M output tokens = "
+                             f"${floor:.4f}; raise max_cost_usd or lower {where}.max_output_tokens")

@@ -96,6 +96,13 @@ def write_transcript(path: Path, meta: dict[str, Any], result: EpisodeResult) ->
     atomic_write(path, "".join(json.dumps(line, default=str) + "\n" for line in lines))
 
 
+def replace_episode_end(path: Path, records: list[dict[str, Any]], end: dict[str, Any]) -> None:
+    """Rewrite a whole transcript with a new closing record and every other line as it was (a re-grade changes the
+    score, never the episode), atomically like write_transcript; the tables are rebuilt from it as from any."""
+    lines = [*records[:-1], {**end, "type": "episode_end"}]
+    atomic_write(path, "".join(json.dumps(line, default=str) + "\n" for line in lines))
+
+
 def read_transcript(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 

@@ -12,6 +12,7 @@ pre-flight before the first episode; `max_cost_usd` stops the run cleanly when r
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -25,12 +26,14 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import hydra
 import pandas as pd
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
@@ -51,13 +54,13 @@ from harness.build import (
 )
 from harness.config import register
 from harness.envs.base import Domain, EpisodeContext
-from harness.episode import run_episode
+from harness.episode import EpisodeResult, run_episode
 from harness.errors import InputError
-from harness.io import atomic_write
 from harness.policies.budget import budget_tokens
 from harness.records import State, build_tables, check_transcript, transcript_files, transcript_path, write_transcript
-from harness.report.console import render
+from harness.report.console import EXIT_JUDGE, judge_lines, judge_outcome, render
 from harness.tokens import TokenCounter
+from harness.types import Score, Termination
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 register()
@@ -67,6 +70,7 @@ log = logging.getLogger("harness.run")
 Job = tuple[int, int, str, str]  # task index, run, out_dir, configuration fingerprint
 EXIT_INTERRUPTED, EXIT_COST_CAP, EXIT_INPUT = 130, 3, 2
 SPENT = "spent_usd.txt"  # the out_dir's spend over all its sessions, for max_cost_usd
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # a full disk (or quota): recorded as an episode's infra_error, never a crash
 
 
 def run_one(cfg: DictConfig, domain: Domain, job: Job) -> dict[str, Any]:
@@ -78,21 +82,51 @@ def run_one(cfg: DictConfig, domain: Domain, job: Job) -> dict[str, Any]:
     budget = budget_tokens(cfg.budget.reference_tokens, cfg.budget.fraction)
     policy = build_policy(cfg)
     context = EpisodeContext(run, Path(out_dir), **judge_context(cfg, model))
-    episode = domain.episode(task, build_user(cfg), context)
-    deadline = getattr(episode, "timeout_s", None)  # the domain's wall-clock limit for this episode, if it has one
+    episode, deadline = None, None
     try:
-        result = run_episode(episode, policy, model, TokenCounter(cfg.encoding), cfg.max_steps, budget=budget,
-                             max_unusable_replies=cfg.max_unusable_replies, new_policy=lambda: build_policy(cfg),
-                             deadline_s=deadline)
-    finally:  # an abandoned episode (a stopped run) frees what it holds, e.g. a browser
-        getattr(episode, "close", lambda: None)()
+        episode = domain.episode(task, build_user(cfg), context)
+        deadline = getattr(episode, "timeout_s", None)  # the domain's wall-clock limit for this episode, if any
+        try:
+            result = run_episode(episode, policy, model, TokenCounter(cfg.encoding), cfg.max_steps, budget=budget,
+                                 max_unusable_replies=cfg.max_unusable_replies,
+                                 new_policy=lambda: build_policy(cfg), deadline_s=deadline)
+        finally:  # an abandoned episode (a stopped run) frees what it holds, e.g. a browser
+            getattr(episode, "close", lambda: None)()
+    except OSError as exc:  # a full disk while building, running or scoring it (e.g. the OpenClaw JSONL)
+        if exc.errno not in DISK_FULL:
+            raise
+        result = _disk_full(episode, task.task_id, run, str(exc))
+    if (result.error or "").startswith("DiskFull:"):  # the sandbox found the disk full after a command
+        _disk_full(episode, task.task_id, run, result.error or "")
     meta = {**describe(cfg, model), **method_columns(policy, model), "benchmark": domain.name,
             "task_id": task.task_id, "run": run, "seed": seed,
             "budget_fraction": cfg.budget.fraction, "budget_tokens": budget, "fingerprint": print_,
             "max_steps": cfg.max_steps, "timeout_s": deadline}
-    write_transcript(transcript_path(Path(out_dir), task.task_id, run), meta, result)
+    try:
+        write_transcript(transcript_path(Path(out_dir), task.task_id, run), meta, result)
+    except OSError as exc:  # no transcript (atomic_write leaves no temp file): the resume reruns the episode
+        if exc.errno not in DISK_FULL:
+            raise
+        _disk_full(episode, task.task_id, run, f"{exc} (its transcript could not be written)")
     return {"completed": result.score.completed, "input_tokens": sum(s.input_tokens for s in result.steps),
             "cost_usd": sum(s.cost_usd + s.aux_cost_usd for s in result.steps) + result.user_cost_usd}
+
+
+def _disk_full(episode: Any, task_id: str, run: int, why: str) -> EpisodeResult:
+    """A full disk is the episode's infrastructure failure: its workspace is freed (a resume rebuilds it), the run
+    stops (every next episode would fail alike; the resume command is printed), and the episode is recorded as an
+    infra_error with a one-line reason when its transcript can still be written."""
+    with contextlib.suppress(OSError):
+        getattr(episode, "discard", lambda: None)()
+    reason = why if why.startswith("DiskFull:") else f"DiskFull: {why}"
+    log.error("episode %s run %d: %s; the run stops: free space on that disk, then resume (it is rerun)",
+              task_id, run, reason)
+    lifecycle.request_stop(f"the disk is full: {reason.removeprefix('DiskFull: ')}")
+    score = Score(False, False, math.nan)
+    if episode is not None:  # its columns, as for an episode that could not start (nothing graded)
+        with contextlib.suppress(OSError):
+            score = episode.score([], [], Termination.INFRA_ERROR.value)
+    return EpisodeResult([], [], Termination.INFRA_ERROR, score, 0.0, error=reason)
 
 
 def _load(cfg_yaml: str) -> DictConfig:
@@ -229,28 +263,70 @@ def _pooled(cfg: DictConfig, jobs: list[Job], workers: int) -> Iterator[dict[str
     try:
         yield from pool.map(_work, jobs, chunksize=max(1, len(jobs) // (workers * 8)))
     except BaseException:
-        for process in list((pool._processes or {}).values()):  # the pool has no public way to signal them
+        processes = list((pool._processes or {}).values())  # the pool has no public way to signal them
+        for process in processes:
             process.terminate() if process.is_alive() else None
+        # a worker blocked in a read never sees its SIGTERM's flag: after the grace it is killed, not waited for
+        lifecycle.wait_at_most(lambda: sum(p.is_alive() for p in processes), "episode worker processes")
+        for process in processes:
+            process.kill() if process.is_alive() else None
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _threaded(cfg: DictConfig, domain: Domain, jobs: list[Job]) -> Iterator[dict[str, Any]]:
-    """Network-bound backends: threads sharing one connection pool and one rate limiter."""
-    pool = ThreadPoolExecutor(max(1, cfg.concurrency))
+    """Network-bound backends: threads sharing one connection pool and one rate limiter. They are daemon threads
+    (a ThreadPoolExecutor's are joined at exit): on a stop nothing new starts, running episodes stop at their next
+    request (harness.lifecycle), and one still blocked after lifecycle.STOP_GRACE_S is left behind."""
+    todo: queue.SimpleQueue[Job] = queue.SimpleQueue()
+    done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+    for job in jobs:
+        todo.put(job)
+    closing = threading.Event()
+
+    def work() -> None:
+        while not (closing.is_set() or lifecycle.stopping()):
+            try:
+                job = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                done.put((True, run_one(cfg, domain, job)))
+            except BaseException as exc:  # re-raised by the runner, which then stops the others
+                done.put((False, exc))
+                return
+
+    threads = [threading.Thread(target=work, name=f"episode-{i}", daemon=True)
+               for i in range(max(1, min(cfg.concurrency, len(jobs))))]
+    for t in threads:
+        t.start()
     try:
-        futures = [pool.submit(run_one, cfg, domain, job) for job in jobs]
-        for future in as_completed(futures):
-            yield future.result()
-    finally:  # on a stop: start nothing new; running episodes stop at their next request (harness.lifecycle)
-        pool.shutdown(wait=True, cancel_futures=True)
+        for _ in jobs:
+            ok, value = _next_done(done)
+            if not ok:
+                raise value
+            yield value
+    finally:
+        closing.set()
+        lifecycle.wait_at_most(lambda: sum(t.is_alive() for t in threads), "episode threads")
+
+
+def _next_done(done: queue.SimpleQueue[tuple[bool, Any]]) -> tuple[bool, Any]:
+    """The next finished episode of `_threaded`; a stop (a signal, the cost cap) ends the wait at once, since a
+    thread blocked in a read would never report."""
+    while True:
+        try:
+            return done.get(timeout=0.25)
+        except queue.Empty:
+            lifecycle.check()
 
 
 def _hybrid(cfg: DictConfig, jobs: list[Job], procs: int) -> Iterator[dict[str, Any]]:
     """Many concurrent episodes: `procs` processes, each running its share of the threads, because one
     interpreter's lock caps a process at one core of client work (JSON, HTTP, policies, the environment).
-    The rate limits and the cost cap are split evenly between the processes."""
+    The rate limits are split evenly between the processes; the cost cap is not: they share the run's one spend
+    ledger (harness.lifecycle.CostMeter), inherited at the fork."""
     ctx = mp.get_context("fork")
     todo, done = ctx.Queue(), ctx.Queue()
     per_proc = -(-cfg.concurrency // procs)
@@ -259,9 +335,7 @@ def _hybrid(cfg: DictConfig, jobs: list[Job], procs: int) -> Iterator[dict[str, 
     for _ in range(procs * per_proc):
         todo.put(None)  # one stop sign per thread
     yaml = OmegaConf.to_yaml(cfg, resolve=True)
-    cap = lifecycle.METER.cap
-    share = None if cap is None else max(0.0, cap - lifecycle.METER.spent) / procs
-    workers = [ctx.Process(target=_hybrid_worker, args=(yaml, procs, per_proc, todo, done, os.getpid(), share))
+    workers = [ctx.Process(target=_hybrid_worker, args=(yaml, procs, per_proc, todo, done, os.getpid()))
                for _ in range(procs)]
     for w in workers:
         w.start()
@@ -277,17 +351,20 @@ def _hybrid(cfg: DictConfig, jobs: list[Job], procs: int) -> Iterator[dict[str, 
         for w in workers:
             w.terminate() if w.is_alive() else None
         todo.cancel_join_thread()  # jobs nobody will read must not keep this process from exiting
-        while any(w.is_alive() for w in workers):
-            _drain(done)  # read while they finish: a worker whose messages fill the pipe cannot exit
+        # read while they finish (a worker whose messages fill the pipe cannot exit); one whose thread is blocked in
+        # a read never ends by itself: killed after the grace
+        lifecycle.wait_at_most(lambda: sum(w.is_alive() for w in workers), "episode worker processes",
+                               lambda: _drain(done))
+        for w in workers:
+            w.kill() if w.is_alive() else None
         for w in workers:
             w.join()
         _drain(done)
 
 
 def _control(row: dict[str, Any]) -> bool:
-    """A worker's message that is not an episode: a stop or a crash. Every message may carry the worker's spend
-    since its last message (counted against the cap and kept in the out_dir's spend)."""
-    lifecycle.METER.add(row.pop("spent", 0.0))
+    """A worker's message that is not an episode: a stop, a crash, or its last word (empty). Its spend is not in
+    it: the workers meter every call on the run's shared ledger themselves."""
     if not row:
         return True
     if "crash" in row:
@@ -299,14 +376,13 @@ def _control(row: dict[str, Any]) -> bool:
 
 
 def _drain(done: Any) -> None:
-    """What stopping workers still say: their spend (episodes they abandoned cost money too); their finished
-    episodes already have transcripts, and their stop or crash notices are moot now."""
+    """What stopping workers still say, read so they can exit: their finished episodes already have transcripts,
+    their spend is in the shared ledger, and their stop or crash notices are moot now."""
     while True:
         try:
-            row = dict(done.get(timeout=0.1))
+            done.get(timeout=0.1)
         except queue.Empty:
             return
-        lifecycle.METER.add(row.get("spent", 0.0))
 
 
 def _next_result(done: Any, workers: list[Any]) -> dict[str, Any]:
@@ -320,12 +396,10 @@ def _next_result(done: Any, workers: list[Any]) -> dict[str, Any]:
                 raise RuntimeError(f"all episode worker processes exited (codes {codes}) before finishing") from None
 
 
-def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any, parent: int,
-                   cost_share: float | None) -> None:
+def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any, parent: int) -> None:
     lifecycle.die_with_parent(parent)
     lifecycle.worker_signals()
-    cfg = _load(cfg_yaml)
-    lifecycle.METER.reset(cost_share, 0.0, run_cap=cfg.max_cost_usd)
+    cfg = _load(cfg_yaml)  # lifecycle.METER comes from the parent by the fork: the same cap and ledger file
     for backend in (cfg.model, cfg.user.get("backend"), (cfg.summarizer or {}).get("backend")):
         limits = backend.get("rate_limit") if backend is not None else None
         for key in ("rpm", "tpm"):
@@ -333,24 +407,15 @@ def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any
                 limits[key] = limits[key] / procs  # each process gets its share of every endpoint's limits
     domain = build_domain(cfg)
 
-    reported = [0.0]
-    lock = threading.Lock()
-
-    def spent() -> float:  # this worker's spend since its last message, so the runner's total is always current
-        with lock:
-            delta, reported[0] = lifecycle.METER.spent - reported[0], lifecycle.METER.spent
-            return delta
-
     def loop() -> None:
         while (job := todo.get()) is not None:
             try:
-                row = run_one(cfg, domain, job)
-                done.put({**row, "spent": spent()})
-            except lifecycle.Interrupted as exc:  # this worker was told to stop, or reached its share of the cap
-                done.put({"stopped": str(exc), "spent": spent()})
+                done.put(run_one(cfg, domain, job))
+            except lifecycle.Interrupted as exc:  # this worker was told to stop, or a call did not fit the cap
+                done.put({"stopped": str(exc)})
                 return
             except BaseException:  # even KeyboardInterrupt/SystemExit: the parent must hear of it, not hang
-                done.put({"crash": traceback.format_exc(), "spent": spent()})
+                done.put({"crash": traceback.format_exc()})
                 raise
 
     pool = [threading.Thread(target=loop) for _ in range(threads)]
@@ -358,7 +423,7 @@ def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any
         t.start()
     for t in pool:
         t.join()
-    done.put({"spent": spent()})
+    done.put({})
 
 
 def prepare_out_dir(value: str) -> Path:
@@ -403,20 +468,23 @@ def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
         print_ = fingerprint(cfg)
         check_resume(out_dir, print_)
         jobs = pending(cfg, domain, out_dir, print_)
+        if jobs:
+            preflight.check_cap_fits_a_call(cfg.max_cost_usd, backends)
         if jobs and backends and cfg.preflight:
             _preflight(cfg, backends, len(jobs), verbose)
         (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         manifest.begin(out_dir, cfg, print_, [t.task_id for t in domain.tasks], **manifest.domain_record(domain))
         how = plan(cfg, jobs, bool(backends))
-        lifecycle.METER.reset(cfg.max_cost_usd, _spent(out_dir, print_), count_only=how == "hybrid")
+        lifecycle.METER.reset(cfg.max_cost_usd, _spent(out_dir, print_), ledger=out_dir / SPENT)
         if jobs and lifecycle.METER.cap is not None and lifecycle.METER.spent >= lifecycle.METER.cap:
             lifecycle.request_stop(f"max_cost_usd={cfg.max_cost_usd:g} was already reached by this out_dir")
             jobs = []
         before = _snapshot(out_dir)
         try:
+            if _regrade(cfg, domain, out_dir, print_, verbose):
+                before = _snapshot(out_dir)  # a re-graded transcript is rewritten, not a new episode
             _drive(cfg, domain, jobs, how, out_dir)
         finally:  # even after a crash the tables and the manifest say what is there (a crash: partial at best)
-            _save_spend(out_dir)
             episodes, _ = build_tables(out_dir, print_)
             unfinished = bool(pending(cfg, domain, out_dir, print_))
             manifest.finish(out_dir, episodes, interrupted=unfinished and (
@@ -425,26 +493,33 @@ def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
                      unfinished, verbose)
 
 
+def _regrade(cfg: DictConfig, domain: Domain, out_dir: Path, print_: str, verbose: bool) -> int:
+    """A resume re-grades the judge parts a judge failed to grade in whole episodes, without re-running the agent
+    (a domain with `regrade`: PinchBench, harness/envs/pinchbench/judge_run.py); returns the episodes rewritten."""
+    regrade = getattr(domain, "regrade", None)
+    if regrade is None or lifecycle.stopping():
+        return 0
+    result = regrade(out_dir, print_, lambda: judge_context(cfg, build_model(cfg, cfg.seed)))
+    if verbose and result.parts:
+        print(result.describe())
+    return int(result.rewritten)
+
+
 def _drive(cfg: DictConfig, domain: Domain, jobs: list[Job], how: str, out_dir: Path) -> None:
     """Run the jobs with a progress bar; a signal or the cost cap stops it (lifecycle.stopping() says so after).
-    The out_dir's spend is saved after every episode, so even a SIGKILL loses at most the episodes in flight."""
+    The out_dir's spend is in its ledger after every call (lifecycle.METER), so a SIGKILL loses none of it."""
     total = len(domain.tasks) * cfg.n_runs
     done, tokens, cost, n = 0, 0, 0.0, 0
     with tqdm(total=total, initial=total - len(jobs), desc=f"{cfg.name} [{cfg.model.name}]",
               disable=not cfg.progress, unit="ep") as bar:
         try:
             for row in _execute(cfg, domain, jobs, how):
-                _save_spend(out_dir)
                 done, tokens, n = done + row["completed"], tokens + row["input_tokens"], n + 1
                 cost += 0.0 if math.isnan(row["cost_usd"]) else row["cost_usd"]  # NaN: a price is unknown
                 bar.set_postfix(completed=f"{done}/{n}", in_tok=f"{tokens:,}", cost=f"${cost:,.2f}")
                 bar.update()
         except (KeyboardInterrupt, lifecycle.Interrupted):
             lifecycle.request_stop("interrupted")
-
-
-def _save_spend(out_dir: Path) -> None:
-    atomic_write(out_dir / SPENT, f"{lifecycle.METER.spent!r}\n")
 
 
 def _snapshot(out_dir: Path) -> dict[Path, tuple[int, int]]:
@@ -465,8 +540,9 @@ def _written(out_dir: Path, print_: str, before: dict[Path, tuple[int, int]]) ->
 
 
 def _spent(out_dir: Path, print_: str) -> float:
-    """What the out_dir has spent in earlier sessions, abandoned episodes included (`spent_usd.txt`, saved after
-    every episode and at the end of every session), and at least what its recorded episodes cost."""
+    """What the out_dir has spent in earlier sessions, abandoned episodes included (`spent_usd.txt`, the spend
+    ledger, updated at every paid call; a call in flight when a session was killed stays in it at its worst
+    case), and at least what its recorded episodes cost."""
     saved = 0.0
     if (out_dir / SPENT).exists():
         try:
@@ -531,6 +607,7 @@ def _conclude(out_dir: Path, episodes: pd.DataFrame, session: Session, unfinishe
     if verbose and not episodes.empty:
         print(render(episodes, elapsed_s=session.elapsed_s, written=session.written, record=manifest.read(out_dir)))
         print(f"\nWrote {out_dir}/episodes.parquet, steps.parquet, transcripts/ ({len(episodes)} episodes)")
+        _print_judge(episodes, out_dir)
     if lifecycle.stopping() and unfinished:
         reason, command = lifecycle.stop_reason(), resume_command(out_dir)
         how = f":\n  {command}" if command else f", run the same command with out_dir={out_dir}"
@@ -550,15 +627,55 @@ def main(cfg: DictConfig) -> None:
     for noisy in ("httpx", "httpx2", "openai"):  # one INFO line per HTTP request would drown the run log
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
-        run(cfg)
+        episodes = run(cfg)
     except (InputError, InfraError) as exc:  # the user's to fix: one line, no traceback
         print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_INPUT) from None
+    except OSError as exc:  # a full disk outside an episode (config, manifest, tables): one line, no traceback
+        if exc.errno not in DISK_FULL:
+            raise
+        print(f"error: the disk is full: {exc}; free space there and rerun the same command to resume",
+              file=sys.stderr)
         raise SystemExit(EXIT_INPUT) from None
     except KeyboardInterrupt:  # a signal outside the episode loop (pre-flight, writing tables): nothing is lost
         print(f"\nStopped ({lifecycle.stop_reason()}) before the run started or while it wrote its tables; "
               f"rerun the same command to resume", file=sys.stderr)
         raise SystemExit(EXIT_INTERRUPTED) from None
+    _judge_exit(cfg, episodes)
+
+
+JUDGE_FAILED: list[str] = []  # a multirun's jobs whose judge did not grade: the command's exit status (judge_status)
+
+
+def _print_judge(episodes: pd.DataFrame, out_dir: Path) -> None:
+    """The run's last lines on its judge (harness.report.console.judge_lines); on stderr when the judge failed."""
+    outcome = judge_outcome(episodes)
+    for line in judge_lines(outcome, out_dir):
+        print(f"\n{line}" if line.startswith(("JUDGE", "No judge")) else line,
+              file=sys.stderr if outcome is not None and outcome.failed else sys.stdout)
+
+
+def _judge_exit(cfg: DictConfig, episodes: pd.DataFrame) -> None:
+    """A run whose score includes judge-graded parts its judge did not grade exits EXIT_JUDGE (not judge=none: that
+    is the user's choice). A multirun's job only records it (an exit would end the sweep's other jobs)."""
+    outcome = judge_outcome(episodes)
+    if outcome is None or not outcome.failed:
+        return
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        JUDGE_FAILED.append(str(cfg.out_dir))
+        return
+    raise SystemExit(EXIT_JUDGE)
+
+
+def judge_status() -> int:
+    """The exit status a multirun ends with: EXIT_JUDGE when a job's judge did not grade (each job said which)."""
+    if JUDGE_FAILED:
+        print(f"\nJUDGE FAILED in {len(JUDGE_FAILED)} job(s): {', '.join(JUDGE_FAILED)}; re-grade each with make judge "
+              "RUN=<its folder>", file=sys.stderr)
+        return EXIT_JUDGE
+    return 0
 
 
 if __name__ == "__main__":
     main()
+    sys.exit(judge_status())

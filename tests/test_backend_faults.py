@@ -242,6 +242,57 @@ def test_cached_and_reasoning_tokens_are_kept_and_cached_input_is_priced(stub: A
     assert completion.cost_usd == pytest.approx((200 * 1.0 + 800 * 0.1 + 300 * 10.0) / 1e6)
 
 
+@pytest.mark.parametrize(("usage", "fields"), [
+    ({"prompt_tokens": 12, "completion_tokens": "about 57", "total_tokens": 69}, {"completion_tokens"}),
+    ({"prompt_tokens": 12, "completion_tokens": "n/a"}, {"completion_tokens"}),
+    ({"prompt_tokens": "twelve", "completion_tokens": 57}, {"prompt_tokens"}),
+    ({"prompt_tokens": 12, "completion_tokens": -3}, {"completion_tokens"}),
+    ({"prompt_tokens": 12, "completion_tokens": 2.5}, {"completion_tokens"}),
+    ({"prompt_tokens": 12, "completion_tokens": True}, {"completion_tokens"}),
+    ("57 tokens", {"usage"}),
+    ([12, 57], {"usage"}),
+], ids=["output-text", "output-n/a", "input-text", "negative", "fraction", "bool", "usage-string", "usage-list"])
+def test_a_usage_that_is_not_token_counts_is_counted_locally_and_flagged(
+        stub: Any, usage: Any, fields: set[str], caplog: pytest.LogCaptureFixture) -> None:
+    """Never a silent 0 output tokens (issue #24, 8): the local counts stand in, the step is flagged usage_missing
+    (the usage_missing_steps column counts it), usage_invalid names the fields, and one warning says so."""
+    server = stub(lambda *_: ok(completion_body("hello there", usage)))
+    model = backend(server.base_url, prices={})
+    model.prices = {model.model: {"input": 1.0, "output": 10.0}}
+    with caplog.at_level(logging.WARNING, logger="harness"):
+        completion = model.generate(MESSAGES, [])
+    counter = TokenCounter(model.encoding)
+    assert completion.usage.input_tokens == counter.request(MESSAGES, [])
+    assert completion.usage.output_tokens == counter.message(Message("assistant", "hello there")) > 0
+    assert completion.info["usage_missing"] is True and set(completion.info["usage_invalid"]) == fields
+    assert completion.cost_usd > 0
+    assert any("usage_invalid" in r.getMessage() and model.model in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("total", [True, False], ids=["whole-usage", "no-total"])
+def test_a_count_sent_as_digits_is_that_count_whichever_fields_came_with_it(stub: Any, total: bool) -> None:
+    """The SDK itself reads "57" as 57 only when the usage object is otherwise whole: the harness reads it the
+    same either way, so the count never becomes 0."""
+    usage = {"prompt_tokens": "12", "completion_tokens": "57", **({"total_tokens": "69"} if total else {})}
+    server = stub(lambda *_: ok(completion_body("hello there", usage)))
+    completion = backend(server.base_url).generate(MESSAGES, [])
+    assert completion.usage == Usage(12, 57) and "usage_invalid" not in completion.info
+
+
+def test_a_detail_that_is_not_a_count_is_flagged_and_priced_on_the_safe_side(stub: Any) -> None:
+    usage = {"prompt_tokens": 1000, "completion_tokens": 10, "prompt_tokens_details": "lots",
+             "completion_tokens_details": {"reasoning_tokens": "some"}}
+    server = stub(lambda *_: ok(completion_body("hi", usage)))
+    model = backend(server.base_url)
+    model.prices = {model.model: {"input": 1.0, "output": 10.0, "cached_input": 0.1}}
+    completion = model.generate(MESSAGES, [])
+    assert completion.usage == Usage(1000, 10)  # the API's own counts kept; no cached discount taken
+    assert set(completion.info["usage_invalid"]) == {"prompt_tokens_details",
+                                                     "completion_tokens_details.reasoning_tokens"}
+    assert "usage_missing" not in completion.info
+    assert completion.cost_usd == pytest.approx((1000 * 1.0 + 10 * 10.0) / 1e6)
+
+
 def test_cached_input_without_its_own_price_is_priced_as_input() -> None:
     model = OpenAICompatible(model="m", api_key_env=None, prices={"m": {"input": 2.0, "output": 8.0}})
     assert model.cost(Usage(1000, 10, cached_input_tokens=600)) == pytest.approx((1000 * 2.0 + 10 * 8.0) / 1e6)

@@ -129,15 +129,15 @@ def test_a_stopping_run_sends_no_request() -> None:
 
 def test_every_paid_call_counts_against_the_cost_cap(tmp_path: object) -> None:
     """Metered where money is spent, the backend, so the agent's, the user model's and a summarizer's calls all
-    count; crossing the cap stops the run before the next request."""
+    count; a call whose worst case would pass the cap is not sent (issue #24: reserved before sending)."""
     with RecordingEndpoint() as endpoint:
         model = OpenAICompatible(model="sim-served", base_url=endpoint.base_url, api_key_env=None,
-                                 prices={"sim-served": {"input": 1.0, "output": 1.0}})
-        lifecycle.METER.reset(0.0003, 0.0)  # about 60 tokens a call at $1 per 1M: ~5 calls
+                                 max_output_tokens=100, prices={"sim-served": {"input": 1.0, "output": 1.0}})
+        lifecycle.METER.reset(0.0003, 0.0)  # about 60 tokens a call at $1 per 1M, 100 more reserved: a few calls
         sent = 0
         with pytest.raises(lifecycle.Interrupted, match="max_cost_usd"):
             for _ in range(100):
                 model.generate([Message("system", "s"), Message("user", "Itemize my hotel expense.")], [])
                 sent += 1
-        assert 0 < sent < 100 and len(endpoint.posts()) == sent  # the call that crossed it was the last one sent
-        assert lifecycle.METER.spent >= 0.0003
+        assert 0 < sent < 100 and len(endpoint.posts()) == sent  # the refused call was never sent
+        assert lifecycle.METER.spent <= 0.0003  # the cap is never crossed

@@ -172,25 +172,26 @@ def test_verdicts_are_cached_by_their_inputs_and_errors_are_not(tmp_path: Path,
 # --- screenshots -------------------------------------------------------------------------------------------------
 
 def test_screenshots_go_to_multimodal_judges_only_the_last_max_images(tmp_path: Path) -> None:
-    for name, data in (("s1.png", b"one"), ("s3.png", b"three")):
+    one, three = png(1), png(3)  # real PNGs: only image files are sent (layout.read_screenshot)
+    for name, data in (("s1.png", one), ("s3.png", three)):
         (tmp_path / name).write_bytes(data)
     vision = FakeVisionJudge({"R1": "success", "R2": "success"})
     Judge(vision, max_images=1).judge_episode(TASK, STEPS, tmp_path)
-    assert [[i.data for i in sent] for sent in vision.images] == [[b"three"], [b"three"]]
+    assert [[i.data for i in sent] for sent in vision.images] == [[three], [three]]
     assert "Screenshots attached below: 1 (trajectory had 3 total step(s))" in vision.requests[0][1].content
     every = FakeVisionJudge({"R1": "success", "R2": "success"})
     result = Judge(every).judge_episode(TASK, STEPS, tmp_path)[0]
-    assert [i.data for i in every.images[0]] == [b"one", b"three"] and result.images_sent == 2
+    assert [i.data for i in every.images[0]] == [one, three] and result.images_sent == 2
     text_only = FakeJudge({"R1": "success"})
     assert Judge(text_only).judge_episode(TASK, STEPS, tmp_path)[0].images_sent == 0
     assert "Screenshots attached below: 0" in text_only.requests[0][1].content
 
 
 def test_the_cache_key_covers_the_images(tmp_path: Path) -> None:
-    (tmp_path / "s1.png").write_bytes(b"one")
+    (tmp_path / "s1.png").write_bytes(png(1))
     cache = tmp_path / "cache"
     Judge(FakeVisionJudge({"R1": "success"}), cache).judge_episode(TASK, STEPS, tmp_path)
-    (tmp_path / "s1.png").write_bytes(b"changed")
+    (tmp_path / "s1.png").write_bytes(png(2))
     fresh = FakeVisionJudge({"R1": "failure"})
     assert Judge(fresh, cache).judge_episode(TASK, STEPS, tmp_path)[0].status == "failure"
 

@@ -215,7 +215,8 @@ def test_the_runs_own_config_judges_by_default_and_a_simulated_agent_cannot(tmp_
         "name": "c2", "seed": 1, "encoding": "o200k_base",
         "model": {"_target_": "harness.testing.scripted.ScriptedBackend", "script": str(script), "name": "scripted"},
         "judge": {"use_agent": True, "model": None, "cache_dir": None, "attempts": 2}}))
-    assert judge_run.main([str(run), "--tasks", str(tasks_file(tmp_path / "tasks.json"))]) == 0
+    # nothing could be judged: make judge says so with its exit status (issue #24), and records why per item
+    assert judge_run.main([str(run), "--tasks", str(tasks_file(tmp_path / "tasks.json"))]) == judge_run.EXIT_JUDGE
     frame = pd.read_parquet(run / judge_run.JUDGED)
     assert set(frame.status) == {"not_judged"}
     [reason] = set(frame.reason)
@@ -224,7 +225,8 @@ def test_the_runs_own_config_judges_by_default_and_a_simulated_agent_cannot(tmp_
 
 def test_no_judge_records_every_item_as_not_judged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = make_run(tmp_path / "run", "c2")
-    assert judge_run.main([str(run), "judge=none", "--tasks", str(tasks_file(tmp_path / "tasks.json"))]) == 0
+    assert judge_run.main([str(run), "judge=none", "--tasks", str(tasks_file(tmp_path / "tasks.json"))]) == \
+        judge_run.EXIT_JUDGE
     frame = pd.read_parquet(run / judge_run.JUDGED)
     assert set(frame.status) == {"not_judged"} and set(frame.reason) == {"no judge configured (judge=none)"}
 

@@ -364,7 +364,7 @@ def test_an_unset_key_offline_is_a_labelled_non_judge_and_a_paid_run_keeps_the_p
     assert offline.judge.model.agent_key_env is None
     context = judge_context(offline, ScriptedJudge([], name="SmolLM2"))
     assert context["judge"] is None and "$OPENROUTER_API_KEY is not set" in context["judge_reason"]
-    assert "score 0" in context["judge_reason"] and context["judge_label"]["judge_setting"] == "upstream default"
+    assert "scores them 0" in context["judge_reason"] and context["judge_label"]["judge_setting"] == "upstream default"
     assert "judge" not in real_backends(offline, 0)  # nothing for the pre-flight to stop on
     paid = compose("experiment=pinchbench", "judge=pinchbench", "model=openai")  # keyed: the pre-flight names it
     assert isinstance(instantiate(paid.judge.model, seed=0), OpenAICompatible)

@@ -248,3 +248,62 @@ def test_missing_bubblewrap_is_a_clear_error(ws: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(sandbox_mod.shutil, "which", lambda name: None if name == "bwrap" else real(name))
     with pytest.raises(SandboxUnavailable, match="bubblewrap"):
         Sandbox(ws)
+
+
+# ---- total caps (issue #24 item 4): all of a command's processes, /tmp and the workspace's disk together --------
+FIVE_CHILDREN = ("for i in 1 2 3 4 5; do python3 -c 'import time; x = b\"1\" * (300 << 20); time.sleep(4)' & done; "
+                 "wait; echo finished")
+
+
+def _cgroups_or_skip() -> None:
+    setup, why = sandbox_mod.cgroup_setup()
+    if setup is None:
+        pytest.skip(f"no writable cgroup here ({why}): the checked fallback's tests cover this machine")
+
+
+def test_five_children_are_capped_together_by_the_cgroup(ws: Path) -> None:
+    _cgroups_or_skip()
+    sandbox = Sandbox(ws, timeout_s=30, memory_mb=1024)
+    assert "by cgroup" in sandbox.describe_caps()
+    result = sandbox.run(FIVE_CHILDREN)
+    assert result.cap == "memory" and "total memory cap of 1024 MB" in result.output, result.output
+    assert sandbox.cap_hits == ["memory"]
+    assert sandbox.run("echo next").output == "next\n"  # the sandbox goes on
+
+
+def test_five_children_are_capped_together_by_the_checked_fallback(ws: Path) -> None:
+    sandbox = Sandbox(ws, timeout_s=30, memory_mb=1024, enforce="checked")
+    assert "checked" in sandbox.describe_caps()
+    result = sandbox.run(FIVE_CHILDREN)
+    assert result.cap == "memory" and "finished" not in result.output, result.output
+
+
+def test_tmp_counts_in_the_memory_cap_and_has_its_own_size(ws: Path) -> None:
+    _cgroups_or_skip()
+    fill = "for i in 1 2 3; do head -c 200M /dev/zero > /tmp/x$i || exit 7; done; echo filled"
+    result = Sandbox(ws, timeout_s=30, memory_mb=256, tmp_mb=1024).run(fill)
+    assert result.cap == "memory" and "filled" not in result.output, result.output
+    result = Sandbox(ws, timeout_s=30, memory_mb=1024, tmp_mb=64).run("head -c 100M /dev/zero > /tmp/x; echo $?")
+    assert "No space left on device" in result.output, result.output
+
+
+@pytest.mark.parametrize("enforce", ["auto", "checked"])
+def test_an_exec_writing_past_the_disk_cap_is_stopped_and_the_files_are_kept(tmp_path: Path, enforce: str) -> None:
+    root = tmp_path / "capped"
+    disk = sandbox_mod.WorkspaceDisk(root, 32, enforce)
+    if enforce == "auto" and not disk.mounted:
+        pytest.skip(f"no loop filesystem here ({disk.why_not}): the checked variant covers this machine")
+    try:
+        (root / "keep.txt").write_text("kept")
+        sandbox = Sandbox(root, timeout_s=30, disk=disk, enforce=enforce)
+        result = sandbox.run("for i in $(seq 1 40); do head -c 4M /dev/zero > f$i || break; done; echo end")
+        if disk.mounted:  # the kernel refuses past the cap, as on a full disk
+            assert "No space left on device" in result.output, result.output
+        else:  # the checked fallback stops the command and says why
+            assert result.cap == "disk" and "disk cap of 32 MB" in result.output, result.output
+        assert "workspace 32 MB" in sandbox.describe_caps()
+        assert sandbox.run("rm -f f*; echo ok").output.startswith("ok")  # the run continues, deleting works
+    finally:
+        disk.release()
+    assert (root / "keep.txt").read_text() == "kept" and not os.path.ismount(root)
+    assert not (tmp_path / "capped.img").exists()

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
+import subprocess
+import sys
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
-from harness.backends.cache import ResponseCache
+from harness.backends.cache import HASH_FIELD, ResponseCache, content_hash
 from harness.backends.openai_compat import OpenAICompatible
 from harness.backends.sim_server import SimServer
 from harness.types import Message
 
 MESSAGES = [Message("system", "You itemize expenses."), Message("user", "Please itemize my hotel folio.")]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def model(base_url: str, cache: Path) -> OpenAICompatible:
@@ -95,4 +100,87 @@ def test_get_and_put_round_trip(tmp_path: Path) -> None:
     entry = {"choices": [{"message": {"role": "assistant", "content": "hi"}}]}
     assert cache.get("ab" * 32) is None
     cache.put("ab" * 32, entry)
-    assert cache.get("ab" * 32) == {**entry, "_harness_key": "ab" * 32}
+    assert cache.get("ab" * 32) == {**entry, "_harness_key": "ab" * 32, HASH_FIELD: content_hash(
+        {**entry, "_harness_key": "ab" * 32})}
+
+
+def test_an_entry_edited_in_place_is_a_miss_but_a_reindented_one_is_a_hit(tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """The docstring's promise (issue #24, 8): its key kept, its reply changed by hand, the entry is not replayed;
+    the content hash is over the values, so re-indenting the file changes nothing."""
+    with SimServer() as s:
+        model(s.base_url, tmp_path).generate(MESSAGES, [])
+        (path,) = entries(tmp_path)
+        path.write_text(json.dumps(json.loads(path.read_text()), indent=2))  # the same content, laid out anew
+        assert model(s.base_url, tmp_path).generate(MESSAGES, []).cached and s.requests == 1
+        value = json.loads(path.read_text())
+        value["choices"][0]["message"]["content"] = "An answer nobody gave."
+        value["choices"][0]["message"].pop("tool_calls", None)
+        path.write_text(json.dumps(value))
+        with caplog.at_level(logging.WARNING, logger="harness"):
+            again = model(s.base_url, tmp_path).generate(MESSAGES, [])
+        assert not again.cached and s.requests == 2 and again.message.content != "An answer nobody gave."
+    assert any(str(path) in r.getMessage() and "edited" in r.getMessage() for r in caplog.records)
+    assert model("http://127.0.0.1:9/v1", tmp_path).cache.get(path.stem) is not None  # type: ignore[union-attr]
+
+
+def test_an_entry_without_a_content_hash_cannot_be_checked_and_is_a_miss(tmp_path: Path,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    with SimServer() as s:
+        model(s.base_url, tmp_path).generate(MESSAGES, [])
+        (path,) = entries(tmp_path)
+        value = json.loads(path.read_text())
+        del value[HASH_FIELD]
+        path.write_text(json.dumps(value))
+        with caplog.at_level(logging.WARNING, logger="harness"):
+            assert not model(s.base_url, tmp_path).generate(MESSAGES, []).cached
+        assert HASH_FIELD in json.loads(path.read_text())  # rewritten, checkable from now on
+    assert any("no content hash" in r.getMessage() for r in caplog.records)
+
+
+class Flaky(SimServer):
+    """The sim server answering 503 to the first `failures` POSTs."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        super().__init__()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        owner, base = self, super()._handler()
+
+        class Handler(base):  # type: ignore[valid-type,misc]
+            def do_POST(self) -> None:
+                with owner._lock:
+                    fail, owner.failures = owner.failures > 0, owner.failures - 1
+                if not fail:
+                    return super().do_POST()
+                self._read()
+                self._send(503, {"error": {"message": "overloaded", "type": "server_error"}})
+
+        return Handler
+
+
+CHILD = """
+import os, signal, sys
+from harness.backends.openai_compat import OpenAICompatible
+from harness.types import Message
+model = OpenAICompatible(model="sim-served", base_url=sys.argv[1], api_key_env=None, cache_dir=sys.argv[2],
+                         retry={"max_retries": 4, "base_delay_s": 0.0, "jitter": 0.0})
+completion = model.generate([Message("system", "You itemize expenses."),
+                             Message("user", "Please itemize my hotel folio.")], [])
+print(len(completion.info["retries"]), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # killed before any transcript could say how many retries the call took
+"""
+
+
+def test_retries_are_replayed_from_the_cache_after_a_kill(tmp_path: Path) -> None:
+    """Issue #24, 8: a call that took two retries, its process SIGKILLed before its episode was written; the
+    resumed run replays the reply from the cache and keeps the two retries (the step's `retries` column)."""
+    with Flaky(failures=2) as s:
+        child = subprocess.run([sys.executable, "-c", CHILD, s.base_url, str(tmp_path)], cwd=ROOT,
+                               capture_output=True, text=True, timeout=120)
+        assert child.returncode == -signal.SIGKILL and child.stdout.strip() == "2", child.stderr
+        replay = model(s.base_url, tmp_path).generate(MESSAGES, [])
+        assert s.requests == 1  # the two 503s never reached the sim; the replay sent nothing
+    assert replay.cached and replay.cost_usd == 0
+    assert [r["error"] for r in replay.info["retries"]] == ["InternalServerError", "InternalServerError"]

@@ -6,9 +6,12 @@ distinct). The endpoint is part of the key because one model name is no promise 
 both call their model "default" (or a local server and a hosted one) must not be served each other's replies.
 The API key is never part of it, and the URL reaches the disk only through the hash, so no secret is written.
 
-Each entry stores its own key (`_harness_key`), checked on read with the shape a completion needs (a choice with
-a message): an empty, truncated, edited or swapped file is a miss with a warning naming it, never a replay of
-somebody else's answer. Writes are atomic, so concurrent episodes and killed runs never leave a half-written entry.
+Each entry stores its own key (`_harness_key`) and a SHA-256 of its content (`_harness_sha256`: the canonical JSON
+of everything else in it), both checked on read with the shape a completion needs (a choice with a message): an
+empty, truncated, edited or swapped file is a miss with a warning naming it, never a replay of an answer the
+endpoint did not give for that request. An entry without the content hash (written before it was stored) cannot
+be checked, so it is a miss too, re-asked once and rewritten. Writes are atomic, so concurrent episodes and killed
+runs never leave a half-written entry.
 """
 
 from __future__ import annotations
@@ -23,10 +26,17 @@ from harness.io import atomic_write
 
 log = logging.getLogger("harness.backends")
 KEY_FIELD = "_harness_key"
+HASH_FIELD = "_harness_sha256"
 
 
 def cache_key(payload: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def content_hash(entry: dict[str, Any]) -> str:
+    """The SHA-256 of an entry's canonical JSON without its own hash: unchanged by re-indenting, changed by any
+    edit to a value."""
+    return cache_key({k: v for k, v in entry.items() if k != HASH_FIELD})
 
 
 def completion_problem(value: Any) -> str | None:
@@ -60,6 +70,10 @@ class ResponseCache:
         problem = completion_problem(value)
         if problem is None and value.get(KEY_FIELD) != key:
             problem = "it belongs to another request (its stored key differs)"
+        elif problem is None and HASH_FIELD not in value:
+            problem = "it has no content hash (written by an older harness, or edited): it cannot be checked"
+        elif problem is None and value[HASH_FIELD] != content_hash(value):
+            problem = "it was edited after it was written (its content hash differs)"
         return self._invalid(path, problem) if problem else value
 
     @staticmethod
@@ -69,4 +83,5 @@ class ResponseCache:
         return None
 
     def put(self, key: str, value: dict[str, Any]) -> None:
-        atomic_write(self._path(key), json.dumps({**value, KEY_FIELD: key}, sort_keys=True))
+        entry = {**value, KEY_FIELD: key}
+        atomic_write(self._path(key), json.dumps({**entry, HASH_FIELD: content_hash(entry)}, sort_keys=True))

@@ -33,8 +33,9 @@ class MissingKey:
 
     @property
     def unavailable_reason(self) -> str:
-        return (f"judge unavailable: ${self.api_key_env} is not set for {self.name} at {host(self.base_url)} (set "
-                "the key, or judge=agent to let the agent grade itself, labelled self-judged)")
+        return (f"judge unavailable: ${self.api_key_env} is not set for {self.name} at {host(self.base_url)}; its "
+                "parts are not graded (PinchBench scores them 0, as upstream; Odysseys counts them apart) - set the "
+                "key, or judge=agent to let the agent grade itself, labelled self-judged")
 
 
 def judge_backend(agent_key_env: str | None = None, key_required: bool | None = None,

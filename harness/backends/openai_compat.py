@@ -6,15 +6,20 @@
   message) are retried with exponential backoff and jitter, honouring `Retry-After`; after the last retry
   `InfraError` ends the episode as an infrastructure failure. Every InfraError carries the call's retry count.
 - Usage: the API's counts, with cached input and reasoning tokens from its usage details (cached input priced at
-  the model's `cached_input` price); a response without usage falls back to the local count, flagged.
-- Cache and replay: with `cache_dir`, every response is stored content-addressed; a rerun of the same config
-  replays it (marked `cached`, no cost). The key includes the endpoint (see harness.backends.cache), never the
-  API key.
+  the model's `cached_input` price); a response without usage, or with counts that are not counts (text, a
+  negative, a fraction), falls back to the local count, flagged (`usage_missing`; `usage_invalid` names the
+  fields). A count sent as a string of digits ("57") is that count.
+- Cache and replay: with `cache_dir`, every response is stored content-addressed with its retries; a rerun of the
+  same config replays it (marked `cached`, no cost, the original retries kept). The key includes the endpoint (see
+  harness.backends.cache), never the API key.
 - Secrets: the config names the environment variable holding the key (`api_key_env`); the key itself is read
   at construction and kept only inside the HTTP client, and is redacted from every error message and warning
   (servers echo request headers in their errors).
-- Stopping: `harness.lifecycle.check()` runs before every attempt, so a stopping run sends no new request; every
-  paid call is added to the run's spend (`lifecycle.METER`, for `max_cost_usd`).
+- Stopping: `harness.lifecycle.check()` runs before every attempt, so a stopping run sends no new request. Every
+  paid call (the agent's, a user model's, a summarizer's, a judge's) reserves its worst case on the run's meter
+  before it is sent (`lifecycle.METER`, for `max_cost_usd`: the request's input tokens x the input price + the
+  output limit x the output price) and settles it with its actual cost; a call that does not fit under the cap is
+  not sent and the run stops. A call that failed is settled at 0 (a timed-out request may still be billed).
 - `preflight()` checks the key and the endpoint with one cheap request before a run's first episode.
 """
 
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import threading
@@ -38,7 +44,7 @@ from harness.backends.base import ContextWindowExceeded, InfraError
 from harness.backends.cache import ResponseCache, cache_key, completion_problem
 from harness.backends.ratelimit import shared_limiter
 from harness.errors import InputError
-from harness.tokens import TokenCounter
+from harness.tokens import TokenCounter, image_tokens
 from harness.types import Completion, ImagePart, Message, ToolCall, ToolSpec, Usage, image_caption
 
 log = logging.getLogger("harness.backends")
@@ -49,6 +55,8 @@ T = TypeVar("T")
 REDACTED = "[REDACTED]"
 PREFLIGHT_TIMEOUT_S = 10.0
 NO_ROUTE = (404, 405, 501)  # /models not served (501: Python's http.server for an unhandled method)
+WORST_IMAGE_TOKENS = image_tokens(2048, 768)  # the tile formula's most (8 tiles): an image of unknown size
+RETRIES_FIELD = "_harness_retries"  # a cache entry's retry log, restored on replay
 
 
 class EndpointFault(Exception):
@@ -276,15 +284,20 @@ class OpenAICompatible:
         last = body["messages"][-1]
         last["content"] = [{"type": "text", "text": last["content"]}] + [
             {"type": "image_url", "image_url": {"url": image.data_url, "detail": "high"}} for image in images]
-        return self._generate(body, self.tokens.request(messages))
+        return self._generate(body, self.tokens.request(messages) + sum(map(_image_tokens, images)))
 
     def _generate(self, body: dict[str, Any], local_input: int) -> Completion:
         key = self.cache_key(body)
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
-            return self._completion(hit, cached=True, retries=[], seconds=float(hit.get("_harness_latency_s", 0.0)),
-                                    local_input_tokens=local_input)
-        estimate = local_input + self.max_output_tokens
+            return self._completion(hit, cached=True, retries=_replayed_retries(hit),
+                                    seconds=float(hit.get("_harness_latency_s", 0.0)), local_input_tokens=local_input)
+        max_output = self.output_limit(body)
+        estimate = local_input + max_output
         start, retries = time.perf_counter(), list[dict[str, Any]]()
+        # Reserved before anything is sent, held through the retries, traded for the actual cost after.
+        held = lifecycle.METER.reserve(self.worst_case_usd(local_input, max_output),
+                                       f"{self.name}: {local_input:,} input + up to {max_output:,} output tokens")
+        cost = 0.0
 
         def attempt() -> dict[str, Any]:  # every attempt, retries included, goes through the rate limits
             lifecycle.check()  # a stopping run sends no new request
@@ -292,14 +305,28 @@ class OpenAICompatible:
             lifecycle.check()  # acquiring may have slept while the run was told to stop
             return self._call(body)
 
-        raw = self._with_retries(attempt, retries)
-        seconds = time.perf_counter() - start
-        if self.cache is not None:  # with the measured latency, so a replay reports the same model time
-            self.cache.put(key, {**raw, "_harness_latency_s": seconds})
-        completion = self._completion(raw, cached=False, retries=retries, seconds=seconds,
-                                      local_input_tokens=local_input)
-        lifecycle.METER.add(completion.cost_usd)  # every paid call, the agent's, the user model's or a summarizer's
+        try:
+            raw = self._with_retries(attempt, retries)
+            seconds = time.perf_counter() - start
+            completion = self._completion(raw, cached=False, retries=retries, seconds=seconds,
+                                          local_input_tokens=local_input)
+            cost = completion.cost_usd
+        finally:  # a failed call (refused, retries exhausted, stopped) costs nothing: its reservation is released
+            lifecycle.METER.settle(held, cost)
+        if self.cache is not None:  # with the measured latency and the retries, so a replay reports the same
+            self.cache.put(key, {**raw, "_harness_latency_s": seconds, RETRIES_FIELD: retries})
         return completion
+
+    def output_limit(self, body: dict[str, Any]) -> int:
+        """The most output tokens the request lets the model return (extra_body may override the limit)."""
+        sent = {**body, **self.extra_body}
+        limits = [v for k in ("max_tokens", "max_completion_tokens", self.max_tokens_param)
+                  if isinstance(v := sent.get(k), int) and not isinstance(v, bool) and v > 0]
+        return max(limits, default=self.max_output_tokens)
+
+    def worst_case_usd(self, input_tokens: int, max_output: int) -> float:
+        """The most a call can cost: every input token at the uncached price, the whole output limit used."""
+        return self.cost(Usage(input_tokens, max_output))
 
     def _call(self, body: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -322,7 +349,9 @@ class OpenAICompatible:
             # The SDK parses a JSON content type with json.loads: a 200 with a non-JSON body raises here.
             raise EndpointFault(f"the endpoint answered 200 with a body that is not a completion: {exc}") from None
         # A non-JSON content type comes back as text, and `{"choices": []}` as a half-empty ChatCompletion.
-        raw = response.model_dump(exclude_none=True) if isinstance(response, ChatCompletion) else response
+        # warnings=False: a field of the wrong type (a usage count sent as a string) is ours to flag, not pydantic's
+        raw = response.model_dump(exclude_none=True, warnings=False) if isinstance(response, ChatCompletion) \
+            else response
         if (problem := completion_problem(raw)) is not None:
             raise EndpointFault(f"the endpoint answered 200 without a completion ({problem}): {str(raw)[:200]}")
         return raw
@@ -347,15 +376,18 @@ class OpenAICompatible:
     def _completion(self, raw: dict[str, Any], cached: bool, retries: list[dict[str, Any]],
                     seconds: float, local_input_tokens: int = 0) -> Completion:
         message = self._unique_ids(parse_message(raw))
-        usage = raw.get("usage") or {}
+        usage = raw.get("usage")
         info: dict[str, Any] = {"finish_reason": (raw.get("choices") or [{}])[0].get("finish_reason")}
         if retries:
             info["retries"] = retries
-        if usage:
-            tokens = parse_usage(usage)
-        else:  # some servers omit usage: the harness's own count, flagged, rather than a silent 0
+        tokens, invalid = parse_usage(usage)
+        if tokens is None:  # no usage, or counts that are not numbers: the harness's own count, flagged, never 0
             tokens = Usage(local_input_tokens, self.tokens.message(message))
             info["usage_missing"] = True
+        if invalid:
+            info["usage_invalid"] = invalid
+            _warn_once(f"{self.name}: the endpoint's usage has fields that are not token counts "
+                       f"({', '.join(sorted(invalid))}): counted locally and flagged (usage_invalid)")
         self.simulated = self.simulated or raw.get("model") == SIM_SERVED  # whatever name the config used
         return Completion(message, tokens, modeled_time_s=seconds, cached=cached,
                           cost_usd=0.0 if cached else self.cost(tokens), info=info)
@@ -384,16 +416,76 @@ class OpenAICompatible:
                 + usage.output_tokens * price["output"]) / 1e6
 
 
-def _count(value: Any) -> int:
-    return int(value) if isinstance(value, int | float) else 0
+def _as_count(value: Any) -> int | None:
+    """A token count: a whole, non-negative number (JSON has no int type of its own: 12.0 counts as 12), or a
+    string of decimal digits (the OpenAI SDK itself reads "57" as 57 when the rest of the usage object is whole, so
+    the count never depends on which other fields came with it); None for anything else."""
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        return int(value)
+    if (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            and value >= 0 and value == int(value)):
+        return int(value)
+    return None
 
 
-def parse_usage(usage: dict[str, Any]) -> Usage:
-    """The API's usage, with the cached-input and reasoning details when reported (0 otherwise)."""
-    prompt_details = usage.get("prompt_tokens_details") or {}
-    completion_details = usage.get("completion_tokens_details") or {}
-    return Usage(_count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")),
-                 _count(prompt_details.get("cached_tokens")), _count(completion_details.get("reasoning_tokens")))
+def parse_usage(usage: Any) -> tuple[Usage | None, dict[str, str]]:
+    """The API's usage (None when it has no usable prompt and completion counts: the caller counts locally), and
+    the fields present that are not counts (field -> its value's repr), for the flag. A detail that is not a count
+    (cached or reasoning tokens) is 0: cached input is then priced as input, the safe side."""
+    if usage is None:
+        return None, {}
+    if not isinstance(usage, dict):
+        return None, {"usage": repr(usage)[:80]}
+    invalid: dict[str, str] = {}
+
+    def count(where: dict[str, Any], field: str, name: str) -> int | None:
+        value = where.get(field)
+        if value is None:
+            return None
+        if (n := _as_count(value)) is None:
+            invalid[name] = repr(value)[:80]
+        return n
+
+    def details(field: str) -> dict[str, Any]:
+        value = usage.get(field)
+        if value is not None and not isinstance(value, dict):
+            invalid[field] = repr(value)[:80]
+        return value if isinstance(value, dict) else {}
+
+    prompt, completion = count(usage, "prompt_tokens", "prompt_tokens"), count(usage, "completion_tokens",
+                                                                                "completion_tokens")
+    cached = count(details("prompt_tokens_details"), "cached_tokens", "prompt_tokens_details.cached_tokens")
+    reasoning = count(details("completion_tokens_details"), "reasoning_tokens",
+                      "completion_tokens_details.reasoning_tokens")
+    if prompt is None or completion is None:  # absent or not a count: both counted locally, never a silent 0
+        return None, invalid
+    return Usage(prompt, completion, cached or 0, reasoning or 0), invalid
+
+
+_WARNED: set[str] = set()
+_WARNED_LOCK = threading.Lock()
+
+
+def _warn_once(text: str) -> None:
+    with _WARNED_LOCK:
+        if text in _WARNED:
+            return
+        _WARNED.add(text)
+    log.warning("%s", text)
+
+
+def _image_tokens(image: Any) -> int:
+    """An image's input tokens by the tile formula when its size is known, else the formula's most."""
+    width, height = getattr(image, "width", None), getattr(image, "height", None)
+    if isinstance(width, int) and isinstance(height, int) and width > 0 and height > 0:
+        return image_tokens(width, height)
+    return WORST_IMAGE_TOKENS
+
+
+def _replayed_retries(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The retry log stored with a cache entry (a list of dicts), restored on replay; none for older entries."""
+    retries = entry.get(RETRIES_FIELD)
+    return [r for r in retries if isinstance(r, dict)] if isinstance(retries, list) else []
 
 
 def describe(exc: BaseException) -> str:

@@ -7,6 +7,10 @@ given request always gets the same answer. Responses are SIMULATED, like `model=
 
 A malformed request (not JSON, no `messages`, a message without a role, ...) gets a 400 with an OpenAI-shaped JSON
 error, as a real endpoint answers, rather than a dropped connection; the listen backlog takes a burst of clients.
+A request whose Host header is not the loopback address and port it serves (`127.0.0.1:<port>` or
+`localhost:<port>`) gets a 421 with a one-line error and is not answered: a web page that rebinds its own DNS name
+to 127.0.0.1 (DNS rebinding) cannot drive it from a browser (harness.testing.llama_launcher does the same for the
+local model server).
 """
 
 from __future__ import annotations
@@ -28,6 +32,12 @@ BACKLOG = 128  # socketserver's default is 5: a burst of concurrent episodes wou
 
 class BadRequest(ValueError):
     """The request is not a chat completion request this server can answer: a 400, never a crash."""
+
+
+def allowed_hosts(port: int) -> frozenset[str]:
+    """Host header values a loopback client of this server sends (a client names the port unless it is 80)."""
+    names = ("127.0.0.1", "localhost")
+    return frozenset([f"{name}:{port}" for name in names] + (list(names) if port == 80 else []))
 
 
 class _Server(ThreadingHTTPServer):
@@ -120,7 +130,20 @@ class SimServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _foreign_host(self) -> bool:
+                """Refuse (421, one line) a request whose Host is not this loopback server's: DNS rebinding."""
+                host = (self.headers.get("Host") or "").strip().lower()
+                if host in allowed_hosts(owner.server.server_address[1]):
+                    return False
+                self.close_connection = True
+                self._send(421, {"error": {"message": f"Host header {host[:80]!r} is not this loopback server "
+                                                      f"({owner.base_url}): refused", "type": "invalid_request_error",
+                                           "param": "Host", "code": "misdirected_request"}})
+                return True
+
             def do_GET(self) -> None:
+                if self._foreign_host():
+                    return
                 self._send(200, {"object": "list", "data": [{"id": MODEL_ID, "object": "model"}]})
 
             def _read(self) -> bytes:
@@ -131,6 +154,8 @@ class SimServer:
                 return self.rfile.read(length) if length > 0 else b""
 
             def do_POST(self) -> None:
+                if self._foreign_host():
+                    return
                 try:
                     body, messages, tools = parse_request(self._read())
                 except BadRequest as exc:

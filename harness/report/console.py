@@ -1,7 +1,10 @@
-"""The end-of-run console table, in the shape of the expense paper's table (completion %, tokens, time)."""
+"""The end-of-run console table, in the shape of the expense paper's table (completion %, tokens, time), and the
+closing lines on the judge: a run whose judge could not grade says so last and exits non-zero (issue #24)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -103,3 +106,95 @@ def render(episodes: pd.DataFrame, elapsed_s: float | None = None, written: int 
         wrote = "" if written is None else f"; episodes written: {written}"
         lines += ["", f"Elapsed (wall clock, this invocation): {elapsed_s:,.1f} s{wrote}"]
     return "\n".join(lines)
+
+
+# ---- the judge's closing lines ----------------------------------------------------------------------------------
+EXIT_JUDGE = 4  # the exit status of a run (or `make judge`) whose score includes judge parts the judge did not grade
+FAILED_TERMINATIONS = ("infra_error", "error")  # episodes that did not really run: rerun, never judged (records.py)
+REASON_CHARS = 300
+
+
+@dataclass(frozen=True)
+class JudgeOutcome:
+    """What the judge did for a run's finished episodes. `not_graded`: judge-graded parts the configured judge did
+    not grade (its calls failed, its reply had no total, or it could not be asked: a key unset, a simulated agent
+    as its own judge); `by_choice`: parts left ungraded because the run chose no judge (judge=none). Both scored as
+    the benchmark scores a judge that fails (PinchBench: 0, as upstream); only `not_graded` fails the run."""
+
+    parts: int
+    not_graded: int
+    by_choice: int
+    asked_and_failed: bool  # some judge call failed or came back without a total (else it could not be asked)
+    reason: str | None
+    judge: str
+    benchmark: str
+
+    @property
+    def failed(self) -> bool:
+        return self.not_graded > 0
+
+
+def judge_outcome(episodes: pd.DataFrame) -> JudgeOutcome | None:
+    """The judge's outcome over the finished episodes (infra failures are rerun, not judged); None for a benchmark
+    without a judge (the expense benchmark) or a run recorded before these columns existed."""
+    if episodes.empty:
+        return None
+    done = episodes[~episodes.termination.isin(FAILED_TERMINATIONS)]
+    if "judge_parts" in episodes.columns:  # PinchBench (domain.py judge_parts)
+        parts, missing = _ints(done, "judge_parts"), _ints(done, "judge_not_graded")
+        chosen = done.get("judge_setting", pd.Series("", index=done.index)).astype(str) == "none"
+        statuses = done.get("judge_status", pd.Series("", index=done.index)).astype(str)
+        failed_calls = statuses.str.contains("error|unusable") & (missing > 0)
+        where = done.get("judge_host", pd.Series(None, index=done.index))
+        benchmark = "pinchbench"
+    elif "rubric_items" in episodes.columns:  # Odysseys: one judge call per rubric item (odysseys/metrics.py)
+        parts, errors = _ints(done, "rubric_items"), _ints(done, "rubric_errors")
+        missing = errors + _ints(done, "rubric_not_judged")
+        chosen = _reasons(done).str.contains("judge=none", regex=False) & (errors == 0)
+        failed_calls = errors > 0
+        where = done.get("judge_endpoint", pd.Series(None, index=done.index))
+        benchmark = "odysseys"
+    else:
+        return None
+    lost = (missing > 0) & ~chosen
+    reasons = _reasons(done)[lost]
+    reason = str(reasons.value_counts().index[0])[:REASON_CHARS] if reasons.ne("").any() else None
+    models = sorted({str(m) for m in done.get("judge_model", pd.Series(dtype=object)).dropna()})
+    hosts = sorted({str(h) for h in where.dropna()})
+    judge = (", ".join(models) or "none") + (f" at {', '.join(hosts)}" if hosts else "")
+    return JudgeOutcome(int(parts.sum()), int(missing[lost].sum()), int(missing[chosen].sum()),
+                        bool(failed_calls[lost].any()), reason, judge, benchmark)
+
+
+def _ints(frame: pd.DataFrame, column: str) -> pd.Series:
+    values = frame[column] if column in frame.columns else pd.Series(0, index=frame.index)
+    return pd.to_numeric(values, errors="coerce").fillna(0).astype(int)
+
+
+def _reasons(frame: pd.DataFrame) -> pd.Series:
+    values = frame["judge_reason"] if "judge_reason" in frame.columns else pd.Series(None, index=frame.index)
+    return values.fillna("").astype(str)
+
+
+def judge_lines(outcome: JudgeOutcome | None, out_dir: Path | str | None = None) -> list[str]:
+    """The run's last lines on its judge: a failure named, with what it did to the score and how to re-grade."""
+    if outcome is None or outcome.parts == 0:
+        return []
+    where = out_dir if out_dir is not None else "<run folder>"
+    why = f" ({outcome.reason})" if outcome.reason else ""
+    scored = "scored 0 as upstream scores a judge that fails" if outcome.benchmark == "pinchbench" else \
+        "left out of the rubric score"
+    lines = []
+    if outcome.failed:
+        head = "JUDGE FAILED" if outcome.asked_and_failed else "JUDGE NOT ASKED"
+        fix = "once the judge answers" if outcome.asked_and_failed else "once the judge can be asked (e.g. its key set)"
+        again = " (a resume of this run re-grades them too)" if outcome.benchmark == "pinchbench" else ""
+        lines.append(f"{head}: {outcome.not_graded} of {outcome.parts} judge-graded parts not graded by "
+                     f"{outcome.judge}{why}; they are {scored}, so the run's score is not the agent's. "
+                     f"Re-grade them {fix}: make judge RUN={where}{again}")
+    if outcome.by_choice:
+        lines.append(f"No judge (judge=none): {outcome.by_choice} of {outcome.parts} judge-graded parts not graded, "
+                     f"by choice ({scored}); not a failure")
+    if not lines:
+        lines.append(f"Judge: all {outcome.parts} judge-graded parts graded by {outcome.judge}")
+    return lines

@@ -32,7 +32,7 @@ import pandas as pd
 import yaml
 
 from harness.envs.odysseys.judge_run import JUDGED, WEBJUDGED
-from harness.envs.odysseys.metrics import OdysseyMetrics, om2w_summary, summarize
+from harness.envs.odysseys.metrics import NEEDS, OdysseyMetrics, om2w_summary, summarize
 from harness.records import FAILED
 from harness.report.names import short
 from harness.report.pinchbench_tables import PAPER, Table, chosen_runs, folders, kinds_of
@@ -112,7 +112,7 @@ def judged_rows(run_dir: Path, name: str) -> pd.DataFrame | None:
     path = run_dir / JUDGED
     if not path.exists():
         return judged_in_run(run_dir, name)
-    frame = read_frame(path)
+    frame = read_frame(path, required=NEEDS)  # one lacking a column: a warning naming it, the run not judged
     if frame is None:
         return None
     if "experiment" in frame:
@@ -141,7 +141,7 @@ def webjudge_rows(run_dir: Path, name: str) -> pd.DataFrame | None:
     from `odysseys_webjudge.parquet` (make judge), else from the episodes judged as they ran; None when neither."""
     path = run_dir / WEBJUDGED
     if path.exists():
-        frame = read_frame(path)
+        frame = read_frame(path, required=("task_id", "run", "status"))  # om2w_summary's
         if frame is not None and "experiment" in frame:
             frame = frame[frame.experiment.isna() | (frame.experiment == name)]
         return frame

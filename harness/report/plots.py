@@ -38,7 +38,16 @@ from harness.report import names, odysseys_plots, sim_failures  # noqa: E402
 from harness.report.console import per_run  # noqa: E402
 from harness.report.pinchbench_tables import EXPENSE as EXPENSE_KIND  # noqa: E402
 from harness.report.pinchbench_tables import select_kind  # noqa: E402
-from harness.report.runs import discover, mismatch_notes, read_frame, status_notes  # noqa: E402
+from harness.report.runs import (  # noqa: E402
+    EPISODES,
+    PER_RUN,
+    REQUIRED,
+    STEPS,
+    discover,
+    mismatch_notes,
+    read_frame,
+    status_notes,
+)
 from harness.report.stats import mean_ci, n_label  # noqa: E402
 from harness.report.tables import (  # noqa: E402
     EXPENSE,
@@ -277,8 +286,8 @@ def _runs(results: Path, pins: dict[str, Path], out: Path) -> list[Path]:
     default_pins, _ = sim_failures.split_pins(pins)
     chosen = {k: r for k, r in select_kind(results, default_pins, EXPENSE_KIND, found).items()
               if k in (*EXPENSE, "waac")}
-    pairs = [(name, read_frame(r.path / "episodes.parquet"), read_frame(r.path / "steps.parquet"))
-             for name, r in chosen.items()]
+    pairs = [(name, read_frame(r.path / EPISODES, required=REQUIRED[EPISODES] + PER_RUN),
+              read_frame(r.path / STEPS)) for name, r in chosen.items()]
     pairs = [(n, e[e.experiment == n], s[s.experiment == n]) for n, e, s in pairs if e is not None and s is not None]
     if not pairs:
         return []

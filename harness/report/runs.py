@@ -8,12 +8,16 @@ jobs (listed, never picked as an experiment's run). Which run a table uses for a
    then the folder path) whose episodes.parquet is readable and has rows.
 Runs without a manifest (made before manifests existed) have status `unknown`: they count as not complete, so
 they are used only when pinned with `--run`, and then with a warning. A damaged or empty run folder (parquet
-missing, empty, zero rows or unreadable) is skipped with a one-line warning naming it, never a crash.
+missing, empty, zero rows, unreadable, or without a column the reports read: REQUIRED, PER_RUN) is skipped with a
+one-line warning naming the file and the column, never a crash. A manifest.json whose keys the reports read have
+the wrong JSON type (MANIFEST_TYPES: e.g. `episodes` a list) is ignored with one warning naming the key: the run's
+status is then unknown.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,6 +33,29 @@ from harness import manifest as manifests
 
 ROOT = Path(__file__).resolve().parents[2]
 EPISODES = "episodes.parquet"
+STEPS = "steps.parquet"
+# The columns every report reads from each file: a file without one of them is damaged, skipped with one warning
+# naming it and the column, never a KeyError half-way through a report (harness.records.episode_row writes them).
+REQUIRED = {
+    EPISODES: ("experiment", "policy", "model", "simulated", "task_id", "run", "termination"),
+    STEPS: ("experiment", "step", "input_tokens"),
+}
+# ... and those console.per_run reads (the expense tables and the figures): a run without one is skipped there
+# (a concat would otherwise leave its column NaN: a blank cell, no warning).
+PER_RUN = ("completed", "any_line_itemized", "amount_itemized_pct", "n_tool_calls", "input_tokens", "output_tokens",
+           "aux_input_tokens", "aux_output_tokens", "user_input_tokens", "user_output_tokens", "modeled_time_s",
+           "wall_time_s", "cost_usd")
+# The manifest keys the reports read, with the JSON type each must have (harness.manifest writes them); a manifest
+# with one mistyped is ignored as a whole (the run's status is then unknown), with one warning naming the key.
+MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
+    "experiment": (str,), "status": (str,), "model": (str,), "backend": (str,), "simulated": (bool,),
+    "n_tasks": (int, type(None)), "n_runs": (int, type(None)), "expected_episodes": (int, type(None)),
+    "started": (list,), "ended": (str, type(None)), "episodes": (dict,), "git": (dict,), "tasks": (dict,),
+    "coverage": (dict,), "limits": (dict,), "provenance": (dict,)}
+INNER_TYPES: dict[tuple[str, str], type] = {("episodes", "done"): int, ("episodes", "by_termination"): dict,
+                                            ("git", "revision"): str}
+JSON_NAMES = {str: "a string", bool: "true/false", int: "an integer", list: "a list", dict: "an object",
+              float: "a number", type(None): "null"}
 log = logging.getLogger(__name__)
 
 
@@ -57,32 +84,77 @@ class Run:
         return self.status == "complete" and self.problem is None
 
 
-def problem(parquet: Path) -> str | None:
-    """Why a parquet file cannot feed a table (missing, unreadable, no rows), or None if it can."""
+def problem(parquet: Path, required: tuple[str, ...] | None = None) -> str | None:
+    """Why a parquet file cannot feed a table (missing, unreadable, no rows, without a column every report reads:
+    `required`, by default REQUIRED for its file name), or None if it can."""
     if not parquet.exists():
         return f"no {parquet.name}"
     try:
-        rows = pq.ParquetFile(parquet).metadata.num_rows
+        file = pq.ParquetFile(parquet)
+        rows, names = file.metadata.num_rows, set(file.schema_arrow.names)
     except (OSError, ValueError, pa.ArrowException) as e:
-        return f"{parquet.name} unreadable ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        return f"{parquet.name} unreadable ({_first_line(e)})"
+    missing = [c for c in (REQUIRED.get(parquet.name, ()) if required is None else required) if c not in names]
+    if missing:
+        return f"{parquet.name} has no column{'s' * (len(missing) > 1)} {', '.join(missing)}"
     return f"{parquet.name} has no rows" if rows == 0 else None
 
 
-def read_frame(parquet: Path, columns: list[str] | None = None) -> pd.DataFrame | None:
-    """A parquet file as a DataFrame; None, with a one-line warning naming it, if it is damaged or empty."""
-    bad = problem(parquet)
+def read_frame(parquet: Path, columns: list[str] | None = None,
+               required: tuple[str, ...] | None = None) -> pd.DataFrame | None:
+    """A parquet file as a DataFrame; None, with a one-line warning naming it, if it is damaged or empty, or lacks
+    a column: `columns` when given, else `required` (by default REQUIRED for its file name)."""
+    bad = problem(parquet, tuple(columns) if columns is not None else required)
     if bad is None:
         try:
             return pd.read_parquet(parquet, columns=columns)
-        except (OSError, ValueError, KeyError, pa.ArrowException) as e:  # e.g. a column it lacks
-            bad = f"{parquet.name} unreadable ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        except (OSError, ValueError, KeyError, pa.ArrowException) as e:  # e.g. damaged past its footer
+            bad = f"{parquet.name} unreadable ({_first_line(e)})"
     log.warning("skipping %s: %s", parquet.parent, bad)
     return None
 
 
+def _first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
+def read_manifest(run_dir: Path) -> dict[str, Any] | None:
+    """The run folder's manifest.json; None, with one warning line naming the file, when it is missing, is not a
+    JSON object (harness.manifest says so) or has a key of the wrong type (MANIFEST_TYPES): its status is then
+    unknown, so it is never chosen unless pinned."""
+    meta = manifests.read(run_dir) if (run_dir / manifests.FILE).exists() else None
+    bad = None if meta is None else manifest_problem(meta)
+    if bad is not None:
+        log.warning("ignoring %s: %s (the run's status is unknown)", run_dir / manifests.FILE, bad)
+        return None
+    return meta
+
+
+def manifest_problem(meta: dict[str, Any]) -> str | None:
+    """The first key of a manifest the reports read whose value has the wrong JSON type, said in one line."""
+    for key, types in MANIFEST_TYPES.items():
+        value = meta.get(key)
+        if key in meta and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+            want = " or ".join(JSON_NAMES[t] for t in types)
+            return f"key {key!r} is {_shown(value)}, expected {want}"
+    for item in meta.get("started") or []:
+        if not isinstance(item, str):
+            return f"key 'started' holds {_shown(item)}, expected a string (an ISO time)"
+    for (key, sub), want_type in INNER_TYPES.items():
+        value = meta.get(key) or {}
+        if sub in value and (not isinstance(value[sub], want_type) or isinstance(value[sub], bool)):
+            return f"key '{key}.{sub}' is {_shown(value[sub])}, expected {JSON_NAMES[want_type]}"
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return f"{JSON_NAMES.get(type(value), type(value).__name__)} ({text[:40]}{'...' * (len(text) > 40)})"
+
+
 def describe(run_dir: Path, results: Path | None = None) -> Run:
     """A run folder's experiment, status and readability (warns once if its episodes are unusable)."""
-    meta = manifests.read(run_dir) if (run_dir / manifests.FILE).exists() else None
+    meta = read_manifest(run_dir)
     bad = problem(run_dir / EPISODES)
     experiment = str(meta.get("experiment", "?")) if meta else "?"
     if meta is None and bad is None:  # an older run: its episodes say what it is

@@ -57,6 +57,8 @@ from harness.report.pinchbench_tables import EXPENSE as EXPENSE_KIND
 from harness.report.pinchbench_tables import newest_sweep, select_kind, sweep_jobs
 from harness.report.runs import (
     EPISODES,
+    PER_RUN,
+    REQUIRED,
     Run,
     describe,
     discover,
@@ -103,7 +105,7 @@ def load(runs: dict[str, Path], names: Iterable[str]) -> pd.DataFrame:
 
 
 def _episodes_of(run_dir: Path, name: str) -> pd.DataFrame | None:
-    frame = read_frame(run_dir / EPISODES)
+    frame = read_frame(run_dir / EPISODES, required=REQUIRED[EPISODES] + PER_RUN)  # one lacking a column: skipped
     if frame is None:
         return None
     mine = frame[frame.experiment == name] if "experiment" in frame else frame.iloc[0:0]

@@ -28,7 +28,7 @@ def test_odysseys_on_the_local_model(llama_installed: None, tmp_path: Path) -> N
     with FixtureSites(SITES) as sites:
         tasks = task_file(sites, tmp_path)
         with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
-            cfg = compose("config", ["experiment=odysseys", f"env.tasks_path={tasks}", "max_steps=3",
+            cfg = compose("config", ["experiment=odysseys", f"env.tasks_path={tasks}", "max_steps=3", "judge=agent",
                                      "browser.observation_cap=3000", f"judge.cache_dir={tmp_path / 'judge'}",
                                      f"out_dir={tmp_path / 'run'}", "progress=false", "preflight=false"])
         row = run(cfg, verbose=False).iloc[0]

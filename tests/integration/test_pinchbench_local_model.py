@@ -35,7 +35,7 @@ def test_pinchbench_on_the_local_model_served_by_the_runner(llama_installed: Non
     before = llama_servers()
     with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
         cfg = compose("config", ["experiment=pinchbench", f"benchmark.path={V2}", "policy=keep_last_n",
-                                 "benchmark.ids=[task_sanity,task_sales_summary]", "max_steps=3",
+                                 "benchmark.ids=[task_sanity,task_sales_summary]", "max_steps=3", "judge=agent",
                                  f"judge.cache_dir={tmp_path / 'judge'}", f"out_dir={tmp_path / 'run'}",
                                  "progress=false", "preflight=false"])
     episodes = run(cfg, verbose=False).set_index("task_id")
@@ -43,8 +43,10 @@ def test_pinchbench_on_the_local_model_served_by_the_runner(llama_installed: Non
     assert not episodes.simulated.any() and set(episodes.model) == {"SmolLM2-135M-Instruct.Q4_1"}
     assert set(episodes.termination) <= {"agent_final", "max_steps", "unusable_replies"}, episodes.error.tolist()
     assert (episodes.input_tokens > 0).all()  # real API usage
-    # the hybrid task was sent to the real judge (whatever it made of it: graded, or an unparseable reply)
-    assert episodes.loc["task_sales_summary", "judge_status"] in ("graded", "error")
+    # the hybrid task was sent to the real judge, the agent itself (judge=agent, labelled self-judged), whatever it
+    # made of it: graded, a reply with no usable total, or an unparseable one
+    assert episodes.loc["task_sales_summary", "judge_status"] in ("graded", "unusable", "error")
+    assert episodes.loc["task_sales_summary", "judge_setting"] == "self-judged"
     assert episodes.loc["task_sales_summary", "judge_model"] == "SmolLM2-135M-Instruct.Q4_1"
     assert (tmp_path / "run" / "openclaw" / "task_sanity__run0.jsonl").exists()
     assert read_transcript(tmp_path / "run" / "transcripts" / "task_sanity__run0.jsonl")[0]["model"] == \

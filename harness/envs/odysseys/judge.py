@@ -29,7 +29,6 @@ import base64
 import hashlib
 import json
 import logging
-import mimetypes
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from harness.backends.base import ContextWindowExceeded, LLMBackend
-from harness.envs.odysseys.layout import Step, screenshot_path
+from harness.envs.odysseys.layout import ScreenshotRefused, Step, read_screenshot
 from harness.envs.odysseys.tasks import OdysseyTask, Rubric
 from harness.errors import InputError
 from harness.io import atomic_write
@@ -165,15 +164,25 @@ def parse_reply(text: str) -> tuple[str, str] | None:
 
 
 def load_images(folder: Path, steps: Sequence[Step], max_images: int) -> list[JudgeImage]:
-    """The steps' screenshots that exist, in order; the last `max_images` of them (0 = all, upstream's)."""
-    paths = [p for step in steps if (p := screenshot_path(folder, step.screenshot)) is not None]
-    images = []
-    for path in paths[-max_images:] if max_images > 0 else paths:
+    """The steps' screenshots that exist, in order; the last `max_images` of them (0 = all, upstream's). Only image
+    files inside the episode folder are read (layout.read_screenshot: no absolute or `..` path, no link out, no
+    FIFO or device, PNG/JPEG/WebP by magic bytes, a size cap); the others are skipped like a missing file, and
+    judge_run records them per episode (`screenshots_refused`)."""
+    images: list[JudgeImage] = []
+    for step in reversed(steps):  # from the end: only the last max_images are read at all
+        if 0 < max_images <= len(images):
+            break
         try:
-            images.append(JudgeImage(mimetypes.guess_type(path.name)[0] or "image/png", path.read_bytes()))
+            shot = read_screenshot(folder, step.screenshot)
+        except ScreenshotRefused as exc:
+            log.debug("step %s: screenshot not sent: %s", step.step_num, exc)
+            continue
         except OSError as exc:  # upstream skips an unreadable screenshot too
-            log.warning("screenshot %s unreadable, not sent: %s", path, exc)
-    return images
+            log.warning("step %s: screenshot %s unreadable, not sent: %s", step.step_num, step.screenshot, exc)
+            continue
+        if shot is not None:
+            images.append(JudgeImage(shot.mime, shot.data))
+    return images[::-1]
 
 
 # ---- the judge -------------------------------------------------------------------------------------------------

@@ -11,6 +11,12 @@ RUN_DIR may also be a sweep folder: every run folder under it holding an `odysse
 (each job's own parquet). Episodes that did not finish (no numeric result.txt, or `infra_error` in the run's
 episodes.parquet) get rows with status `not_judged`, and the metrics leave them out (metrics.py).
 
+Screenshots (issue #24): a multimodal judge is sent only image files inside the episode folder (layout.py
+`read_screenshot`: no absolute or `..` path, no link leading out, no FIFO, device or other non-regular file, PNG,
+JPEG or WebP by magic bytes, at most MAX_SCREENSHOT_BYTES); each row records how many of the episode's screenshots
+were refused and why on one line (`screenshots_refused`, `screenshots_refused_reason`), with one warning per
+episode. An episode folder that is a link leading out of the run folder is ignored with a warning.
+
 Which judge: the function that does the work, `judge_run_dir(run_dir, tasks, judge)`, takes a `Judge` around any
 `LLMBackend` (or None) and knows nothing of configs. The command line builds that judge from the run's own
 config.yaml (its `judge` and `model` blocks, so `judge=agent` is the run's agent), or from `judge=NAME`
@@ -38,9 +44,17 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from harness import lifecycle
 from harness.backends.base import LLMBackend
 from harness.envs.odysseys.judge import Judge, RubricJudgment
-from harness.envs.odysseys.layout import EPISODES_DIR, Step, is_complete, parse_episode_dir, read_steps
+from harness.envs.odysseys.layout import (
+    EPISODES_DIR,
+    Step,
+    is_complete,
+    parse_episode_dir,
+    read_steps,
+    screenshot_refusals,
+)
 from harness.envs.odysseys.metrics import om2w_summary
 from harness.envs.odysseys.tasks import DEFAULT_PATH, OdysseyTask, TaskSet, load_tasks
 from harness.envs.odysseys.webjudge import WebJudge, WebJudgment, from_settings
@@ -51,16 +65,18 @@ ROOT = Path(__file__).resolve().parents[3]
 JUDGE_CONFIGS = ROOT / "configs" / "judge"
 JUDGED = "odysseys_judged.parquet"
 CACHE = "odysseys_judge_cache"
+EXIT_JUDGE = 4  # harness.report.console.EXIT_JUDGE: some rubric item of a finished episode could not be judged
 META = ("experiment", "policy", "model", "simulated", "budget_fraction", "termination")  # from episodes.parquet
 COLUMNS = (*META, "task_id", "run", "level", "rubric_index", "rubric_key", "requirement", "status", "score",
            "thoughts", "reason", "judge_model", "judge_calls", "judge_input_tokens", "judge_output_tokens",
            "judge_cost_usd", "judge_cached", "images_sent", "n_steps", "complete", "episode_dir", "judge_endpoint",
-           "judge_multimodal")
+           "judge_multimodal", "screenshots_refused", "screenshots_refused_reason")
 WEBJUDGED = "odysseys_webjudge.parquet"
 WEB_COLUMNS = (*META, "task_id", "run", "level", "status", "success", "text_only", "key_points",
                "screenshots_scored", "key_screenshots", "thoughts", "reason", "judge_model", "judge_endpoint",
                "judge_multimodal", "judge_calls", "judge_cached_calls", "judge_input_tokens", "judge_output_tokens",
-               "judge_cost_usd", "n_steps", "complete", "episode_dir")
+               "judge_cost_usd", "n_steps", "complete", "episode_dir", "screenshots_refused",
+               "screenshots_refused_reason")
 log = logging.getLogger("harness.envs.odysseys.judge_run")
 
 
@@ -83,6 +99,9 @@ def episode_folders(run_dir: Path) -> list[EpisodeFolder]:
         parsed = parse_episode_dir(path)
         if parsed is None:
             log.warning("ignoring %s: not an episode folder run<r>/<task_id>", path)
+            continue
+        if not path.resolve().is_relative_to(Path(run_dir).resolve()):  # its screenshots would be read from there
+            log.warning("ignoring %s: a link leading out of the run folder (to %s)", path, path.resolve())
             continue
         found.append(EpisodeFolder(parsed[0], parsed[1], path))
     return sorted(found, key=lambda f: (f.task_id, f.run))
@@ -132,7 +151,22 @@ def webjudge_row(folder: EpisodeFolder, task: OdysseyTask, webjudge: WebJudge, j
         "judge_endpoint": judge.endpoint, "judge_multimodal": webjudge.multimodal, "judge_calls": verdict.calls,
         "judge_cached_calls": verdict.cached_calls, "judge_input_tokens": verdict.usage.input_tokens,
         "judge_output_tokens": verdict.usage.output_tokens, "judge_cost_usd": verdict.cost_usd,
-        "n_steps": len(steps), "complete": complete, "episode_dir": str(folder.path)}
+        "n_steps": len(steps), "complete": complete, "episode_dir": str(folder.path)} | \
+        refused_columns(folder, steps, webjudge.multimodal and complete, warn=False)
+
+
+def refused_columns(folder: EpisodeFolder, steps: list[Step], multimodal: bool, warn: bool = True
+                    ) -> dict[str, Any]:
+    """How many of the episode's screenshots a multimodal judge was not sent (layout.read_screenshot: outside the
+    episode folder, not a regular file, not an image, too large) and why, on one line; with `warn`, a warning."""
+    refused = screenshot_refusals(folder.path, steps) if multimodal else []
+    if not refused:
+        return {"screenshots_refused": 0, "screenshots_refused_reason": None}
+    shown = "; ".join(refused[:3]) + (f"; and {len(refused) - 3} more" if len(refused) > 3 else "")
+    reason = " ".join(shown.split())  # one line whatever the names hold
+    if warn:
+        log.warning("%s: %d screenshot(s) not sent to the judge: %s", folder.path, len(refused), reason)
+    return {"screenshots_refused": len(refused), "screenshots_refused_reason": reason}
 
 
 def judged_rows(folder: EpisodeFolder, task: OdysseyTask, judge: Judge, meta: dict[str, Any]) -> list[dict[str, Any]]:
@@ -149,7 +183,8 @@ def judged_rows(folder: EpisodeFolder, task: OdysseyTask, judge: Judge, meta: di
     base = {k: meta.get(k) for k in META} | {"task_id": task.task_id, "run": folder.run, "level": task.level,
                                              "n_steps": len(steps), "complete": complete,
                                              "episode_dir": str(folder.path), "judge_endpoint": judge.endpoint,
-                                             "judge_multimodal": judge.multimodal}
+                                             "judge_multimodal": judge.multimodal} | \
+        refused_columns(folder, steps, judge.multimodal and complete)
     return [base | _judgment_row(i, rubric.key, rubric.requirement, j)
             for i, (rubric, j) in enumerate(zip(task.rubrics, judgments, strict=True))]
 
@@ -222,7 +257,7 @@ def judge_config(run_dir: Path, overrides: Sequence[str]) -> DictConfig:
     assert isinstance(base, DictConfig)
     cfg = OmegaConf.create({"seed": base.get("seed", 0), "encoding": base.get("encoding", "o200k_base"),
                             "model": base.get("model"), "judge": base.get("judge"), "env": base.get("env"),
-                            "benchmark": base.get("benchmark")})
+                            "benchmark": base.get("benchmark"), "max_cost_usd": base.get("max_cost_usd")})
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not (key == "judge" or key.startswith("judge.")):
@@ -292,20 +327,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-webjudge", action="store_true", help="skip WebJudge (the O-M2W Judge column)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    status = 0
     try:
         for run_dir in run_dirs(args.run_dir):
             cfg = judge_config(run_dir, args.overrides)
             tasks = load_tasks(tasks_path(cfg, args.tasks))
+            lifecycle.METER.join(cfg.get("max_cost_usd"), run_dir / "spent_usd.txt")  # judge calls: the run's cap
             with configured_judge(cfg, run_dir) as judge:
                 webjudge = None if args.no_webjudge else from_settings(judge, OmegaConf.select(cfg, "env.webjudge"))
                 frame = judge_run_dir(run_dir, tasks, judge, args.workers, webjudge)
             print(report_line(run_dir, frame, judge))
             if webjudge is not None:
                 print(webjudge_line(run_dir))
+            status = max(status, _unjudged_status(run_dir, frame))
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return 0
+    except lifecycle.Interrupted:
+        print(f"stopped ({lifecycle.stop_reason()}); every judged item is cached: run it again to go on",
+              file=sys.stderr)
+        return 3 if "max_cost_usd" in lifecycle.stop_reason() else 130
+    return status
+
+
+def _unjudged_status(run_dir: Path, frame: pd.DataFrame) -> int:
+    """EXIT_JUDGE (4, as harness.run's) when a rubric item of a finished episode could not be judged (the judge's
+    calls failed, or no judge could be asked), with the reason; 0 when every one was."""
+    lost = frame[frame.complete.astype(bool) & frame.status.isin(("error", "not_judged"))]
+    if lost.empty:
+        return 0
+    reason = str(lost.reason.dropna().value_counts().index[0]) if lost.reason.notna().any() else "unknown"
+    print(f"JUDGE FAILED: {len(lost)} of {int(frame.complete.astype(bool).sum())} rubric items of finished episodes "
+          f"in {run_dir} not judged ({reason[:300]}); run make judge RUN={run_dir} again once the judge answers",
+          file=sys.stderr)
+    return EXIT_JUDGE
 
 
 def report_line(run_dir: Path, frame: pd.DataFrame, judge: Judge) -> str:

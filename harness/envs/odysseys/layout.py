@@ -39,8 +39,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
 import shutil
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -224,11 +226,110 @@ def _last(rows: list[dict[str, Any]], *keys: str) -> str:
     return values[-1] if values else ""
 
 
+# --- screenshots: only image files inside the episode folder (issue #24: a crafted steps.jsonl named host files) ---
+
+MAX_SCREENSHOT_BYTES = 16 * 1024 * 1024  # a 4K PNG screenshot is ~3-8 MB; anything larger is not one
+IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"))  # WebP: RIFF....WEBP
+
+
+class ScreenshotRefused(ValueError):
+    """A screenshot named in steps.jsonl that is not sent to a judge: its one-line reason."""
+
+
+@dataclass(frozen=True)
+class Screenshot:
+    path: Path  # the file read (inside the episode folder once links are resolved)
+    mime: str  # from the file's magic bytes, never from its name
+    data: bytes
+
+
 def screenshot_path(folder: Path, raw: str) -> Path | None:
-    """The file a step's screenshot names: absolute as written, else inside the episode folder (by its relative
-    path, then by its file name, as upstream tries); None when there is no such file."""
+    """The file a step's screenshot names, inside the episode folder: by its relative path, then by its file name
+    (as upstream tries); None when there is no such file. ScreenshotRefused (one line) for a path that is absolute,
+    has a `..` part, or leads out of the folder through a link. Upstream also takes absolute paths and paths
+    relative to the working directory: we do not, so a crafted run folder cannot make the judge read host files."""
     if not raw:
         return None
-    path = Path(raw)
-    candidates = [path] if path.is_absolute() else [Path(folder) / path, Path(folder) / path.name]
-    return next((c for c in candidates if c.is_file()), None)
+    try:
+        path = Path(raw)
+        if "\0" in raw:
+            raise ScreenshotRefused(f"{raw!r}: not a path (NUL byte)")
+        if path.is_absolute():
+            raise ScreenshotRefused(f"{raw}: an absolute path (only files inside the episode folder are sent)")
+        if ".." in path.parts:
+            raise ScreenshotRefused(f"{raw}: a '..' path (only files inside the episode folder are sent)")
+        folder = Path(folder)
+        found = next((c for c in (folder / path, folder / path.name) if os.path.lexists(c)), None)
+        if found is None:
+            return None
+        real, root = found.resolve(), folder.resolve()
+    except (OSError, RuntimeError) as exc:  # a link loop, a name too long
+        raise ScreenshotRefused(f"{raw}: cannot be resolved ({type(exc).__name__})") from None
+    if not real.is_relative_to(root):
+        raise ScreenshotRefused(f"{raw}: a link leading out of the episode folder (to {real})")
+    return real
+
+
+def read_screenshot(folder: Path, raw: str, max_bytes: int = MAX_SCREENSHOT_BYTES) -> Screenshot | None:
+    """The screenshot a step names (see `screenshot_path`), read without following a link or blocking: None when
+    there is no such file; ScreenshotRefused (one line) when it is not a regular file (a FIFO, a device, a socket,
+    a folder), is larger than `max_bytes`, or is not a PNG, JPEG or WebP image by its first bytes."""
+    path = screenshot_path(folder, raw)
+    if path is None:
+        return None
+    try:
+        kind = os.stat(path, follow_symlinks=False).st_mode
+        if not stat.S_ISREG(kind):  # checked before opening: opening a FIFO or a device can block or act
+            raise ScreenshotRefused(f"{raw}: not a regular file ({_kind(kind)})")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ScreenshotRefused(f"{raw}: cannot be opened ({exc.strerror or type(exc).__name__})") from None
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())  # the file opened, whatever was swapped in since the checks above
+        if not stat.S_ISREG(info.st_mode):
+            raise ScreenshotRefused(f"{raw}: not a regular file ({_kind(info.st_mode)})")
+        if not _opened_inside(file.fileno(), Path(folder).resolve()):
+            raise ScreenshotRefused(f"{raw}: the file opened is outside the episode folder")
+        if info.st_size > max_bytes:
+            raise ScreenshotRefused(f"{raw}: {info.st_size:,} bytes, over the {max_bytes:,}-byte screenshot cap")
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ScreenshotRefused(f"{raw}: over the {max_bytes:,}-byte screenshot cap")
+    mime = image_type(data)
+    if mime is None:
+        raise ScreenshotRefused(f"{raw}: not a PNG, JPEG or WebP image (first bytes {data[:8]!r})")
+    return Screenshot(path, mime, data)
+
+
+def image_type(data: bytes) -> str | None:
+    """The MIME type of PNG, JPEG or WebP bytes, by their magic bytes; None for anything else."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return next((mime for magic, mime in IMAGE_MAGIC if data.startswith(magic)), None)
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a link"))
+    return next((name for test, name in kinds if test(mode)), "not a file")
+
+
+def _opened_inside(fd: int, root: Path) -> bool:
+    """Where the open file really is (Linux: /proc/self/fd), inside `root`; True where /proc cannot say."""
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{fd}")).is_relative_to(root)
+    except OSError:
+        return True
+
+
+def screenshot_refusals(folder: Path, steps: Sequence[Step]) -> list[str]:
+    """One line per step screenshot a judge would not be sent (`read_screenshot`'s reasons), in step order."""
+    refused = []
+    for step in steps:
+        try:
+            read_screenshot(folder, step.screenshot)
+        except ScreenshotRefused as exc:
+            refused.append(f"step {step.step_num}: {exc}")
+    return refused

@@ -27,7 +27,7 @@ from harness.envs.pinchbench.mocks import FwsMock, MockSandbox, MockSettings, as
 from harness.envs.pinchbench.profile import AgentProfile, OpenClawTools, load_profile, overhead
 from harness.envs.pinchbench.requirements import Need, needs_for
 from harness.envs.pinchbench.requirements import reason as needs_reason
-from harness.envs.pinchbench.sandbox import Sandbox, SandboxUnavailable, require_tools
+from harness.envs.pinchbench.sandbox import Sandbox, SandboxUnavailable, WorkspaceDisk, free_workspace, require_tools
 from harness.envs.pinchbench.scoring import TaskGrade, grade_task, mean_score, not_reached
 from harness.envs.pinchbench.tasks import Benchmark, PinchTask, Session, load_benchmark, select, subset
 from harness.envs.pinchbench.tools import UNAVAILABLE_SPECS, ToolResult, WorkspaceTools
@@ -55,10 +55,40 @@ class Sandboxing:
     """Caps of the agent's `exec` sandbox and of the graders' (FORMATS.md; issue #11)."""
 
     exec_timeout_s: float = 60.0
-    memory_mb: int = 1024
+    memory_mb: int = 1024  # per process (RLIMIT_AS) and for all of a command's processes and /tmp together
     max_processes: int = 64
     max_output_bytes: int = 50_000
     grade_timeout_s: float = 60.0
+    disk_mb: int | None = 1024  # the workspace's total size (sandbox.WorkspaceDisk); None: no cap
+    tmp_mb: int = 256  # the sandbox's /tmp (a tmpfs; inside the memory cap where a cgroup enforces it)
+    enforce: str = "auto"  # auto: cgroups and a loop filesystem where the machine allows; checked: the fallback
+    grade_deadline_s: float | None = 900.0  # a task's whole grading (grader + judge; scoring.Deadline); None: none
+    grade_copy_file_mb: int = 256  # the grader's copy of the workspace leaves out a bigger file (grading.py) ...
+    grade_copy_total_mb: int = 1024  # ... and the files past this total
+    judge_prompt_max_chars: int = 200_000  # the judge prompt's cap, cut lines said in it (judge.py; ours)
+
+    def __post_init__(self) -> None:
+        if self.enforce not in ("auto", "checked"):
+            raise InputError(f"benchmark.sandbox.enforce={self.enforce} is not valid (auto or checked)")
+        for key in ("memory_mb", "tmp_mb", "disk_mb"):
+            value = getattr(self, key)
+            if not (value is None and key == "disk_mb") and (isinstance(value, bool) or not isinstance(value, int)
+                                                             or value < 1):
+                raise InputError(f"benchmark.sandbox.{key}={value} is not valid (a positive number of MB"
+                                 f"{', or null for none' if key == 'disk_mb' else ''})")
+        self._check_grading()
+
+    def _check_grading(self) -> None:
+        """The grading caps: positive integers; the deadline a positive number of seconds or null."""
+        for key in ("grade_copy_file_mb", "grade_copy_total_mb", "judge_prompt_max_chars"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"benchmark.sandbox.{key}={value} is not valid (a positive integer)")
+        deadline = self.grade_deadline_s
+        if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, int | float)
+                                     or not deadline > 0):
+            raise InputError(f"benchmark.sandbox.grade_deadline_s={deadline} is not valid (a positive number of "
+                             "seconds, or null for none)")
 
 
 @dataclass
@@ -141,10 +171,23 @@ class PinchEpisode:
         return [Message("system", self.system), Message("user", self.driver.turns[0][1].prompt)]
 
     def close(self) -> None:
-        """Stop the episode's fws servers (the runner calls this whatever happened)."""
+        """Stop the episode's fws servers and release its workspaces' disk caps, keeping their files (the runner
+        calls this whatever happened)."""
         for seg in self.env.segments:
             if seg.mock is not None:
                 seg.mock.stop()
+        for seg in self.env.segments:
+            if seg.tools.sandbox.disk is not None:
+                seg.tools.sandbox.disk.release()
+
+    def discard(self) -> None:
+        """Free the episode's workspaces (a full disk: harness.run records the episode as failed, to rerun)."""
+        for seg in self.env.segments:
+            if seg.mock is not None:
+                seg.mock.stop()
+            if seg.tools.sandbox.disk is not None:
+                seg.tools.sandbox.disk.release(keep=False)
+            free_workspace(seg.workspace)
 
     def score(self, history: Sequence[Message] = (), usage: Sequence[Usage] = (),
               termination: str | None = None) -> Score:
@@ -161,9 +204,12 @@ class PinchEpisode:
                starts: list[int]) -> TaskGrade:
         """A chain's task is graded on its own slice of the transcript; a single task on all of it."""
         part, part_usage = _slice(history, usage, starts, i)
-        caps = {"memory_mb": self.sandboxing.memory_mb, "max_processes": self.sandboxing.max_processes}
+        box = self.sandboxing
+        caps = {"memory_mb": box.memory_mb, "max_processes": box.max_processes,
+                "max_copy_file_bytes": box.grade_copy_file_mb << 20,
+                "max_copy_total_bytes": box.grade_copy_total_mb << 20}
         return grade_task(seg.task, to_openclaw(part, part_usage), seg.workspace, self.judge, self.version,
-                          self.sandboxing.grade_timeout_s, caps)
+                          box.grade_timeout_s, caps, box.grade_deadline_s, box.judge_prompt_max_chars)
 
     def _starts(self, history: list[Message]) -> list[int]:
         """Where each segment's first prompt is in the history: the k-th user message is the k-th turn sent."""
@@ -193,19 +239,31 @@ class PinchEpisode:
             "judge_input_tokens": sum(j.usage.input_tokens for j in judged),
             "judge_output_tokens": sum(j.usage.output_tokens for j in judged),
             "judge_cost_usd": sum(j.cost_usd for j in judged),
+            "judge_prompt_truncated": any(j.prompt_cut for j in judged),  # the cap left files out (judge.py)
             "graded_parts": graded, "not_graded_parts": missing,  # the not graded ones scored 0, as upstream
+            **judge_parts(grades),  # the judge's share of them: a run's exit status and its re-grading read these
             "grading_error": "; ".join(f"{g.task_id}: {g.grading_error}" for g in grades if g.grading_error) or None,
             "grading_failed": sum(g.grading_failed for g in grades),  # tasks zeroed because grade() failed
             "needs_network": any(s.task.needs_network for s in self.env.segments),
             "needs_mock": any(s.task.needs_mock for s in self.env.segments),
             "benchmark_version": self.version, "workflow_size": self.workflow_size,
             "chain_scores": _chain_json(grades, reached) if self.workflow_size else "[]",
+            "sandbox_caps": self.env.segments[0].tools.sandbox.describe_caps(),  # what enforced the totals
+            "sandbox_cap_hits": sum(len(s.tools.sandbox.cap_hits) for s in self.env.segments),
             **overhead(self.agent_profile, self.system, self.env.tools()),
         }
         perfect = value is not None and value >= 1.0 - 1e-9
         return Score(completed=perfect, any_line_itemized=bool(value), amount_itemized_pct=math.nan,
                      details={"tasks": [g.summary() | {"reached": r} for g, r in zip(grades, reached, strict=True)],
                               **self.record}, columns=columns)
+
+
+def judge_parts(grades: Sequence[TaskGrade]) -> dict[str, int]:
+    """`judge_parts`: the judge-graded parts of the tasks reached whose judge was (or should have been) asked;
+    `judge_not_graded`: those the judge did not grade (its calls failed, its reply had no total, or it could not be
+    asked). A judge upstream never asks because grade() failed first (scoring.NOT_ASKED) is in neither."""
+    asked = [g.judge for g in grades if g.reached and g.judge is not None and not g.grading_failed]
+    return {"judge_parts": len(asked), "judge_not_graded": sum(j.status != "graded" for j in asked)}
 
 
 def _nan(value: float | None) -> float:
@@ -232,11 +290,11 @@ def _slice(history: list[Message], usage: list[dict[str, Any]], starts: list[int
 
 def workspace_dir(context: EpisodeContext | None, name: str) -> Path:
     """A fresh folder for an episode's workspace(s): under the run folder, else a temp folder (tests, tools)."""
+    single_component(name)  # the folder is deleted on a rerun: it must be the run folder's, never above it
     if context is None or context.out_dir is None:
         return Path(tempfile.mkdtemp(prefix=f"pinchbench-{name}-"))
     root = context.out_dir / "workspaces" / f"{name}__run{context.run}"
-    if root.exists():  # a rerun of a failed or damaged episode starts from the task's files again
-        shutil.rmtree(root)
+    free_workspace(root)  # a rerun starts from the task's files again (a killed run's mounted filesystem too)
     return root
 
 
@@ -344,6 +402,13 @@ class PinchBenchDomain:
         return {"benchmark": self.name, "version": full.version, "tasks_in_clone": len(full.tasks),
                 "tasks_run": len(ran), "not_loaded": list(full.errors), "left_out": left}
 
+    def regrade(self, out_dir: Path, fingerprint: str | None, judge: Callable[[], dict[str, Any]]) -> Any:
+        """A resume's re-grading of the judge parts a judge failed to grade, without re-running the agent
+        (judge_run.py); `judge()`: harness.build.judge_context's EpisodeContext fields, built only when needed."""
+        from harness.envs.pinchbench.judge_run import regrade_run  # judge_run builds episodes of this domain
+
+        return regrade_run(self, out_dir, fingerprint, judge)
+
 
 def _pinch_ids(task: Task) -> list[str]:
     """The PinchBench task ids of a harness task: one, or a chain's."""
@@ -376,9 +441,16 @@ def _positive(value: Any) -> bool:
 
 
 def openclaw_path(context: EpisodeContext | None, name: str) -> Path | None:
+    single_component(name)
     if context is None or context.out_dir is None:
         return None
     return context.out_dir / "openclaw" / f"{name}__run{context.run}.jsonl"
+
+
+def single_component(name: str) -> None:
+    """Defence in depth behind tasks.py's id rule: an episode's name is one path component, never a path."""
+    if not name or name in (".", "..") or "/" in name or "\0" in name or "\\" in name:
+        raise InputError(f"task id {name!r} is not a plain file name: it cannot name a folder in the run folder")
 
 
 def as_sandboxing(value: Any) -> Sandboxing:
@@ -461,12 +533,18 @@ def make_segment(task: PinchTask, bench_path: Path, root: Path, caps: Sandboxing
     """The task's workspace and tools; with `network` on, the network tools it needs answer for real and `exec`
     has the network when it needs that (exec_network) and `network.exec` allows it."""
     net = network or NetworkSettings()
-    workspace = build_workspace(task, bench_path, root)
-    mock = mock_for(task, Path(workspace), mocks)
-    limits: dict[str, Any] = dict(timeout_s=caps.exec_timeout_s, max_output_bytes=caps.max_output_bytes,
-                                  memory_mb=caps.memory_mb, max_processes=caps.max_processes,
-                                  network=exec_network(task, net))
-    sandbox = Sandbox(workspace, **limits) if mock is None else MockSandbox(workspace, mock, **limits)
+    disk = WorkspaceDisk(root, caps.disk_mb, caps.enforce)  # mounted first: the task's files count too
+    try:
+        workspace = build_workspace(task, bench_path, root)
+        mock = mock_for(task, Path(workspace), mocks)
+        limits: dict[str, Any] = dict(timeout_s=caps.exec_timeout_s, max_output_bytes=caps.max_output_bytes,
+                                      memory_mb=caps.memory_mb, max_processes=caps.max_processes,
+                                      network=exec_network(task, net), tmp_mb=caps.tmp_mb, disk=disk,
+                                      enforce=caps.enforce)
+        sandbox = Sandbox(workspace, **limits) if mock is None else MockSandbox(workspace, mock, **limits)
+    except BaseException:
+        disk.release(keep=False)
+        raise
     live = live_tools(task, net)
     web = (lambda resolve: WebTools(net, resolve)) if live else None
     kind = WorkspaceTools if profile is None else partial(OpenClawTools, profile=profile)  # profile.py

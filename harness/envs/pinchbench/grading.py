@@ -10,6 +10,10 @@ timeout and caps on memory, processes and output. Upstream (scripts/lib_grading.
 - a dict is averaged over its int/float values (bools count: `isinstance(True, (int, float))`), others are left
   out (lib_grading.py _average_scores); an empty dict is 0.0. One deviation: a NaN or infinite value is left out
   too (upstream's mean would be NaN or infinite), and `note` names every value left out.
+The copy holds the workspace's directories, regular files and symlinks (as links); FIFOs, sockets and devices are
+left out (opening a FIFO blocks), and so is a file over `max_copy_file_bytes` or past `max_copy_total_bytes` in
+all (a sparse 10 GB file would be written out whole): `note` names each file left out (ours: upstream's grader
+reads the live workspace in its own process).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import shutil
 import stat
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +35,8 @@ from harness.envs.pinchbench.sandbox import WORKSPACE_MOUNT, Bind, Sandbox, pyth
 RESULT_MARK = "@@PINCHBENCH_GRADE_RESULT@@ "
 ERROR_MARK = "@@PINCHBENCH_GRADE_ERROR@@ "
 GRADER_MOUNT = "/grader"
+COPY_FILE_BYTES = 256 << 20  # ours: the exec sandbox's own cap on one file (sandbox.py max_file_mb)
+COPY_TOTAL_BYTES = 1 << 30  # ours
 NO_GRADE_FUNCTION = "Automated grading function missing"  # lib_grading.py _grade_automated's note
 # Runs inside the sandbox. The grader's own prints go to stderr so that the result is the last marked line.
 # The mean and the breakdown follow lib_grading.py _average_scores and _normalize_score_dict.
@@ -100,7 +106,8 @@ def automated_score(scores: dict[str, Any]) -> float:
 
 def run_grade(grade_source: str, transcript: list[dict[str, Any]], workspace: Path, timeout_s: float = 60.0,
               memory_mb: int = 512, max_processes: int = 32, max_output_bytes: int = 1 << 20,
-              label: str = "") -> GradeResult:
+              label: str = "", max_copy_file_bytes: int = COPY_FILE_BYTES,
+              max_copy_total_bytes: int = COPY_TOTAL_BYTES) -> GradeResult:
     """Run `grade()` over a copy of `workspace`; see the module docstring. `label` (e.g. the task id) is put on
     the grader's command line so that `ps` shows which task a grader belongs to."""
     start = time.monotonic()
@@ -110,8 +117,9 @@ def run_grade(grade_source: str, transcript: list[dict[str, Any]], workspace: Pa
         return GradeResult(None, f"transcript is not JSON-serializable: {exc}")
     with tempfile.TemporaryDirectory(prefix="pinchbench-grade-") as tmp:
         root = Path(tmp)
+        copy = _Copy(workspace, max_copy_file_bytes, max_copy_total_bytes)
         try:
-            grader_dir, ws_copy = _stage(root, grade_source, payload, workspace)
+            grader_dir, ws_copy = _stage(root, grade_source, payload, copy)
         except OSError as exc:
             return GradeResult(None, f"cannot copy workspace {workspace} for grading: {exc}")
         python, binds = python_for_sandbox()
@@ -123,11 +131,65 @@ def run_grade(grade_source: str, transcript: list[dict[str, Any]], workspace: Pa
     elapsed = time.monotonic() - start
     if result.timed_out:
         return GradeResult(None, f"grade() timed out after {timeout_s:g} s", elapsed)
-    return _parse(result.output, result.exit_code, elapsed)
+    graded = _parse(result.output, result.exit_code, elapsed)
+    if not copy.left_out:
+        return graded
+    shown = ", ".join(copy.left_out[:5]) + (f" and {len(copy.left_out) - 5} more" if len(copy.left_out) > 5 else "")
+    note = f"left out of the grader's copy of the workspace (benchmark.sandbox caps): {shown}"
+    if graded.failed:  # e.g. the grader read a file left out: its error says why the file was not there
+        return replace(graded, error=f"{graded.error} ({note})")
+    return replace(graded, note="; ".join(n for n in (graded.note, note) if n))
 
 
-def _stage(root: Path, source: str, payload: str, workspace: Path) -> tuple[Path, Path]:
-    """Write the grader's files and copy the workspace: symlinks stay links, FIFOs and sockets are left out."""
+class _Copy:
+    """The workspace copy's rules (copytree's `ignore` and `copy_function`), and the files they left out."""
+
+    def __init__(self, workspace: Path, max_file: int, max_total: int) -> None:
+        self.workspace, self.max_file, self.max_total = workspace, max_file, max_total
+        self.total = 0
+        self.left_out: list[str] = []
+
+    def ignore(self, directory: str, names: list[str]) -> set[str]:
+        """Skip anything but directories, regular files and symlinks (a FIFO blocks, a device can be endless),
+        and regular files over the caps (their size as stat gives it: a sparse file counts whole)."""
+        skip = set()
+        for name in sorted(names):
+            info = os.lstat(os.path.join(directory, name))
+            mode = info.st_mode
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+                skip.add(name)
+            elif stat.S_ISREG(mode) and (info.st_size > self.max_file or self.total + info.st_size > self.max_total):
+                skip.add(name)
+                rel = os.path.relpath(os.path.join(directory, name), self.workspace)
+                self.left_out.append(f"{rel} ({info.st_size:,} bytes)")
+            elif stat.S_ISREG(mode):
+                self.total += info.st_size
+        return skip
+
+    def copy(self, src: str, dst: str) -> None:
+        """copy2 for a file that must still be the regular file `ignore` saw: opened without following a link
+        or blocking, checked once open, at most `max_file` bytes (a FIFO swapped in meanwhile is left out, not
+        waited on). copytree copies symlinks itself, as links."""
+        rel = os.path.relpath(src, self.workspace)
+        try:
+            fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError as exc:
+            self.left_out.append(f"{rel} ({exc.strerror or exc})")
+            return
+        with os.fdopen(fd, "rb") as source:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                self.left_out.append(f"{rel} (not a regular file)")
+                return
+            with open(dst, "wb") as target:
+                left = self.max_file
+                while left > 0 and (chunk := source.read(min(1 << 20, left))):
+                    target.write(chunk)
+                    left -= len(chunk)
+        shutil.copystat(src, dst, follow_symlinks=False)
+
+
+def _stage(root: Path, source: str, payload: str, copy: _Copy) -> tuple[Path, Path]:
+    """Write the grader's files and copy the workspace (see `_Copy`)."""
     os.chmod(root, 0o755)  # bwrap binds as root, but the grader runs unprivileged and must traverse it
     grader = root / "grader"
     grader.mkdir(mode=0o755)
@@ -135,18 +197,8 @@ def _stage(root: Path, source: str, payload: str, workspace: Path) -> tuple[Path
         (grader / name).write_text(text, encoding="utf-8")
         (grader / name).chmod(0o644)
     ws_copy = root / "workspace"
-    shutil.copytree(workspace, ws_copy, symlinks=True, ignore=_special_files)
+    shutil.copytree(copy.workspace, ws_copy, symlinks=True, ignore=copy.ignore, copy_function=copy.copy)
     return grader, ws_copy
-
-
-def _special_files(directory: str, names: list[str]) -> set[str]:
-    """Names copytree must skip: anything but directories, regular files and symlinks (reading a FIFO blocks)."""
-    skip = set()
-    for name in names:
-        mode = os.lstat(os.path.join(directory, name)).st_mode
-        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-            skip.add(name)
-    return skip
 
 
 def _parse(output: str, exit_code: int | None, elapsed: float) -> GradeResult:

@@ -7,7 +7,11 @@ system message `_JUDGE_SYSTEM_MSG` of 2.0.0's direct-API judge.
 - 2.0.0: sections `## Task`, `## Expected Behavior`, `## Agent Transcript (summarized)` (tool calls, assistant
   text, tool results, user turns), `## Workspace Files Created by Agent` (left out when there is no file, each
   file whole) and `## Grading Rubric`, the grader rules, the paragraph saying the agent's tool use is no
-  violation, and the rule that the total is the criteria's mean.
+  violation, and the rule that the total is the criteria's mean. Ours: the prompt is capped at `max_chars`
+  (benchmark.sandbox.judge_prompt_max_chars, default 200,000): files are shown whole in upstream's order until
+  the next would pass the cap, that one is cut, and one line `[... N files / M bytes not shown: the judge
+  prompt's cap]` ends the section (upstream 2.0.0 has no cap: commit d928518 removed the 3,000-character cut per
+  file; 20,000 small files made a 60 MB prompt). A summary too long by itself is cut the same way.
 - 1.x: tool calls (arguments whole), tool results and user turns only; no workspace files; no mean rule.
 
 Outcomes, scored as upstream scores them (scoring.py turns a missing score into 0):
@@ -20,22 +24,26 @@ Outcomes, scored as upstream scores them (scoring.py turns a missing score into 
 - `not_graded`: no judge could be asked (none configured, a simulated agent, or the judge's key unset).
 Deviations: a NaN/infinite total counts as no total; a reply whose content is a plain string is summarised
 whole; the 1.x judge ran as an OpenClaw agent session (its system prompt is OpenClaw's, not reproduced: 2.0.0's
-system message is sent) and version 1 replies are read with 2.0.0's parser. Symlinks in the workspace are not
-followed (the workspace is the agent's; a link could point at a host file). Graded results are cached on disk by
-a SHA-256 of (judge model name, system, user prompt).
+system message is sent) and version 1 replies are read with 2.0.0's parser. Only regular files are read
+(upstream's `is_file()` also follows links): no symlink (a link could point at a host file), FIFO, device or
+socket (opening a FIFO blocks; a device can be endless), each opened without following a link, checked again
+after opening, and read only as far as the cap needs (a file cut by the cap is judged UTF-8 on what was read).
+Graded results are cached on disk by a SHA-256 of (judge model name, system, user prompt).
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import logging
 import math
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +71,13 @@ TEXT_CHARS = 2000  # ... an assistant text block (2.0.0 only)
 SKIP_NAMES = frozenset({"BOOTSTRAP.md", "SOUL.md", "USER.md", "IDENTITY.md", "HEARTBEAT.md", "TOOLS.md",
                         "AGENTS.md"})
 SKIP_DIRS = frozenset({".git", ".openclaw", "__pycache__", "node_modules", "skills"})
+# Ours: upstream 2.0.0 sends every workspace file whole (d928518 "keep full workspace file context" removed the
+# content[:3000] cut per file), so a workspace of 20,000 files made a 60 MB prompt. Benchmark.sandbox sets it.
+PROMPT_MAX_CHARS = 200_000
+CUT_LINE = "[... {files} files / {size} bytes not shown: the judge prompt's cap]"
+_CUT_ROOM = 200  # characters kept free for the cut lines
+_CHUNK = 1 << 16
+READ_MAX_BYTES = 64 << 20  # ours: what reading the workspace may take in all (e.g. 20,000 binary files)
 # Ours (judge.retry_unusable=true only): upstream never re-asks after a reply it could not use.
 RETRY_REMINDER = ("\n\nIMPORTANT: Your previous response was invalid for parsing. "
                   "Reply again with one JSON object only. No markdown, no surrounding text, no code fences.")
@@ -107,23 +122,67 @@ class JudgeResult:
     usage: Usage = field(default_factory=Usage)
     cost_usd: float = 0.0
     model: str | None = None
+    prompt_cut: str | None = None  # what the prompt's cap left out (None: the prompt is whole)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    system: str
+    user: str
+    cut: str | None = None  # the cut lines, joined (None: nothing left out)
 
 
 # ---- the prompt ------------------------------------------------------------------------------------------------
 
 def build_prompt(task: PinchTask, transcript: Sequence[dict[str, Any]], workspace: Path,
-                 version: int) -> tuple[str, str]:
+                 version: int, max_chars: int = PROMPT_MAX_CHARS) -> tuple[str, str]:
     """(system, user) as upstream sends them (lib_grading.py _build_judge_prompt of that version)."""
+    prompt = judge_prompt(task, transcript, workspace, version, max_chars)
+    return prompt.system, prompt.user
+
+
+def judge_prompt(task: PinchTask, transcript: Sequence[dict[str, Any]], workspace: Path, version: int,
+                 max_chars: int = PROMPT_MAX_CHARS) -> Prompt:
+    """The prompt within `max_chars`: the summary first, the files in what is left. Only the benchmark's own
+    text (task, expected behaviour, rubric) is never cut: a cap that leaves less than 400 characters beside it is
+    passed by that text and the cut lines."""
     if version not in (1, 2):
         raise InputError(f"PinchBench version must be 1 or 2, got {version!r}")
-    summary = summarize_transcript(transcript, version)
-    head = (f"## Task\n{task.prompt}\n\n## Expected Behavior\n{task.expected_behavior}\n\n"
-            f"## Agent Transcript (summarized)\n{summary}\n\n")
-    if version == 1:
-        return SYSTEM, f"{V1_PREAMBLE}{head}## Grading Rubric\n{rubric(task)}\n\n{V1_CONTRACT}"
-    files = workspace_files_text(workspace)
-    files_section = f"## Workspace Files Created by Agent\n{files}\n\n" if files.strip() else ""
-    return SYSTEM, f"{V2_PREAMBLE}{head}{files_section}## Grading Rubric\n{rubric(task)}\n\n{V2_CONTRACT}"
+    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
+        raise InputError(f"benchmark.sandbox.judge_prompt_max_chars={max_chars!r} is not a positive integer")
+    preamble, contract = (V1_PREAMBLE, V1_CONTRACT) if version == 1 else (V2_PREAMBLE, V2_CONTRACT)
+    task_part = f"## Task\n{task.prompt}\n\n## Expected Behavior\n{task.expected_behavior}\n\n"
+    tail = f"## Grading Rubric\n{rubric(task)}\n\n{contract}"
+    files_head = "## Workspace Files Created by Agent\n" if version == 2 else ""
+    # the benchmark's own text is never cut; the summary and the files share the rest, the summary first; a cut
+    # line takes at most _CUT_ROOM characters, kept free for it only when something is cut
+    fixed = preamble + task_part + "## Agent Transcript (summarized)\n\n\n" + tail
+    room = max_chars - len(fixed + (files_head + "\n\n" if version == 2 else ""))
+    summary, summary_cut = summarize_transcript(transcript, version), None
+    entries = read_files(workspace, room) if version == 2 else []
+    files = _fit(entries, room - len(summary))
+    if len(summary) + len(files.text) > room and summary and len(summary) > room - 2 * _CUT_ROOM:
+        summary, summary_cut = _cut_lines(summary, room - 2 * _CUT_ROOM)
+        files = _fit(entries, room - len(summary))
+    head = f"{preamble}{task_part}## Agent Transcript (summarized)\n{summary}\n\n"
+    files_section = f"{files_head}{files.text}\n\n" if files.text.strip() else ""
+    cut = "; ".join(c for c in (summary_cut, files.cut) if c) or None
+    return Prompt(SYSTEM, f"{head}{files_section}{tail}", cut)
+
+
+def _cut_lines(summary: str, room: int) -> tuple[str, str | None]:
+    """The summary whole if it fits in `room` characters, else its first lines that fit and the cut line."""
+    if len(summary) <= room:
+        return summary, None
+    lines, kept, used = summary.split("\n"), [], 0
+    for line in lines:
+        if used + len(line) + 1 > room:
+            break
+        kept.append(line)
+        used += len(line) + 1
+    note = (f"[... {len(lines) - len(kept)} transcript lines / {len(summary.encode()) - used} bytes not shown: "
+            "the judge prompt's cap]")
+    return "\n".join([*kept, note]), note
 
 
 def rubric(task: PinchTask) -> str:
@@ -169,31 +228,141 @@ def _first(content: Any) -> str:
     return content if isinstance(content, str) else str(content[0]) if isinstance(content, list) else str(content)
 
 
-def workspace_files_text(workspace: Path) -> str:
+@dataclass(frozen=True)
+class FilesText:
+    text: str  # the `### File:` blocks, and the cut line when files were left out
+    cut: str | None = None
+
+
+def workspace_files_text(workspace: Path, max_chars: int = PROMPT_MAX_CHARS) -> str:
     """`### File: <path>` and the whole text of every UTF-8 file, in sorted path order (2.0.0 lib_grading.py
-    _read_workspace_files): hidden files and directories, skills/ and tool directories, OpenClaw's bootstrap
-    files, binary files and symlinks are left out."""
-    parts = []
-    for rel in judged_files(workspace):
-        try:
-            text = (workspace / rel).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue  # binary or unreadable
-        parts.append(f"### File: {rel.as_posix()}\n{text}")
-    return "\n\n".join(parts)
+    _read_workspace_files), within `max_chars`: hidden files and directories, skills/ and tool directories,
+    OpenClaw's bootstrap files, binary files and anything not a regular file are left out."""
+    return _fit(read_files(workspace, max_chars), max_chars).text
+
+
+@dataclass(frozen=True)
+class _File:
+    rel: Path
+    size: int  # as lstat gives it
+    text: str | None  # what was read (at most the room there was); None: not read (no room left)
+    whole: bool = False
+
+
+def read_files(workspace: Path, room: int, max_bytes: int = READ_MAX_BYTES) -> list[_File]:
+    """The candidate files read in order until `room` characters of text are in hand (each at most that much)
+    or `max_bytes` were read; a binary or unreadable file is dropped, as upstream drops it; the rest are listed
+    unread."""
+    out: list[_File] = []
+    budget = max_bytes
+    for rel, size in _candidates(workspace):
+        if room <= 0 or budget <= 0:
+            out.append(_File(rel, size, None))
+            continue
+        read = read_text(workspace, rel, room)
+        budget -= len(read[0].encode()) if read else min(size, _CHUNK)  # a binary file fails in its first chunk
+        if read is not None:
+            out.append(_File(rel, size, *read))
+            room -= len(read[0])
+    return out
+
+
+def _fit(entries: list[_File], room: int) -> FilesText:
+    """The files section within `room` characters, its cut line included when something is left out."""
+    files = _compose(entries, room)
+    return files if files.cut is None else _compose(entries, room - _CUT_ROOM)
+
+
+def _compose(entries: list[_File], room: int) -> FilesText:
+    """Files whole while they fit, the next one cut, the rest counted in one cut line (a file not read counts its
+    size as the file system gives it)."""
+    parts: list[str] = []
+    left, left_bytes = 0, 0
+    for entry in entries:
+        header = ("\n\n" if parts else "") + f"### File: {entry.rel.as_posix()}\n"
+        fits = room - len(header)
+        if entry.text is None or fits <= 0:
+            left, left_bytes = left + 1, left_bytes + entry.size
+            continue
+        text = entry.text
+        if not entry.whole or len(text) > fits:  # cut: the head is shown, the rest counted as left out
+            text = text[:fits]
+            left, left_bytes = left + 1, left_bytes + max(0, entry.size - len(text.encode()))
+        parts.append(header + text)
+        room -= len(header) + len(text)
+    if not left:
+        return FilesText("".join(parts))
+    note = CUT_LINE.format(files=left, size=left_bytes)
+    return FilesText("".join(parts) + ("\n\n" if parts else "") + note, note)
+
+
+def read_text(workspace: Path, rel: Path, max_chars: int) -> tuple[str, bool] | None:
+    """(text, whole) of a regular file inside `workspace`, at most `max_chars` characters with upstream's
+    read_text newlines; None for anything else: a link, FIFO, device or socket (never opened: a FIFO blocks and
+    a device can be endless), a path that leaves the workspace, a file that is not UTF-8, an OSError."""
+    path = workspace / rel
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        # checked again once open: the entry may have been swapped, or a parent folder made a link, meanwhile
+        inside = Path(os.path.realpath(f"/proc/self/fd/{fd}")).is_relative_to(os.path.realpath(workspace))
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or not inside:
+            return None
+        return _decode(fd, 4 * max_chars + 4)  # UTF-8: at most 4 bytes a character
+    except (OSError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def _decode(fd: int, limit: int) -> tuple[str, bool] | None:
+    """Read at most `limit` bytes as UTF-8 in chunks (a binary file fails in its first chunk); whole: the end of
+    the file was reached. Newlines as Path.read_text gives them (universal newlines)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    chunks: list[str] = []
+    got, whole = 0, False
+    while got < limit:
+        data = os.read(fd, min(_CHUNK, limit - got))
+        if not data:
+            chunks.append(decoder.decode(b"", final=True))
+            whole = True
+            break
+        got += len(data)
+        chunks.append(decoder.decode(data))
+    if not whole and not os.read(fd, 1):  # exactly `limit` bytes: that was all of it
+        chunks.append(decoder.decode(b"", final=True))
+        whole = True
+    text = "".join(chunks).replace("\r\n", "\n").replace("\r", "\n")
+    return text, whole
 
 
 def judged_files(workspace: Path) -> list[Path]:
     """Relative paths of the candidate files, sorted by path parts as upstream's sorted(rglob) does."""
-    if not workspace.is_dir():
+    return [rel for rel, _ in _candidates(workspace)]
+
+
+def _candidates(workspace: Path) -> list[tuple[Path, int]]:
+    """(relative path, size) of every regular file upstream would consider, sorted as upstream sorts them."""
+    if not workspace.is_dir() or workspace.is_symlink():
         return []
-    found: list[Path] = []
+    found: list[tuple[Path, int]] = []
     for top, dirs, files in os.walk(workspace):  # does not descend into symlinked directories
         dirs[:] = [d for d in dirs if not _skipped(d)]
         base = Path(top).relative_to(workspace)
-        found += [base / f for f in files
-                  if not _skipped(f) and f not in SKIP_NAMES and not os.path.islink(os.path.join(top, f))]
-    return sorted(found, key=lambda p: p.parts)
+        for name in files:
+            if _skipped(name) or name in SKIP_NAMES:
+                continue
+            try:
+                info = os.lstat(os.path.join(top, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):  # not a link, FIFO, socket or device
+                found.append((base / name, info.st_size))
+    return sorted(found, key=lambda item: item[0].parts)
 
 
 def _skipped(name: str) -> bool:
@@ -347,15 +516,16 @@ class Judge:
                 "judge_is_agent": False} | self.label
 
     def grade(self, task: PinchTask, transcript: Sequence[dict[str, Any]], workspace: Path,
-              version: int = 2) -> JudgeResult:
+              version: int = 2, max_chars: int = PROMPT_MAX_CHARS) -> JudgeResult:
+        """`max_chars`: the prompt's cap (benchmark.sandbox.judge_prompt_max_chars); `prompt_cut` says a cut."""
         if self.backend is None:
             return JudgeResult("not_graded", None, reason=self.unavailable_reason)
-        system, user = build_prompt(task, transcript, workspace, version)
-        key = cache_key(self.backend.name, system, user)
+        prompt = judge_prompt(task, transcript, workspace, version, max_chars)
+        key = cache_key(self.backend.name, prompt.system, prompt.user)
         hit = self._cached(key)
         if hit is not None:
-            return hit
-        result = self._ask(self.backend, system, user)
+            return replace(hit, prompt_cut=prompt.cut)
+        result = replace(self._ask(self.backend, prompt.system, prompt.user), prompt_cut=prompt.cut)
         if result.status == "graded" and self.cache_dir is not None:
             atomic_write(self._path(key), json.dumps(_entry(key, result), sort_keys=True))
         return result

@@ -12,19 +12,29 @@ A part that could not be graded counts as upstream counts it:
 - a judge whose calls failed, whose reply has no total, or that could not be asked scores the judge part 0.0.
 Beside the score, `parts` counts the parts graded and not graded (the harness's own diagnostic, written to the
 `graded_parts` / `not_graded_parts` columns), and `grading_error` / the judge's `reason` say why.
+
+A task's grading has a deadline (`deadline_s`, benchmark.sandbox.grade_deadline_s; ours): each step (the grader,
+then the judge) runs in a daemon thread the caller waits on, so a step that blocks (a read that never returns, a
+judge that never answers) cannot hang the run: past the deadline the step is given up and scored as upstream
+scores its failure: a stalled grader zeroes the task (`grading_error` "grading stalled: ..."), a stalled judge
+scores the judge part 0 (`judge_status` error, `judge_reason` "grading stalled: ...").
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from harness.envs.pinchbench.grading import run_grade
-from harness.envs.pinchbench.judge import Judge, JudgeResult
+from harness.envs.pinchbench.grading import GradeResult, run_grade
+from harness.envs.pinchbench.judge import PROMPT_MAX_CHARS, Judge, JudgeResult
 from harness.envs.pinchbench.tasks import PinchTask
+
+T = TypeVar("T")
 
 DEFAULT_WEIGHTS = {"automated": 0.5, "llm_judge": 0.5}  # lib_grading.py _combine_grades
 NO_CODE = "No automated grading code found"  # lib_grading.py _grade_automated's note
@@ -83,9 +93,12 @@ def _wanted(grading_type: str) -> tuple[str, ...]:
 
 
 def grade_task(task: PinchTask, transcript: Sequence[dict[str, Any]], workspace: Path, judge: Judge,
-               version: int, grade_timeout_s: float = 60.0, caps: dict[str, int] | None = None) -> TaskGrade:
-    """Grade one task on its transcript (OpenClaw lines) and workspace, in upstream's order (grader, then judge)."""
+               version: int, grade_timeout_s: float = 60.0, caps: dict[str, int] | None = None,
+               deadline_s: float | None = None, prompt_max_chars: int = PROMPT_MAX_CHARS) -> TaskGrade:
+    """Grade one task on its transcript (OpenClaw lines) and workspace, in upstream's order (grader, then judge),
+    within `deadline_s` (None: no deadline)."""
     wanted = _wanted(task.grading_type)
+    clock = Deadline(deadline_s)
     automated: float | None = None
     scores: dict[str, float] | None = None
     error: str | None = None
@@ -94,17 +107,56 @@ def grade_task(task: PinchTask, transcript: Sequence[dict[str, Any]], workspace:
         if not task.grade_source:
             automated, scores, error = 0.0, {}, NO_CODE
         else:
-            result = run_grade(task.grade_source, list(transcript), workspace, grade_timeout_s, label=task.id,
-                               **(caps or {}))
+            source = task.grade_source
+            result = clock.run(lambda: run_grade(source, list(transcript), workspace, grade_timeout_s, label=task.id,
+                                                 **(caps or {})))
+            if result is None:
+                result = GradeResult(None, clock.stalled("the grader"))
             if result.failed:  # upstream: the exception leaves grade_task, the task scores 0, no judge call
                 return TaskGrade(task.id, task.category, task.grading_type, 0.0, None, None, result.error,
                                  JudgeResult("not_graded", None, reason=NOT_ASKED) if "llm_judge" in wanted
                                  else None, grading_failed=True)
             automated, scores, error, note = result.score, result.scores, result.error, result.note
-    verdict = judge.grade(task, transcript, workspace, version) if "llm_judge" in wanted else None
+    verdict = None
+    if "llm_judge" in wanted:  # a judge that does not answer in time failed, as one whose call timed out
+        verdict = clock.run(lambda: judge.grade(task, transcript, workspace, version, prompt_max_chars)) or \
+            JudgeResult("error", None, reason=clock.stalled("the judge"))
     parts = {"automated": automated, "llm_judge": verdict.score if verdict else None}
     return TaskGrade(task.id, task.category, task.grading_type, combine(parts, task.weights, wanted), automated,
                      scores, error, verdict, grading_note=note)
+
+
+class Deadline:
+    """One task's grading clock: `run` a step in a daemon thread and wait for it until the deadline; None when the
+    step did not end in time (it is abandoned: a daemon thread blocked for good keeps neither the run nor the
+    interpreter's exit waiting; a stopping run leaves it as it leaves any blocked episode, harness.lifecycle)."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.end = None if seconds is None else time.monotonic() + seconds
+
+    def run(self, step: Callable[[], T]) -> T | None:
+        if self.end is None:
+            return step()
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["value"] = step()
+            except BaseException as exc:  # re-raised in the caller, Interrupted included
+                box["error"] = exc
+
+        worker = threading.Thread(target=target, name="pinchbench-grading", daemon=True)
+        worker.start()
+        worker.join(max(0.0, self.end - time.monotonic()))  # a signal interrupts it in the main thread
+        if worker.is_alive():
+            return None
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def stalled(self, what: str) -> str:
+        return f"grading stalled: deadline {self.seconds:g} s ({what} did not return in time; given up)"
 
 
 def combine(parts: dict[str, float | None], weights: dict[str, float], wanted: Sequence[str]) -> float:

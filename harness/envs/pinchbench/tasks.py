@@ -60,6 +60,9 @@ NETWORK_SIGNALS: tuple[tuple[str, str], ...] = (
 _MOCK_PREREQ = re.compile(r"fws|^cli:(gws|gh)$", re.IGNORECASE)
 _MOCK_ID = re.compile(r"^task_(gws|gh)_")
 _SAFE_ID = re.compile(r"^\w[\w.-]*$")  # a manifest id names tasks/<id>.md: never a path out of tasks/
+# A task's id names its transcript, OpenClaw log and workspace folder (`<id>__run<N>`, deleted on a rerun): the
+# expense tasks' rule (harness/envs/expense/task_schema.py TASK_ID), a plain file name, never a path.
+TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -280,6 +283,8 @@ def _build_task(file: Path, meta: dict[str, Any], sections: dict[str, str]) -> P
     task_id = meta.get("id")
     if not isinstance(task_id, str) or not task_id.strip():
         raise ValueError("the front matter has no `id`")
+    if not TASK_ID.fullmatch(task_id.strip()) or ".." in task_id:
+        raise ValueError(f"id {task_id!r} is not a safe file name (allowed: {TASK_ID.pattern}, no '..')")
     grading_type = meta.get("grading_type", "automated")  # scripts/lib_tasks.py default
     if grading_type not in GRADING_TYPES:
         raise ValueError(f"grading_type {grading_type!r} is not one of {', '.join(GRADING_TYPES)}")

@@ -7,6 +7,7 @@ for byte. The task file is untrusted, so every `dest` must stay inside the works
 
 from __future__ import annotations
 
+import errno
 import shutil
 from pathlib import Path
 
@@ -32,6 +33,8 @@ def build_workspace(task: PinchTask, bench_path: str | Path, dest_dir: str | Pat
             else:
                 shutil.copyfile(source, target)
         except OSError as exc:  # e.g. one dest is another's parent directory
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # a full disk is not the task file's fault (harness.run)
+                raise
             raise InputError(f"{task.file}: cannot write workspace file {spec.dest!r} ({exc.strerror})") from exc
     return root
 

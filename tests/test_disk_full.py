@@ -1,0 +1,103 @@
+"""A full disk is an episode's recorded infrastructure failure, never a traceback (issue #24 items 4 and 8).
+
+Driven by real processes on a real small filesystem: a tmpfs of a few MB mounted by the test (as root; skipped
+with the reason where mounting is not allowed) holds the run folder; `python -m harness.cli` runs a PinchBench
+task (the committed dev split) whose scripted agent fills the disk from its `exec`. The run must stop with one
+line naming the full disk, record the episode as infra_error, leave no temp file or mount behind, and a resume
+after freeing space must finish the episode.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.io import atomic_write
+
+ROOT = Path(__file__).resolve().parents[1]
+DEV = ROOT / "benchmarks" / "pinchbench" / "dev"
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 24 MB tmpfs (a real filesystem that fills up), unmounted afterwards."""
+    point = tmp_path / "small"
+    point.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (the disk-full tests need a real small filesystem)")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(point)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"mount is not permitted here: {done.stderr.strip()}")
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+def _script(path: Path, megabytes: int) -> Path:
+    """The scripted agent: one exec writing `megabytes` into the workspace (synced), then the task's file."""
+    replies = [{"tool_calls": [{"name": "exec", "arguments": {
+                   "command": f"head -c {megabytes}M /dev/zero > big.bin; sync; echo done"}}]},
+               {"tool_calls": [{"name": "write", "arguments": {
+                   "path": "open_items.md", "content": "- Draft the Q3 roadmap\n- Review the onboarding guide\n"
+                   "- Renew the staging certificate\nTotal open: 3\n"}}]},
+               {"content": "Done."}]
+    path.write_text(json.dumps({"conversations": [{"match": "Look at todo.md", "replies": replies}]}))
+    return path
+
+
+def _run(out_dir: Path, script: Path, enforce: str) -> subprocess.CompletedProcess[str]:
+    args = ["-m", "harness.cli", "experiment=pinchbench", f"benchmark.path={DEV}", "benchmark.ids=[dev_todo_report]",
+            "model=scripted", f"model.script={script}", "judge=none", "user=none", "max_steps=6", "progress=false",
+            f"benchmark.sandbox.enforce={enforce}", "benchmark.sandbox.disk_mb=64", f"out_dir={out_dir}"]
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def _records(out_dir: Path) -> list[dict[str, object]]:
+    [path] = list((out_dir / "transcripts").rglob("*.jsonl"))
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("enforce", ["auto", "checked"])
+def test_a_full_disk_is_recorded_and_a_resume_gets_past_it(small_disk: Path, tmp_path: Path, enforce: str) -> None:
+    filler = small_disk / "filler.bin"
+    filler.write_bytes(b"\0" * (20 << 20))  # 20 of 24 MB: the agent's 6 MB do not fit
+    out_dir = small_disk / "run"
+    script = _script(tmp_path / "script.json", 6)
+    first = _run(out_dir, script, enforce)
+    assert first.returncode != 0, first.stdout + first.stderr
+    assert "Traceback" not in first.stderr, first.stderr
+    assert "disk is full" in first.stderr, first.stderr
+    end = _records(out_dir)[-1]
+    assert end["termination"] == "infra_error" and str(end["error"]).startswith("DiskFull:"), end
+    assert "\n" not in str(end["error"])  # a one-line reason
+    leftovers = [p for p in out_dir.rglob("*") if p.name.endswith((".tmp", ".img")) or ".keep-" in p.name]
+    assert not leftovers, leftovers
+    assert not (out_dir / "workspaces" / "dev_todo_report__run0").exists()  # freed for the resume
+    mounts = Path("/proc/self/mounts").read_text()
+    assert str(out_dir) not in mounts
+    filler.unlink()  # the user frees space
+    second = _run(out_dir, script, enforce)
+    assert second.returncode == 0, second.stdout + second.stderr
+    end = _records(out_dir)[-1]
+    assert end["termination"] == "agent_final" and end["score"] == 1.0, end
+    assert (out_dir / "workspaces" / "dev_todo_report__run0" / "open_items.md").exists()
+    assert str(out_dir) not in Path("/proc/self/mounts").read_text()
+
+
+def test_atomic_write_on_a_full_disk_leaves_no_temp_file(small_disk: Path) -> None:
+    (small_disk / "filler.bin").write_bytes(b"\0" * (23 << 20))
+    target = small_disk / "out" / "big.json"
+    target.parent.mkdir()
+    with pytest.raises(OSError) as caught:
+        atomic_write(target, "x" * (4 << 20))
+    assert caught.value.errno == errno.ENOSPC
+    assert list(target.parent.iterdir()) == []
