@@ -20,9 +20,9 @@ from pathlib import Path
 import pandas as pd
 from hydra import compose, initialize_config_dir
 
+from harness.backends.local_server import free_port
 from harness.backends.sim_server import SimServer
 from harness.run import CONFIG_DIR, run
-from harness.testing.local_server import free_port
 
 LATENCY_S = 0.2
 

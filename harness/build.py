@@ -142,23 +142,24 @@ def _matches(node: Any, expected: Any) -> bool:
 
 
 def method_columns(policy: ContextPolicy, model: Any = None) -> dict[str, Any]:
-    """What the method recorded (WAAC B.2) as a JSON column, and which auxiliary backend did its work
-    ("none", an LLM's name, or a labelled offline stand-in), so no table mistakes a stand-in for the real thing.
-    A generation-side method (TokenSkip) also records its model's settings (`record_model`)."""
+    """What the method recorded (WAAC B.2) as a JSON column, which auxiliary backend did its work ("none", an
+    LLM's name, or a labelled offline stand-in), so no table mistakes a stand-in for the real thing, and the
+    method's registry key (`method_key`, harness/methods.py). A generation-side method (TokenSkip) also records
+    its model's settings (`record_model`)."""
     record = method_record(policy)
-    record_model = getattr(policy, "record_model", None)
-    if callable(record_model) and model is not None:
-        record |= record_model(model)
+    if model is not None:
+        record |= policy.record_model(model)
     return {"method_params": json.dumps(record, sort_keys=True, default=str),
-            "aux_backend": str(record.get("aux_backend", "none"))}
+            "aux_backend": str(record.get("aux_backend", "none")), "method_key": type(policy).key}
 
 
 def check_policy_model(cfg: DictConfig) -> None:
     """A method that needs a particular kind of model (TokenSkip) says why this one cannot run it, before any
     episode: one InputError line with the reason and how to run it."""
     policy = build_policy(cfg)
-    check = getattr(policy, "check_model", None)
-    if callable(check) and (reason := check(build_model(cfg, cfg.seed))):
+    if type(policy).check_model is ContextPolicy.check_model:
+        return  # the method runs on any model: none is built just to ask
+    if reason := policy.check_model(build_model(cfg, cfg.seed)):
         raise InputError(reason)
 
 

@@ -36,6 +36,7 @@ class RunConfig:
     benchmark: Any = None
     browser: Any = None
     budget: Any = None
+    pricing: Any = None  # price sheet and prompt-cache model the episodes are priced with (harness.pricing)
 
 
 # Root settings that only some benchmarks read. Each env config lists those its benchmark reads (`env.reads`); the

@@ -11,76 +11,21 @@ import logging
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from harness import lifecycle
 from harness.backends.base import ContextWindowExceeded, InfraError, LLMBackend
-from harness.envs.base import NEW_SESSION, Episode
-from harness.policies.base import ContextPolicy, RenderContext, Summarizer
-from harness.policies.budget import fit_to_budget
+from harness.envs.base import NEW_SESSION, STOP, Episode
+from harness.outcome import EpisodeResult, StepRecord
+from harness.policies.base import ContextPolicy, RenderContext, Summarizer, View
+from harness.policies.budget import fit_provenance, fit_to_budget
 from harness.tokens import TokenCounter
-from harness.types import Message, Score, Termination, ToolCall, ToolSpec, Usage
+from harness.types import Message, Termination, ToolCall, ToolSpec, Usage
 
-STOP = "###STOP###"
 log = logging.getLogger("harness.episode")
 MISMATCH_TOKENS, MISMATCH_FRACTION = 50, 0.10  # API vs local input count: log beyond both
 _WARNED: set[str] = set()  # warnings given once per run (process): see reset_warnings
-
-
-@dataclass
-class StepRecord:
-    """One model call: what the model was shown (`view`, as history indices or inline messages) and costs."""
-
-    step: int
-    history_tokens: int
-    input_tokens: int  # as the backend reports it (the API's usage; the local count for sim)
-    local_input_tokens: int  # harness.tokens' count of the same request
-    output_tokens: int
-    aux_input_tokens: int
-    aux_output_tokens: int
-    policy_time_s: float
-    model_time_s: float
-    modeled_time_s: float
-    n_history_messages: int
-    n_view_messages: int
-    view_compressible_tokens: int  # the view minus the fixed opening messages (and tools): what budgets bound
-    budget: int | None
-    over_budget: bool
-    budget_evicted_pairs: int
-    action: str
-    cached: bool
-    cost_usd: float
-    aux_cost_usd: float
-    retries: int
-    usage_mismatch: bool
-    view: list[Any]
-    cached_input_tokens: int = 0  # of input_tokens, served from the provider's prompt cache (cheaper)
-    reasoning_tokens: int = 0  # of output_tokens
-    usage_missing: bool = False  # the API reported no usage: the local counts stand in
-    finish_reason: str | None = None
-    unusable: str | None = None  # "truncated" (finish_reason length) or "empty" (no text, no tool call)
-    decisions: dict[str, Any] = field(default_factory=dict)
-    info: dict[str, Any] = field(default_factory=dict)
-    aux_calls: int = 0  # the policy's auxiliary calls for this step's view (summaries, compressor, memory)
-    aux_time_s: float = 0.0  # their wall seconds (part of policy_time_s)
-    session: int = 0  # which conversation of the episode (multi-session tasks start fresh ones)
-
-
-@dataclass
-class EpisodeResult:
-    history: list[Message]
-    steps: list[StepRecord]
-    termination: Termination
-    score: Score
-    wall_time_s: float
-    tool_errors: int = 0
-    malformed_tool_calls: int = 0
-    user_usage: Usage = field(default_factory=Usage)
-    user_cost_usd: float = 0.0
-    error: str | None = None
-    failed_call_retries: int = 0  # retries of the call that ended the episode as an infrastructure failure
-    scoring_time_s: float = 0.0  # grading the episode (graders, judges): not part of wall_time_s
 
 
 @dataclass
@@ -119,7 +64,7 @@ def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, toke
     except InfraError as exc:  # the environment could not start (e.g. a browser): no model call was made
         return _not_started(episode, start, f"{type(exc).__name__}: {exc}")
     convo = Conversation(policy, 0, len(history))
-    tools = [*episode.env.tools(), *_policy_tools(policy)]
+    tools = [*episode.env.tools(), *policy.tools()]
     _offer_deadline(episode, remaining)
     steps: list[StepRecord] = []
     termination, error, failed_retries = Termination.MAX_STEPS, None, 0
@@ -241,6 +186,7 @@ def _step(episode: Episode, convo: Conversation, model: LLMBackend, tokens: Toke
     view = policy.render(tuple(here), ctx)
     fit = fit_to_budget(view.messages, ctx.n_fixed, ctx.budget, tokens)  # every policy alike (policies/budget.py)
     over = fit.over_budget
+    view.provenance = fit_provenance(view.messages, view.provenance, fit)
     view.messages = fit.messages
     tools = _request_tools(policy, ctx.tools)
     policy_time = time.perf_counter() - t0
@@ -277,7 +223,8 @@ def _step(episode: Episode, convo: Conversation, model: LLMBackend, tokens: Toke
         view=view_refs(history, view.messages), decisions=view.decisions, info=completion.info,
         cached_input_tokens=completion.usage.cached_input_tokens, reasoning_tokens=completion.usage.reasoning_tokens,
         usage_missing=bool(completion.info.get("usage_missing")), finish_reason=finish, unusable=bad,
-        aux_calls=view.aux_calls, aux_time_s=view.aux_time_s, session=convo.session))
+        aux_calls=view.aux_calls, aux_time_s=view.aux_time_s, session=convo.session,
+        view_provenance=_provenance_record(view, convo.start)))
     history.append(message)
     if message.tool_calls:
         history.extend(_tool_result(episode, policy, call) for call in message.tool_calls)
@@ -299,26 +246,27 @@ def _usage_mismatch(reported: int, local: int, from_api: bool) -> bool:
 
 
 def _request_tools(policy: ContextPolicy, declared: Sequence[ToolSpec]) -> Sequence[ToolSpec]:
-    """The tools in this request: a policy with `offered_tools` shows its own tools only while they serve (WAAC's
-    recall while a pointer is in view); calls are still routed by the declared set."""
-    offered = getattr(policy, "offered_tools", None)
-    if not callable(offered):
+    """The tools in this request: the declared ones, the policy's own only as far as it offers them now (WAAC's
+    recall while a pointer is in view: ContextPolicy.offered_tools); calls are still routed by the declared set."""
+    own = {t.name for t in policy.tools()}
+    if not own:
         return declared
-    own = {t.name for t in _policy_tools(policy)}
-    return [*(t for t in declared if t.name not in own), *offered()]
+    return [*(t for t in declared if t.name not in own), *policy.offered_tools()]
 
 
-def _policy_tools(policy: ContextPolicy) -> list[ToolSpec]:
-    """Tools a policy offers the agent itself (WAAC's recall of pointed-to artifacts)."""
-    tools = getattr(policy, "tools", None)
-    return list(tools()) if callable(tools) else []
+def _provenance_record(view: View, start: int) -> list[dict[str, Any]] | None:
+    """The view's provenance as the transcript keeps it, its sources as indices of the episode's whole history
+    (the policy numbers the current conversation's messages from 0), like the step's `view` refs."""
+    if view.provenance is None:
+        return None
+    return [{"kind": p.kind, "sources": [start + i for i in p.sources]} for p in view.provenance]
 
 
 def _tool_result(episode: Episode, policy: ContextPolicy, call: ToolCall) -> Message:
     """Run one call; a malformed call comes back as a tool error the model sees, never as an exception.
     Calls to a policy's own tools go to the policy, all others to the environment."""
-    if call.name in {t.name for t in _policy_tools(policy)}:
-        content, is_error = policy.call_tool(call)  # type: ignore[attr-defined]
+    if call.name in {t.name for t in policy.tools()}:
+        content, is_error = policy.call_tool(call)
         return Message("tool", content, tool_call_id=call.id, name=call.name, is_error=is_error)
     result = episode.env.execute(call)
     images = tuple(getattr(result, "images", ()))  # a screenshot observation (Odysseys browser.observation)

@@ -20,13 +20,22 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from harness.episode import EpisodeResult
+from harness import pricing
+from harness.errors import InputError
 from harness.io import atomic_write
+from harness.outcome import FAILED, EpisodeResult
 
+# The records' format: every transcript's episode_start says it (`format_version`), every parquet table carries it
+# in its schema metadata (PARQUET_VERSION). Version 1 is the shape since the harness began (transcripts and tables
+# written before versions existed are version 1); a reader refuses a newer version with one line (check_version).
+FORMAT_VERSION = 1
+VERSION_KEY = "format_version"
+PARQUET_VERSION = b"harness.format_version"
 EPISODE_KEYS = ("experiment", "policy", "model", "simulated", "task_id", "run", "budget_fraction")
 NAME = re.compile(r"^(?P<task_id>[A-Za-z0-9][A-Za-z0-9._-]*)__run(?P<run>\d+)\.jsonl$")
-FAILED = ("infra_error", "error")  # terminations a resume reruns by default: the episode did not really run
 log = logging.getLogger("harness.records")
 
 
@@ -46,8 +55,9 @@ def episode_row(meta: dict[str, Any], result: EpisodeResult) -> dict[str, Any]:
     return {
         **meta,
         "completed": result.score.completed,
-        "any_line_itemized": result.score.any_line_itemized,
-        "amount_itemized_pct": result.score.amount_itemized_pct,
+        # the benchmark's own columns (expense: any_line_itemized, amount_itemized_pct) placed right after
+        # `completed`, where the expense columns always were; repeated last so their values win as they always did
+        **result.score.columns,
         "n_steps": len(s),
         "n_tool_calls": sum(len(m.tool_calls) for m in result.history),
         "tool_errors": result.tool_errors,
@@ -67,6 +77,8 @@ def episode_row(meta: dict[str, Any], result: EpisodeResult) -> dict[str, Any]:
         "aux_cost_usd": sum(x.aux_cost_usd for x in s),
         "user_cost_usd": result.user_cost_usd,
         "cost_usd": sum(x.cost_usd + x.aux_cost_usd for x in s) + result.user_cost_usd,  # NaN if a price is unknown
+        **pricing.episode_columns([x.info.get("prompt_cache") for x in s],  # on the price sheet, cache or not
+                                  [(x.aux_input_tokens, x.aux_output_tokens) for x in s]),
         "user_input_tokens": result.user_usage.input_tokens,
         "user_output_tokens": result.user_usage.output_tokens,
         "aux_input_tokens": sum(x.aux_input_tokens for x in s),
@@ -89,7 +101,7 @@ def episode_row(meta: dict[str, Any], result: EpisodeResult) -> dict[str, Any]:
 
 
 def write_transcript(path: Path, meta: dict[str, Any], result: EpisodeResult) -> None:
-    lines = [{"type": "episode_start", **meta}]
+    lines = [{"type": "episode_start", **meta, VERSION_KEY: FORMAT_VERSION}]
     lines += [{"type": "message", "index": i, "message": m.to_dict()} for i, m in enumerate(result.history)]
     lines += [{"type": "step", **asdict(step)} for step in result.steps]
     lines.append({"type": "episode_end", **episode_row(meta, result)})
@@ -107,8 +119,36 @@ def read_transcript(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def check_version(version: Any, where: Path | str) -> int:
+    """A record's format version (None: written before versions existed, so version 1); a newer one than this
+    harness reads, or one that is not a whole number, is an InputError naming the file and the versions."""
+    if version is None:
+        return 1
+    if isinstance(version, bytes):
+        version = version.decode(errors="replace")
+    try:
+        number = int(version)
+    except (TypeError, ValueError):
+        number = -1
+    if number < 1 or str(number) != str(version).strip():
+        raise InputError(f"{where}: format_version {version!r} is not a version number (this harness reads "
+                         f"versions 1 to {FORMAT_VERSION})")
+    if number > FORMAT_VERSION:
+        raise InputError(f"{where}: written in records format version {number}; this harness reads versions 1 to "
+                         f"{FORMAT_VERSION} (read it with the harness that wrote it, or a newer one)")
+    return number
+
+
+def parquet_version(path: Path) -> int:
+    """A parquet table's format version from its schema metadata (a table without one: version 1); a newer one
+    is refused as check_version does."""
+    metadata = pq.read_schema(path).metadata or {}
+    return check_version(metadata.get(PARQUET_VERSION), path)
+
+
 def check_transcript(path: Path, fingerprint: str | None = None) -> tuple[State, list[dict[str, Any]] | str]:
-    """The transcript's state and its records (or, when damaged, the reason)."""
+    """The transcript's state and its records (or, when damaged, the reason); one written in a newer format
+    than this harness reads is an InputError (never taken for damaged, so a resume never overwrites it)."""
     if not path.exists():
         return State.MISSING, "no transcript"
     name = NAME.match(path.name)
@@ -116,6 +156,8 @@ def check_transcript(path: Path, fingerprint: str | None = None) -> tuple[State,
         records = read_transcript(path)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         return State.DAMAGED, f"unreadable ({exc})"
+    if records and isinstance(records[0], dict) and records[0].get("type") == "episode_start":
+        check_version(records[0].get(VERSION_KEY), path)
     problem = _shape_problem(records, name, fingerprint)
     if problem:
         return State.DAMAGED, problem
@@ -167,15 +209,20 @@ def build_tables(out_dir: Path, fingerprint: str | None = None) -> tuple[pd.Data
         episodes.append({k: v for k, v in end.items() if k != "type"})
         steps += [{**keys, **_flat_step(r)} for r in records if r.get("type") == "step"]
     ep, st = pd.DataFrame(episodes), pd.DataFrame(steps)
-    _write_parquet(ep, out_dir / "episodes.parquet")
-    _write_parquet(st, out_dir / "steps.parquet")
+    write_parquet(ep, out_dir / "episodes.parquet")
+    write_parquet(st, out_dir / "steps.parquet")
     return ep, st
 
 
-def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
-    """Atomically: a reader never sees half a table, and a killed run leaves the previous one whole."""
+def write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    """A table as parquet with its format version in the schema metadata (the columns and values exactly as
+    DataFrame.to_parquet writes them), atomically: a reader never sees half a table, and a killed run leaves
+    the previous one whole."""
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                           PARQUET_VERSION: str(FORMAT_VERSION).encode()})
     tmp = path.with_name(f".{path.name}.tmp")
-    frame.to_parquet(tmp, index=False)
+    pq.write_table(table, tmp)
     tmp.replace(path)
 
 
@@ -183,4 +230,5 @@ def _flat_step(r: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in r.items() if k not in ("type", "view", "decisions", "info")}
     out["events"] = ";".join(r.get("info", {}).get("events", []))
     out["decisions"] = json.dumps(r.get("decisions", {}), sort_keys=True)
+    out.update(pricing.step_columns(r.get("info", {}).get("prompt_cache")))
     return out

@@ -1,7 +1,9 @@
 """`python -m harness.run experiment=c4 [overrides]`: tasks x runs, with progress, transcripts and tables.
 
 Three layers, as in tau2-bench: `harness.episode.run_episode` is the pure loop; `harness.build` turns config
-into objects; this module is the batch runner (parallel workers, resume, records, the final table).
+into objects; this module is the batch runner (one episode, a session's course, the final table). Its other jobs
+have a module each: planning and resume (harness.resume), the executors (harness.executors), the spend
+(harness.spend), pre-flight (harness.preflight), re-grading (harness.regrade).
 
 Operating rules (README "Operating runs"): one live run per out_dir (harness.lifecycle.RunLock); SIGINT and
 SIGTERM stop new requests, keep every whole transcript and print how to resume; worker processes die with the
@@ -13,20 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
-import json
 import logging
 import math
-import multiprocessing as mp
-import os
-import queue
 import shlex
 import sys
-import threading
 import time
-import traceback
-from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -38,9 +31,10 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from harness import episode as episode_loop
-from harness import lifecycle, manifest, preflight
+from harness import lifecycle, manifest, preflight, regrade
 from harness.backends.base import InfraError
 from harness.backends.local import serving
+from harness.backends.prompt_cache import PromptCacheMeter
 from harness.build import (
     build_domain,
     build_model,
@@ -56,20 +50,28 @@ from harness.config import register
 from harness.envs.base import Domain, EpisodeContext
 from harness.episode import EpisodeResult, run_episode
 from harness.errors import InputError
+from harness.executors import execute, plan
 from harness.policies.budget import budget_tokens
-from harness.records import State, build_tables, check_transcript, transcript_files, transcript_path, write_transcript
+from harness.pricing import settings as pricing_settings
+from harness.records import build_tables, transcript_path, write_transcript
 from harness.report.console import EXIT_JUDGE, judge_lines, judge_outcome, render
+from harness.resume import (
+    Job,
+    check_resume,
+    check_shape,
+    fingerprint,
+    pending,
+    prepare_out_dir,
+)
+from harness.spend import SPENT, snapshot, spent, written
 from harness.tokens import TokenCounter
 from harness.types import Score, Termination
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 register()
 
-_WORKER: dict[str, Any] = {}
 log = logging.getLogger("harness.run")
-Job = tuple[int, int, str, str]  # task index, run, out_dir, configuration fingerprint
 EXIT_INTERRUPTED, EXIT_COST_CAP, EXIT_INPUT = 130, 3, 2
-SPENT = "spent_usd.txt"  # the out_dir's spend over all its sessions, for max_cost_usd
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # a full disk (or quota): recorded as an episode's infra_error, never a crash
 
 
@@ -87,7 +89,8 @@ def run_one(cfg: DictConfig, domain: Domain, job: Job) -> dict[str, Any]:
         episode = domain.episode(task, build_user(cfg), context)
         deadline = getattr(episode, "timeout_s", None)  # the domain's wall-clock limit for this episode, if any
         try:
-            result = run_episode(episode, policy, model, TokenCounter(cfg.encoding), cfg.max_steps, budget=budget,
+            metered = PromptCacheMeter.from_config(model, cfg.get("pricing"), cfg.encoding)  # cost with/without cache
+            result = run_episode(episode, policy, metered, TokenCounter(cfg.encoding), cfg.max_steps, budget=budget,
                                  max_unusable_replies=cfg.max_unusable_replies,
                                  new_policy=lambda: build_policy(cfg), deadline_s=deadline)
         finally:  # an abandoned episode (a stopped run) frees what it holds, e.g. a browser
@@ -122,327 +125,11 @@ def _disk_full(episode: Any, task_id: str, run: int, why: str) -> EpisodeResult:
     log.error("episode %s run %d: %s; the run stops: free space on that disk, then resume (it is rerun)",
               task_id, run, reason)
     lifecycle.request_stop(f"the disk is full: {reason.removeprefix('DiskFull: ')}")
-    score = Score(False, False, math.nan)
+    score = Score(False)  # no episode to say its columns: none written
     if episode is not None:  # its columns, as for an episode that could not start (nothing graded)
         with contextlib.suppress(OSError):
             score = episode.score([], [], Termination.INFRA_ERROR.value)
     return EpisodeResult([], [], Termination.INFRA_ERROR, score, 0.0, error=reason)
-
-
-def _load(cfg_yaml: str) -> DictConfig:
-    """A worker process's config, from the parent's resolved YAML."""
-    cfg = OmegaConf.create(cfg_yaml)
-    assert isinstance(cfg, DictConfig)
-    return cfg
-
-
-def _init_worker(cfg_yaml: str, parent: int) -> None:
-    lifecycle.die_with_parent(parent)
-    lifecycle.worker_signals()
-    cfg = _load(cfg_yaml)
-    _WORKER.update(cfg=cfg, domain=build_domain(cfg))
-
-
-def _work(job: Job) -> dict[str, Any]:
-    return run_one(_WORKER["cfg"], _WORKER["domain"], job)
-
-
-def pending(cfg: DictConfig, domain: Domain, out_dir: Path, print_: str | None = None) -> list[Job]:
-    """Episodes to (re)run: no transcript, a damaged one, or (with rerun_failed) one that ended as an
-    infrastructure failure or a crash. Whole, successful episodes are never redone."""
-    jobs = []
-    for r in range(cfg.n_runs):
-        for i, t in enumerate(domain.tasks):
-            path = transcript_path(out_dir, t.task_id, r)
-            state, why = check_transcript(path, print_)
-            if state == State.COMPLETE or (state == State.FAILED and not cfg.rerun_failed):
-                continue
-            if state == State.DAMAGED:
-                log.warning("rerunning %s: %s", path, why)
-            jobs.append((i, r, str(out_dir), print_ or ""))
-    return jobs
-
-
-# Settings that change no episode's outcome: a resumed run may differ in these and nothing else.
-NEUTRAL = ("out_dir", "progress", "n_workers", "concurrency", "n_tasks", "n_runs", "rerun_failed", "dry_run",
-           "max_cost_usd", "preflight",
-           "judge", "benchmark", "browser")  # these reach episodes only through the env block, which carries them
-
-
-# ... and, in every backend block, how calls are made and paid for, not what they return (e.g. a lower rpm after
-# 429s, or another cache folder, must not refuse a resume).
-NEUTRAL_BACKEND = ("rate_limit", "retry", "timeout_s", "api_key_env", "cache_dir", "prices", "executor")
-
-
-def fingerprint(cfg: DictConfig) -> str:
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(resolved, dict)
-    relevant = {k: v for k, v in resolved.items() if k not in NEUTRAL}
-    # env.waac configures WAAC only (its policy block resolves what it uses), so other policies' runs keep
-    # their fingerprint; WAAC's covers its library's content, not only its path (make library rebuilds it)
-    relevant["env"] = {k: v for k, v in relevant.get("env", {}).items() if k not in ("n_tasks", "waac", "reads")}
-    policy = relevant.get("policy")
-    if isinstance(policy, dict) and policy.get("library_path") and policy.get("use_library", True):
-        relevant["policy"] = {**policy, "library_sha256": _file_sha256(str(policy["library_path"]))}
-    relevant["model"] = _without_knobs(relevant.get("model"))
-    if isinstance(relevant["model"], dict) and relevant["model"].get("serve"):  # a served model's port varies
-        relevant["model"] = {k: v for k, v in relevant["model"].items() if k not in ("base_url", "model", "name")}
-    if isinstance(relevant["env"].get("judge"), dict):  # where judge replies are cached changes no grade
-        judge = {k: v for k, v in relevant["env"]["judge"].items() if k != "cache_dir"}
-        relevant["env"]["judge"] = {**judge, "model": _without_knobs(judge.get("model"))}
-    for group in ("user", "summarizer"):
-        if isinstance(relevant.get(group), dict) and "backend" in relevant[group]:
-            relevant[group] = {**relevant[group], "backend": _without_knobs(relevant[group]["backend"])}
-    return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _file_sha256(path: str) -> str:
-    p = Path(path) if Path(path).is_absolute() else Path(__file__).resolve().parents[1] / path
-    return hashlib.sha256(p.read_bytes()).hexdigest()[:16] if p.is_file() else "missing"
-
-
-def _without_knobs(block: Any) -> Any:
-    return {k: v for k, v in block.items() if k not in NEUTRAL_BACKEND} if isinstance(block, dict) else block
-
-
-def check_resume(out_dir: Path, print_: str) -> None:
-    """Refuse to mix episodes of different configurations in one out_dir: the marker file, and (should the
-    marker be missing) the fingerprint every transcript carries."""
-    marker = out_dir / "fingerprint.txt"
-    found = marker.read_text().strip() if marker.exists() else None
-    if found is None:
-        found = next((f for f in map(_transcript_fingerprint, transcript_files(out_dir))
-                      if f not in (print_, "unreadable")), None)  # an unreadable one is damaged: rerun
-    if found is not None and found != print_:
-        raise InputError(f"{out_dir} holds episodes of a different configuration (fingerprint {found} != {print_}); "
-                         "choose another out_dir")
-    marker.write_text(print_ + "\n")
-
-
-def _transcript_fingerprint(path: Path) -> str:
-    """The fingerprint in a transcript's first line ('none' when it has none, e.g. written by hand)."""
-    try:
-        with path.open() as f:
-            return str(json.loads(f.readline()).get("fingerprint") or "none")
-    except (OSError, ValueError, AttributeError):
-        return "unreadable"
-
-
-def plan(cfg: DictConfig, jobs: list[Job], spends: bool) -> str:
-    """How episodes run: `hybrid` (processes x threads), `threads`, `processes` (a pool, for the CPU-bound
-    simulated agent) or `serial`. A run that spends money (any real backend, e.g. the sim agent with user=llm)
-    never uses the pool: its workers could not be stopped mid-episode nor metered against the cost cap."""
-    workers = cfg.n_workers or os.cpu_count() or 1
-    threaded = cfg.model.get("executor") == "thread"
-    if threaded or spends:
-        many = workers > 1 and len(jobs) > workers
-        return "hybrid" if many and (cfg.concurrency >= 4 * workers or not threaded) else "threads"
-    return "serial" if workers == 1 or len(jobs) < 2 else "processes"
-
-
-def _execute(cfg: DictConfig, domain: Domain, jobs: list[Job], how: str) -> Iterator[dict[str, Any]]:
-    workers = cfg.n_workers or os.cpu_count() or 1
-    if how == "hybrid":
-        yield from _hybrid(cfg, jobs, workers)
-        return
-    if how == "threads":
-        yield from _threaded(cfg, domain, jobs)
-        return
-    if how == "serial":
-        yield from (run_one(cfg, domain, job) for job in jobs)
-        return
-    yield from _pooled(cfg, jobs, workers)
-
-
-def _pooled(cfg: DictConfig, jobs: list[Job], workers: int) -> Iterator[dict[str, Any]]:
-    """CPU-bound episodes (the simulated agent) in a process pool. On a stop the workers are told (SIGTERM: their
-    episodes end at the next model call, unwritten) and waited for, so no transcript appears after the runner has
-    counted them and written its tables, and no idle worker keeps the runner from exiting."""
-    yaml = OmegaConf.to_yaml(cfg, resolve=True)
-    pool = ProcessPoolExecutor(workers, mp.get_context("fork"), _init_worker, (yaml, os.getpid()))
-    try:
-        yield from pool.map(_work, jobs, chunksize=max(1, len(jobs) // (workers * 8)))
-    except BaseException:
-        processes = list((pool._processes or {}).values())  # the pool has no public way to signal them
-        for process in processes:
-            process.terminate() if process.is_alive() else None
-        # a worker blocked in a read never sees its SIGTERM's flag: after the grace it is killed, not waited for
-        lifecycle.wait_at_most(lambda: sum(p.is_alive() for p in processes), "episode worker processes")
-        for process in processes:
-            process.kill() if process.is_alive() else None
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _threaded(cfg: DictConfig, domain: Domain, jobs: list[Job]) -> Iterator[dict[str, Any]]:
-    """Network-bound backends: threads sharing one connection pool and one rate limiter. They are daemon threads
-    (a ThreadPoolExecutor's are joined at exit): on a stop nothing new starts, running episodes stop at their next
-    request (harness.lifecycle), and one still blocked after lifecycle.STOP_GRACE_S is left behind."""
-    todo: queue.SimpleQueue[Job] = queue.SimpleQueue()
-    done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-    for job in jobs:
-        todo.put(job)
-    closing = threading.Event()
-
-    def work() -> None:
-        while not (closing.is_set() or lifecycle.stopping()):
-            try:
-                job = todo.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                done.put((True, run_one(cfg, domain, job)))
-            except BaseException as exc:  # re-raised by the runner, which then stops the others
-                done.put((False, exc))
-                return
-
-    threads = [threading.Thread(target=work, name=f"episode-{i}", daemon=True)
-               for i in range(max(1, min(cfg.concurrency, len(jobs))))]
-    for t in threads:
-        t.start()
-    try:
-        for _ in jobs:
-            ok, value = _next_done(done)
-            if not ok:
-                raise value
-            yield value
-    finally:
-        closing.set()
-        lifecycle.wait_at_most(lambda: sum(t.is_alive() for t in threads), "episode threads")
-
-
-def _next_done(done: queue.SimpleQueue[tuple[bool, Any]]) -> tuple[bool, Any]:
-    """The next finished episode of `_threaded`; a stop (a signal, the cost cap) ends the wait at once, since a
-    thread blocked in a read would never report."""
-    while True:
-        try:
-            return done.get(timeout=0.25)
-        except queue.Empty:
-            lifecycle.check()
-
-
-def _hybrid(cfg: DictConfig, jobs: list[Job], procs: int) -> Iterator[dict[str, Any]]:
-    """Many concurrent episodes: `procs` processes, each running its share of the threads, because one
-    interpreter's lock caps a process at one core of client work (JSON, HTTP, policies, the environment).
-    The rate limits are split evenly between the processes; the cost cap is not: they share the run's one spend
-    ledger (harness.lifecycle.CostMeter), inherited at the fork."""
-    ctx = mp.get_context("fork")
-    todo, done = ctx.Queue(), ctx.Queue()
-    per_proc = -(-cfg.concurrency // procs)
-    for job in jobs:
-        todo.put(job)
-    for _ in range(procs * per_proc):
-        todo.put(None)  # one stop sign per thread
-    yaml = OmegaConf.to_yaml(cfg, resolve=True)
-    workers = [ctx.Process(target=_hybrid_worker, args=(yaml, procs, per_proc, todo, done, os.getpid()))
-               for _ in range(procs)]
-    for w in workers:
-        w.start()
-    try:
-        remaining = len(jobs)
-        while remaining:
-            row = _next_result(done, workers)
-            if _control(row):
-                continue
-            remaining -= 1
-            yield row
-    finally:  # on a stop or a crash: stop every worker at once (in-flight requests finish; no new one is sent)
-        for w in workers:
-            w.terminate() if w.is_alive() else None
-        todo.cancel_join_thread()  # jobs nobody will read must not keep this process from exiting
-        # read while they finish (a worker whose messages fill the pipe cannot exit); one whose thread is blocked in
-        # a read never ends by itself: killed after the grace
-        lifecycle.wait_at_most(lambda: sum(w.is_alive() for w in workers), "episode worker processes",
-                               lambda: _drain(done))
-        for w in workers:
-            w.kill() if w.is_alive() else None
-        for w in workers:
-            w.join()
-        _drain(done)
-
-
-def _control(row: dict[str, Any]) -> bool:
-    """A worker's message that is not an episode: a stop, a crash, or its last word (empty). Its spend is not in
-    it: the workers meter every call on the run's shared ledger themselves."""
-    if not row:
-        return True
-    if "crash" in row:
-        raise RuntimeError(f"an episode worker crashed:\n{row['crash']}")
-    if "stopped" in row:
-        lifecycle.request_stop(row["stopped"])
-        raise lifecycle.Interrupted(row["stopped"])
-    return False
-
-
-def _drain(done: Any) -> None:
-    """What stopping workers still say, read so they can exit: their finished episodes already have transcripts,
-    their spend is in the shared ledger, and their stop or crash notices are moot now."""
-    while True:
-        try:
-            done.get(timeout=0.1)
-        except queue.Empty:
-            return
-
-
-def _next_result(done: Any, workers: list[Any]) -> dict[str, Any]:
-    """The next finished episode; fails instead of waiting forever if every worker process has died."""
-    while True:
-        try:
-            return dict(done.get(timeout=5))
-        except queue.Empty:
-            if not any(w.is_alive() for w in workers):
-                codes = [w.exitcode for w in workers]
-                raise RuntimeError(f"all episode worker processes exited (codes {codes}) before finishing") from None
-
-
-def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any, parent: int) -> None:
-    lifecycle.die_with_parent(parent)
-    lifecycle.worker_signals()
-    cfg = _load(cfg_yaml)  # lifecycle.METER comes from the parent by the fork: the same cap and ledger file
-    for backend in (cfg.model, cfg.user.get("backend"), (cfg.summarizer or {}).get("backend")):
-        limits = backend.get("rate_limit") if backend is not None else None
-        for key in ("rpm", "tpm"):
-            if limits and limits.get(key):
-                limits[key] = limits[key] / procs  # each process gets its share of every endpoint's limits
-    domain = build_domain(cfg)
-
-    def loop() -> None:
-        while (job := todo.get()) is not None:
-            try:
-                done.put(run_one(cfg, domain, job))
-            except lifecycle.Interrupted as exc:  # this worker was told to stop, or a call did not fit the cap
-                done.put({"stopped": str(exc)})
-                return
-            except BaseException:  # even KeyboardInterrupt/SystemExit: the parent must hear of it, not hang
-                done.put({"crash": traceback.format_exc()})
-                raise
-
-    pool = [threading.Thread(target=loop) for _ in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    done.put({})
-
-
-def prepare_out_dir(value: str) -> Path:
-    out_dir = Path(value)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise InputError(f"out_dir={value} cannot be used: {exc.strerror or exc}") from None
-    return out_dir
-
-
-def check_shape(cfg: DictConfig) -> None:
-    if not isinstance(cfg.n_runs, int) or cfg.n_runs < 1:
-        raise InputError(f"n_runs={cfg.n_runs} is out of range (valid: 1 or more)")
-    if not isinstance(cfg.max_unusable_replies, int) or cfg.max_unusable_replies < 0:
-        raise InputError(f"max_unusable_replies={cfg.max_unusable_replies} must be 0 (never stop) or more")
 
 
 def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
@@ -459,6 +146,7 @@ def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
     check_shape(cfg)
     domain = build_domain(cfg)
     check_policy_model(cfg)
+    pricing_settings(cfg.get("pricing"))  # a bad pricing block: one line before any episode
     backends = preflight.real_backends(cfg, cfg.seed)
     preflight.check_cost_cap(cfg.max_cost_usd, backends)
     if cfg.dry_run:
@@ -475,31 +163,30 @@ def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
         (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         manifest.begin(out_dir, cfg, print_, [t.task_id for t in domain.tasks], **manifest.domain_record(domain))
         how = plan(cfg, jobs, bool(backends))
-        lifecycle.METER.reset(cfg.max_cost_usd, _spent(out_dir, print_), ledger=out_dir / SPENT)
+        lifecycle.METER.reset(cfg.max_cost_usd, spent(out_dir, print_), ledger=out_dir / SPENT)
         if jobs and lifecycle.METER.cap is not None and lifecycle.METER.spent >= lifecycle.METER.cap:
             lifecycle.request_stop(f"max_cost_usd={cfg.max_cost_usd:g} was already reached by this out_dir")
             jobs = []
-        before = _snapshot(out_dir)
+        before = snapshot(out_dir)
         try:
             if _regrade(cfg, domain, out_dir, print_, verbose):
-                before = _snapshot(out_dir)  # a re-graded transcript is rewritten, not a new episode
+                before = snapshot(out_dir)  # a re-graded transcript is rewritten, not a new episode
             _drive(cfg, domain, jobs, how, out_dir)
         finally:  # even after a crash the tables and the manifest say what is there (a crash: partial at best)
             episodes, _ = build_tables(out_dir, print_)
             unfinished = bool(pending(cfg, domain, out_dir, print_))
             manifest.finish(out_dir, episodes, interrupted=unfinished and (
                 lifecycle.stopping() or sys.exc_info()[0] is not None))
-    return _conclude(out_dir, episodes, Session(_written(out_dir, print_, before), time.monotonic() - started),
+    return _conclude(out_dir, episodes, Session(written(out_dir, print_, before), time.monotonic() - started),
                      unfinished, verbose)
 
 
 def _regrade(cfg: DictConfig, domain: Domain, out_dir: Path, print_: str, verbose: bool) -> int:
     """A resume re-grades the judge parts a judge failed to grade in whole episodes, without re-running the agent
-    (a domain with `regrade`: PinchBench, harness/envs/pinchbench/judge_run.py); returns the episodes rewritten."""
-    regrade = getattr(domain, "regrade", None)
-    if regrade is None or lifecycle.stopping():
+    (harness.regrade; a domain with `regrade_episode`: PinchBench); returns the episodes rewritten."""
+    if not regrade.can_regrade(domain) or lifecycle.stopping():
         return 0
-    result = regrade(out_dir, print_, lambda: judge_context(cfg, build_model(cfg, cfg.seed)))
+    result = regrade.regrade_run(domain, out_dir, print_, lambda: judge_context(cfg, build_model(cfg, cfg.seed)))
     if verbose and result.parts:
         print(result.describe())
     return int(result.rewritten)
@@ -513,49 +200,13 @@ def _drive(cfg: DictConfig, domain: Domain, jobs: list[Job], how: str, out_dir: 
     with tqdm(total=total, initial=total - len(jobs), desc=f"{cfg.name} [{cfg.model.name}]",
               disable=not cfg.progress, unit="ep") as bar:
         try:
-            for row in _execute(cfg, domain, jobs, how):
+            for row in execute(cfg, domain, jobs, how, run_one):
                 done, tokens, n = done + row["completed"], tokens + row["input_tokens"], n + 1
                 cost += 0.0 if math.isnan(row["cost_usd"]) else row["cost_usd"]  # NaN: a price is unknown
                 bar.set_postfix(completed=f"{done}/{n}", in_tok=f"{tokens:,}", cost=f"${cost:,.2f}")
                 bar.update()
         except (KeyboardInterrupt, lifecycle.Interrupted):
             lifecycle.request_stop("interrupted")
-
-
-def _snapshot(out_dir: Path) -> dict[Path, tuple[int, int]]:
-    """Each transcript's identity (inode, mtime): a transcript is written whole into a new file (atomic_write), so
-    one that is new or changed after the session was written by it, a rerun of a failed episode included."""
-    found = {}
-    for path in transcript_files(out_dir):
-        with contextlib.suppress(OSError):
-            st = path.stat()
-            found[path] = (st.st_ino, st.st_mtime_ns)
-    return found
-
-
-def _written(out_dir: Path, print_: str, before: dict[Path, tuple[int, int]]) -> int:
-    """Whole transcripts this session wrote (the count the stop message gives; 'new episodes')."""
-    changed = [p for p, identity in _snapshot(out_dir).items() if before.get(p) != identity]
-    return sum(check_transcript(p, print_)[0] in (State.COMPLETE, State.FAILED) for p in changed)
-
-
-def _spent(out_dir: Path, print_: str) -> float:
-    """What the out_dir has spent in earlier sessions, abandoned episodes included (`spent_usd.txt`, the spend
-    ledger, updated at every paid call; a call in flight when a session was killed stays in it at its worst
-    case), and at least what its recorded episodes cost."""
-    saved = 0.0
-    if (out_dir / SPENT).exists():
-        try:
-            saved = float((out_dir / SPENT).read_text())
-        except ValueError:
-            log.warning("%s is unreadable: counting the recorded episodes' cost instead", out_dir / SPENT)
-    recorded = 0.0
-    for path in transcript_files(out_dir):
-        state, records = check_transcript(path, print_)
-        if not isinstance(records, str):
-            cost = records[-1].get("cost_usd")
-            recorded += cost if isinstance(cost, int | float) and not math.isnan(cost) else 0.0
-    return max(saved, recorded)  # the file may predate episodes whose session was killed before saving it
 
 
 def _preflight(cfg: DictConfig, backends: dict[str, Any], n_episodes: int, verbose: bool) -> None:

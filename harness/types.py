@@ -120,6 +120,25 @@ def image_caption(msg: Message) -> str:
     return f"Screenshot after tool call {msg.tool_call_id} ({msg.name or 'tool'}):"
 
 
+ProvenanceKind = Literal["kept", "summarized", "masked", "compressed", "pointer", "inserted"]
+PROVENANCE_KINDS: tuple[ProvenanceKind, ...] = ("kept", "summarized", "masked", "compressed", "pointer", "inserted")
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where one view message came from, said by the policy that built it: `sources` are indices into the history
+    the policy was given. kept: the history message unchanged; compressed: it shortened (calls cut to a subset,
+    text compressed, fields dropped); masked: it replaced by a placeholder; pointer: shortened with pointers to
+    stored originals; summarized: a summary of the sources; inserted: new text (memories, instructions, a fold
+    view), with the messages it was built from, if any."""
+
+    kind: ProvenanceKind
+    sources: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "sources": list(self.sources)}
+
+
 @dataclass(frozen=True, eq=False)
 class ToolSpec:
     """A tool as offered to the model (OpenAI function-calling shape). Compared and hashed by identity:
@@ -138,18 +157,22 @@ class ToolSpec:
 
 @dataclass(frozen=True)
 class Usage:
-    """Token counts of one call. `cached_input_tokens` (part of input_tokens, billed at the provider's cached
-    price) and `reasoning_tokens` (part of output_tokens) come from the API's usage details; 0 when not reported."""
+    """Token counts of one call. `cached_input_tokens` (part of input_tokens, read from the provider's prompt
+    cache, billed at its cached price), `cache_write_tokens` (part of input_tokens, written to an Anthropic-style
+    cache, billed above the input price) and `reasoning_tokens` (part of output_tokens) come from the API's usage
+    details; 0 when not reported."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0
     reasoning_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens,
                      self.cached_input_tokens + other.cached_input_tokens,
-                     self.reasoning_tokens + other.reasoning_tokens)
+                     self.reasoning_tokens + other.reasoning_tokens,
+                     self.cache_write_tokens + other.cache_write_tokens)
 
 
 @dataclass(frozen=True)
@@ -199,11 +222,12 @@ class Task:
 
 @dataclass(frozen=True)
 class Score:
+    """An episode's grade: `completed`, the scorer's explanation (`details`, episodes' score_details) and the
+    benchmark's own episode columns (`columns`: expense's itemization measures, PinchBench's and Odysseys' score)."""
+
     completed: bool
-    any_line_itemized: bool
-    amount_itemized_pct: float
     details: dict[str, Any] = field(default_factory=dict)
-    columns: dict[str, Any] = field(default_factory=dict)  # benchmark-specific episode columns (PinchBench: score)
+    columns: dict[str, Any] = field(default_factory=dict)
 
 
 class Termination(StrEnum):

@@ -177,3 +177,8 @@ def say(text: str) -> Message:
 def calls(*specs: tuple[str, str, str]) -> Message:
     """An assistant message with tool calls given as (id, name, raw arguments)."""
     return Message("assistant", "", tuple(ToolCall(i, n, a) for i, n, a in specs))
+
+
+def doc_pages() -> list[Path]:
+    """The front door (README.md) and the manual's pages (docs/*.md): the text whose commands the tests check."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -16,8 +16,8 @@ import pytest
 
 from harness import lifecycle
 from harness.backends.base import ContextWindowExceeded, InfraError
+from harness.backends.local_server import free_port
 from harness.backends.openai_compat import OpenAICompatible
-from harness.testing.local_server import free_port
 from harness.tokens import TokenCounter
 from harness.types import Message, Usage
 

@@ -15,6 +15,8 @@ from _support import ROOT
 from harness import cli
 from harness.envs.expense.tasks import dumps, generate
 
+pytestmark = pytest.mark.slow  # each test runs the command line in a fresh interpreter (~3-10 s)
+
 FAST = ("n_runs=1", "progress=false", "n_workers=1")
 
 

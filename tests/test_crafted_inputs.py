@@ -1,6 +1,6 @@
 """Crafted inputs cannot steer the harness outside its box (issue #24 items 7 and 8), driven by real processes:
 
-- `make judge` (`python -m harness.envs.odysseys.judge_run`) on a crafted Odysseys run folder whose steps.jsonl
+- `make judge` (`python -m harness.judge_run`) on a crafted Odysseys run folder whose steps.jsonl
   names /etc/passwd, an absolute path and a `../..` path to a secret PNG outside the run folder, a link out to it,
   a FIFO, a text file named .png and an oversized "PNG", against a multimodal judge on a capturing loopback
   endpoint: none of those bytes reach the endpoint, the real PNGs do, and each refusal is recorded per episode;
@@ -32,6 +32,8 @@ import pandas as pd
 import pytest
 
 from harness.envs.odysseys.layout import ScreenshotRefused, read_screenshot
+
+pytestmark = pytest.mark.slow  # each test runs the command-line tools in fresh interpreters (~5-15 s)
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY_ENV = "CRAFTED_INPUTS_TEST_KEY"
@@ -160,7 +162,7 @@ def crafted_run(tmp: Path) -> tuple[Path, Path, dict[str, bytes]]:
 
 
 def judge(run_dir: Path, tasks: Path, endpoint: Capturing, tmp: Path) -> subprocess.CompletedProcess[str]:
-    return run(["-m", "harness.envs.odysseys.judge_run", str(run_dir), "judge=openai",
+    return run(["-m", "harness.judge_run", str(run_dir), "judge=openai",
                 f"judge.model.base_url={endpoint.base_url}", f"judge.model.api_key_env={KEY_ENV}",
                 "judge.model.multimodal=true", "judge.model.model=vision-judge",
                 "judge.model.retry.max_retries=0", f"judge.cache_dir={tmp / 'cache'}", "--tasks", str(tasks)],

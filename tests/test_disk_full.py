@@ -21,6 +21,8 @@ import pytest
 
 from harness.io import atomic_write
 
+pytestmark = pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 DEV = ROOT / "benchmarks" / "pinchbench" / "dev"
 

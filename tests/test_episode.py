@@ -16,7 +16,7 @@ from harness.envs.expense.env import ToolResult
 from harness.envs.expense.toolspecs import TOOL_SPECS
 from harness.envs.expense.user import ScriptedUser
 from harness.episode import STOP, run_episode, view_refs
-from harness.policies import ExtractiveSummarizer, FullHistory, LastN, LastNSummary
+from harness.policies import ContextPolicy, ExtractiveSummarizer, FullHistory, LastN, LastNSummary
 from harness.tokens import TokenCounter
 from harness.types import Message, Score, Task, Termination, ToolCall, ToolSpec
 
@@ -102,7 +102,8 @@ def test_model_exception_is_an_error_result_not_a_raise() -> None:
 
 
 def test_policy_exception_is_an_error_result() -> None:
-    class Broken:
+    class Broken(ContextPolicy):
+        key = "broken"
         name = "broken"
 
         def render(self, history, ctx):  # type: ignore[no-untyped-def]
@@ -242,7 +243,7 @@ class SlowEpisode:
 
     def score(self, history=(), usage=(), termination=None):  # type: ignore[no-untyped-def]
         self.scored.append(termination)
-        return Score(False, False, 0.0, columns={"tool_results": sum(m.role == "tool" for m in history)})
+        return Score(False, columns={"tool_results": sum(m.role == "tool" for m in history)})
 
 
 def test_an_agent_calling_a_slow_tool_ends_at_its_deadline_and_is_still_scored() -> None:

@@ -25,7 +25,7 @@ from matplotlib.colors import to_rgba
 from matplotlib.container import ErrorbarContainer
 from nbclient import NotebookClient
 
-from harness.report import names, odysseys_plots, plots
+from harness.report import names, odysseys_plots, plots, reader
 from harness.report.stats import mean_ci
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -171,7 +171,7 @@ def levels(step: int) -> dict[str, Any]:
 
 def test_pairs_and_fields_are_on_separate_axes_with_their_own_labels() -> None:
     steps = pd.concat([steps_frame("c4", pairs), steps_frame("waac", levels)], ignore_index=True)
-    fig = plots.decisions_figure(steps, simulated=True)
+    fig = plots.decisions_figure(reader.decode_json(steps), simulated=True)  # as harness.report.reader reads them
     assert fig is not None
     c4, waac = fig.axes
     assert c4.get_ylabel() == "Tool pairs per step" and waac.get_ylabel().startswith("Fields per level")
@@ -187,7 +187,7 @@ def test_pairs_and_fields_are_on_separate_axes_with_their_own_labels() -> None:
 def test_decisions_are_means_over_runs_with_a_ci_band() -> None:
     noisy = steps_frame("c4", pairs)
     noisy.loc[noisy.run == 1, "decisions"] = [json.dumps(pairs(s + 1)) for s in noisy[noisy.run == 1].step]
-    fig = plots.decisions_figure(noisy, simulated=True)
+    fig = plots.decisions_figure(reader.decode_json(noisy), simulated=True)
     assert fig is not None
     kept = next(line for line in fig.axes[0].get_lines() if line.get_label() == "kept")
     assert ys(kept)[1] == 1.5  # run 0 keeps 1 pair at step 1, run 1 keeps 2
@@ -253,6 +253,7 @@ def outputs(nb: nbformat.NotebookNode, kind: str) -> list[str]:
     return found
 
 
+@pytest.mark.slow  # executes the notebook on a Jupyter kernel (~12 s)
 def test_the_notebook_runs_from_a_fresh_clone_and_plots_inline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     empty = tmp_path / "results"
     empty.mkdir()
@@ -268,6 +269,7 @@ def test_the_notebook_runs_from_a_fresh_clone_and_plots_inline(tmp_path: Path, m
     assert not any(empty.iterdir())  # the simulated run went to a temporary folder, not into results/
 
 
+@pytest.mark.slow  # executes the notebook on a Jupyter kernel (~12 s)
 def test_the_notebook_runs_on_the_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     results = tmp_path / "fixture"
     shutil.copytree(FIXTURE, results)

@@ -43,6 +43,8 @@ from harness.envs.pinchbench.scoring import grade_task
 from harness.envs.pinchbench.tasks import load_benchmark
 from harness.errors import InputError
 
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]  # real runs in bubblewrap, ~20 s each
+
 ROOT = Path(__file__).resolve().parents[1]
 V2 = ROOT / "tests" / "fixtures" / "pinchbench" / "v2"
 V2_SCRIPT = ROOT / "tests" / "fixtures" / "pinchbench" / "scripts" / "v2.json"

@@ -19,9 +19,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from harness.backends.scripted import ScriptedBackend
 from harness.backends.sim_server import from_openai
-from harness.testing.scripted import ScriptedBackend
 from harness.types import Message
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]  # PinchBench runs with failing judges: 10-17 s each
 
 ROOT = Path(__file__).resolve().parents[1]
 V2 = ROOT / "tests" / "fixtures" / "pinchbench" / "v2"
@@ -295,7 +297,7 @@ def test_make_judge_on_odysseys_exits_non_zero_when_its_judge_fails(tmp_path: Pa
 
     run_dir, tasks = make_run(tmp_path / "run", "c2"), tasks_file(tmp_path / "tasks.json")
     endpoint.judge_mode = "503"
-    done = harness("-m", "harness.envs.odysseys.judge_run", str(run_dir), "judge=openai",
+    done = harness("-m", "harness.judge_run", str(run_dir), "judge=openai",
                    f"judge.model.base_url={endpoint.url('judge')}", f"judge.model.api_key_env={KEY_ENV}",
                    "judge.model.retry.max_retries=0", f"judge.cache_dir={tmp_path / 'cache'}", "--tasks", str(tasks),
                    "--no-webjudge")

@@ -31,12 +31,13 @@ from test_waac_tables import _pinch_episodes
 from harness.envs.odysseys import judge_run
 from harness.envs.odysseys.judge import Judge
 from harness.envs.odysseys.tasks import load_tasks
-from harness.report import tables
+from harness.report import output, tables
 from harness.report.sweep import _varying
 
 TABLES = ("expense_c1_c4", "expense_ratios", "waac_ablations", "waac_step_log", "waac_firing", "methods_comparison",
           "budget_sweep", "pinchbench_table1", "pinchbench_table1_coverage", "pinchbench_table4", "pinchbench_table3",
-          "pinchbench_table6", "odysseys_table2")
+          "pinchbench_table6", "odysseys_table2", "expense_paired", "pinchbench_paired", "odysseys_paired")
+PAIRED_TASKS = ("expense_paired_tasks.csv", "pinchbench_paired_tasks.csv", "odysseys_paired_tasks.csv")  # CSV only
 INSTALL = "apt-get install -y texlive-latex-base texlive-latex-recommended"
 ODYSSEYS_STAMP = "2026-01-05_00-00-00"  # beside the expense runs of c2 and waac, in their experiments' folders
 
@@ -120,7 +121,8 @@ def _body(tex: str) -> str:
 
 
 def test_make_tables_writes_every_table_in_three_formats(written: Path) -> None:
-    assert sorted(p.name for p in written.iterdir()) == sorted(f"{t}.{x}" for t in TABLES for x in ("md", "csv", "tex"))
+    expected = [*(f"{t}.{x}" for t in TABLES for x in ("md", "csv", "tex")), *PAIRED_TASKS]
+    assert sorted(p.name for p in written.iterdir()) == sorted(expected)
 
 
 def test_one_document_with_every_table_compiles_with_pdflatex(written: Path, tmp_path: Path) -> None:
@@ -148,16 +150,16 @@ def test_the_latex_is_ascii_with_specials_and_unicode_as_commands(written: Path)
 
 
 def test_tex_escapes_every_special_character() -> None:
-    assert tables.tex("Partial >= 50% (%) <= 1") == r"Partial $\geq$ 50\% (\%) $\leq$ 1"
-    assert tables.tex("± Δ – — × µ ≥ …") == r"$\pm$ $\Delta$ -- --- $\times$ $\mu$ $\geq$ \ldots{}"
-    assert tables.tex("a_b & {c} #1 $2 ~^\\") == \
+    assert output.tex("Partial >= 50% (%) <= 1") == r"Partial $\geq$ 50\% (\%) $\leq$ 1"
+    assert output.tex("± Δ – — × µ ≥ …") == r"$\pm$ $\Delta$ -- --- $\times$ $\mu$ $\geq$ \ldots{}"
+    assert output.tex("a_b & {c} #1 $2 ~^\\") == \
         r"a\_b \& \{c\} \#1 \$2 \textasciitilde{}\textasciicircum{}\textbackslash{}"
-    assert tables.tex('[x] a|b <c> "q" --run') == r"{[}x{]} a\textbar{}b \textless{}c\textgreater{} ''q'' -{}-run"
-    assert tables.tex("café 日本") == "cafe ??"
+    assert output.tex('[x] a|b <c> "q" --run') == r"{[}x{]} a\textbar{}b \textless{}c\textgreater{} ''q'' -{}-run"
+    assert output.tex("café 日本") == "cafe ??"
 
 
 def test_numbers_are_formatted_and_no_raw_float_reaches_a_table(written: Path) -> None:
-    cell = tables.cell_text
+    cell = output.cell_text
     assert [cell(1.0), cell(0.5), cell(1 / 3), cell(12345.0), cell(np.int64(3)), cell(np.float64(2.25))] == \
         ["1", "0.5", "0.333", "12,345", "3", "2.25"]
     assert [cell(True), cell(float("nan")), cell(None), cell("1.000000")] == ["yes", "–", "–", "1.000000"]
@@ -171,7 +173,7 @@ def test_every_caption_of_simulated_results_says_so(written: Path) -> None:
     for name in TABLES:
         assert "SIMULATED" in (written / f"{name}.md").read_text().splitlines()[0], name
         assert "SIMULATED" in _caption((written / f"{name}.tex").read_text()), name
-    assert tables.simulated_label(False) == "real model backend"
+    assert output.simulated_label(False) == "real model backend"
 
 
 SNAKE = re.compile(r"\b[a-z0-9]+_[a-z0-9_]+\b")  # a raw key: token_reduction_c3_vs_c2_pct, keep_last_n
@@ -190,7 +192,7 @@ def test_rows_and_columns_have_human_labels(written: Path) -> None:
     methods = pd.read_csv(written / "methods_comparison.csv", index_col=0, dtype=str).drop(index="WARNING")
     assert list(methods.index) == ["C2 (full history)", "Keep-Last-N", "Mem0", "TokenSkip", "WAAC"]
     assert pd.read_csv(written / "waac_firing.csv", index_col=0).columns.tolist() == ["WAAC"]
-    assert tables.label_text(("C2", "100%")) == "C2 / 100%"  # no "('FullHistory', 1.0)" in any output
+    assert output.label_text(("C2", "100%")) == "C2 / 100%"  # no "('FullHistory', 1.0)" in any output
 
 
 def test_a_sweeps_merged_table_names_swept_experiments_by_their_display_names() -> None:

@@ -30,6 +30,8 @@ from harness.policies.llmlingua import LLMLinguaPolicy, pair_pattern
 from harness.tokens import TokenCounter
 from harness.types import Message, ToolCall
 
+pytestmark = pytest.mark.slow  # real LLMLingua scorers on CPU (~15 s to load)
+
 TOKENS = TokenCounter()
 PROSE = ("The traveller stayed five nights at the resort and the hotel charged the room every night together "
          "with a resort fee and city taxes while the restaurant added dinners and breakfasts to the folio and the "

@@ -27,6 +27,8 @@ from harness.policies.summarizers import ExtractiveSummarizer, LLMSummarizer
 from harness.tokens import TokenCounter
 from harness.types import Message, ToolCall
 
+pytestmark = pytest.mark.slow  # real Mem0 (embedder, vector store) on CPU (~15 s to load)
+
 TOKENS = TokenCounter()
 CODES = [("LODG-ROOM", "Room rate"), ("LODG-TAX", "Room tax"), ("INCD-PARK", "Parking"),
          ("MEAL-HOTL", "Hotel restaurant"), ("INCD-LNDRY", "Laundry")]
@@ -263,3 +265,19 @@ def test_accounting_does_not_depend_on_what_other_episodes_cached(episode: Any) 
     assert [v.aux_calls for _, v in again] == [v.aux_calls for _, v in first]
     assert [[v.decisions[k] for k in keys] for _, v in again] == [[v.decisions[k] for k in keys] for _, v in first]
     assert sum(v.decisions["embed_cached"] for _, v in again) > 0  # the vectors did come from the cache
+
+
+def test_provenance_keeps_the_window_and_names_the_memories_sources(episode: Any) -> None:
+    """The memories message is `inserted`, naming the messages its memories were stored from; the rest is kept."""
+    from test_provenance import check_provenance
+    history, _, views, _, _ = episode
+    injected = 0
+    for n, view in views:
+        check_provenance(history[:n], view)
+        for m, p in zip(view.messages, view.provenance, strict=True):
+            if m.name == MEMORY_NAME:
+                injected += 1
+                assert p.kind == "inserted" and set(view.decisions["injected_from"]) <= set(p.sources)
+            else:
+                assert p.kind == "kept"
+    assert injected > 0

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _samples import ARIA_SNAPSHOT as SNAPSHOT
 
 from harness.envs.odysseys.browser import (
     Browser,
@@ -31,11 +32,9 @@ from harness.errors import InputError
 from harness.testing.fixture_sites import STALL_PREFIX, FixtureSites
 from harness.types import ToolCall
 
-CHROMIUM = "/usr/bin/chromium"
 SITES = Path(__file__).parent / "fixtures" / "odysseys" / "sites"
-pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
-if not os.access(CHROMIUM, os.X_OK):
-    pytest.skip(f"no Chromium at {CHROMIUM} (make browser-deps)", allow_module_level=True)
+# The tests that start Chromium are marked `browser` (tests/conftest.py checks playwright and the binary, and
+# skips them, saying which is missing); the rendering, fixture-server and set-up tests run everywhere.
 FAST = BrowserConfig(navigation_timeout_s=2.0, action_timeout_s=2.0)
 
 
@@ -80,22 +79,6 @@ def number(result: BrowserResult, label: str) -> int:
 
 
 # ---- rendering (no browser) -------------------------------------------------------------------------------------
-SNAPSHOT = """\
-- generic [active] [ref=e1]:
-  - 'heading "Title: sub" [level=1] [ref=e2]'
-  - generic [ref=e3]:
-    - link "Cart" [ref=e4] [cursor=pointer]:
-      - /url: /cart.html
-      - img "cart icon" [ref=e5]
-    - paragraph [ref=e6]: "Text with: colon"
-  - textbox "Search" [ref=e7]:
-    - /placeholder: Find things
-  - combobox "Qty" [ref=e8]:
-    - option "1" [selected]
-  - generic [ref=e9] [cursor=pointer]:
-    - generic [ref=e10] [cursor=pointer]: Clickable card
-  - checkbox "Gift" [checked] [ref=e11]
-"""
 
 
 def test_render_snapshot_numbers_interactive_elements_in_document_order() -> None:
@@ -155,6 +138,7 @@ def test_fixture_sites_stop_wakes_a_stalled_request(tmp_path: Path) -> None:
 
 
 # ---- set-up errors (no browser) ---------------------------------------------------------------------------------
+@pytest.mark.browser  # Browser() checks the playwright package before the executable
 def test_setup_problems_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(BrowserUnavailable, match=r"no Chromium at /nope/chromium; run `make browser-deps`"):
         Browser(BrowserConfig(executable="/nope/chromium"))
@@ -169,6 +153,7 @@ def test_setup_problems_are_one_line_errors(tmp_path: Path) -> None:
 
 
 # ---- observations and actions -----------------------------------------------------------------------------------
+@pytest.mark.browser
 def test_numbering_is_stable_across_two_loads(tools: BrowserTools, sites: FixtureSites) -> None:
     first = call(tools, "goto", url=sites.url("shop", "/index.html"))
     second = call(tools, "goto", url=sites.url("shop", "/index.html"))
@@ -179,6 +164,7 @@ def test_numbering_is_stable_across_two_loads(tools: BrowserTools, sites: Fixtur
     assert "Kitchen things since 1999" in first.content  # the visible text, not just the controls
 
 
+@pytest.mark.browser
 def test_a_form_on_each_site_and_links_across_them(tools: BrowserTools, sites: FixtureSites) -> None:
     shop = call(tools, "goto", url=sites.url("shop", "/index.html"))
     wiki = call(tools, "click", element=number(shop, 'link "TeaWiki"'))
@@ -204,6 +190,7 @@ def test_a_form_on_each_site_and_links_across_them(tools: BrowserTools, sites: F
     assert back.url == sites.url("shop", "/kettle.html")
 
 
+@pytest.mark.browser
 def test_tabs_open_switch_and_close(tools: BrowserTools, sites: FixtureSites) -> None:
     home = call(tools, "goto", url=sites.url("shop", "/index.html"))
     popup = call(tools, "click", element=number(home, 'link "Opening hours"'))  # target=_blank
@@ -222,6 +209,7 @@ def test_tabs_open_switch_and_close(tools: BrowserTools, sites: FixtureSites) ->
     assert "there is no previous page in this tab" in call(tools, "go_back").content
 
 
+@pytest.mark.browser
 def test_find_lists_matching_lines(tools: BrowserTools, sites: FixtureSites) -> None:
     call(tools, "goto", url=sites.url("wiki", "/kettle.html"))
     found = call(tools, "find", text="sku k-100")
@@ -231,6 +219,7 @@ def test_find_lists_matching_lines(tools: BrowserTools, sites: FixtureSites) -> 
     assert not nothing.is_error and nothing.content.startswith('No match for "zebra"')
 
 
+@pytest.mark.browser
 def test_the_cap_is_applied_and_recorded(browser: Browser, sites: FixtureSites) -> None:
     small = BrowserTools(browser, None, observation_cap=300)
     capped = call(small, "goto", url=sites.url("wiki", "/tea.html"))
@@ -241,6 +230,7 @@ def test_the_cap_is_applied_and_recorded(browser: Browser, sites: FixtureSites) 
     assert not full.truncated and full.observation_chars == len(full.content)
 
 
+@pytest.mark.browser
 def test_bad_arguments_are_tool_errors(tools: BrowserTools, sites: FixtureSites) -> None:
     page = call(tools, "goto", url=sites.url("shop", "/kettle.html"))
     cases = {
@@ -265,6 +255,7 @@ def test_bad_arguments_are_tool_errors(tools: BrowserTools, sites: FixtureSites)
     assert not call(tools, "click", element=f"[{home}]").is_error  # "[1]", as the page shows it, is accepted
 
 
+@pytest.mark.browser
 def test_an_element_gone_since_the_observation_is_a_tool_error(
         tools: BrowserTools, browser: Browser, sites: FixtureSites) -> None:
     page = call(tools, "goto", url=sites.url("shop", "/index.html"))
@@ -275,6 +266,7 @@ def test_an_element_gone_since_the_observation_is_a_tool_error(
     assert gone.is_error and f'element [{kettle}] link "Blue Kettle" is no longer on the page' in gone.content
 
 
+@pytest.mark.browser
 def test_screenshot_per_step(tools: BrowserTools, sites: FixtureSites) -> None:
     first = call(tools, "goto", url=sites.url("shop", "/index.html"))
     error = call(tools, "click", element=99)
@@ -283,6 +275,7 @@ def test_screenshot_per_step(tools: BrowserTools, sites: FixtureSites) -> None:
     assert Path(first.screenshot_file).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.browser
 def test_sites_under_two_host_names(tools: BrowserTools) -> None:
     with FixtureSites(SITES, hosts=True) as named:
         shop = call(tools, "goto", url=named.url("shop", "/index.html"))
@@ -291,6 +284,7 @@ def test_sites_under_two_host_names(tools: BrowserTools) -> None:
         assert {h.site for h in named.log} == {"shop", "wiki"}
 
 
+@pytest.mark.browser
 def test_a_page_that_never_loads_is_a_tool_error(tools: BrowserTools, tmp_path: Path) -> None:
     with FixtureSites(hang_site(tmp_path)) as s:
         page = call(tools, "goto", url=s.url("h", "/slow.html"))
@@ -342,6 +336,7 @@ def replay(recording: tuple[Path, dict[str, str], list[str]]) -> Iterator[Browse
         yield b
 
 
+@pytest.mark.browser
 def test_replay_gives_the_same_observations_with_the_server_stopped(
         recording: tuple[Path, dict[str, str], list[str]], replay: Browser) -> None:
     _, urls, live = recording
@@ -349,6 +344,7 @@ def test_replay_gives_the_same_observations_with_the_server_stopped(
     assert "Order A-1001: 1 x Blue Kettle for Ada." in live[2]
 
 
+@pytest.mark.browser
 def test_replay_answers_a_missing_entry_with_an_error_page_and_no_network(
         replay: Browser, sites: FixtureSites) -> None:
     tools = BrowserTools(replay, None)
@@ -367,6 +363,7 @@ def main_process(b: Browser) -> int:
     return next(p.pid for p in b.processes() if "--type=" not in p.cmdline and "chrom" in p.cmdline.split()[0])
 
 
+@pytest.mark.browser
 def test_a_killed_browser_raises_browser_crashed_and_restarts(sites: FixtureSites) -> None:
     with Browser(FAST) as b:
         tools = BrowserTools(b, None)
@@ -390,6 +387,7 @@ def hang_site(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.browser
 def test_a_page_that_stops_answering_raises_browser_crashed(tmp_path: Path) -> None:
     config = BrowserConfig(navigation_timeout_s=2.0, action_timeout_s=1.0, hang_timeout_s=8.0)
     with FixtureSites(hang_site(tmp_path)) as s, Browser(config) as b:
@@ -399,6 +397,7 @@ def test_a_page_that_stops_answering_raises_browser_crashed(tmp_path: Path) -> N
             call(tools, "click", element=number(page, 'button "Freeze"'))
 
 
+@pytest.mark.browser
 def test_an_operation_with_no_answer_at_all_is_killed_by_the_watchdog(tmp_path: Path) -> None:
     # The whole-operation bound set below Playwright's own action timeout, so only the watchdog can end the click.
     config = BrowserConfig(action_timeout_s=30.0, hang_timeout_s=2.0)
@@ -410,6 +409,7 @@ def test_an_operation_with_no_answer_at_all_is_killed_by_the_watchdog(tmp_path: 
         assert not [p for p in b.processes() if "chrom" in p.cmdline.split()[0]]  # killed, not left hanging
 
 
+@pytest.mark.browser
 def test_close_leaves_no_process_and_no_profile() -> None:
     b = Browser(FAST)
     procs, profile = b.processes(), b._profile
@@ -434,6 +434,7 @@ def centre(browser: Browser, selector: str) -> tuple[int, int]:
     return int(box["x"] + box["width"] / 2), int(box["y"] + box["height"] / 2)
 
 
+@pytest.mark.browser
 def test_screenshot_mode_shows_the_viewport_as_an_image_and_acts_by_position(
         browser: Browser, sites: FixtureSites, tmp_path: Path) -> None:
     tools = BrowserTools(browser, tmp_path / "shots", observation="screenshot")
@@ -458,6 +459,7 @@ def test_screenshot_mode_shows_the_viewport_as_an_image_and_acts_by_position(
     assert outside.is_error and "(5000, 1) is outside the screenshot (0-1279, 0-799)" in outside.content
 
 
+@pytest.mark.browser
 def test_both_mode_adds_the_image_to_the_text_and_aria_mode_sends_none(
         browser: Browser, sites: FixtureSites, tmp_path: Path) -> None:
     url = sites.url("shop", "/index.html")

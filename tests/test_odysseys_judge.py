@@ -254,14 +254,14 @@ def png(shade: int) -> bytes:
 
 
 class ScriptedVision:
-    """harness.testing.scripted.ScriptedBackend declaring multimodal=True; records the images of each call."""
+    """harness.backends.scripted.ScriptedBackend declaring multimodal=True; records the images of each call."""
 
     multimodal = True
     simulated = True
     context_window = 1_000_000
 
     def __init__(self, script: Path) -> None:
-        from harness.testing.scripted import ScriptedBackend
+        from harness.backends.scripted import ScriptedBackend
 
         self.inner = ScriptedBackend(str(script), name="scripted-vision")
         self.name = self.inner.name
@@ -348,8 +348,8 @@ def test_webjudge_pipeline_key_points_key_screenshots_outcome(tmp_path: Path) ->
 
 
 def test_webjudge_text_only_gets_upstreams_no_screenshot_prompt(tmp_path: Path) -> None:
+    from harness.backends.scripted import ScriptedBackend
     from harness.envs.odysseys.webjudge import OUTCOME_USER_NO_IMAGES, WebJudge
-    from harness.testing.scripted import ScriptedBackend
 
     folder = tmp_path / "ep"
     steps = fixture_episode(folder)

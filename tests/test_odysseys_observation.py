@@ -27,12 +27,8 @@ from harness.testing.fixture_sites import FixtureSites
 from harness.tokens import PER_MESSAGE, PER_ROLE, TokenCounter, image_tokens
 from harness.types import ImagePart, Message, ToolCall, image_caption
 
-CHROMIUM = "/usr/bin/chromium"
 SITES = Path(__file__).parent / "fixtures" / "odysseys" / "sites"
 TASK = "kettle0000000000000000000000000000000002"
-pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
-if not os.access(CHROMIUM, os.X_OK):
-    pytest.skip(f"no Chromium at {CHROMIUM} (make browser-deps)", allow_module_level=True)
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -94,6 +90,7 @@ def image_urls(content: Any) -> list[str]:
     return [p["image_url"]["url"] for p in content if p.get("type") == "image_url"] if isinstance(content, list) else []
 
 
+@pytest.mark.browser  # playwright and Chromium (tests/conftest.py)
 def test_a_screenshot_episode_sends_image_parts_and_records_its_mode_and_version(sites: FixtureSites,
                                                                                  tmp_path: Path) -> None:
     from harness.episode import run_episode
@@ -129,6 +126,7 @@ def test_a_screenshot_episode_sends_image_parts_and_records_its_mode_and_version
     assert chromium_processes(ancestor=os.getpid()) == []
 
 
+@pytest.mark.browser  # playwright and Chromium (tests/conftest.py)
 def test_a_tool_results_screenshot_follows_the_tool_results_as_a_user_message(sites: FixtureSites,
                                                                              tmp_path: Path) -> None:
     """The chat format's tool messages take text only: the image goes in a user message after the turn's results
@@ -158,6 +156,7 @@ def test_a_tool_results_screenshot_follows_the_tool_results_as_a_user_message(si
         OpenAICompatible(model="m", api_key_env=None).request(history, [])
 
 
+@pytest.mark.browser  # playwright and Chromium (tests/conftest.py)
 def test_screenshot_mode_needs_a_multimodal_agent_in_one_line(sites: FixtureSites, tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"^browser.observation=screenshot needs a multimodal agent model "
                                          r"\(model=openai model.multimodal=true\); the scripted and simulated "

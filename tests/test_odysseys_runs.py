@@ -5,7 +5,6 @@ into a HAR archive, then the same run replayed from it with the server stopped (
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from harness.testing.fixture_sites import FixtureSites
 
 register()
 SITES = Path(__file__).parent / "fixtures" / "odysseys" / "sites"
-pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="Chromium not installed: make browser-deps")
+pytestmark = pytest.mark.browser  # playwright and Chromium (tests/conftest.py)
 TASK = "kettle0000000000000000000000000000000001"
 JUDGE = "You are an expert evaluator of web-navigation agent trajectories."
 
@@ -262,11 +261,11 @@ def test_an_episode_the_harness_crashed_in_is_neither_finished_nor_judged(
     tmp, tasks, _, _ = recorded
     (tmp / "crash.json").write_text(json.dumps({"conversations": [
         {"match": "Find the Blue Kettle", "replies": [{"tool_calls": [{"name": "goto", "arguments": {"url": 7}}]}]}]}))
+    from harness.backends.scripted import ScriptedBackend
     from harness.envs.base import EpisodeContext
     from harness.envs.odysseys.domain import OdysseysDomain
     from harness.episode import run_episode
     from harness.policies.full import FullHistory
-    from harness.testing.scripted import ScriptedBackend
     from harness.tokens import TokenCounter
 
     class Boom(ScriptedBackend):

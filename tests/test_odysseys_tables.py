@@ -1,4 +1,4 @@
-"""Judging saved Odysseys runs (harness.envs.odysseys.judge_run), Table 2 (harness.report.odysseys_tables) and
+"""Judging saved Odysseys runs (harness.judge_run), Table 2 (harness.report.odysseys_tables) and
 Figure 3 (harness.report.odysseys_plots), from synthetic run folders and a scripted judge.
 
 The judge (`KeywordJudge`) says success when the site a rubric asks for (`Requirement: Visit <site>`) is in the
@@ -29,12 +29,13 @@ import pytest
 import yaml
 from fixtures.make_results import run_manifest, write_run
 
+from harness import judge_run as judge_cli
 from harness.envs.odysseys import judge_run, webjudge
 from harness.envs.odysseys.judge import Judge
 from harness.envs.odysseys.layout import episode_dir, write_episode
 from harness.envs.odysseys.tasks import load_tasks
 from harness.errors import InputError
-from harness.report import odysseys_plots, odysseys_tables, tables
+from harness.report import odysseys_plots, odysseys_tables, output
 from harness.report.sweep import merge
 from harness.types import Completion, Message, ToolCall, ToolSpec, Usage
 
@@ -181,16 +182,16 @@ def test_the_command_judges_with_a_config_judge_and_resumes_from_the_cache(
         {"match": "Rubric ID: R1\n", "replies": [{"content": 'Thoughts: yes\nStatus: "success"'}] * 9},
         {"match": "Rubric ID:", "replies": [{"content": 'Thoughts: no\nStatus: "failure"'}] * 9}]}))
     args = [str(run), "judge=scripted", f"judge.model.script={script}", "--tasks", str(tasks)]
-    assert judge_run.main(args) == 0
+    assert judge_cli.main(args) == 0
     rubric, web = capsys.readouterr().out.strip().splitlines()
     assert rubric.endswith("8 rubric items (3 success, 5 failure, 0 error, 0 not_judged); judge scripted-judge: "
                            "8 calls, 0 cached")
     # the script has no WebJudge replies: its "(script exhausted)" answers leave every episode without a verdict
     assert web.endswith("O-M2W Judge n/a over 0 episodes (3 error, 0 not_judged); 9 calls, 0 cached")
-    assert judge_run.main(args) == 0  # again: every verdict from the cache, nothing asked
+    assert judge_cli.main(args) == 0  # again: every verdict from the cache, nothing asked
     rubric, web = capsys.readouterr().out.strip().splitlines()
     assert rubric.endswith("judge scripted-judge: 0 calls, 8 cached")
-    assert judge_run.main([*args, "--no-webjudge"]) == 0 and len(capsys.readouterr().out.strip().splitlines()) == 1
+    assert judge_cli.main([*args, "--no-webjudge"]) == 0 and len(capsys.readouterr().out.strip().splitlines()) == 1
     assert (run / judge_run.CACHE).is_dir()
 
 
@@ -202,7 +203,7 @@ def test_the_command_refuses_bad_judge_settings_in_one_line(tmp_path: Path,
                           (["judge=gpt"], "judge=gpt: no such judge config (valid: "),
                           (["model=x"], "judge override 'model=x': expected judge=NAME or judge.KEY=VALUE"),
                           (["judge=scripted", "judge.model.script=/nope.json"], "model.script=/nope.json")):
-        assert judge_run.main([str(run), *args, "--tasks", tasks]) == 2
+        assert judge_cli.main([str(run), *args, "--tasks", tasks]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and message in err and err.count("\n") == 1
 
@@ -213,10 +214,10 @@ def test_the_runs_own_config_judges_by_default_and_a_simulated_agent_cannot(tmp_
     script.write_text(json.dumps({"conversations": []}))
     (run / "config.yaml").write_text(yaml.safe_dump({
         "name": "c2", "seed": 1, "encoding": "o200k_base",
-        "model": {"_target_": "harness.testing.scripted.ScriptedBackend", "script": str(script), "name": "scripted"},
+        "model": {"_target_": "harness.backends.scripted.ScriptedBackend", "script": str(script), "name": "scripted"},
         "judge": {"use_agent": True, "model": None, "cache_dir": None, "attempts": 2}}))
     # nothing could be judged: make judge says so with its exit status (issue #24), and records why per item
-    assert judge_run.main([str(run), "--tasks", str(tasks_file(tmp_path / "tasks.json"))]) == judge_run.EXIT_JUDGE
+    assert judge_cli.main([str(run), "--tasks", str(tasks_file(tmp_path / "tasks.json"))]) == judge_cli.EXIT_JUDGE
     frame = pd.read_parquet(run / judge_run.JUDGED)
     assert set(frame.status) == {"not_judged"}
     [reason] = set(frame.reason)
@@ -225,8 +226,8 @@ def test_the_runs_own_config_judges_by_default_and_a_simulated_agent_cannot(tmp_
 
 def test_no_judge_records_every_item_as_not_judged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = make_run(tmp_path / "run", "c2")
-    assert judge_run.main([str(run), "judge=none", "--tasks", str(tasks_file(tmp_path / "tasks.json"))]) == \
-        judge_run.EXIT_JUDGE
+    assert judge_cli.main([str(run), "judge=none", "--tasks", str(tasks_file(tmp_path / "tasks.json"))]) == \
+        judge_cli.EXIT_JUDGE
     frame = pd.read_parquet(run / judge_run.JUDGED)
     assert set(frame.status) == {"not_judged"} and set(frame.reason) == {"no judge configured (judge=none)"}
 
@@ -252,7 +253,7 @@ def test_table2_ours_beside_the_papers(results: Path, tmp_path: Path) -> None:
     assert list(t.columns[:2]) == ["Vanilla ours", "Vanilla paper"]
     assert any(n.startswith("NOTE: lcm ") and "make judge RUN=" in n for n in table.notes)
     assert "SIMULATED" in table.caption and "judge keyword-judge" in table.caption
-    written = tables.write(table.table, tmp_path / "out", table.name, table.caption, table.notes)
+    written = output.write(table.table, tmp_path / "out", table.name, table.caption, table.notes)
     assert [p.name for p in written] == ["odysseys_table2.md", "odysseys_table2.csv", "odysseys_table2.tex"]
     assert "NOTE: lcm" in written[0].read_text()
 

@@ -177,6 +177,7 @@ def test_malformed_tool_call_is_a_tool_error_the_model_sees(server: SimServer, t
     assert episodes.completed.all()  # the agent saw the error and carried on
 
 
+@pytest.mark.slow  # kills and resumes a real run (~10 s each)
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_killed_run_resumes_without_losing_or_duplicating_rows(tmp_path: Path, sig: signal.Signals) -> None:
     out = tmp_path / "r"

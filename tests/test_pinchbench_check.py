@@ -12,6 +12,8 @@ import pytest
 
 from harness.envs.pinchbench.check import check, main
 
+pytestmark = pytest.mark.sandbox  # graders run in bubblewrap (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "pinchbench" / "v2"
 MIRROR = Path("/work/.mirror/pinchbench+skill/repo")

@@ -23,6 +23,8 @@ from harness.envs.pinchbench.scoring import combine, grade_task
 from harness.envs.pinchbench.tasks import load_benchmark
 from harness.types import Completion, Message, ToolSpec, Usage
 
+pytestmark = pytest.mark.sandbox  # graders run in bubblewrap (tests/conftest.py)
+
 MIRROR = Path("/work/.mirror/pinchbench+skill/repo")
 FIXTURES = Path(__file__).parent / "fixtures" / "pinchbench"
 

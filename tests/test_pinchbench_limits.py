@@ -19,6 +19,8 @@ from harness.envs.pinchbench.workflow import PinchBenchWorkflows
 from harness.errors import InputError
 from harness.run import run
 
+pytestmark = pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
+
 TIMEOUTS = {"task_sanity": 60.0, "task_notes_answer": 120.0, "task_sales_summary": 180.0}  # their front matter
 
 

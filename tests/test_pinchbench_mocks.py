@@ -1,8 +1,9 @@
 """The fws mock server for PinchBench's gws/gh tasks (harness/envs/pinchbench/mocks.py), driven by real processes:
 fws in its own network namespace, the agent's `exec` sandbox reaching it through the relays, the server stopped with
-the episode. The end-to-end test needs the real fws (`make mock-deps`; npm @juppytt/fws) and Debian's gh, and is
-skipped, saying why, where npm cannot install fws; the plumbing tests use tests/fixtures/pinchbench/mocks/
-stub_fws.py, a stand-in that is NOT fws (it only speaks the part of fws's command line mocks.py uses)."""
+the episode. The end-to-end test needs the real fws (`make mock-deps`; npm @juppytt/fws) and Debian's gh (marker
+needs_fws): where fws is missing it is deselected, and the closing line says why (npm answers E404 for it here);
+the plumbing tests use tests/fixtures/pinchbench/mocks/stub_fws.py, a stand-in that is NOT fws (it only speaks
+the part of fws's command line mocks.py uses)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,6 @@ from harness.tokens import TokenCounter
 
 FIXTURE = Path(__file__).parent / "fixtures" / "pinchbench" / "mocks"
 STUB = FIXTURE / "stub_fws.py"
-REAL = MockSettings(enabled=True)
-NO_FWS = "fws is not installed: npm install @juppytt/fws answers E404 from the registry here (make mock-deps)"
 
 
 def _stub(tmp_path: Path) -> MockSettings:
@@ -63,6 +62,7 @@ def test_each_missing_piece_is_named(tmp_path: Path) -> None:
         assert "discovery documents" in unavailable((), no_docs)
 
 
+@pytest.mark.sandbox
 def test_the_sandbox_reaches_its_own_server_only_through_the_relay_and_nothing_outlives_stop(tmp_path: Path) -> None:
     mock = FwsMock(_stub(tmp_path), tmp_path / "ep.fws")
     mock.start()
@@ -89,6 +89,7 @@ def test_the_sandbox_reaches_its_own_server_only_through_the_relay_and_nothing_o
     assert saved["seen"] == ["4100 GET /repos/x", "4101 GET /proxy"]  # its state is saved before it stops
 
 
+@pytest.mark.sandbox
 def test_a_plain_sandbox_still_has_no_route_to_it(tmp_path: Path) -> None:
     from harness.envs.pinchbench.sandbox import Sandbox
 
@@ -114,7 +115,8 @@ def test_a_gws_task_without_the_gws_cli_is_left_out_with_its_reason(tmp_path: Pa
     assert off.episode(off.tasks[0], None).env.segments[0].mock is None  # mocks off: unchanged
 
 
-@pytest.mark.skipif(REAL.fws_command() is None or shutil.which("gh") is None, reason=NO_FWS)
+@pytest.mark.needs_fws  # opt-in where fws is missing: tests/conftest.py deselects it and says why
+@pytest.mark.sandbox
 def test_real_fws_a_scripted_agents_gh_commands_reach_the_mock_and_the_grader_sees_them(tmp_path: Path) -> None:
     domain = PinchBenchDomain(path=str(FIXTURE), ids=["task_gh_issue_triage"], mocks={"enabled": True})
     episode = domain.episode(domain.tasks[0], None, EpisodeContext(0, tmp_path))

@@ -238,6 +238,7 @@ def test_the_fake_endpoint_records_requests_and_streams_a_reply() -> None:
 
 @pytest.mark.skipif(not (INSTALLED / "openclaw" / "openclaw.mjs").is_file(),
                     reason="OpenClaw is not installed: `make openclaw-profile`")
+@pytest.mark.slow  # runs the real OpenClaw under Node.js (~15 s)
 def test_the_real_openclaw_package_yields_a_loadable_profile(tmp_path: Path) -> None:
     node = sorted(INSTALLED.glob("node-linux-*/bin/node"))[0]
     data = openclaw_capture.capture(INSTALLED / "openclaw" / "openclaw.mjs", node, "full")

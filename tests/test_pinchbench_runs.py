@@ -26,6 +26,8 @@ from harness.records import read_transcript
 from harness.run import fingerprint, run
 from harness.tokens import TokenCounter
 
+pytestmark = pytest.mark.sandbox  # PinchBench runs in bubblewrap (tests/conftest.py)
+
 register()
 V2 = Path(__file__).parent / "fixtures" / "pinchbench" / "v2"
 SCRIPT = Path(__file__).parent / "fixtures" / "pinchbench" / "scripts" / "v2.json"

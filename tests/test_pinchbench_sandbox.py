@@ -18,6 +18,8 @@ from harness.envs.pinchbench.sandbox import Sandbox, SandboxUnavailable
 from harness.envs.pinchbench.tools import WorkspaceTools
 from harness.types import ToolCall
 
+pytestmark = pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
+
 
 @pytest.fixture
 def secret(tmp_path: Path) -> Path:

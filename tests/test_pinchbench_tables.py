@@ -22,8 +22,8 @@ import yaml
 from fixtures.make_results import episodes as expense_episodes
 from fixtures.make_results import run_manifest, write_run
 
+from harness.report import expense_tables, reader, tables
 from harness.report import pinchbench_tables as pt
-from harness.report import tables
 from harness.report.sweep import merge
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "results"
@@ -155,6 +155,7 @@ def test_table1_without_a_sweep_uses_the_newest_complete_single_runs_and_pins_wi
     assert old.exists()
 
 
+@pytest.mark.slow  # real runs and a sweep (~14 s)
 def test_expense_tables_are_not_fooled_by_a_newer_pinchbench_run_or_sweep(tmp_path: Path) -> None:
     root = tmp_path / "results"
     shutil.copytree(FIXTURE, root)  # the expense fixture's c1-c4, complete, started 2026-01-01
@@ -163,7 +164,7 @@ def test_expense_tables_are_not_fooled_by_a_newer_pinchbench_run_or_sweep(tmp_pa
     _run(root / "c2" / NEW, _singles(), started="2026-02-01T00:00:00+00:00")
     _sweep(root, "methods", NEW, [_singles(), _singles("keep_last_n")])
     _sweep(root, "budget", NEW, [_singles()])
-    assert tables.find_runs(root)["c2"] == root / "c2" / OLD
+    assert expense_tables.find_runs(root)["c2"] == root / "c2" / OLD
     assert pt.select_kind(root, {}, pt.PINCHBENCH)["c2"].path == root / "c2" / NEW
     written = {p.name for p in tables.main(["--results", str(root), "--out", str(tmp_path / "t")])}
     c1_c4 = _csv(tmp_path / "t", "expense_c1_c4")
@@ -328,7 +329,7 @@ def _chains() -> pd.DataFrame:
 
 
 def _parsed(frame: pd.DataFrame) -> pd.DataFrame:
-    parsed, why = pt._with_chains(frame)
+    parsed, why = pt._with_chains(reader.decode_json(frame))  # chain_scores decoded, as harness.report.reader does
     assert why is None
     return parsed
 

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
+from harness.backends.local_server import free_port
 from harness.backends.openai_compat import OpenAICompatible
 from harness.backends.ratelimit import RateLimiter
 from harness.backends.sim_server import SimServer
-from harness.testing.local_server import free_port
 from harness.types import Message
 
 

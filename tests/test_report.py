@@ -16,7 +16,7 @@ import pytest
 import yaml
 from fixtures.make_results import episodes, run_manifest, write_run
 
-from harness.report import budget, plots, runs, tables
+from harness.report import budget, expense_tables, output, plots, reader, runs, tables
 from harness.report.sweep import merge
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "results"
@@ -24,13 +24,13 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "results"
 
 @pytest.fixture(scope="module")
 def expense() -> pd.DataFrame:
-    runs = tables.find_runs(FIXTURE)
-    return tables.load(runs, tables.EXPENSE)
+    runs = expense_tables.find_runs(FIXTURE)
+    return expense_tables.load(runs, expense_tables.EXPENSE)
 
 
 def test_expense_table_matches_the_hand_computed_values(expense: pd.DataFrame) -> None:
-    paper = yaml.safe_load(tables.PAPER.read_text())
-    t = tables.expense_table(expense, paper)
+    paper = yaml.safe_load(expense_tables.PAPER.read_text())
+    t = expense_tables.expense_table(expense, paper)
     assert t.loc["Tasks completed (%)", "C2 ours"] == "75.0 ± 317.7"
     assert t.loc["Tasks completed (%)", "C2 paper"] == "71.0"
     assert t.loc["Total tokens", "C2 ours"] == "2,000 ± 0"
@@ -41,7 +41,7 @@ def test_expense_table_matches_the_hand_computed_values(expense: pd.DataFrame) -
 
 
 def test_ratio_table_puts_ours_beside_the_papers(expense: pd.DataFrame) -> None:
-    r = tables.ratio_table(expense, yaml.safe_load(tables.PAPER.read_text()))
+    r = expense_tables.ratio_table(expense, yaml.safe_load(expense_tables.PAPER.read_text()))
     assert r.loc["Token reduction, C3 vs C2 (%)"].tolist() == ["60.0", "63.9"]  # the paper's token_reduction_...
     assert r.loc["Time reduction, C3 vs C2 (%)"].tolist() == ["50.0", "63.0"]
     assert r.loc["Completion gain, C4 vs C2 (pp)"].tolist() == ["25.0", "20.6"]
@@ -63,7 +63,7 @@ JOBS = [("FullHistory", 1.0), ("FullHistory", 0.5), ("LastN", 1.0), ("LastN", 0.
 def _fake_budget_sweep(root: Path, partial_job: bool = False) -> Path:
     """Four complete jobs (policy x tier); with `partial_job`, a fifth (LastN @ 0.3) that was interrupted."""
     sweep = root / "sweeps" / "budget" / "2026-01-01_00-00-00"
-    base = tables.load(tables.find_runs(FIXTURE), ["c2"])
+    base = expense_tables.load(expense_tables.find_runs(FIXTURE), ["c2"])
     for job, (policy, tier) in enumerate(JOBS + ([("LastN", 0.3)] if partial_job else [])):
         job_dir = sweep / str(job)
         (job_dir / ".hydra").mkdir(parents=True)
@@ -77,8 +77,8 @@ def _fake_budget_sweep(root: Path, partial_job: bool = False) -> Path:
 
 def test_budget_table_and_plot_come_from_the_merged_sweep(tmp_path: Path) -> None:
     root = _fake_budget_sweep(tmp_path / "results")
-    sweep, notes = tables.budget_sweep(root)
-    t = tables.budget_table(sweep)
+    sweep, notes = expense_tables.budget_sweep(root)
+    t = expense_tables.budget_table(sweep)
     assert t.loc[("C2", "50%"), "completed (%)"] == "75.0 ± 317.7"  # FullHistory at 0.5: one of four tasks failed
     assert t.loc[("C3", "50%"), "completed (%)"] == "100.0 ± 0.0"  # LastN
     assert t.loc[("C2", "50%"), "over-budget steps"] == 4
@@ -92,8 +92,8 @@ def test_a_budget_sweep_job_that_is_not_complete_is_left_out_and_named(tmp_path:
     root = _fake_budget_sweep(tmp_path / "results", partial_job=True)
     assert "WARNING: jobs not complete: job 4: partial" in (root / "sweeps/budget/2026-01-01_00-00-00/"
                                                             "merged_table.txt").read_text()
-    sweep, notes = tables.budget_sweep(root)
-    assert ("C3", "30%") not in tables.budget_table(sweep).index and len(sweep) == 16
+    sweep, notes = expense_tables.budget_sweep(root)
+    assert ("C3", "30%") not in expense_tables.budget_table(sweep).index and len(sweep) == 16
     assert notes == ["WARNING: sweep job sweeps/budget/2026-01-01_00-00-00/4 left out: status partial"]
     tables.main(["--results", str(root), "--out", str(tmp_path / "t")])
     assert notes[0] in (tmp_path / "t" / "budget_sweep.md").read_text()
@@ -104,7 +104,7 @@ def test_make_plots_writes_png_and_pdf_with_simulated_titles(tmp_path: Path) -> 
     names = {p.name for p in written}
     assert {"completion_vs_tokens.png", "completion_vs_tokens.pdf", "visible_tokens_by_step.png"} <= names
     assert all(p.stat().st_size > 1000 for p in written)
-    assert "SIMULATED" in tables.label(tables.load(tables.find_runs(FIXTURE), ["c2"]))
+    assert "SIMULATED" in output.label(expense_tables.load(expense_tables.find_runs(FIXTURE), ["c2"]))
 
 
 def test_decision_counts_read_pair_decisions_and_field_levels() -> None:
@@ -112,7 +112,7 @@ def test_decision_counts_read_pair_decisions_and_field_levels() -> None:
         '{"kept_pairs": [], "evicted_pairs": 0, "summarized_pairs": []}',
         '{"kept_pairs": ["a", "b"], "evicted_pairs": 3, "summarized_pairs": ["c"]}',
         '{"levels": {"EXACT": 4, "SUMMARY": 1, "POINTER": 2, "DROP": 7}}']})
-    counts = plots.decision_counts(steps).set_index(["experiment", "step"])
+    counts = plots.decision_counts(reader.decode_json(steps)).set_index(["experiment", "step"])  # as read
     assert counts.loc[("c4", 1), ["kept", "summarized", "dropped", "dropped (budget)"]].tolist() == [2, 1, 2, 0]
     assert counts.loc[("waac", 0), ["EXACT", "SUMMARY", "POINTER", "DROP"]].tolist() == [4, 1, 2, 7]
 
@@ -191,7 +191,7 @@ def test_newer_failed_partial_running_and_manifestless_runs_do_not_replace_the_c
     write_run(root / "c2" / "2026-02-06_00-00-00", fixture, None)  # newest, but no manifest
     statuses = sorted(r.status for r in runs.discover(root) if r.experiment == "c2")
     assert statuses == ["complete", "failed", "partial", "partial", "partial", "running", "unknown"]
-    assert tables.find_runs(root)["c2"] == full
+    assert expense_tables.find_runs(root)["c2"] == full
     tables.main(["--results", str(root), "--out", str(tmp_path / "t")])
     md = _md(tmp_path / "t")
     assert "75.0 ± 317.7" in md and "WARNING" not in md
@@ -293,12 +293,12 @@ def test_make_runs_lists_every_run_folder_with_status_and_path(tmp_path: Path,
 def test_budget_rows_of_one_policy_class_stay_apart_by_the_swept_policy(tmp_path: Path) -> None:
     """The budget sweep runs last_n (C3: pairs) and keep_last_n (Keep-Last-N: rounds), both of class LastN: each
     keeps its own row and line, named by the job's `policy=` override, never pooled into one "C3" (tokens summed)."""
-    base = tables.load(tables.find_runs(FIXTURE), ["c2"])
+    base = expense_tables.load(expense_tables.find_runs(FIXTURE), ["c2"])
     jobs = [base.assign(policy="LastN", budget_fraction=1.0, job=str(j), over_budget_steps=0,
                         job_overrides=f"policy={p} budget.fraction=1.0", completed=[p == "last_n"] * 4)
             for j, p in enumerate(("last_n", "keep_last_n"))]
     sweep = pd.concat(jobs, ignore_index=True)
-    t = tables.budget_table(sweep)
+    t = expense_tables.budget_table(sweep)
     assert sorted(t.index) == [("C3", "100%"), ("Keep-Last-N", "100%")]
     assert t.loc[("C3", "100%"), "completed (%)"] == "100.0 ± 0.0"
     assert t.loc[("Keep-Last-N", "100%"), "completed (%)"] == "0.0 ± 0.0"

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from harness.backends import llama_launcher
 from harness.backends.sim_server import SimServer
-from harness.testing import llama_launcher
 
 
 @pytest.fixture(scope="module")

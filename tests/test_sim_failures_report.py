@@ -25,7 +25,7 @@ from hydra import compose, initialize_config_dir
 from test_report import FIXTURE, _fake_budget_sweep
 
 from harness.config import register
-from harness.report import runs, sim_failures, tables
+from harness.report import expense_tables, output, runs, sim_failures, tables
 from harness.report.sim_failures import attribute, holds_beyond_ci, holds_on_means
 from harness.run import run
 
@@ -118,7 +118,7 @@ def _episode(missing: Sequence[tuple[str, str]] = (), extra: Sequence[tuple[str,
              termination: str = "user_stop", completed: bool = False) -> dict[str, object]:
     lines = {"missing_lines": [{"subcategory": s, "date": d} for s, d in missing],
              "extra_lines": [{"subcategory": s, "date": d} for s, d in extra]}
-    return {"completed": completed, "termination": termination, "score_details": json.dumps(lines)}
+    return {"completed": completed, "termination": termination, "score_details": lines}  # decoded, as read
 
 
 def test_a_failure_is_attributed_to_the_mechanisms_whose_facts_name_a_wrong_line() -> None:
@@ -148,6 +148,7 @@ def _failed(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return episodes, pd.read_parquet(path / "steps.parquet")
 
 
+@pytest.mark.slow  # the `written` fixture runs the simulated runs (~30 s)
 def test_real_failed_episodes_are_attributed_and_the_table_counts_them(written: Path,
                                                                       llmlike: dict[str, Path]) -> None:
     table = pd.read_csv(written / "sim_failures.csv", index_col=0, dtype=str)
@@ -187,6 +188,7 @@ def test_the_ordering_beyond_the_cis_needs_non_overlapping_intervals() -> None:
     assert holds_beyond_ci(apart | {"c2": (0.8, math.nan)}) is False  # means not ordered: no either way
 
 
+@pytest.mark.slow  # the `written` fixture runs the simulated runs (~30 s)
 def test_the_sensitivity_table_reports_both_checks_per_value(written: Path) -> None:
     table = pd.read_csv(written / "sim_sensitivity.csv", index_col=[0, 1], dtype=str)
     means, beyond = "C2 < C3 < C4 on means", "C2 < C3 < C4 beyond the 95% CIs"
@@ -237,6 +239,7 @@ def test_jobs_pooled_into_one_cell_are_named(llmlike: dict[str, Path], tmp_path:
 NAMES = ("sim_failures", "sim_sensitivity", "sim_sensitivity_summary")
 
 
+@pytest.mark.slow  # the `written` fixture runs the simulated runs (~30 s)
 def test_every_caption_says_simulated_with_the_model_and_the_sources(written: Path) -> None:
     for name in NAMES:
         first = (written / f"{name}.md").read_text().splitlines()[0]
@@ -247,6 +250,7 @@ def test_every_caption_says_simulated_with_the_model_and_the_sources(written: Pa
         assert tex.isascii(), name
 
 
+@pytest.mark.slow  # the `written` fixture runs the simulated runs (~30 s)
 def test_the_tables_compile_with_pdflatex(written: Path, tmp_path: Path) -> None:
     pdflatex = shutil.which("pdflatex")
     if pdflatex is None:
@@ -260,6 +264,7 @@ def test_the_tables_compile_with_pdflatex(written: Path, tmp_path: Path) -> None
     assert "Missing character" not in (tmp_path / "doc.log").read_text(errors="replace")
 
 
+@pytest.mark.slow  # the `written` fixture runs the simulated runs (~30 s)
 def test_sim_llmlike_runs_never_feed_the_default_tables(written: Path, results: Path) -> None:
     c1_c4 = pd.read_csv(written / "expense_c1_c4.csv", index_col=0, dtype=str)
     assert c1_c4.loc["Run"].tolist()[::2] == [f"c{i}/2026-01-01_00-00-00" for i in range(1, 5)]
@@ -285,7 +290,7 @@ def test_a_sim_llmlike_sweep_job_is_left_out_of_the_default_sweep_tables(results
     meta = run_manifest("waac", frame, n_runs=2) | {"backend": "sim_llmlike", "model": "sim_llmlike"}
     job = write_run(root / "sweeps" / "ablations" / STAMP / "0", frame, meta)
     frame.assign(job="0", job_overrides="experiment=waac model=sim_llmlike").to_parquet(job.parent / "merged.parquet")
-    jobs, notes = tables.sweep_runs(root, "ablations")
+    jobs, notes = expense_tables.sweep_runs(root, "ablations")
     assert jobs == {} and notes == [f"NOTE: model=sim_llmlike sweep job(s) left out (see the sim_failures tables): "
                                     f"sweeps/ablations/{STAMP}/0"]
 
@@ -295,7 +300,7 @@ def test_a_sim_llmlike_job_is_left_out_of_the_budget_sweep(tmp_path: Path) -> No
     job = root / "sweeps" / "budget" / "2026-01-01_00-00-00" / "1"
     meta = json.loads((job / "manifest.json").read_text()) | {"backend": "sim_llmlike", "model": "sim_llmlike"}
     (job / "manifest.json").write_text(json.dumps(meta))
-    sweep, notes = tables.budget_sweep(root)
+    sweep, notes = expense_tables.budget_sweep(root)
     assert sorted(sweep.job.unique()) == ["0", "2", "3"]
     assert notes == ["NOTE: model=sim_llmlike sweep job(s) left out (see the sim_failures tables): "
                      "sweeps/budget/2026-01-01_00-00-00/1"]
@@ -315,8 +320,8 @@ def test_sim_llmlike_runs_never_feed_the_default_figures(results: Path, tmp_path
 def test_a_sweep_of_sim_llmlike_jobs_is_labelled_with_its_model(llmlike: dict[str, Path], results: Path) -> None:
     llm = pd.read_parquet(llmlike["c3"] / "episodes.parquet")
     sim = pd.read_parquet(results / "c3" / "2026-01-01_00-00-00" / "episodes.parquet")
-    assert tables.label(llm) == "SIMULATED (model=sim_llmlike), not LLM results"
-    assert tables.label(sim) == "SIMULATED (model=sim), not LLM results"
+    assert output.label(llm) == "SIMULATED (model=sim_llmlike), not LLM results"
+    assert output.label(sim) == "SIMULATED (model=sim), not LLM results"
 
 
 def test_the_viewer_explains_a_failed_sim_llmlike_episode_with_its_attribution(llmlike: dict[str, Path]) -> None:
@@ -330,7 +335,7 @@ def test_the_viewer_explains_a_failed_sim_llmlike_episode_with_its_attribution(l
 
 
 def test_a_normal_ending_is_no_cause_and_another_ending_has_its_column() -> None:
-    details = json.dumps({"missing_lines": [], "extra_lines": []})
+    details: dict[str, list[object]] = {"missing_lines": [], "extra_lines": []}  # decoded, as read
     ended = {"completed": False, "score_details": details}
     assert sim_failures.attribute({**ended, "termination": "agent_final"}, []) == [sim_failures.NONE_LOGGED]
     assert sim_failures.attribute({**ended, "termination": "context_window_exceeded"}, []) == \

@@ -77,6 +77,7 @@ def test_a_stopped_axis_says_how_to_resume_the_whole_sweep(tmp_path: Path, monke
         sweep.main(["sim_sensitivity", "n_runs=1", f"hydra.sweep.dir={tmp_path}"])
 
 
+@pytest.mark.slow  # a real Hydra multirun over every axis (~20 s)
 def test_tiny_sweep_writes_one_multirun_per_axis_with_the_swept_value_and_defaults_elsewhere(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """Each axis cut to two values (a copy of the model YAML), n_tasks=1 n_runs=1: 4 axes x 2 values x C2-C4."""

@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
+pytestmark = pytest.mark.slow  # Hydra multiruns, Ray and joblib: 9-25 s each
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -84,6 +84,7 @@ def test_a_run_sends_the_marker_and_records_the_checkpoint(tmp_path: Path) -> No
     assert params["method"] == "tokenskip"
 
 
+@pytest.mark.slow  # runs the command line (~18 s)
 def test_without_a_tokenskip_model_the_run_is_refused_with_the_reason_and_how(tmp_path: Path) -> None:
     for extra in ([], ["model=sim"]):
         done = subprocess.run([sys.executable, "-m", "harness.cli", "experiment=tokenskip", "n_tasks=1", "n_runs=1",

@@ -3,11 +3,15 @@
 
 Every run's every step must account for every history message exactly once (shown in some form, or dropped),
 with the texts the transcript recorded; each mechanism (pair eviction, summaries, masking, WAAC's field levels,
-multi-session conversations, score explanations) is checked where it acts."""
+multi-session conversations, score explanations) is checked where it acts. Each view's statuses come from the
+provenance the policy recorded (`view_provenance`); the same runs with it removed (`inferred`: transcripts as
+written before provenance existed) check the inference the viewer falls back to, and says it does."""
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -27,6 +31,8 @@ from harness.report.trajectory import STATUSES, find_runs, load_episode, load_ru
 from harness.tokens import TokenCounter
 from harness.types import Message
 
+pytestmark = pytest.mark.slow  # its fixture runs every policy on every benchmark (~15 s)
+
 LEVELS = {"EXACT", "SUMMARY", "POINTER", "DROP"}
 
 
@@ -34,6 +40,25 @@ LEVELS = {"EXACT", "SUMMARY", "POINTER", "DROP"}
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Shared with any other module of the session that uses the same base (every_run reuses complete runs)."""
     return every_run(shared_base(tmp_path_factory))
+
+
+@pytest.fixture(scope="module")
+def inferred(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The same runs as transcripts written before policies recorded provenance: every step without its
+    `view_provenance` (nothing else changed), so the viewer infers each status from the text."""
+    base = tmp_path_factory.mktemp("inferred")
+    out = {}
+    for key, path in runs.items():
+        copy = base / key
+        (copy / "transcripts").mkdir(parents=True)
+        for name in ("manifest.json", "config.yaml"):
+            if (path / name).exists():
+                shutil.copy(path / name, copy / name)
+        for src in (path / "transcripts").glob("*.jsonl"):
+            records = [{k: v for k, v in r.items() if k != "view_provenance"} for r in read_transcript(src)]
+            (copy / "transcripts" / src.name).write_text("".join(json.dumps(r) + "\n" for r in records))
+        out[key] = copy
+    return out
 
 
 def episode(runs: dict[str, Path], key: str, index: int = 0) -> dict[str, Any]:
@@ -65,18 +90,21 @@ def test_every_policy_and_benchmark_has_a_run_that_loads(runs: dict[str, Path]) 
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["recorded", "inferred"])
 @pytest.mark.parametrize("key", keys())
-def test_every_step_accounts_for_every_history_message_once(runs: dict[str, Path], key: str) -> None:
-    path = runs[key]
+def test_every_step_accounts_for_every_history_message_once(runs: dict[str, Path], key: str, mode: str,
+                                                            request: pytest.FixtureRequest) -> None:
+    path = (runs if mode == "recorded" else request.getfixturevalue("inferred"))[key]
     for summary in load_run(path)["episodes"]:
         ep = load_episode(path, summary["id"])
-        records = transcript(runs, key, summary["id"])
+        records = read_transcript(path / "transcripts" / f"{summary['id']}.jsonl")
         history = [r["message"] for r in records if r["type"] == "message"]
         views = [r["view"] for r in records if r["type"] == "step"]
         assert [m["text"] for m in ep["messages"]] == [h.get("content", "") for h in history], key
         assert len(ep["steps"]) == len(views) == summary["n_steps"], key
         for step, view in zip(ep["steps"], views, strict=True):
             check_step(step, view, ep["messages"], f"{key} {summary['id']} step {step['step']}")
+            assert step["provenance"] == mode, key  # every policy records it; the viewer says which
 
 
 def check_step(step: dict[str, Any], view: list[Any], messages: list[dict[str, Any]], where: str) -> None:
@@ -114,7 +142,25 @@ def test_c3_at_a_late_step_drops_old_pairs_and_keeps_the_last_five(runs: dict[st
 
 
 @pytest.mark.slow
-def test_c4_shows_an_inserted_summary_of_the_dropped_pairs(runs: dict[str, Path]) -> None:
+def test_c4_shows_the_summary_its_policy_recorded_with_the_messages_it_summarizes(runs: dict[str, Path]) -> None:
+    ep = episode(runs, "expense/c4")
+    step = ep["steps"][-1]
+    summaries = [(i, s) for i, s in enumerate(step["shown"]) if s["status"] == "summarized"]
+    assert len(summaries) == 1 and summaries[0][1]["ref"] is None and summaries[0][1]["text"]
+    pos, summary = summaries[0]
+    covered = set(step["decisions"]["summarized_pairs"])  # the pairs' results must be among its sources
+    results = {m["i"] for m in ep["messages"][:step["n_history"]]
+               if m["role"] == "tool" and m["tool_call_id"] in covered}
+    sources = {int(i) for i in re.findall(r"#(\d+)", summary["note"])}
+    assert results and results <= sources
+    into = {d["ref"] for d in step["dropped"]
+            if d["note"] == f"summarized into the view's message {pos + 1} (as the policy recorded it)"}
+    assert into == sources  # each listed once, with the view message it went into
+
+
+@pytest.mark.slow
+def test_c4_inferred_shows_an_inserted_summary_of_the_dropped_pairs(inferred: dict[str, Path]) -> None:
+    runs = inferred
     ep = episode(runs, "expense/c4")
     step = ep["steps"][-1]
     summaries = [s for s in step["shown"] if s["status"] == "inserted"]
@@ -139,7 +185,19 @@ def test_masking_shows_old_results_masked_in_place(runs: dict[str, Path]) -> Non
 
 
 @pytest.mark.slow
-def test_llmlingua_compresses_and_summary_lcm_agentfold_mem0_insert(runs: dict[str, Path]) -> None:
+def test_llmlingua_compresses_summary_lcm_agentfold_summarize_and_mem0_inserts_as_recorded(
+        runs: dict[str, Path]) -> None:
+    statuses = {key: {s["status"] for st in episode(runs, key)["steps"] for s in st["shown"]}
+                for key in ("expense/llmlingua", "expense/summary", "expense/lcm", "expense/agentfold", "expense/mem0")}
+    assert "compressed" in statuses["expense/llmlingua"] and "inserted" in statuses["expense/mem0"]
+    assert all("summarized" in statuses[k] for k in ("expense/summary", "expense/lcm", "expense/agentfold"))
+    first = episode(runs, "expense/agentfold")["steps"][0]["shown"][0]  # its fold instructions joined to the system
+    assert (first["ref"], first["status"], first["note"]) == (0, "inserted", "as the policy recorded it")
+
+
+@pytest.mark.slow
+def test_llmlingua_compresses_and_summary_lcm_agentfold_mem0_insert_inferred(inferred: dict[str, Path]) -> None:
+    runs = inferred
     statuses = {key: {s["status"] for st in episode(runs, key)["steps"] for s in st["shown"]}
                 for key in ("expense/llmlingua", "expense/summary", "expense/lcm", "expense/agentfold", "expense/mem0")}
     assert "compressed" in statuses["expense/llmlingua"]

@@ -228,14 +228,11 @@ def test_cli_bad_input_is_one_line(fake: Path, capsys: pytest.CaptureFixture[str
 def chromium() -> Iterator[Any]:
     """One headless Debian Chromium for the module (the same binary and flags as the Odysseys browser), with the
     network pointed at a dead proxy: the report must need nothing from outside the file."""
-    pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import sync_playwright  # the tests using it are marked browser (tests/conftest.py)
 
-    from harness.envs.odysseys.browser import CHROMIUM_ARGS, NO_NETWORK_ARGS, SETUP_HINT, BrowserConfig
+    from harness.envs.odysseys.browser import CHROMIUM_ARGS, NO_NETWORK_ARGS, BrowserConfig
 
     executable = BrowserConfig().executable
-    if not os.access(executable, os.X_OK):
-        pytest.skip(f"no Chromium at {executable}: {SETUP_HINT}")
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=executable, headless=True,
                                      args=[*CHROMIUM_ARGS, *NO_NETWORK_ARGS])
@@ -296,6 +293,7 @@ class Viewer:
         self.page.close()
 
 
+@pytest.mark.browser
 def test_browser_shows_the_hand_made_runs(fake: Path, chromium: Any, shots: Path) -> None:
     """Navigation, filters, sorting, the seen list with dropped messages in place, WAAC fields, events, compare,
     and hostile text shown as text (no element, no script from the data)."""
@@ -341,7 +339,9 @@ def test_browser_shows_the_hand_made_runs(fake: Path, chromium: Any, shots: Path
 
 
 def _check_fake_step(v: Viewer) -> None:
-    """C3's step 4: system, user, the inserted summary, dropped #2 #3 #4 in their history place, then #5 #6."""
+    """C3's step 4: system, user, the inserted summary, dropped #2 #3 #4 in their history place, then #5 #6; its
+    statuses labelled inferred (the step has no recorded provenance, as a transcript written before it existed)."""
+    assert v.page.locator("#provenance").text_content() == "inferred"
     seen = v.page.locator("#seen > .msg")
     order = [(seen.nth(i).get_attribute("data-status"), seen.nth(i).get_attribute("data-ref"))
              for i in range(seen.count())]
@@ -400,6 +400,7 @@ def episode_data(blobs: dict[str, str], summary: dict[str, Any]) -> dict[str, An
     return view.unpack_episode(blobs[summary["blob"]])
 
 
+@pytest.mark.slow  # its fixture runs every policy on every benchmark (~80 s)
 def test_every_run_is_in_the_report(every: dict[str, Path], every_report: Report) -> None:
     """Every policy and benchmark loads, and each episode's embedded data is load_episode's, unchanged."""
     _, runs, blobs = every_report
@@ -413,6 +414,7 @@ def test_every_run_is_in_the_report(every: dict[str, Path], every_report: Report
 
 
 @pytest.mark.parametrize("key", keys())
+@pytest.mark.browser
 def test_browser_shows_every_run(chromium: Any, every_report: Report, shots: Path, key: str) -> None:
     """Each run of every policy and benchmark: its row on the runs page, its episodes table, and its first
     episode's busiest step (the most dropped, else the last) showing exactly that step's messages in order."""
@@ -436,6 +438,7 @@ def test_browser_shows_every_run(chromium: Any, every_report: Report, shots: Pat
     v.close()
 
 
+@pytest.mark.browser
 def test_browser_c3_episode_and_late_step(chromium: Any, every_report: Report, shots: Path) -> None:
     """The researcher's path: the runs, C3's episodes filtered, an episode with its score's explanation, then a
     late step showing the dropped messages (collapsed, openable, in their history place) and the kept ones."""
@@ -456,6 +459,8 @@ def test_browser_c3_episode_and_late_step(chromium: Any, every_report: Report, s
     late = max(data["steps"], key=lambda s: (len(s["dropped"]), s["step"]))
     assert late["dropped"], "C3 never dropped a message in this run: a longer task is needed"
     v.click(f'#timeline li[data-step="{late["step"]}"] a', "episode")
+    assert late["provenance"] == "recorded"
+    assert v.page.locator("#provenance").text_content() == "as recorded by the policy"
     assert v.page.locator('#seen .msg[data-status="dropped"]').count() == len(late["dropped"])
     assert v.page.locator('#seen .msg[data-status="kept"]').count() == sum(m["status"] == "kept" for m in late["shown"])
     first = v.page.locator('#seen details.msg[data-status="dropped"]').first
@@ -467,6 +472,7 @@ def test_browser_c3_episode_and_late_step(chromium: Any, every_report: Report, s
     v.close()
 
 
+@pytest.mark.browser
 def test_browser_waac_fields(chromium: Any, every_report: Report, shots: Path) -> None:
     """A WAAC step with field decisions: one row per field, each with its level and why."""
     out, runs, blobs = every_report
@@ -484,6 +490,7 @@ def test_browser_waac_fields(chromium: Any, every_report: Report, shots: Path) -
     v.close()
 
 
+@pytest.mark.browser  # playwright and Chromium (tests/conftest.py)
 def test_browser_compares_c3_and_waac(chromium: Any, every_report: Report, shots: Path) -> None:
     """C3 and WAAC on the same task side by side, aligned by step, reached from the episode page's picker."""
     out, runs, blobs = every_report

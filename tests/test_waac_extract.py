@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _samples import ARIA_SNAPSHOT as RAW_SNAPSHOT  # the Playwright ARIA snapshot sample
 from _support import CONFIG_DIR
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_odysseys_browser import SNAPSHOT as RAW_SNAPSHOT  # the Playwright ARIA snapshot sample
 
 from harness.errors import InputError
 from harness.policies.base import Summary
@@ -39,7 +39,7 @@ from harness.waac.extract import (
 SITES = Path(__file__).parent / "fixtures" / "odysseys" / "sites"
 
 # ---- real tool output -------------------------------------------------------------------------------------------
-# Playwright's ARIA snapshot (ai mode) as the browser code reads it (the fixture of tests/test_odysseys_browser.py)
+# Playwright's ARIA snapshot (ai mode) as the browser code reads it: RAW_SNAPSHOT, from tests/_samples.py
 
 LS_LA = """\
 total 16

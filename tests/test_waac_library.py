@@ -12,9 +12,9 @@ from _waac import BagOfWords, ctx
 from test_waac_projection import _itemizing
 from test_waac_reuse import run_against_full
 
+from harness.build_library import main as build_library
 from harness.envs.expense.tasks import load
 from harness.envs.expense.waac import schemas
-from harness.waac.build_library import main as build_library
 from harness.waac.embeddings import LocalMiniLM
 from harness.waac.lattice import Level, join
 from harness.waac.library import ALTERNATIVES, HistoryLibrary, compat_of, describe, fragment, key_of

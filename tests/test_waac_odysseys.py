@@ -7,24 +7,23 @@ the rules' incremental indexes (equal to a from-scratch recomputation at every s
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
+from _samples import ARIA_SNAPSHOT as RAW_SNAPSHOT  # the Playwright ARIA snapshot sample
 from _support import CONFIG_DIR
 from _waac import levels
 from hydra import compose, initialize_config_dir
-from test_odysseys_browser import SNAPSHOT as RAW_SNAPSHOT  # the Playwright ARIA snapshot sample
 
 from harness.build import build_domain
+from harness.build_library import build, check_disjoint, compose_split
 from harness.config import register
 from harness.errors import InputError
 from harness.run import run
 from harness.testing.fixture_sites import FixtureSites
 from harness.types import Message, ToolCall
-from harness.waac.build_library import build, check_disjoint, compose_split
 from harness.waac.graph import TraceGraph
 from harness.waac.lattice import Level
 from harness.waac.obligations import Trace
@@ -35,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SITES = ROOT / "tests" / "fixtures" / "odysseys" / "sites"
 TASK = "kettle0000000000000000000000000000000001"
 JUDGE = "You are an expert evaluator of web-navigation agent trajectories."
-browser = pytest.mark.skipif(shutil.which("chromium") is None, reason="Chromium not installed: make browser-deps")
+browser = pytest.mark.browser  # playwright and Chromium, both checked by tests/conftest.py
 
 
 def call(name: str, **args: Any) -> dict[str, Any]:
@@ -159,7 +158,7 @@ def test_a_dev_split_that_is_an_evaluation_task_is_refused() -> None:
 
 
 # ---- the observation format, registered by this benchmark's schema module (not the core) ------------------------
-# Playwright's ARIA snapshot (ai mode) as the browser code reads it (the fixture of tests/test_odysseys_browser.py)
+# Playwright's ARIA snapshot (ai mode) as the browser code reads it: RAW_SNAPSHOT, from tests/_samples.py
 
 # A real tool result of BrowserTools.execute(goto) on tests/fixtures/odysseys/sites/shop/kettle.html (Chromium)
 KETTLE_RESULT = """\

@@ -15,11 +15,11 @@ from _waac import levels
 from hydra import compose, initialize_config_dir
 
 from harness.build import build_domain, build_policy
+from harness.build_library import build, check_disjoint, compose_split, main
 from harness.config import register
 from harness.errors import InputError
 from harness.run import run
 from harness.types import Message, ToolCall
-from harness.waac.build_library import build, check_disjoint, compose_split, main
 from harness.waac.graph import TraceGraph
 from harness.waac.lattice import Level
 from harness.waac.obligations import Trace, obligations

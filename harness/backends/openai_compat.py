@@ -6,9 +6,12 @@
   message) are retried with exponential backoff and jitter, honouring `Retry-After`; after the last retry
   `InfraError` ends the episode as an infrastructure failure. Every InfraError carries the call's retry count.
 - Usage: the API's counts, with cached input and reasoning tokens from its usage details (cached input priced at
-  the model's `cached_input` price); a response without usage, or with counts that are not counts (text, a
-  negative, a fraction), falls back to the local count, flagged (`usage_missing`; `usage_invalid` names the
-  fields). A count sent as a string of digits ("57") is that count.
+  the model's `cached_input` price), and Anthropic-style cache reads/writes as compatible routers pass them
+  (`cache_read_input_tokens`/`cache_creation_input_tokens`, OpenRouter's `cache_write_tokens`; writes priced at
+  `cache_write`, else input); `cache_reported` marks a response that said what its cache served. A response
+  without usage, or with counts that are not counts (text, a negative, a fraction), falls back to the local
+  count, flagged (`usage_missing`; `usage_invalid` names the fields). A count sent as a string of digits ("57")
+  is that count.
 - Cache and replay: with `cache_dir`, every response is stored content-addressed with its retries; a rerun of the
   same config replays it (marked `cached`, no cost, the original retries kept). The key includes the endpoint (see
   harness.backends.cache), never the API key.
@@ -384,6 +387,8 @@ class OpenAICompatible:
         if tokens is None:  # no usage, or counts that are not numbers: the harness's own count, flagged, never 0
             tokens = Usage(local_input_tokens, self.tokens.message(message))
             info["usage_missing"] = True
+        elif reports_cache(usage):
+            info["cache_reported"] = True
         if invalid:
             info["usage_invalid"] = invalid
             _warn_once(f"{self.name}: the endpoint's usage has fields that are not token counts "
@@ -411,9 +416,10 @@ class OpenAICompatible:
         if not price:
             return float("nan")  # unknown price: shown as n/a, never as free
         cached = min(usage.cached_input_tokens, usage.input_tokens)
+        written = min(usage.cache_write_tokens, usage.input_tokens - cached)  # Anthropic-style: above the input price
         cached_price = price.get("cached_input", price["input"])
-        return ((usage.input_tokens - cached) * price["input"] + cached * cached_price
-                + usage.output_tokens * price["output"]) / 1e6
+        return ((usage.input_tokens - cached - written) * price["input"] + cached * cached_price
+                + written * price.get("cache_write", price["input"]) + usage.output_tokens * price["output"]) / 1e6
 
 
 def _as_count(value: Any) -> int | None:
@@ -454,12 +460,34 @@ def parse_usage(usage: Any) -> tuple[Usage | None, dict[str, str]]:
 
     prompt, completion = count(usage, "prompt_tokens", "prompt_tokens"), count(usage, "completion_tokens",
                                                                                 "completion_tokens")
-    cached = count(details("prompt_tokens_details"), "cached_tokens", "prompt_tokens_details.cached_tokens")
+    prompt_details = details("prompt_tokens_details")
+    cached = count(prompt_details, "cached_tokens", "prompt_tokens_details.cached_tokens")
+    if cached is None:  # Anthropic-style counts as LiteLLM passes them through (prompt_tokens includes them)
+        cached = count(usage, "cache_read_input_tokens", "cache_read_input_tokens")
+    written = count(usage, "cache_creation_input_tokens", "cache_creation_input_tokens")
+    if written is None:  # OpenRouter's name for the same count
+        written = count(prompt_details, "cache_write_tokens", "prompt_tokens_details.cache_write_tokens")
     reasoning = count(details("completion_tokens_details"), "reasoning_tokens",
                       "completion_tokens_details.reasoning_tokens")
     if prompt is None or completion is None:  # absent or not a count: both counted locally, never a silent 0
         return None, invalid
-    return Usage(prompt, completion, cached or 0, reasoning or 0), invalid
+    return Usage(prompt, completion, cached or 0, reasoning or 0, written or 0), invalid
+
+
+CACHE_FIELDS = (("prompt_tokens_details", "cached_tokens"), ("prompt_tokens_details", "cache_write_tokens"),
+                (None, "cache_read_input_tokens"), (None, "cache_creation_input_tokens"))
+
+
+def reports_cache(usage: Any) -> bool:
+    """Whether the endpoint said how much of the prompt its cache served (0 included): the step's cache counts are
+    then `measured`, else modelled (harness.pricing)."""
+    if not isinstance(usage, dict):
+        return False
+    for where, name in CACHE_FIELDS:
+        block = usage.get(where) if where else usage
+        if isinstance(block, dict) and _as_count(block.get(name)) is not None:
+            return True
+    return False
 
 
 _WARNED: set[str] = set()

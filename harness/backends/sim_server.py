@@ -9,7 +9,7 @@ A malformed request (not JSON, no `messages`, a message without a role, ...) get
 error, as a real endpoint answers, rather than a dropped connection; the listen backlog takes a burst of clients.
 A request whose Host header is not the loopback address and port it serves (`127.0.0.1:<port>` or
 `localhost:<port>`) gets a 421 with a one-line error and is not answered: a web page that rebinds its own DNS name
-to 127.0.0.1 (DNS rebinding) cannot drive it from a browser (harness.testing.llama_launcher does the same for the
+to 127.0.0.1 (DNS rebinding) cannot drive it from a browser (harness.backends.llama_launcher does the same for the
 local model server).
 """
 

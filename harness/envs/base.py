@@ -5,14 +5,23 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+from harness.errors import InputError
 from harness.types import Message, Score, Task, ToolCall, ToolSpec, Usage
 
 # A user reply starting with this marker ends the current conversation and opens a fresh one (the same system
 # messages, then the rest of the reply as the user's first turn); the environment (e.g. a workspace) persists.
 # PinchBench's `new_session: true` entries use it (FORMATS.md, multi-session tasks).
 NEW_SESSION = "###NEW_SESSION###"
+# A user reply containing this marker ends the episode: the user's goal is met (tau-bench's user simulator's stop
+# token; harness.episode turns it into Termination.USER_STOP).
+STOP = "###STOP###"
+
+
+class CannotRegrade(Exception):
+    """A saved episode a domain cannot grade again (its workspace gone, its details unreadable): harness.regrade
+    skips it and names it."""
 
 
 class ToolResultLike(Protocol):
@@ -69,3 +78,22 @@ class Domain(Protocol):
 
     def episode(self, task: Task, user_factory: Callable[[Task], UserModel] | None,
                 context: EpisodeContext | None = None) -> Episode: ...
+
+
+TaskT = TypeVar("TaskT")
+
+
+class TaskLookup(Generic[TaskT]):
+    """`by_id` for a benchmark's loaded task set (PinchBench's Benchmark, Odysseys' TaskSet: frozen dataclasses with
+    `path` and `tasks`); `id_field` names the task attribute that is its id."""
+
+    id_field: ClassVar[str] = "id"
+    path: Path
+    tasks: tuple[TaskT, ...]
+
+    def by_id(self, task_id: str) -> TaskT:
+        """The task with that id; an unknown id is one InputError line naming the task file."""
+        for task in self.tasks:
+            if getattr(task, self.id_field) == task_id:
+                return task
+        raise InputError(f"{self.path}: no task with id {task_id!r}")

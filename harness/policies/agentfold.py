@@ -37,12 +37,22 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from harness.policies.base import RenderContext, Summarizer, Summary, View, keep_pairs
+from harness.policies.base import (
+    ContextPolicy,
+    RenderContext,
+    Summarizer,
+    Summary,
+    View,
+    indexed_provenance,
+    keep_pairs,
+    keep_pairs_indexed,
+    kept,
+)
 from harness.policies.summarizers import aux_label, is_llm
 from harness.tokens import TokenCounter
-from harness.types import Message, ToolCall, ToolSpec, Usage
+from harness.types import Message, Provenance, ToolCall, ToolSpec, Usage
 
 log = logging.getLogger("harness.policies.agentfold")
 
@@ -97,6 +107,10 @@ class Step:
         """The step as sent: fold calls and their results consumed (a copy of the assistant message if needed)."""
         keep = {c.id for c in self.assistant.tool_calls if c.name != FOLD_TOOL}
         return keep_pairs(self.messages, keep)
+
+    def native_indexed(self) -> list[tuple[int, Message]]:
+        """As native(), each message with its position in the step."""
+        return keep_pairs_indexed(self.messages, {c.id for c in self.assistant.tool_calls if c.name != FOLD_TOOL})
 
     def action_pairs(self) -> list[tuple[Message, Message | None]]:
         results = {m.tool_call_id: m for m in self.messages if m.role == "tool"}
@@ -175,7 +189,8 @@ def replace_range(blocks: Sequence[Block], new: Block) -> list[Block]:
 
 
 @dataclass
-class AgentFold:
+class AgentFold(ContextPolicy):
+    key: ClassVar[str] = "agentfold"
     summarizer: Summarizer | None = None
     max_blocks: int = 5
     max_fold_tokens: int = 1024
@@ -238,14 +253,23 @@ class AgentFold:
         if event.get("fold", {}).get("truncated"):  # logged once, at the render that first applies the fold
             log.info("step %d: the agent's fold text was truncated to %d tokens", newest, self.max_fold_tokens)
         messages = self._opening(opening)
+        provenance = kept(range(len(opening)))
+        if messages and messages[0] is not opening[0]:  # the fold tool's instructions appended to the system
+            provenance[0] = Provenance("inserted", (0,))
         if steps:
+            last = len(history) - len(steps[-1].messages)  # where the latest step starts in the history
+            folded = tuple(range(len(opening), last))  # every earlier step, shown only as folded blocks
             messages.append(Message("user", _previous(blocks, newest), name=PREVIOUS_NAME))
-            messages += steps[-1].native()
+            provenance.append(Provenance("summarized" if folded else "inserted", folded))
+            native = steps[-1].native_indexed()
+            messages += [m for _, m in native]
+            provenance += [Provenance(p.kind, (p.sources[0] + last,))
+                           for p in indexed_provenance(steps[-1].messages, native)]
         decisions = {"steps": newest, "blocks": [[b.first, b.last, b.source] for b in blocks], **event}
         return View(messages, aux_usage=sum((s.usage for s in fresh), Usage()),
                     aux_modeled_time_s=sum(s.modeled_time_s for s in fresh),
                     aux_cost_usd=sum(s.cost_usd for s in fresh), aux_calls=len(fresh),
-                    aux_time_s=self._aux_s, decisions=decisions)
+                    aux_time_s=self._aux_s, decisions=decisions, provenance=provenance)
 
     def _opening(self, opening: list[Message]) -> list[Message]:
         if not (self.offer_fold_tool and opening and opening[0].role == "system"):

@@ -2,17 +2,24 @@
 
 A policy turns the append-only history into the *view* sent to the model. It never mutates the history,
 and a tool call and its result are kept or dropped together (an assistant message that loses all of its
-calls and has no text is dropped; one that loses some calls is copied with the rest).
+calls and has no text is dropped; one that loses some calls is copied with the rest). With each view message
+it says where the message came from (`View.provenance`, harness.types.Provenance), so no report infers it.
+
+The contract is an explicit base class, `ContextPolicy`: `render` is abstract and every optional hook has a
+no-op default, in the manner of OpenHands' condenser base (openhands/memory/condenser/condenser.py: one abstract
+`condense`, metadata hooks with defaults) and SWE-agent's history processors (sweagent/agent/history_processors.py:
+one `type` literal per processor). Here each policy class declares its `key` once: its entry in harness/methods.py.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from harness.tokens import TokenCounter
-from harness.types import Message, ToolSpec, Usage
+from harness.types import Message, Provenance, ToolCall, ToolSpec, Usage
 
 
 class Summarizer(Protocol):
@@ -50,19 +57,66 @@ class View:
     decisions: dict[str, Any] = field(default_factory=dict)
     aux_calls: int = 0  # auxiliary model/compressor/embedder calls made to produce this view
     aux_time_s: float = 0.0  # wall seconds of that auxiliary work (included in the step's policy_time_s)
+    # parallel to messages: where each came from (history indices and how); None only from a policy that says not
+    provenance: list[Provenance] | None = None
 
 
-class ContextPolicy(Protocol):
-    name: str
+class ContextPolicy(ABC):
+    """A context method. Subclasses declare `key` (their harness/methods.py entry) and implement `render`; the
+    hooks below are no-ops unless a method needs them."""
 
-    def render(self, history: Sequence[Message], ctx: RenderContext) -> View: ...
+    key: ClassVar[str]  # the method's key in harness/methods.py, declared once per class
+    name: str  # the instance's label (a dataclass field of each policy)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not isinstance(cls.__dict__.get("key"), str):  # each class says its own key, never inherits one
+            raise TypeError(f"{cls.__module__}.{cls.__qualname__} must declare `key: ClassVar[str] = ...`, its "
+                            "entry in harness/methods.py")
+
+    @abstractmethod
+    def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
+        """The view of `history` for this step, with each message's provenance."""
+
+    def record(self) -> dict[str, Any]:
+        """The parameters the WAAC paper's B.2 asks each method to record (every transcript's episode_start)."""
+        return {"method": getattr(self, "name", type(self).__name__)}
+
+    def record_model(self, model: Any) -> dict[str, Any]:
+        """What a generation-side method (TokenSkip) records about its model; {} for context-side methods."""
+        return {}
+
+    def check_model(self, model: Any) -> str | None:
+        """Why this model cannot run the method (one line, with how to run it), or None."""
+        return None
+
+    def tools(self) -> list[ToolSpec]:
+        """Tools the method offers the agent itself (calls to them are routed to `call_tool`)."""
+        return []
+
+    def offered_tools(self) -> list[ToolSpec]:
+        """Which of `tools()` this request shows (WAAC shows its recall only while a pointer is in view)."""
+        return self.tools()
+
+    def call_tool(self, call: ToolCall) -> tuple[str, bool]:
+        """Answer a call to one of `tools()`: (content, is_error)."""
+        return f"unknown tool {call.name}", True
 
 
-def method_record(policy: object) -> dict[str, Any]:
-    """The parameters the WAAC paper's B.2 asks each method to record, from the policy's optional `record()`
-    (every transcript's episode_start carries it); a policy without one records its name only."""
-    record = getattr(policy, "record", None)
-    return dict(record()) if callable(record) else {"method": getattr(policy, "name", type(policy).__name__)}
+def method_record(policy: ContextPolicy) -> dict[str, Any]:
+    """The policy's `record()` (WAAC B.2's parameters), as every transcript's episode_start carries it."""
+    return dict(policy.record())
+
+
+def kept(indices: Sequence[int]) -> list[Provenance]:
+    """Provenance of history messages shown unchanged."""
+    return [Provenance("kept", (i,)) for i in indices]
+
+
+def indexed_provenance(history: Sequence[Message], indexed: Sequence[tuple[int, Message]]) -> list[Provenance]:
+    """Provenance of keep_pairs_indexed's output: the history's own object is kept; a copy holding part of its
+    calls is compressed."""
+    return [Provenance("kept" if m is history[i] else "compressed", (i,)) for i, m in indexed]
 
 
 @dataclass(frozen=True)

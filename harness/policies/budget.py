@@ -31,9 +31,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.policies.base import keep_pairs, tool_pairs
+from harness.policies.base import keep_pairs_indexed, tool_pairs
 from harness.tokens import TokenCounter
-from harness.types import Message
+from harness.types import Message, Provenance
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class Fit:
     compressible_tokens: int
     evicted_pairs: int
     over_budget: bool
+    kept: tuple[int, ...] | None = None  # which messages of the view given stayed (None: all of them)
 
 
 def compressible_tokens(view: Sequence[Message], n_fixed: int, tokens: TokenCounter) -> int:
@@ -54,11 +55,28 @@ def fit_to_budget(view: list[Message], n_fixed: int, budget: int | None, tokens:
         return Fit(view, used, 0, False)
     pairs = tool_pairs(view)
     for k in range(1, len(pairs) + 1):
-        trimmed = keep_pairs(view, {p.call_id for p in pairs[k:]})
+        indexed = keep_pairs_indexed(view, {p.call_id for p in pairs[k:]})
+        trimmed = [m for _, m in indexed]
         used = compressible_tokens(trimmed, n_fixed, tokens)
         if used <= budget:
-            return Fit(trimmed, used, k, False)
-    return Fit(trimmed if pairs else view, used, len(pairs), True)
+            return Fit(trimmed, used, k, False, tuple(i for i, _ in indexed))
+    if not pairs:
+        return Fit(view, used, 0, True)
+    return Fit(trimmed, used, len(pairs), True, tuple(i for i, _ in indexed))
+
+
+def fit_provenance(view: Sequence[Message], provenance: list[Provenance] | None, fit: Fit) -> list[Provenance] | None:
+    """The provenance of the fitted view: the entries of the messages that stayed; a message the eviction copied
+    with part of its calls (it was kept unchanged) becomes compressed."""
+    if provenance is not None and len(provenance) != len(view):
+        raise ValueError(f"the policy's view has {len(view)} messages but {len(provenance)} provenance entries")
+    if provenance is None or fit.kept is None:
+        return provenance
+    out = []
+    for new, j in zip(fit.messages, fit.kept, strict=True):
+        p = provenance[j]
+        out.append(Provenance("compressed", p.sources) if new is not view[j] and p.kind == "kept" else p)
+    return out
 
 
 def budget_tokens(reference_tokens: int | None, fraction: float | None) -> int | None:

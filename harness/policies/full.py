@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from harness.policies.base import RenderContext, View, tool_pairs
+from harness.policies.base import ContextPolicy, RenderContext, View, kept, tool_pairs
 from harness.types import Message
 
 
 @dataclass
-class FullHistory:
+class FullHistory(ContextPolicy):
+    key: ClassVar[str] = "vanilla"
     name: str = "full"
 
     def record(self) -> dict[str, Any]:
@@ -19,4 +20,4 @@ class FullHistory:
 
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
         return View(list(history), decisions={"kept_pairs": [p.call_id for p in tool_pairs(history)],
-                                              "evicted_pairs": 0})
+                                              "evicted_pairs": 0}, provenance=kept(range(len(history))))

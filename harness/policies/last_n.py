@@ -10,9 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from harness.policies.base import Pair, RenderContext, View, keep_pairs, tool_pairs
+from harness.policies.base import (
+    ContextPolicy,
+    Pair,
+    RenderContext,
+    View,
+    indexed_provenance,
+    keep_pairs_indexed,
+    tool_pairs,
+)
 from harness.types import Message
 
 UNITS = ("pair", "round")
@@ -34,7 +42,8 @@ def split_rounds(history: Sequence[Message], n: int) -> tuple[list[Pair], list[P
 
 
 @dataclass
-class LastN:
+class LastN(ContextPolicy):
+    key: ClassVar[str] = "keep_last_n"
     n: int = 5
     unit: str = "pair"
     name: str = "last_n"
@@ -56,5 +65,6 @@ class LastN:
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
         split = split_rounds if self.unit == "round" else split_pairs
         evicted, kept = split(history, self.n)
-        return View(keep_pairs(history, {p.call_id for p in kept}),
+        indexed = keep_pairs_indexed(history, {p.call_id for p in kept})
+        return View([m for _, m in indexed], provenance=indexed_provenance(history, indexed),
                     decisions={"kept_pairs": [p.call_id for p in kept], "evicted_pairs": len(evicted)})

@@ -13,12 +13,22 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from harness.policies.base import Pair, RenderContext, Summarizer, Summary, View, keep_pairs_indexed, pair_messages
+from harness.policies.base import (
+    ContextPolicy,
+    Pair,
+    RenderContext,
+    Summarizer,
+    Summary,
+    View,
+    indexed_provenance,
+    keep_pairs_indexed,
+    pair_messages,
+)
 from harness.policies.last_n import split_pairs
 from harness.policies.summarizers import aux_label
-from harness.types import Message, Usage
+from harness.types import Message, Provenance, Usage
 
 SUMMARY_NAME = "context_summary"
 ROLES = ("system", "user")
@@ -26,7 +36,8 @@ HEADER = "Summary of earlier tool interactions that are no longer shown in full:
 
 
 @dataclass
-class LastNSummary:
+class LastNSummary(ContextPolicy):
+    key: ClassVar[str] = "c4"
     n: int = 5
     w: int = 3
     summarizer: Summarizer | None = None
@@ -45,20 +56,23 @@ class LastNSummary:
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
         evicted, kept = split_pairs(history, self.n)
         indexed = keep_pairs_indexed(history, {p.call_id for p in kept})
-        messages = [m for _, m in indexed]
+        messages, provenance = [m for _, m in indexed], indexed_provenance(history, indexed)
         window = evicted[-self.w:] if self.w > 0 else []
         decisions = {"kept_pairs": [p.call_id for p in kept], "evicted_pairs": len(evicted),
                      "summarized_pairs": [p.call_id for p in window]}
         if not window:
-            return View(messages, decisions=decisions)
+            return View(messages, decisions=decisions, provenance=provenance)
         t0 = time.perf_counter()
         fresh = self._summarize_new(history, window, ctx)
         aux_s = time.perf_counter() - t0
         text = "\n".join(self._cache[p.call_id].text for p in window)
         note = Message(self.summary_role, f"{HEADER}\n{text}", name=SUMMARY_NAME)  # type: ignore[arg-type]
-        messages.insert(_position(indexed, window[-1].call_index), note)
+        at = _position(indexed, window[-1].call_index)
+        messages.insert(at, note)
+        provenance.insert(at, Provenance("summarized", _pair_indices(window)))
         usage = sum((s.usage for s in fresh), Usage())
-        return View(messages, aux_usage=usage, aux_modeled_time_s=sum(s.modeled_time_s for s in fresh),
+        return View(messages, provenance=provenance, aux_usage=usage,
+                    aux_modeled_time_s=sum(s.modeled_time_s for s in fresh),
                     aux_cost_usd=sum(s.cost_usd for s in fresh), aux_calls=len(fresh), aux_time_s=aux_s,
                     decisions={**decisions, "newly_summarized": len(fresh)})
 
@@ -70,6 +84,12 @@ class LastNSummary:
         for p in todo:
             self._cache[p.call_id] = summarizer.summarize([pair_messages(history, p)], ctx.tokens)  # type: ignore[union-attr]
         return [self._cache[p.call_id] for p in todo]
+
+
+def _pair_indices(pairs: Sequence[Pair]) -> tuple[int, ...]:
+    """The history messages the summarized pairs sit in: their calls' messages and their results."""
+    found = {p.call_index for p in pairs} | {p.result_index for p in pairs if p.result_index is not None}
+    return tuple(sorted(found))
 
 
 def _position(indexed: list[tuple[int, Message]], call_index: int) -> int:

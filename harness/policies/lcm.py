@@ -26,13 +26,13 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from harness.policies.base import RenderContext, View
+from harness.policies.base import ContextPolicy, RenderContext, View, kept
 from harness.policies.lcm_store import Item, LcmStore, SummaryRow, message_id, summary_id
 from harness.policies.summarizers import aux_label, is_llm
 from harness.tokens import TokenCounter
-from harness.types import Message, ToolCall, ToolSpec, Usage
+from harness.types import Message, Provenance, ToolCall, ToolSpec, Usage
 
 VERSION = "reference design (lossless-claw 0.15.3, docs/architecture.md), harness implementation"
 SUMMARY_NAME = "lcm_summary"
@@ -131,7 +131,8 @@ class _Job:
 
 
 @dataclass
-class LCM:
+class LCM(ContextPolicy):
+    key: ClassVar[str] = "lcm"
     # upstream defaults (docs/configuration.md) unless the config overrides them; see configs/policy/lcm.yaml
     context_tokens: int = 128_000  # the model's window (upstream reads it from the model; RenderContext has none)
     context_threshold: float = 0.75
@@ -282,7 +283,7 @@ class LCM:
         aux, t0, compacted = _Aux(), time.perf_counter(), before > self.threshold_tokens
         made = self._sweep(history, ctx, aux) if compacted else (0, 0)
         aux_s = time.perf_counter() - t0 if compacted else 0.0
-        messages, evicted, repaired = self._assemble(history, ctx)
+        messages, provenance, evicted, repaired = self._assemble(history, ctx)
         decisions = {"context_tokens_before": before, "threshold_tokens": self.threshold_tokens,
                      "compacted": compacted, "leaf_created": made[0], "condensed_created": made[1],
                      "levels": aux.levels, "items": len(self._items),
@@ -290,7 +291,7 @@ class LCM:
                      "store_messages": self.store.n_messages(), "evicted_by_window": evicted,
                      "pairs_repaired": repaired, "expansions": self._expansions}
         return View(messages, aux_usage=aux.usage, aux_modeled_time_s=aux.modeled_s, aux_cost_usd=aux.cost,
-                    decisions=decisions, aux_calls=aux.calls, aux_time_s=aux_s)
+                    decisions=decisions, aux_calls=aux.calls, aux_time_s=aux_s, provenance=provenance)
 
     def _ingest(self, history: Sequence[Message], ctx: RenderContext) -> None:
         """Append the messages not yet stored; a history that is not an extension of the stored one (a policy
@@ -533,7 +534,15 @@ class LCM:
         return mark + tokens.decode(tokens.encode(job.source)[:room]) + tail
 
     # ---- assembly: src/assembler.ts -------------------------------------------------------------------
-    def _assemble(self, history: Sequence[Message], ctx: RenderContext) -> tuple[list[Message], int, int]:
+    def _item_provenance(self, item: Item) -> Provenance:
+        """A raw message is kept; a summary (leaf or condensed) stands for the span of messages it covers."""
+        row = self.store.summary(item.summary_id) if item.kind == "summary" else None
+        if row is None:
+            return Provenance("kept", (item.seq,))
+        return Provenance("summarized", tuple(range(row.earliest_seq, row.latest_seq + 1)))
+
+    def _assemble(self, history: Sequence[Message],
+                  ctx: RenderContext) -> tuple[list[Message], list[Provenance], int, int]:
         """System and task, then the items: the fresh tail always, older items newest first while they fit
         the window (`context_tokens`), then tool pairing repaired."""
         fixed = list(history[:ctx.n_fixed])
@@ -543,8 +552,11 @@ class LCM:
         keep_from = tail
         while keep_from > 0 and (cost := ctx.tokens.message(items[keep_from - 1])) <= room:
             room, keep_from = room - cost, keep_from - 1
-        shown, repaired = _repair_pairs(items[keep_from:])
-        return fixed + shown, keep_from, repaired
+        shown, repaired = _repair_pairs_indexed(items[keep_from:])
+        provenance = [self._item_provenance(it) for it in self._items[keep_from:]]
+        shown_provenance = [provenance[j] if m is items[keep_from + j]  # a copy has lost calls: compressed
+                            else Provenance("compressed", provenance[j].sources) for j, m in shown]
+        return fixed + [m for _, m in shown], kept(range(len(fixed))) + shown_provenance, keep_from, repaired
 
 
 # ---- helpers ---------------------------------------------------------------------------------------------
@@ -603,18 +615,19 @@ def _stand_in(job: _Job, mode: str, target: int, tokens: TokenCounter) -> str:
     return "\n".join(out)
 
 
-def _repair_pairs(messages: list[Message]) -> tuple[list[Message], int]:
+def _repair_pairs_indexed(messages: list[Message]) -> tuple[list[tuple[int, Message]], int]:
     """Tool pairing repaired after assembly (src/assembler.ts step 7, src/tool-pairing.ts): a result whose call
     is not shown before it is dropped; a call whose result is not shown is removed from its message (the message
-    is dropped when nothing is left). Returns the messages and how many calls/results were removed."""
+    is dropped when nothing is left). Returns the messages with their positions in `messages`, and how many
+    calls/results were removed."""
     results = {m.tool_call_id for m in messages if m.role == "tool"}
-    out: list[Message] = []
+    out: list[tuple[int, Message]] = []
     shown: set[str | None] = set()
     repaired = 0
-    for m in messages:
+    for j, m in enumerate(messages):
         if m.role == "tool":
             if m.tool_call_id in shown:
-                out.append(m)
+                out.append((j, m))
             else:
                 repaired += 1
             continue
@@ -626,5 +639,5 @@ def _repair_pairs(messages: list[Message]) -> tuple[list[Message], int]:
                 if not calls and not m.content:
                     continue
                 m = Message(m.role, m.content, calls, m.tool_call_id, m.name, m.is_error)
-        out.append(m)
+        out.append((j, m))
     return out, repaired

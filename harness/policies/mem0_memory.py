@@ -47,15 +47,15 @@ import weakref
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from harness import lifecycle
-from harness.policies.base import RenderContext, View
+from harness.policies.base import ContextPolicy, RenderContext, View
 from harness.policies.summarizers import aux_label, is_llm
 from harness.tokens import TokenCounter
-from harness.types import Message, Usage
+from harness.types import Message, Provenance, Usage
 
 # mem0 reads both at import (mem0/memory/telemetry.py, mem0/memory/setup.py): they must be set before it.
 os.environ["MEM0_TELEMETRY"] = "False"
@@ -195,7 +195,8 @@ def _close(memory: Any, path: str) -> None:
 
 
 @dataclass
-class Mem0Memory:
+class Mem0Memory(ContextPolicy):
+    key: ClassVar[str] = "mem0"
     window: int = 3
     top_k: int = 8
     threshold: float = 0.1
@@ -255,13 +256,16 @@ class Mem0Memory:
         visible = {*kept, *range(cut, len(history))}
         found = self._retrieve(history, ctx.n_fixed, visible) if len(visible) < len(history) - ctx.n_fixed else []
         messages = list(history[:ctx.n_fixed])
+        shown = [*range(ctx.n_fixed), *kept, *range(cut, len(history))]
+        provenance = [Provenance("kept", (i,)) for i in shown]
         if found:
             messages.append(Message(self.memory_role, _note(found), name=MEMORY_NAME))  # type: ignore[arg-type]
+            provenance.insert(ctx.n_fixed, Provenance("inserted", _memory_sources(found)))
         messages += [history[i] for i in kept] + list(history[cut:])
-        return self._view(messages, t0, before, added, cut, found)
+        return self._view(messages, provenance, t0, before, added, cut, found)
 
-    def _view(self, messages: list[Message], t0: float, before: dict[str, Any], added: int, cut: int,
-              found: list[dict[str, Any]]) -> View:
+    def _view(self, messages: list[Message], provenance: list[Provenance], t0: float, before: dict[str, Any],
+              added: int, cut: int, found: list[dict[str, Any]]) -> View:
         counts = self._memory.embedding_model.counts
         spent = {k: counts[k] - before[k] for k in counts}
         llm, self._llm_log = self._llm_log, []
@@ -275,7 +279,8 @@ class Mem0Memory:
         aux_cost = float(cost(usage)) if llm and callable(cost) else 0.0
         lifecycle.METER.add(aux_cost)  # mem0's own client made these calls: the run's cost cap must see them
         return View(messages, aux_usage=usage, aux_modeled_time_s=sum(s for _, s in llm), aux_cost_usd=aux_cost,
-                    aux_calls=spent["calls"] + len(llm), aux_time_s=time.perf_counter() - t0, decisions=decisions)
+                    aux_calls=spent["calls"] + len(llm), aux_time_s=time.perf_counter() - t0, decisions=decisions,
+                    provenance=provenance)
 
     # --- mem0 ---
 
@@ -465,6 +470,12 @@ def _source(history: Sequence[Message], i: int) -> str:
             if c.id == m.tool_call_id:
                 return c.name
     return "tool"
+
+
+def _memory_sources(found: list[dict[str, Any]]) -> tuple[int, ...]:
+    """The history messages the injected memories were stored from."""
+    spans = (range(h["metadata"]["first_index"], h["metadata"]["last_index"] + 1) for h in found)
+    return tuple(sorted({i for span in spans for i in span}))
 
 
 def _note(found: list[dict[str, Any]]) -> str:

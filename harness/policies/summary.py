@@ -20,12 +20,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from harness.policies.base import RenderContext, Summary, View
+from harness.policies.base import ContextPolicy, RenderContext, Summary, View
 from harness.policies.summarizers import aux_label, is_llm
 from harness.tokens import TokenCounter
-from harness.types import Message, Usage
+from harness.types import Message, Provenance, Usage
 
 SUMMARY_NAME = "condensation_summary"
 ROLES = ("user", "system", "assistant")
@@ -108,7 +108,8 @@ class Condensed:
 
 
 @dataclass
-class SummaryCondenser:
+class SummaryCondenser(ContextPolicy):
+    key: ClassVar[str] = "summary"
     max_size: int = 30
     keep_first: int = 2
     max_tokens: int | None = None
@@ -118,6 +119,7 @@ class SummaryCondenser:
     summarizer: Any = None
     name: str = "summary"
     _view: list[Message] = field(default_factory=list, repr=False)  # the condensed view of history[:_seen]
+    _provenance: list[Provenance] = field(default_factory=list, repr=False)  # of each _view message
     _seen: int = field(default=0, repr=False)
     _summary: Message | None = field(default=None, repr=False)
     _sections: dict[str, list[str]] = field(default_factory=dict, repr=False)  # the stand-in's running summary
@@ -147,12 +149,14 @@ class SummaryCondenser:
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
         if len(history) < self._seen:  # not this episode's history: start over
             self._view, self._seen, self._summary, self._sections, self._summarized = [], 0, None, {}, 0
+            self._provenance = []
         view = [*self._view, *history[self._seen:]]
+        provenance = [*self._provenance, *(Provenance("kept", (i,)) for i in range(self._seen, len(history)))]
         reasons = self._reasons(view, ctx.tokens)
         decisions: dict[str, Any] = {"view_events": len(view), "summary_present": self._summary is not None}
         if not reasons:
-            return View(view, decisions=decisions)
-        return self._condense(history, view, reasons, ctx, decisions)
+            return View(view, decisions=decisions, provenance=provenance)
+        return self._condense(history, view, provenance, reasons, ctx, decisions)
 
     def _reasons(self, view: Sequence[Message], tokens: TokenCounter) -> list[str]:
         reasons = ["events"] if len(view) > self.max_size else []
@@ -172,8 +176,8 @@ class SummaryCondenser:
             tails.append(len(view) - dropped)
         return max(0, min(tails))
 
-    def _condense(self, history: Sequence[Message], view: list[Message], reasons: list[str], ctx: RenderContext,
-                  decisions: dict[str, Any]) -> View:
+    def _condense(self, history: Sequence[Message], view: list[Message], provenance: list[Provenance],
+                  reasons: list[str], ctx: RenderContext, decisions: dict[str, Any]) -> View:
         head = max(self.keep_first, ctx.n_fixed)  # the instructions and task are never summarized
         start = next_cut(view, head)
         cut = len(view) - self._tail(view, reasons, head, ctx.tokens)
@@ -182,16 +186,19 @@ class SummaryCondenser:
         forgotten = [m for m in view[start:end] if m is not self._summary]
         decisions |= {"reasons": reasons}
         if not forgotten:  # the tail and head already cover the view: nothing can be forgotten
-            return View(view, decisions={**decisions, "condensed": False})
+            return View(view, decisions={**decisions, "condensed": False}, provenance=provenance)
         t0 = time.perf_counter()
         made = self._summarize(history, forgotten, ctx)
         aux_s = time.perf_counter() - t0
         note = Message(self.summary_role, made.text, name=SUMMARY_NAME)  # type: ignore[arg-type]
         condensed = [*view[:start], note, *view[end:]]
+        # the new summary is written from the previous one plus the forgotten events: it stands for all of them
+        sources = tuple(sorted({i for p in provenance[start:end] for i in p.sources}))
+        self._provenance = [*provenance[:start], Provenance("summarized", sources), *provenance[end:]]
         self._view, self._seen, self._summary = condensed, len(history), note  # persists (CondensationAction)
         self._summarized += len(forgotten)
-        return View(list(condensed), aux_usage=made.usage, aux_modeled_time_s=made.modeled_time_s,
-                    aux_cost_usd=made.cost_usd, aux_calls=1, aux_time_s=aux_s,
+        return View(list(condensed), provenance=list(self._provenance), aux_usage=made.usage,
+                    aux_modeled_time_s=made.modeled_time_s, aux_cost_usd=made.cost_usd, aux_calls=1, aux_time_s=aux_s,
                     decisions={**decisions, "condensed": True, "forgotten_events": len(forgotten),
                                "summarized_events_total": self._summarized, "view_events_after": len(condensed)})
 

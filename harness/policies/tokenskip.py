@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from harness.backends.tokenskip import ADAPTATION, TokenSkipBackend
-from harness.policies.base import RenderContext, View
+from harness.policies.base import ContextPolicy, RenderContext, View
 from harness.policies.full import FullHistory
 from harness.types import Message
 
@@ -24,7 +24,8 @@ UNSUPPORTED = ("TokenSkip cannot run here: it compresses the model's own chain o
 
 
 @dataclass
-class TokenSkip:
+class TokenSkip(ContextPolicy):
+    key: ClassVar[str] = "tokenskip"
     name: str = "tokenskip"
 
     def record(self) -> dict[str, Any]:
@@ -34,7 +35,7 @@ class TokenSkip:
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
         return FullHistory().render(history, ctx)
 
-    def check_model(self, model: object) -> str | None:
+    def check_model(self, model: Any) -> str | None:
         """Why this model cannot run TokenSkip (with how to run it), or None."""
         if not isinstance(model, TokenSkipBackend):
             name = getattr(model, "name", type(model).__name__)
@@ -43,6 +44,6 @@ class TokenSkip:
             return f"{UNSUPPORTED}, and model.checkpoint names no served TokenSkip checkpoint. {HOW}"
         return None
 
-    def record_model(self, model: TokenSkipBackend) -> dict[str, Any]:
+    def record_model(self, model: Any) -> dict[str, Any]:
         return {"checkpoint": model.checkpoint, "ratio": model.ratio, "served_model": model.model,
                 "max_output_tokens": int(model.max_output_tokens * model.ratio)}

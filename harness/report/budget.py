@@ -6,18 +6,20 @@ the median over its runs of the per-episode maximum."""
 
 from __future__ import annotations
 
-import argparse
+import sys
 from pathlib import Path
 
 import pandas as pd
 
-from harness.report.runs import read_frame
+from harness import methods
+from harness.report import cli
+from harness.report.reader import EPISODES, read_frame
 
 
 def reference_tokens(episodes: pd.DataFrame) -> int:
     if episodes.empty:
         raise ValueError("no episodes to take a budget reference from")
-    if not (episodes.policy == "FullHistory").all():
+    if not (episodes.policy == methods.method("vanilla").class_name).all():  # FullHistory (harness/methods.py)
         raise ValueError("the budget reference must come from a Vanilla (full-history) run")
     per_task = episodes.groupby("task_id").peak_compressible_tokens.median()
     return int(per_task.median())
@@ -25,18 +27,18 @@ def reference_tokens(episodes: pd.DataFrame) -> int:
 
 def read_reference(run_dir: Path) -> int:
     """The reference from a run folder; a damaged or empty one stops with a message naming it."""
-    episodes = read_frame(run_dir / "episodes.parquet")
+    episodes = read_frame(run_dir / EPISODES)
     if episodes is None:
         raise SystemExit(f"no budget reference: {run_dir} has no readable episodes (see the warning above)")
     return reference_tokens(episodes)
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = cli.parser(__doc__, results=False, out=False, pins=False)
     parser.add_argument("run_dir", type=Path)
     args = parser.parse_args(argv)
     print(read_reference(args.run_dir))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli.run(main))

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.report import paired
 from harness.report.pinchbench_tables import console_lines
 from harness.report.stats import fmt, mean_ci
 
@@ -87,10 +88,12 @@ def summary_table(episodes: pd.DataFrame) -> pd.DataFrame:
 
 
 def render(episodes: pd.DataFrame, elapsed_s: float | None = None, written: int | None = None,
-           record: dict[str, Any] | None = None) -> str:
+           record: dict[str, Any] | None = None, out_dir: Path | str | None = None) -> str:
     """The end-of-run report; `elapsed_s` and `written` are the session's wall-clock time and new transcripts
     (a resumed run's table covers every episode of the out_dir, the session only those it ran). `record`: the
-    run's manifest (what a PinchBench run left out of the paper's task set, its limits), as Table 1 reads it."""
+    run's manifest (what a PinchBench run left out of the paper's task set, its limits), as Table 1 reads it.
+    `out_dir`: the run folder; when a complete full-history run beside it covers the same tasks, runs and seeds,
+    one paired difference line follows the table (harness.report.paired.console_line)."""
     label = "SIMULATED agent: not LLM results" if episodes.simulated.any() else "real model backend"
     models = ", ".join(sorted(episodes.model.unique()))
     terms = episodes.groupby(["experiment", "termination"]).size().unstack(fill_value=0)
@@ -102,6 +105,8 @@ def render(episodes: pd.DataFrame, elapsed_s: float | None = None, written: int 
         "", "Terminations (episodes):", terms.to_string(),
         *([""] + benchmark if benchmark else []),
     ]
+    paired_line = paired.console_line(episodes, Path(out_dir)) if out_dir is not None else None
+    lines += ["", paired_line] if paired_line else []
     if elapsed_s is not None:
         wrote = "" if written is None else f"; episodes written: {written}"
         lines += ["", f"Elapsed (wall clock, this invocation): {elapsed_s:,.1f} s{wrote}"]

@@ -14,11 +14,12 @@ from typing import Any
 
 import pandas as pd
 
-from harness.policies.tokenskip import UNSUPPORTED
+from harness import methods
+from harness.policies.reporting import TOKENSKIP_UNSUPPORTED as UNSUPPORTED
 from harness.report.names import display
 from harness.report.stats import fmt, mean_ci
 
-METHODS = ("c2", "keep_last_n", "masking", "summary", "llmlingua", "lcm", "agentfold", "mem0", "tokenskip", "waac")
+METHODS = methods.table_methods()  # the comparison's rows, in order: harness/methods.py (read again per table)
 NOT_RUN = {"tokenskip": UNSUPPORTED + " (make run CONFIG=tokenskip says how to run it with a served checkpoint)"}
 # (label, per-episode column, digits, scale)
 COLUMNS = (
@@ -52,7 +53,7 @@ def comparison_table(episodes: pd.DataFrame, paper: dict[str, Any],
     table1 = paper.get("table1", {})
     paper_vanilla = table1.get("c2", {}).get("input_m")
     rows: dict[str, dict[str, str]] = {}
-    for name in METHODS:
+    for name in methods.table_methods():
         mine, theirs = runs[runs.experiment == name], table1.get(name, {})
         if mine.empty and name not in NOT_RUN:
             continue

@@ -24,11 +24,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
-from harness.envs.odysseys.metrics import summarize  # noqa: E402
+from harness.envs.odysseys.reporting import summarize  # noqa: E402
 from harness.report import names  # noqa: E402
 from harness.report.odysseys_tables import KIND, POLICIES, judged_rows  # noqa: E402
+from harness.report.output import save_figure  # noqa: E402
 from harness.report.pinchbench_tables import PAPER, kinds_of, newest_sweep  # noqa: E402
-from harness.report.runs import EPISODES, describe, read_frame, where  # noqa: E402
+from harness.report.reader import EPISODES, read_frame  # noqa: E402
+from harness.report.runs import describe, where  # noqa: E402
 from harness.report.stats import mean_ci, n_label  # noqa: E402
 
 TIERS = [100, 90, 70, 50, 30]  # WAAC B.3 / Figure 3
@@ -101,7 +103,7 @@ def run_spread(episodes: pd.DataFrame, judged: pd.DataFrame) -> dict[str, float]
 def figure3(frame: pd.DataFrame, out: Path, metric: str = "rubric_avg", notes: list[str] | None = None,
             paper: dict[str, Any] | None = None) -> list[Path]:
     """Completion and tokens per tier, one line per method (PNG and PDF)."""
-    return _save(figure3_figure(frame, metric, paper), out, "odysseys_figure3", notes)
+    return save_figure(figure3_figure(frame, metric, paper), out, "odysseys_figure3", notes)
 
 
 def figure3_figure(frame: pd.DataFrame, metric: str = "rubric_avg", paper: dict[str, Any] | None = None) -> plt.Figure:
@@ -146,18 +148,6 @@ def _paper_points(ax: Any, paper: dict[str, Any] | None, metric: str) -> None:
         tiers = [100 * float(t) for t in points]
         ax.scatter(tiers, list(points.values()), marker="*", s=120, color="black", zorder=5,
                    label=f"paper: {display(method)} (stated in §4.5; another model and judge)")
-
-
-def _save(fig: plt.Figure, out: Path, name: str, notes: list[str] | None) -> list[Path]:
-    """PNG and PDF; warnings printed under the axes (as harness.report.plots does)."""
-    if notes:
-        fig.text(0.0, -0.02, "\n".join(notes), ha="left", va="top", fontsize=7, color="tab:red", wrap=True)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{name}.png", out / f"{name}.pdf"]
-    for path in paths:
-        fig.savefig(path, bbox_inches="tight", dpi=130)
-    plt.close(fig)
-    return paths
 
 
 def build(results: Path, out: Path, metric: str = "rubric_avg") -> list[Path]:

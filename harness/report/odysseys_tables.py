@@ -22,7 +22,6 @@ one. A column matches the paper's row by experiment name (`c2`, `keep_last_n`, .
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from pathlib import Path
@@ -31,21 +30,19 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from harness.envs.odysseys.judge_run import JUDGED, WEBJUDGED
-from harness.envs.odysseys.metrics import NEEDS, OdysseyMetrics, om2w_summary, summarize
+from harness import methods
+from harness.envs.odysseys.reporting import JUDGED, NEEDS, WEBJUDGED, OdysseyMetrics, om2w_summary, summarize
 from harness.records import FAILED
 from harness.report.names import short
 from harness.report.pinchbench_tables import PAPER, Table, chosen_runs, folders, kinds_of
-from harness.report.runs import EPISODES, Run, discover, mismatch_notes, read_frame, status_notes
+from harness.report.reader import EPISODES, details, read_frame
+from harness.report.runs import Run, discover, mismatch_notes, status_notes
 
 KIND = "odysseys"  # the episodes' `benchmark` column (the domain's name)
 PAPER_TASKS = 200
-# experiment names (without an `odysseys_` prefix) and policy labels -> the paper's row
-ALIASES = {"vanilla": "c2", "full": "c2", "full_history": "c2", "last_n": "keep_last_n",
-           "summary_condenser": "summary", "llm_lingua_policy": "llmlingua", "agent_fold": "agentfold",
-           "mem0_memory": "mem0", "token_skip": "tokenskip"}
-POLICIES = {"FullHistory": "c2", "LastN": "keep_last_n", "SummaryCondenser": "summary", "LLMLinguaPolicy": "llmlingua",
-            "LCM": "lcm", "AgentFold": "agentfold", "Mem0Memory": "mem0", "TokenSkip": "tokenskip", "WAAC": "waac"}
+# experiment names (without an `odysseys_` prefix), policy labels and policy classes -> the paper's row
+ALIASES = methods.paper_rows()  # harness/methods.py: each method's row in the WAAC paper's tables
+POLICIES = methods.paper_rows_by_class()
 # (row, our metric, the paper's key, digits): rates in %, as the paper prints them
 ROWS = (("O-M2W Judge (%)", "o_m2w", "o_m2w", 1),
         ("Perfect (%)", "perfect", "perfect", 1), ("Perfect (Hard) (%)", "perfect_hard", "perfect_hard", 1),
@@ -156,7 +153,7 @@ def webjudge_rows(run_dir: Path, name: str) -> pd.DataFrame | None:
 
 def _rubrics(episode: Any) -> list[dict[str, Any]]:
     """An episode's judged rubric items; one not judged (an infra failure, a crash) has each item not_judged."""
-    judged = json.loads(episode.score_details).get("rubrics", [])
+    judged = details(episode.score_details).get("rubrics", [])
     return judged or [{"key": f"R{i + 1}", "status": "not_judged"} for i in range(int(episode.rubric_total))]
 
 

@@ -28,7 +28,6 @@ experiment holding that kind (harness.report.runs' rule). `--run NAME=DIR` pins 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Iterable
@@ -37,23 +36,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import yaml
 
+from harness import methods
 from harness.report.methods_table import METHODS
 from harness.report.names import short
-from harness.report.runs import (
-    EPISODES,
-    Run,
-    choose,
-    describe,
-    discover,
-    mismatch_notes,
-    read_frame,
-    status_notes,
-    where,
-)
+from harness.report.reader import EPISODES, Unreadable, peek, read_frame
+from harness.report.runs import Run, choose, describe, discover, mismatch_notes, status_notes, where
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER = ROOT / "benchmarks" / "papers" / "waac.yaml"
@@ -100,12 +89,8 @@ def kinds_of(frame: pd.DataFrame) -> pd.Series:
 def run_kinds(parquet: Path) -> frozenset[str]:
     """The kinds of episodes a parquet file holds. One that is missing, unreadable or empty counts as expense,
     so the expense tables keep warning about it by name as they always did (harness.report.runs)."""
-    try:
-        names = set(pq.read_schema(parquet).names)
-        cols = [c for c in ("benchmark", "workflow_size") if c in names]
-        found = frozenset(kinds_of(pd.read_parquet(parquet, columns=cols))) if cols else frozenset()
-    except (OSError, ValueError, pa.ArrowException):
-        found = frozenset()
+    frame = peek(parquet, ["benchmark", "workflow_size"])
+    found = frozenset(kinds_of(frame)) if frame is not None and len(frame.columns) else frozenset()
     return found or frozenset({EXPENSE})
 
 
@@ -204,16 +189,19 @@ def _with_chains(episodes: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
     chains = []
     for row in episodes.itertuples():
         try:
-            chains.append(_chain(str(row.chain_scores)))
+            chains.append(_chain(row.chain_scores))
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             return episodes, f"chain_scores of task {row.task_id} run {row.run} unreadable ({type(e).__name__}: {e})"
     return episodes.assign(chain=chains), None
 
 
-def _chain(text: str) -> list[dict[str, Any]]:
-    """A chain's positions with float scores (NaN: not graded); raises on anything else."""
+def _chain(positions: list[dict[str, Any]] | Unreadable) -> list[dict[str, Any]]:
+    """A chain's positions (chain_scores, decoded by harness.report.reader) with float scores (NaN: not graded);
+    raises on anything else (an undecodable cell: its own error)."""
+    if isinstance(positions, Unreadable):
+        raise positions.error
     return [{"task_id": str(p["task_id"]), "category": p.get("category"),
-             "score": math.nan if p["score"] is None else float(p["score"])} for p in json.loads(text)]
+             "score": math.nan if p["score"] is None else float(p["score"])} for p in positions]
 
 
 def experiments(episodes: pd.DataFrame) -> list[str]:
@@ -464,9 +452,7 @@ def _who(mine: pd.DataFrame) -> dict[str, str]:
 
 
 # A single run's name (`make run CONFIG=pinchbench ARGS='policy=...'`: pinchbench_<policy label>) -> the paper's row
-SINGLE_RUNS = {"pinchbench_full_history": "c2", "pinchbench_last_n": "keep_last_n", "pinchbench_waac": "waac",
-               "pinchbench_summary_condenser": "summary", "pinchbench_llm_lingua_policy": "llmlingua",
-               "pinchbench_lcm": "lcm", "pinchbench_agent_fold": "agentfold", "pinchbench_mem0_memory": "mem0"}
+SINGLE_RUNS = {f"pinchbench_{m.label}": m.paper_row for m in methods.methods() if m.label and m.paper_row}
 
 
 # ... and a single workflow run's name (`CONFIG=pinchbench_workflow`) -> the method's name in Table 4 (c2: Vanilla)

@@ -20,9 +20,8 @@ are not complete are printed under the axes; damaged or empty run folders are sk
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -34,50 +33,20 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from harness.report import names, odysseys_plots, sim_failures  # noqa: E402
+from harness.report import cli, cost, names, odysseys_plots, sim_failures  # noqa: E402
 from harness.report.console import per_run  # noqa: E402
+from harness.report.expense_tables import EXPENSE, budget_sweep, swept_policy  # noqa: E402
+from harness.report.output import announce, label, save_figure, simulated_label  # noqa: E402
 from harness.report.pinchbench_tables import EXPENSE as EXPENSE_KIND  # noqa: E402
 from harness.report.pinchbench_tables import select_kind  # noqa: E402
-from harness.report.runs import (  # noqa: E402
-    EPISODES,
-    PER_RUN,
-    REQUIRED,
-    STEPS,
-    discover,
-    mismatch_notes,
-    read_frame,
-    status_notes,
-)
+from harness.report.reader import EPISODES, PER_RUN, REQUIRED, STEPS, read_frame  # noqa: E402
+from harness.report.runs import discover, mismatch_notes, status_notes  # noqa: E402
 from harness.report.stats import mean_ci, n_label  # noqa: E402
-from harness.report.tables import (  # noqa: E402
-    EXPENSE,
-    ROOT,
-    announce,
-    budget_sweep,
-    label,
-    pins_of,
-    simulated_label,
-    swept_policy,
-)
 
 MIN_EPISODES = 5  # a per-step statistic needs at least this many episodes still running ...
 MIN_SHARE = 0.10  # ... and this share of the experiment's episodes
 EPISODE = ["run", "task_id"]
 STYLES = (("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", "-"), ("P", "--"))  # overlapping lines stay visible
-
-
-def _save(fig: plt.Figure, out: Path, name: str, notes: list[str] | None = None) -> list[Path]:
-    """PNG and PDF; warnings (runs not alike, not complete) printed under the axes, where they cannot be missed."""
-    if notes:  # below the figure's caption, if it has one
-        captions = [t.get_position()[1] for t in fig.texts if t.get_gid() == "caption"]
-        y = min([-0.02] + [c - 0.35 / fig.get_figheight() for c in captions])
-        fig.text(0.0, y, "\n".join(notes), ha="left", va="top", fontsize=7, color="tab:red", wrap=True)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{name}.png", out / f"{name}.pdf"]
-    for p in paths:
-        fig.savefig(p, bbox_inches="tight", dpi=130)
-    plt.close(fig)
-    return paths
 
 
 def ci(values: Iterable[float]) -> tuple[float, float]:
@@ -106,7 +75,7 @@ def shown_steps(steps: pd.DataFrame) -> pd.Index:
 
 
 def _caption(fig: plt.Figure, text: str) -> None:
-    """A line under the axes saying how to read the figure (notes from _save go below it)."""
+    """A line under the axes saying how to read the figure (notes from save_figure go below it)."""
     fig.text(0.0, -0.02, text, ha="left", va="top", fontsize=7, wrap=True, gid="caption")
 
 
@@ -141,7 +110,7 @@ def completion_vs_budget_figure(sweep: pd.DataFrame) -> plt.Figure:
 
 
 def completion_vs_budget(sweep: pd.DataFrame, out: Path, notes: list[str] | None = None) -> list[Path]:
-    return _save(completion_vs_budget_figure(sweep), out, "completion_vs_budget", notes)
+    return save_figure(completion_vs_budget_figure(sweep), out, "completion_vs_budget", notes)
 
 
 def completion_vs_tokens_figure(episodes: pd.DataFrame) -> plt.Figure:
@@ -162,7 +131,7 @@ def completion_vs_tokens_figure(episodes: pd.DataFrame) -> plt.Figure:
 
 
 def completion_vs_tokens(episodes: pd.DataFrame, out: Path, notes: list[str] | None = None) -> list[Path]:
-    return _save(completion_vs_tokens_figure(episodes), out, "completion_vs_tokens", notes)
+    return save_figure(completion_vs_tokens_figure(episodes), out, "completion_vs_tokens", notes)
 
 
 def visible_tokens_figure(steps: pd.DataFrame, simulated: bool) -> plt.Figure:
@@ -188,7 +157,7 @@ def visible_tokens_figure(steps: pd.DataFrame, simulated: bool) -> plt.Figure:
 
 def visible_tokens_by_step(steps: pd.DataFrame, simulated: bool, out: Path,
                            notes: list[str] | None = None) -> list[Path]:
-    return _save(visible_tokens_figure(steps, simulated), out, "visible_tokens_by_step", notes)
+    return save_figure(visible_tokens_figure(steps, simulated), out, "visible_tokens_by_step", notes)
 
 
 def decision_counts(steps: pd.DataFrame) -> pd.DataFrame:
@@ -196,7 +165,7 @@ def decision_counts(steps: pd.DataFrame) -> pd.DataFrame:
     summarized, dropped; and, for field-level policies that log `levels` (WAAC), the number of fields per level."""
     rows = []
     for i, raw in zip(steps.index, steps.decisions, strict=True):
-        d = json.loads(raw) if isinstance(raw, str) else {}
+        d = raw if isinstance(raw, dict) else {}  # decoded by harness.report.reader
         ids = {c: steps.at[i, c] for c in ("experiment", "step", *EPISODE) if c in steps}
         if isinstance(d.get("levels"), dict):
             rows.append(ids | {k: float(v) for k, v in d["levels"].items()})
@@ -277,7 +246,7 @@ def decisions_figure(steps: pd.DataFrame, simulated: bool) -> plt.Figure | None:
 
 def decisions_by_step(steps: pd.DataFrame, simulated: bool, out: Path, notes: list[str] | None = None) -> list[Path]:
     fig = decisions_figure(steps, simulated)
-    return [] if fig is None else _save(fig, out, "decisions_by_step", notes)
+    return [] if fig is None else save_figure(fig, out, "decisions_by_step", notes)
 
 
 def _runs(results: Path, pins: dict[str, Path], out: Path) -> list[Path]:
@@ -303,19 +272,15 @@ def _runs(results: Path, pins: dict[str, Path], out: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--results", type=Path, default=ROOT / "results")
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--run", action="append", default=[], help="EXPERIMENT=RUN_DIR (repeatable)")
-    args = parser.parse_args(argv)
-    out = args.out or args.results / "figures"
-    written = _runs(args.results, pins_of(args.run), out)
+    args = cli.parser(__doc__).parse_args(argv)
+    out = cli.out_dir(args, "figures")
+    written = _runs(args.results, cli.pins_of(args.run), out)
     sweep, notes = budget_sweep(args.results)
     if not sweep.empty:
         written += completion_vs_budget(sweep, out, notes)
-    written += odysseys_plots.build(args.results, out)
+    written += odysseys_plots.build(args.results, out) + cost.figures(args.results, cli.pins_of(args.run), out)
     return announce(written, args.results)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli.run(main))

@@ -16,9 +16,8 @@ status is then unknown.
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,36 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from harness import manifest as manifests
+from harness.report import cli
+from harness.report.reader import EPISODES, problem, read_frame, read_manifest
 
-ROOT = Path(__file__).resolve().parents[2]
-EPISODES = "episodes.parquet"
-STEPS = "steps.parquet"
-# The columns every report reads from each file: a file without one of them is damaged, skipped with one warning
-# naming it and the column, never a KeyError half-way through a report (harness.records.episode_row writes them).
-REQUIRED = {
-    EPISODES: ("experiment", "policy", "model", "simulated", "task_id", "run", "termination"),
-    STEPS: ("experiment", "step", "input_tokens"),
-}
-# ... and those console.per_run reads (the expense tables and the figures): a run without one is skipped there
-# (a concat would otherwise leave its column NaN: a blank cell, no warning).
-PER_RUN = ("completed", "any_line_itemized", "amount_itemized_pct", "n_tool_calls", "input_tokens", "output_tokens",
-           "aux_input_tokens", "aux_output_tokens", "user_input_tokens", "user_output_tokens", "modeled_time_s",
-           "wall_time_s", "cost_usd")
-# The manifest keys the reports read, with the JSON type each must have (harness.manifest writes them); a manifest
-# with one mistyped is ignored as a whole (the run's status is then unknown), with one warning naming the key.
-MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
-    "experiment": (str,), "status": (str,), "model": (str,), "backend": (str,), "simulated": (bool,),
-    "n_tasks": (int, type(None)), "n_runs": (int, type(None)), "expected_episodes": (int, type(None)),
-    "started": (list,), "ended": (str, type(None)), "episodes": (dict,), "git": (dict,), "tasks": (dict,),
-    "coverage": (dict,), "limits": (dict,), "provenance": (dict,)}
-INNER_TYPES: dict[tuple[str, str], type] = {("episodes", "done"): int, ("episodes", "by_termination"): dict,
-                                            ("git", "revision"): str}
-JSON_NAMES = {str: "a string", bool: "true/false", int: "an integer", list: "a list", dict: "an object",
-              float: "a number", type(None): "null"}
+ROOT = cli.ROOT
 log = logging.getLogger(__name__)
 
 
@@ -82,74 +57,6 @@ class Run:
     @property
     def usable(self) -> bool:
         return self.status == "complete" and self.problem is None
-
-
-def problem(parquet: Path, required: tuple[str, ...] | None = None) -> str | None:
-    """Why a parquet file cannot feed a table (missing, unreadable, no rows, without a column every report reads:
-    `required`, by default REQUIRED for its file name), or None if it can."""
-    if not parquet.exists():
-        return f"no {parquet.name}"
-    try:
-        file = pq.ParquetFile(parquet)
-        rows, names = file.metadata.num_rows, set(file.schema_arrow.names)
-    except (OSError, ValueError, pa.ArrowException) as e:
-        return f"{parquet.name} unreadable ({_first_line(e)})"
-    missing = [c for c in (REQUIRED.get(parquet.name, ()) if required is None else required) if c not in names]
-    if missing:
-        return f"{parquet.name} has no column{'s' * (len(missing) > 1)} {', '.join(missing)}"
-    return f"{parquet.name} has no rows" if rows == 0 else None
-
-
-def read_frame(parquet: Path, columns: list[str] | None = None,
-               required: tuple[str, ...] | None = None) -> pd.DataFrame | None:
-    """A parquet file as a DataFrame; None, with a one-line warning naming it, if it is damaged or empty, or lacks
-    a column: `columns` when given, else `required` (by default REQUIRED for its file name)."""
-    bad = problem(parquet, tuple(columns) if columns is not None else required)
-    if bad is None:
-        try:
-            return pd.read_parquet(parquet, columns=columns)
-        except (OSError, ValueError, KeyError, pa.ArrowException) as e:  # e.g. damaged past its footer
-            bad = f"{parquet.name} unreadable ({_first_line(e)})"
-    log.warning("skipping %s: %s", parquet.parent, bad)
-    return None
-
-
-def _first_line(e: BaseException) -> str:
-    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-
-
-def read_manifest(run_dir: Path) -> dict[str, Any] | None:
-    """The run folder's manifest.json; None, with one warning line naming the file, when it is missing, is not a
-    JSON object (harness.manifest says so) or has a key of the wrong type (MANIFEST_TYPES): its status is then
-    unknown, so it is never chosen unless pinned."""
-    meta = manifests.read(run_dir) if (run_dir / manifests.FILE).exists() else None
-    bad = None if meta is None else manifest_problem(meta)
-    if bad is not None:
-        log.warning("ignoring %s: %s (the run's status is unknown)", run_dir / manifests.FILE, bad)
-        return None
-    return meta
-
-
-def manifest_problem(meta: dict[str, Any]) -> str | None:
-    """The first key of a manifest the reports read whose value has the wrong JSON type, said in one line."""
-    for key, types in MANIFEST_TYPES.items():
-        value = meta.get(key)
-        if key in meta and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
-            want = " or ".join(JSON_NAMES[t] for t in types)
-            return f"key {key!r} is {_shown(value)}, expected {want}"
-    for item in meta.get("started") or []:
-        if not isinstance(item, str):
-            return f"key 'started' holds {_shown(item)}, expected a string (an ISO time)"
-    for (key, sub), want_type in INNER_TYPES.items():
-        value = meta.get(key) or {}
-        if sub in value and (not isinstance(value[sub], want_type) or isinstance(value[sub], bool)):
-            return f"key '{key}.{sub}' is {_shown(value[sub])}, expected {JSON_NAMES[want_type]}"
-    return None
-
-
-def _shown(value: Any) -> str:
-    text = json.dumps(value, default=str)
-    return f"{JSON_NAMES.get(type(value), type(value).__name__)} ({text[:40]}{'...' * (len(text) > 40)})"
 
 
 def describe(run_dir: Path, results: Path | None = None) -> Run:
@@ -256,9 +163,7 @@ def listing(runs: list[Run], results: Path) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--results", type=Path, default=ROOT / "results")
-    args = parser.parse_args(argv)
+    args = cli.parser(__doc__, out=False, pins=False).parse_args(argv)
     table = listing(discover(args.results), args.results)
     if table.empty:
         print(f"no run folders under {args.results}")
@@ -270,4 +175,4 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli.run(main))

@@ -26,7 +26,6 @@ stated, sourced assumptions produce (configs/model/sim_llmlike.yaml, README), ne
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import Counter
@@ -38,21 +37,14 @@ from typing import Any
 import pandas as pd
 
 from harness import manifest as manifests
-from harness.backends.sim.failures import EVENT
-from harness.backends.sim.failures import MECHANISMS as MEASURED
+from harness.backends.sim.reporting import EVENT
+from harness.backends.sim.reporting import MECHANISMS as MEASURED
 from harness.report.console import per_run
 from harness.report.methods_table import METHODS
 from harness.report.names import display, short
 from harness.report.pinchbench_tables import EXPENSE, Table, select_kind
-from harness.report.runs import (
-    EPISODES,
-    Run,
-    describe,
-    mismatch_notes,
-    read_frame,
-    status_notes,
-    where,
-)
+from harness.report.reader import EPISODES, STEPS, details, peek, read_frame
+from harness.report.runs import Run, describe, mismatch_notes, status_notes, where
 from harness.report.stats import fmt, mean_ci
 
 MODEL = "sim_llmlike"
@@ -87,11 +79,8 @@ def parse_events(step_events: Iterable[Any]) -> list[tuple[str, str]]:
 
 def wrong_lines(score_details: Any) -> list[tuple[str, str]]:
     """(subcategory, date) of every missing and extra line the score found; none if the details are unreadable."""
-    try:
-        details = json.loads(score_details) if isinstance(score_details, str) else dict(score_details or {})
-    except (ValueError, TypeError):
-        return []
-    lines = [*details.get("missing_lines", []), *details.get("extra_lines", [])]
+    found = details(score_details)
+    lines = [*found.get("missing_lines", []), *found.get("extra_lines", [])]
     return [(str(line.get("subcategory")), str(line.get("date"))) for line in lines if isinstance(line, dict)]
 
 
@@ -126,10 +115,8 @@ def models_of(run_dir: Path, manifest: Mapping[str, Any] | None) -> set[str]:
     """The models a run folder ran: its manifest's backend and model, else its episodes' model column."""
     if manifest:
         return {str(manifest.get("backend", "")), *str(manifest.get("model", "")).split(", ")}
-    try:
-        return set(map(str, pd.read_parquet(run_dir / EPISODES, columns=["model"]).model.unique()))
-    except (OSError, ValueError, KeyError):  # damaged or empty: harness.report.runs warns about it by name
-        return set()
+    frame = peek(run_dir / EPISODES, ["model"])  # damaged or empty: harness.report.runs warns about it by name
+    return set(map(str, frame.model.unique())) if frame is not None and "model" in frame else set()
 
 
 def is_llmlike(run: Run) -> bool:
@@ -163,7 +150,7 @@ def load(paths: Mapping[str, Path]) -> tuple[pd.DataFrame, pd.DataFrame, list[st
         if frame is None or (frame := frame[frame.experiment == name]).empty:
             continue
         episodes.append(frame)
-        events = read_frame(path / "steps.parquet", ["experiment", "task_id", "run", "events"])
+        events = read_frame(path / STEPS, ["experiment", "task_id", "run", "events"])
         if events is None:
             notes.append(f"WARNING: {name}: no step events in {path}, its failures are not attributed")
         else:

@@ -10,10 +10,12 @@ import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from harness.records import write_parquet
 from harness.report.console import summary_table
 from harness.report.names import display
-from harness.report.runs import describe, read_frame
-from harness.report.tables import label
+from harness.report.output import label
+from harness.report.reader import EPISODES, read_frame
+from harness.report.runs import describe
 
 
 def merge(sweep_dir: Path) -> pd.DataFrame:
@@ -27,14 +29,14 @@ def merge(sweep_dir: Path) -> pd.DataFrame:
         job = describe(job_dir)  # warns, naming the folder, if its episodes are damaged or empty
         if job.status != "complete":
             incomplete.append(f"job {job_dir.name}: {job.status}")
-        frame = read_frame(job_dir / "episodes.parquet") if job.problem is None else None
+        frame = read_frame(job_dir / EPISODES, decode=False) if job.problem is None else None  # written back
         if frame is not None:
             swept = " ".join(yaml.safe_load(overrides.read_text()) or [])
             frames.append(frame.assign(job=job_dir.name, job_overrides=swept))
     if not frames:
         return pd.DataFrame()
     merged = pd.concat(frames, ignore_index=True)
-    merged.to_parquet(sweep_dir / "merged.parquet", index=False)
+    write_parquet(merged, sweep_dir / "merged.parquet")
     labelled = merged.assign(experiment=_varying(merged.job_overrides))
     table = summary_table(labelled).T.sort_index()
     warning = f"WARNING: jobs not complete: {', '.join(incomplete)}\n" if incomplete else ""

@@ -5,8 +5,12 @@ model was shown, message by message, what it did and what came back; the score's
 `score_details`; for field-level policies (WAAC) each field's level and why. The viewer (harness.report.view)
 renders exactly these keys (the contract: find_runs, load_run, load_episode).
 
-How a step's view is read, policy-neutrally (harness.episode.view_refs records a view as history indices for
-messages shown unchanged and inline dicts for the others):
+How a step's view is read (harness.episode.view_refs records a view as history indices for messages shown
+unchanged and inline dicts for the others): when the policy recorded where each view message came from (the
+step's `view_provenance`, harness.types.Provenance, read by harness.report.reader), that is shown as recorded
+(step `provenance: "recorded"`); a history message folded into a view message (a summary's sources) is listed
+with the view message it went into. Transcripts written before provenance existed are read by inference from
+the text, policy-neutrally (step `provenance: "inferred"`, and the viewer labels it so):
 - an index is `kept`;
 - an inline message with one origin in the history (the same tool_call_id; the same tool calls or a subset; or,
   for a text message, the same role and name in the gap between its neighbours with overlapping text) is that
@@ -20,7 +24,6 @@ messages shown unchanged and inline dicts for the others):
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -30,13 +33,14 @@ from typing import Any
 
 import yaml
 
-from harness.backends.sim.failures import EVENT
+from harness.backends.sim.reporting import EVENT
 from harness.errors import InputError
-from harness.records import NAME, check_transcript, transcript_files
+from harness.records import NAME, transcript_files
 from harness.report import names, sim_failures
+from harness.report.reader import Transcript, details, manifest_of, read_transcript, view_provenance
 from harness.tokens import TokenCounter
-from harness.types import Message
-from harness.waac.lattice import Level, join
+from harness.types import Message, Provenance
+from harness.waac.reporting import Level, join
 
 log = logging.getLogger(__name__)
 STATUSES = ("kept", "summarized", "masked", "compressed", "pointer", "inserted")
@@ -78,13 +82,13 @@ def load_run(path: Path, root: Path | None = None) -> dict[str, Any]:
         raise InputError(f"{path}: not a run folder (no such directory)")
     summaries: list[dict[str, Any]] = []
     start: dict[str, Any] = {}
-    for transcript in transcript_files(path):
-        records = _whole(transcript)
-        if records is None:
+    for path_ in transcript_files(path):
+        transcript = _whole(path_)
+        if transcript is None:
             continue
-        start = start or records[0]
-        summaries.append(_summary(records))
-    manifest = _manifest(path)
+        start = start or transcript.start
+        summaries.append(_summary(transcript))
+    manifest = manifest_of(path)
     experiment = str(start.get("experiment") or manifest.get("experiment") or path.name)
     benchmark = str(start.get("benchmark") or "expense")  # transcripts before PinchBench had no benchmark key
     return {"id": _run_id(path, root), "path": str(path), "experiment": experiment,
@@ -96,20 +100,12 @@ def load_run(path: Path, root: Path | None = None) -> dict[str, Any]:
             "episodes": sorted(summaries, key=lambda s: (s["task_id"], s["run"]))}
 
 
-def _whole(transcript: Path) -> list[dict[str, Any]] | None:
-    state, records = check_transcript(transcript)
-    if isinstance(records, str):
-        log.warning("skipping %s: %s (%s)", transcript, records, state.value)
+def _whole(path: Path) -> Transcript | None:
+    state, transcript = read_transcript(path)
+    if isinstance(transcript, str):
+        log.warning("skipping %s: %s (%s)", path, transcript, state.value)
         return None
-    return records
-
-
-def _manifest(path: Path) -> dict[str, Any]:
-    try:
-        loaded = json.loads((path / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return loaded if isinstance(loaded, dict) else {}
+    return transcript
 
 
 def _run_id(path: Path, root: Path | None) -> str:
@@ -120,22 +116,23 @@ def _run_id(path: Path, root: Path | None) -> str:
     return str(full).strip(os.sep).replace(os.sep, "_")
 
 
-def _summary(records: list[dict[str, Any]]) -> dict[str, Any]:
-    start, end = records[0], records[-1]
+def _summary(transcript: Transcript) -> dict[str, Any]:
+    start, end = transcript.start, transcript.end
     completed = end.get("completed")
     return {"id": f"{start['task_id']}__run{start['run']}", "task_id": str(start["task_id"]), "run": int(start["run"]),
             "completed": None if completed is None else bool(completed), "score": _num(end.get("score")),
             "termination": str(end.get("termination") or "unknown"), "error": end.get("error"),
             "input_tokens": int(end.get("input_tokens") or 0), "output_tokens": int(end.get("output_tokens") or 0),
-            "n_steps": int(end.get("n_steps") or sum(r.get("type") == "step" for r in records)),
-            "explanation": explain(end) + _attributed(start, end, records)}
+            "n_steps": int(end.get("n_steps") or len(transcript.steps)),
+            "explanation": explain(end) + _attributed(transcript)}
 
 
-def _attributed(start: dict[str, Any], end: dict[str, Any], records: list[dict[str, Any]]) -> list[str]:
+def _attributed(transcript: Transcript) -> list[str]:
     """model=sim_llmlike: the mechanisms a failure is attributed to (harness.report.sim_failures' rule)."""
+    start, end = transcript.start, transcript.end
     if start.get("model") != sim_failures.MODEL or end.get("completed") is not False:
         return []
-    events = [";".join(map(str, (r.get("info") or {}).get("events") or [])) for r in records if r.get("type") == "step"]
+    events = [";".join(map(str, (r.get("info") or {}).get("events") or [])) for r in transcript.steps]
     return ["Failure attributed to (SIMULATED failure model): " + ", ".join(sim_failures.attribute(end, events))]
 
 
@@ -148,19 +145,15 @@ def _num(value: Any) -> float | None:
 
 # ---- score explanations (from the scorers' score_details) ----------------------------------------------------
 def explain(end: dict[str, Any]) -> list[str]:
-    """Human lines explaining an episode's score, from its episode_end record; [] when nothing is recorded."""
-    try:
-        details = json.loads(end.get("score_details") or "{}")
-    except (TypeError, ValueError):
-        return []
-    if not isinstance(details, dict):
-        return []
-    if "rubrics" in details:
-        return _explain_rubrics(details)
-    if "tasks" in details:
-        return [line for task in details["tasks"] for line in _explain_task(task)]
-    if "remaining" in details:
-        return _explain_expense(details)
+    """Human lines explaining an episode's score, from its episode_end record (`score_details` decoded by
+    harness.report.reader); [] when nothing (readable) is recorded."""
+    found = details(end.get("score_details"))
+    if "rubrics" in found:
+        return _explain_rubrics(found)
+    if "tasks" in found:
+        return [line for task in found["tasks"] for line in _explain_task(task)]
+    if "remaining" in found:
+        return _explain_expense(found)
     return []
 
 
@@ -213,36 +206,25 @@ def _fmt(value: Any) -> str:
 # ---- one episode ----------------------------------------------------------------------------------------------
 def load_episode(run_path: Path, episode_id: str) -> dict[str, Any]:
     """One episode: its messages and, per step, what the model was shown and did (the contract's keys)."""
-    records = _episode_records(Path(run_path), episode_id)
-    history = [r["message"] for r in sorted((r for r in records if r.get("type") == "message"),
-                                            key=lambda r: int(r["index"]))]
-    steps = [r for r in records if r.get("type") == "step"]
-    method = _method(records[0])
+    transcript = _episode_transcript(Path(run_path), episode_id)
+    history, steps, method = transcript.messages, transcript.steps, transcript.method
     counter = _counter(_encoding(Path(run_path)))
     messages = [_message(i, m, counter) for i, m in enumerate(history)]
     replies = [i for i, m in enumerate(history) if m.get("role") == "assistant"]
     fields = _field_states(steps, history, replies)
     out = [_step(rec, k, history, replies, method, fields[k]) for k, rec in enumerate(steps)]
-    return {"id": episode_id, "summary": _summary(records), "messages": messages, "steps": out}
+    return {"id": episode_id, "summary": _summary(transcript), "messages": messages, "steps": out}
 
 
-def _episode_records(run_path: Path, episode_id: str) -> list[dict[str, Any]]:
+def _episode_transcript(run_path: Path, episode_id: str) -> Transcript:
     path = run_path / "transcripts" / f"{episode_id}.jsonl"
     if not NAME.match(path.name) or not path.is_file():
         raise InputError(f"{run_path}: no episode {episode_id!r} (expected transcripts/{episode_id}.jsonl; "
                          "episode ids are <task_id>__run<N>)")
-    state, records = check_transcript(path)
-    if isinstance(records, str):
-        raise InputError(f"{path}: {state.value} transcript: {records}")
-    return records
-
-
-def _method(start: dict[str, Any]) -> str:
-    try:
-        params = json.loads(start.get("method_params") or "{}")
-    except (TypeError, ValueError):
-        params = {}
-    return str(params.get("method") or start.get("policy") or "") if isinstance(params, dict) else ""
+    state, transcript = read_transcript(path)
+    if isinstance(transcript, str):
+        raise InputError(f"{path}: {state.value} transcript: {transcript}")
+    return transcript
 
 
 def _encoding(run_path: Path) -> str:
@@ -278,11 +260,18 @@ def _step(rec: dict[str, Any], k: int, history: list[dict[str, Any]], replies: l
     n = replies[k] if k < len(replies) else len(history)  # the step's reply is appended right after its call
     start = max(0, n - int(rec.get("n_history_messages", n)))  # where its conversation (session) begins
     decisions = {key: v for key, v in (rec.get("decisions") or {}).items() if key != "fields"}
-    shown = _shown(rec.get("view") or [], history, start, n, method, decisions, fields)
+    provenance = view_provenance(rec)
+    if provenance is None:  # a transcript from before policies recorded it: inferred from the text
+        shown = _shown(rec.get("view") or [], history, start, n, method, decisions, fields)
+    else:
+        shown = _recorded(rec["view"], provenance, history)
     seen = {s["ref"] for s in shown if s["ref"] is not None}
-    dropped = [{"ref": i, "note": _dropped_note(i, history, start, decisions, rec)} for i in range(n) if i not in seen]
+    covered = _covered(provenance or [], seen)
+    dropped = [{"ref": i, "note": covered.get(i) or _dropped_note(i, history, start, decisions, rec)}
+               for i in range(n) if i not in seen]
     after = replies[k + 1] if k + 1 < len(replies) else len(history)
-    return {"step": int(rec.get("step", k)), "input_tokens": int(rec.get("input_tokens") or 0),
+    return {"step": int(rec.get("step", k)), "provenance": "inferred" if provenance is None else "recorded",
+            "input_tokens": int(rec.get("input_tokens") or 0),
             "budget": rec.get("budget"), "over_budget": bool(rec.get("over_budget")), "n_history": n,
             "shown": shown, "dropped": dropped, "action": str(rec.get("action") or ""),
             "reply": _text(history[n]) if n < len(history) else "", "result": _result(history[n + 1:after]),
@@ -310,7 +299,33 @@ def _events(info: dict[str, Any]) -> list[dict[str, str]]:
     return out
 
 
-# ---- what a step showed ---------------------------------------------------------------------------------------
+# ---- what a step showed: as the policy recorded it ----------------------------------------------------------
+def _recorded(view: list[Any], provenance: list[Provenance], history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each view message with the kind and sources its policy recorded (harness.types.Provenance): a history
+    message shown by index is that message; an inline one with one source stands for it; one with several
+    (a summary, a fold) or none (new text) names them in its note."""
+    out = []
+    for v, p in zip(view, provenance, strict=True):
+        message = history[v] if isinstance(v, int) else v
+        ref = v if isinstance(v, int) else (p.sources[0] if len(p.sources) == 1 else None)
+        many = f"from #{', #'.join(map(str, p.sources))}; " if len(p.sources) > 1 else ""
+        out.append({"ref": ref, "status": p.kind, "role": str(message.get("role")),
+                    "text": None if p.kind == "kept" and ref is not None else _text(message),
+                    "note": f"{many}as the policy recorded it"})
+    return out
+
+
+def _covered(provenance: list[Provenance], seen: set[int]) -> dict[int, str]:
+    """History messages not shown themselves but folded into a view message (a summary's sources), by note."""
+    notes: dict[int, str] = {}
+    for pos, p in enumerate(provenance):
+        for i in p.sources:
+            if i not in seen:
+                notes.setdefault(i, f"{p.kind} into the view's message {pos + 1} (as the policy recorded it)")
+    return notes
+
+
+# ---- what a step showed: inferred from the text (transcripts written before provenance) ----------------------
 def _shown(view: list[Any], history: list[dict[str, Any]], start: int, n: int, method: str,
            decisions: dict[str, Any], fields: list[dict[str, Any]]) -> list[dict[str, Any]]:
     claimed = {v for v in view if isinstance(v, int)}

@@ -16,7 +16,6 @@ The data comes from harness.report.trajectory (find_runs, load_run, load_episode
 
 from __future__ import annotations
 
-import argparse
 import base64
 import functools
 import gzip
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import InputError
-from harness.report import trajectory
+from harness.report import cli, trajectory
 
 ASSETS = Path(__file__).with_name("view_assets")
 # No fetch, frame, font or image from anywhere: the report is offline by construction (inline code only).
@@ -230,27 +229,25 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.report.view", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.parser(__doc__, results=False, out=False, pins=False, prog="python -m harness.report.view")
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="a run folder, a sweep folder or results/")
     parser.add_argument("--out", type=Path, help="the HTML file to write (default: <first PATH>/view.html)")
     parser.add_argument("--serve", action="store_true", help="also serve it on http://127.0.0.1:PORT")
     parser.add_argument("--port", type=int, default=8000, help="port for --serve (default 8000; 0 = any free one)")
     args = parser.parse_args(argv)
-    try:
-        if not 0 <= args.port <= 65535:
-            raise InputError(f"--port {args.port}: not a port number (0-65535; 0 = any free one)")
-        out, index = write_report(args.paths, args.out, lambda line: print(line, flush=True))
-        n_eps = sum(len(r["episodes"]) for r in index["runs"])
-        size = out.stat().st_size / 1e6
-        print(f"wrote {out} ({len(index['runs'])} runs, {n_eps} episodes, {size:.1f} MB)")
-        print(f"open it in a browser: {out.resolve().as_uri()}")
-        if args.serve:
-            serve(out, args.port)
-    except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return cli.run(lambda _: _write_and_serve(args))
+
+
+def _write_and_serve(args: Any) -> None:
+    if not 0 <= args.port <= 65535:
+        raise InputError(f"--port {args.port}: not a port number (0-65535; 0 = any free one)")
+    out, index = write_report(args.paths, args.out, lambda line: print(line, flush=True))
+    n_eps = sum(len(r["episodes"]) for r in index["runs"])
+    size = out.stat().st_size / 1e6
+    print(f"wrote {out} ({len(index['runs'])} runs, {n_eps} episodes, {size:.1f} MB)")
+    print(f"open it in a browser: {out.resolve().as_uri()}")
+    if args.serve:
+        serve(out, args.port)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ All read only results/**/episodes.parquet and steps.parquet of the runs harness.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -21,16 +20,17 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from harness import methods
 from harness.report import pinchbench_tables
 from harness.report.console import per_run
 from harness.report.names import display
 from harness.report.pinchbench_tables import PINCHBENCH
-from harness.report.runs import Run, mismatch_notes, read_frame
+from harness.report.reader import STEPS, read_frame
+from harness.report.runs import Run, mismatch_notes
 from harness.report.stats import fmt, mean_ci
 
 LEVELS = ("exact", "summary", "pointer", "drop")  # WAAC's field-policy levels, most kept first (eq. 2, A.1)
-WAAC_RUNS = ("c3", "waac", "waac_no_offline", "waac_no_online", "waac_no_summary", "waac_no_pointer",
-             "waac_no_drop")
+WAAC_RUNS = ("c3", "waac", *methods.variants("waac"))  # the ablations: harness/methods.py
 
 
 def ablation_table(episodes: pd.DataFrame, paper: dict[str, Any],
@@ -64,7 +64,7 @@ def step_log_table(steps: pd.DataFrame, sources: dict[str, str] | None = None) -
     fills the "run" row."""
     columns = {}
     for name, g in steps.groupby("experiment"):
-        d = [json.loads(x) for x in g.decisions]
+        d = list(g.decisions)  # decoded by harness.report.reader
         if not d or "levels" not in d[0]:
             continue
         lib = pd.DataFrame([x["library"] for x in d]).sum()
@@ -97,7 +97,7 @@ def firing_table(steps: pd.DataFrame, sources: dict[str, str] | None = None) -> 
     recalls (the recall tool's calls, a running count per episode: its last value); budget-unsatisfiable steps."""
     columns = {}
     for name, g in steps.groupby("experiment"):
-        d = [json.loads(x) for x in g.decisions]
+        d = list(g.decisions)
         if not d or "library" not in d[0]:
             continue
         lib = pd.DataFrame([x["library"] for x in d], index=g.index).reindex(
@@ -148,7 +148,7 @@ def load_steps(runs: dict[str, Path], names: tuple[str, ...]) -> pd.DataFrame:
     frames = []
     for n in names:
         if n in runs:
-            frame = read_frame(runs[n] / "steps.parquet", ["experiment", "task_id", "run", "decisions"])
+            frame = read_frame(runs[n] / STEPS, ["experiment", "task_id", "run", "decisions"])
             frames += [] if frame is None else [frame[frame.experiment == n]]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -167,9 +167,9 @@ def _num(v: Any) -> str:
 
 # --- Tables 3(a) and 6 on PinchBench ---------------------------------------------------------------------------------
 
-TABLE3 = ("waac", "waac_no_offline", "waac_no_online")  # Table 3(a): B.3's module ablations
-TABLE6 = ("waac", "waac_no_summary", "waac_no_pointer", "waac_no_drop")  # Table 6: B.4's level ablations
-VARIANTS = ("waac", "waac_no_offline", "waac_no_online", "waac_no_summary", "waac_no_pointer", "waac_no_drop")
+TABLE3 = ("waac", *(k for k in methods.variants("waac") if methods.method(k).paper == "WAAC B.3"))  # Table 3(a)
+TABLE6 = ("waac", *(k for k in methods.variants("waac") if methods.method(k).paper == "WAAC B.4"))  # Table 6
+VARIANTS = ("waac", *methods.variants("waac"))
 
 
 def paper_row(paper: dict[str, Any], name: str) -> dict[str, float | None]:

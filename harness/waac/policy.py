@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from harness.policies.base import RenderContext, View
+from harness.policies.base import ContextPolicy, RenderContext, View
 from harness.policies.summarizers import aux_label, is_llm
-from harness.types import Message, ToolCall, ToolSpec
+from harness.types import Message, Provenance, ProvenanceKind, ToolCall, ToolSpec
 from harness.waac.analysis import Analysis, Requirements
 from harness.waac.artifacts import RECALL_SCHEMA, RECALL_SPEC, RECALL_TOOL, ArtifactStore, Source
 from harness.waac.embeddings import Embedder
@@ -46,9 +46,10 @@ def _load_library(path: str) -> HistoryLibrary:
 
 
 @dataclass
-class WAAC:
+class WAAC(ContextPolicy):
+    key: ClassVar[str] = "waac"
     schemas: Schemas
-    library_path: str | None = None  # a library built by harness.waac.build_library from the dev split
+    library_path: str | None = None  # a library built by harness.build_library from the dev split
     use_library: bool = True
     use_online: bool = True
     reduced: Sequence[str] = ("summary", "pointer", "drop")  # the reduced levels allowed (B.4 ablations)
@@ -154,7 +155,7 @@ class WAAC:
         logged = proposed | new_fields | out.changed  # with req.changed: every field whose decision may differ
         decisions = self._decisions(out, req, hits, analysis_s, (before, after), unsat, logged)
         decisions["budget_shed"] = shed
-        return self._view(out, decisions)
+        return self._view(out, decisions, self._provenance(history, out))
 
     def _new_fields(self, new_tools: list[str]) -> set[str]:
         """The new events' fields, each given its position among the tool events' fields (the log's order)."""
@@ -210,14 +211,26 @@ class WAAC:
         d = {fid: req.d.get(fid, Level.DROP) for fid, f in self.graph.fields.items() if not f.fixed}
         return {fid: lv if lv in self._allowed else Level.EXACT for fid, lv in d.items()}
 
-    def _view(self, out: Projection, decisions: dict[str, Any]) -> View:
+    def _view(self, out: Projection, decisions: dict[str, Any], provenance: list[Provenance]) -> View:
         """The view with this step's auxiliary cost: LLM summaries and the schemas' extractor (A.3, B.3)."""
         total = AuxUse()
         for source in (self._llm, self.schemas.extractor):
             if source is not None:
                 total += source.drain()
         return View(out.messages, aux_usage=total.usage, aux_modeled_time_s=total.modeled_time_s,
-                    aux_cost_usd=total.cost_usd, decisions=decisions, aux_calls=total.calls, aux_time_s=total.seconds)
+                    aux_cost_usd=total.cost_usd, decisions=decisions, aux_calls=total.calls, aux_time_s=total.seconds,
+                    provenance=provenance)
+
+    def _provenance(self, history: Sequence[Message], out: Projection) -> list[Provenance]:
+        """The projection shows message i (or its projection) at position i: an original is kept; a projected
+        one is named by its strongest reduction (a POINTER, else a SUMMARY, else only DROPs: compressed)."""
+        reduced: dict[int, set[Level]] = {}
+        for fid, lv in out.applied.items():
+            f = self.graph.fields.get(fid)
+            if f is not None and lv != Level.EXACT:
+                reduced.setdefault(f.msg_index, set()).add(lv)
+        return [Provenance("kept" if i < len(history) and m is history[i] else _kind(reduced.get(i, set())), (i,))
+                for i, m in enumerate(out.messages)]
 
     def _historical(self, touched: set[str], n_new: int) -> tuple[dict[str, int], set[str]]:
         """Update rho_hat for the events whose canonical fragment may have changed (new, new consumers,
@@ -344,6 +357,12 @@ class WAAC:
                     entries[fid] = entry
                 self._last[fid] = entry
         return entries
+
+
+def _kind(levels: set[Level]) -> ProvenanceKind:
+    if Level.POINTER in levels:
+        return "pointer"
+    return "summarized" if Level.SUMMARY in levels else "compressed"
 
 
 def _resolve(path: str) -> str:

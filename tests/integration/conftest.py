@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.testing.local_server import LocalServer, missing_requirements
+from harness.backends.local_server import LocalServer, missing_requirements
 
 HERE = Path(__file__).resolve().parent
 

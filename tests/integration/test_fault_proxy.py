@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 import openai
 import pytest
 
+from harness.backends.local_server import free_port
 from harness.testing.fault_proxy import Fault, FaultProxy, format_seconds, parse_upstream
-from harness.testing.local_server import free_port
 
 SSE_EVENTS = [b"data: {\"n\": %d}\n\n" % i for i in range(3)] + [b"data: [DONE]\n\n"]
 

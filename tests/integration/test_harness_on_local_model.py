@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 from hydra import compose, initialize_config_dir
 
+from harness.backends.local_server import LocalServer
 from harness.config import register
 from harness.run import CONFIG_DIR, run
 from harness.testing.fault_proxy import Fault, FaultProxy
-from harness.testing.local_server import LocalServer
 
 register()
 

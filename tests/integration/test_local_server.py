@@ -15,8 +15,8 @@ from typing import Any
 import openai
 import pytest
 
+from harness.backends.local_server import DEFAULT_ALIAS, LocalServer, LocalServerError, free_port, get_json, model_path
 from harness.testing.fault_proxy import Fault, FaultProxy
-from harness.testing.local_server import DEFAULT_ALIAS, LocalServer, LocalServerError, free_port, get_json, model_path
 
 WEATHER_TOOL: Any = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city",

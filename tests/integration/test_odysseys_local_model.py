@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -23,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from test_odysseys_runs import SITES, TASK, task_file  # noqa: E402
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="Chromium not installed: make browser-deps")
+@pytest.mark.browser  # playwright and Chromium (tests/conftest.py)
+@pytest.mark.timeout(1800)  # the slowest test: ~5 min on 2 shared cores (SmolLM2 on CPU, a real browser)
 def test_odysseys_on_the_local_model(llama_installed: None, tmp_path: Path) -> None:
     with FixtureSites(SITES) as sites:
         tasks = task_file(sites, tmp_path)

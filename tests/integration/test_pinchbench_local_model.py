@@ -20,7 +20,7 @@ V2 = Path(__file__).resolve().parents[1] / "fixtures" / "pinchbench" / "v2"
 
 def llama_servers() -> set[int]:
     """The llama.cpp servers this test process started (other runs' servers on the machine are not ours)."""
-    out = subprocess.run(["pgrep", "-f", "harness.testing.llama_launcher"], capture_output=True, text=True)
+    out = subprocess.run(["pgrep", "-f", "harness.backends.llama_launcher"], capture_output=True, text=True)
     return {pid for pid in map(int, out.stdout.split()) if _parent(pid) == os.getpid()}
 
 

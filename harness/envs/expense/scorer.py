@@ -14,6 +14,7 @@ line is one of each), so a failed episode is explained without re-running it (th
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -23,17 +24,31 @@ from harness.types import FolioLine, Score
 Key = tuple[str, str, Decimal]  # (subcategory, start date, amount): what a line must match
 
 
-def score(folio: list[FolioLine], saved: list[dict[str, Any]], total: str) -> Score:
+@dataclass(frozen=True)
+class ExpenseScore(Score):
+    """The expense paper's grade: its two itemization measures are this benchmark's own episode columns
+    (`columns`, written as episodes.parquet's any_line_itemized and amount_itemized_pct), read here by name."""
+
+    @property
+    def any_line_itemized(self) -> bool:
+        return bool(self.columns["any_line_itemized"])
+
+    @property
+    def amount_itemized_pct(self) -> float:
+        return float(self.columns["amount_itemized_pct"])
+
+
+def score(folio: list[FolioLine], saved: list[dict[str, Any]], total: str) -> ExpenseScore:
     want = Counter(_folio_key(f) for f in folio)
     got = Counter(_saved_key(r) for r in saved)
     matched = want & got
     remaining = Decimal(total) - sum((Decimal(r["Amount"]) for r in saved), Decimal("0"))
     folio_total = sum((Decimal(f.amount) for f in folio), Decimal("0"))
     matched_amount = sum((key[2] * n for key, n in matched.items()), Decimal("0"))
-    return Score(
+    return ExpenseScore(
         completed=remaining == Decimal("0.00") and want == got,
-        any_line_itemized=sum(matched.values()) > 0,
-        amount_itemized_pct=float(100 * matched_amount / folio_total) if folio_total else 0.0,
+        columns={"any_line_itemized": sum(matched.values()) > 0,
+                 "amount_itemized_pct": float(100 * matched_amount / folio_total) if folio_total else 0.0},
         details={"remaining": f"{remaining:.2f}", "saved_lines": len(saved), "folio_lines": len(folio),
                  "missing": sum((want - got).values()), "extra": sum((got - want).values()),
                  "missing_lines": _named(folio, want - got, _folio_key, _folio_line),

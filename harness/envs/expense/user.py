@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from harness.envs.base import STOP
 from harness.envs.expense.tasks import folio_of
 from harness.types import FolioLine, Message, Task, Usage
 
-STOP = "###STOP###"
 LODGING = ("Room rate", "Room tax")
 COMPLETION = re.compile(r"itemi[sz]ation (is )?complete|(?<!not )fully itemi[sz]ed|"
                         r"remaining (balance )?(is )?(\$)?0\.00", re.I)

@@ -28,7 +28,7 @@ from harness.envs.odysseys.tasks import OdysseyTask, TaskSet, load_version
 from harness.envs.odysseys.tools import BrowserResult, BrowserTools, cap_text, tool_specs
 from harness.envs.odysseys.webjudge import WebJudge, WebJudgment, from_settings
 from harness.errors import InputError
-from harness.records import FAILED
+from harness.outcome import FAILED
 from harness.types import ImagePart, Message, Score, Task, ToolCall, ToolSpec, Usage
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -123,8 +123,11 @@ class OdysseysEpisode:
                    **self.provenance,
                    "archive_misses": sum(len(r.archive_misses) for r in self.env.records.values())}
         value = columns["rubric_score"] if judgments else math.nan
-        return Score(completed=columns["perfect"] == 1.0, any_line_itemized=bool(value and value > 0),
-                     amount_itemized_pct=math.nan, columns={**columns, "score": value},
+        # any_line_itemized / amount_itemized_pct: the expense paper's columns, as Odysseys has always written them
+        # (some credit; no amount) so its episodes.parquet keeps its columns and values
+        return Score(completed=columns["perfect"] == 1.0,
+                     columns={"any_line_itemized": bool(value and value > 0), "amount_itemized_pct": math.nan,
+                              **columns, "score": value},
                      details={"rubrics": [vars(j) | {"usage": vars(j.usage)} for j in judgments],
                               "calls": {k: r.record() for k, r in self.env.records.items()},
                               "browser_failure": self.env.failure,

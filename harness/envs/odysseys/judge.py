@@ -25,22 +25,30 @@ Where we differ, and why:
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
 import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from harness.backends.base import ContextWindowExceeded, LLMBackend
+from harness.backends.base import LLMBackend
+from harness.backends.judging import ImageBackend as ImageBackend  # every judge's screenshot types, re-exported
+from harness.backends.judging import (
+    JudgeBase,
+    JudgeCache,
+    JudgeImage,
+    Unusable,
+    ask,
+    check_attempts,
+    check_images,
+    content_key,
+)
+from harness.backends.judging import image_parts as image_parts
 from harness.envs.odysseys.layout import ScreenshotRefused, Step, read_screenshot
 from harness.envs.odysseys.tasks import OdysseyTask, Rubric
-from harness.errors import InputError
-from harness.io import atomic_write
-from harness.types import Completion, Message, Usage
+from harness.errors import InputError, one_line
+from harness.types import Usage
 
 log = logging.getLogger("harness.envs.odysseys.judge")
 
@@ -72,39 +80,6 @@ RETRY_REMINDER = ("\n\nIMPORTANT: Your previous reply had no usable Status line.
                   "format:\n\nThoughts: <your reasoning>\nStatus: \"success\" or \"failure\"")
 VERDICTS = ("success", "failure")
 STATUSES = ("success", "failure", "error", "not_judged")
-
-
-@dataclass(frozen=True)
-class JudgeImage:
-    """One screenshot as sent to a multimodal judge."""
-
-    mime: str
-    data: bytes
-
-    @property
-    def data_url(self) -> str:
-        return f"data:{self.mime};base64,{base64.b64encode(self.data).decode()}"
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.data).hexdigest()
-
-
-@runtime_checkable
-class ImageBackend(Protocol):
-    """A backend that can send screenshots: the text of the last user message followed by the images."""
-
-    name: str
-    multimodal: bool
-
-    def generate_with_images(self, messages: Sequence[Message], images: Sequence[JudgeImage]) -> Completion: ...
-
-
-def image_parts(text: str, images: Sequence[JudgeImage]) -> list[dict[str, Any]]:
-    """OpenAI chat content parts for a user message with images (upstream's OpenAI branch: text, then each image
-    as a data URL with detail "high"): what an `ImageBackend` built on the OpenAI-compatible client sends."""
-    return [{"type": "text", "text": text}] + [
-        {"type": "image_url", "image_url": {"url": image.data_url, "detail": "high"}} for image in images]
 
 
 @dataclass(frozen=True)
@@ -187,36 +162,18 @@ def load_images(folder: Path, steps: Sequence[Step], max_images: int) -> list[Ju
 
 # ---- the judge -------------------------------------------------------------------------------------------------
 
-class Judge:
-    """Judges every rubric item of an episode; see the module docstring."""
+class Judge(JudgeBase):
+    """Judges every rubric item of an episode; see the module docstring. The backend, cache folder, attempts and
+    the call with screenshots are harness.backends.judging's, as WebJudge's."""
 
     def __init__(self, backend: LLMBackend | None, cache_dir: Path | str | None = None, attempts: int = 2,
                  max_images: int = 0, unavailable_reason: str = "no judge backend configured") -> None:
-        if attempts < 1:
-            raise InputError(f"judge attempts must be >= 1, got {attempts!r}")
+        check_attempts(attempts)
         if max_images < 0:
             raise InputError(f"judge max_images must be >= 0 (0 = all), got {max_images!r}")
-        if getattr(backend, "multimodal", False) is True and not isinstance(backend, ImageBackend):
-            raise InputError(f"judge backend {getattr(backend, 'name', '?')} declares multimodal=True but has no "
-                             "generate_with_images(messages, images)")
-        self.backend = backend
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
-        self.attempts = attempts
+        check_images(backend)
+        super().__init__(backend, cache_dir, attempts, unavailable_reason)
         self.max_images = max_images
-        self.unavailable_reason = unavailable_reason
-
-    @property
-    def multimodal(self) -> bool:
-        return getattr(self.backend, "multimodal", False) is True
-
-    @property
-    def model(self) -> str | None:
-        return getattr(self.backend, "name", None) if self.backend is not None else None
-
-    @property
-    def endpoint(self) -> str | None:
-        """Where the judge is called (an OpenAI-compatible backend's base URL), recorded with every verdict."""
-        return str(getattr(self.backend, "base_url", "") or "") or None if self.backend is not None else None
 
     def judge_episode(self, task: OdysseyTask, steps: Sequence[Step], folder: Path | None = None
                       ) -> list[RubricJudgment]:
@@ -236,63 +193,33 @@ class Judge:
             return RubricJudgment(rubric.key, "not_judged", reason=self.unavailable_reason)
         system, user = build_prompt(task, rubric, steps, len(images))
         key = cache_key(self.backend.name, system, user, [image.sha256 for image in images])
-        hit = self._cached(key, rubric.key)
+        hit = self._cache.load(key, lambda entry: _from_entry(key, rubric.key, entry))
         if hit is not None:
             return hit
         result = self._ask(rubric.key, system, user, images)
-        if result.status in VERDICTS and self.cache_dir is not None:
-            atomic_write(self._path(key), json.dumps(_entry(key, result), sort_keys=True))
+        if result.status in VERDICTS:
+            self._cache.store(key, _entry(key, result))
         return result
+
+    @property
+    def _cache(self) -> JudgeCache:
+        return JudgeCache(self.cache_dir, log)
 
     def _ask(self, rubric_key: str, system: str, user: str, images: Sequence[JudgeImage]) -> RubricJudgment:
         """Up to `attempts` calls: a failed call re-sends the same prompt, an unusable reply adds the reminder."""
-        assert self.backend is not None
-        calls, usage, cost, problem, prompt = 0, Usage(), 0.0, "", user
-        for _ in range(self.attempts):
-            calls += 1
-            try:
-                completion = self._generate([Message("system", system), Message("user", prompt)], images)
-            except ContextWindowExceeded as exc:  # the same prompt cannot fit on a second try
-                problem = f"the judge prompt does not fit the judge's context window ({_one_line(exc)})"
-                break
-            except Exception as exc:  # an infrastructure failure or a backend bug: this attempt failed
-                problem = f"judge call failed: {type(exc).__name__}: {_one_line(exc)}"
-                continue
-            usage, cost = usage + completion.usage, cost + completion.cost_usd
-            parsed = parse_reply(completion.message.content)
-            if parsed is not None:
-                return RubricJudgment(rubric_key, parsed[0], parsed[1], calls=calls, usage=usage, cost_usd=cost,
-                                      model=self.model, images_sent=len(images))
-            problem = f"judge reply has no Status line: {_one_line(completion.message.content)[:120]!r}"
-            prompt = user + RETRY_REMINDER
-        return RubricJudgment(rubric_key, "error", reason=f"{problem} (after {calls} call{'s' * (calls != 1)})",
-                              calls=calls, usage=usage, cost_usd=cost, model=self.model, images_sent=len(images))
+        asked = ask(lambda prompt: self.generate(system, prompt, images), user, _parse, self.attempts,
+                    RETRY_REMINDER)
+        status, thoughts = asked.value or ("error", "")
+        return RubricJudgment(rubric_key, status, thoughts, None if asked.value else asked.reason, calls=asked.calls,
+                              usage=asked.usage, cost_usd=asked.cost_usd, model=self.model, images_sent=len(images))
 
-    def _generate(self, messages: list[Message], images: Sequence[JudgeImage]) -> Completion:
-        assert self.backend is not None
-        if images and isinstance(self.backend, ImageBackend):
-            return self.backend.generate_with_images(messages, images)
-        return self.backend.generate(messages, [])
 
-    def _path(self, key: str) -> Path:
-        assert self.cache_dir is not None
-        return self.cache_dir / f"{key}.json"
-
-    def _cached(self, key: str, rubric_key: str) -> RubricJudgment | None:
-        if self.cache_dir is None or not self._path(key).exists():
-            return None
-        try:
-            return _from_entry(key, rubric_key, json.loads(self._path(key).read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
-            # a miss, not a crash: the judge is asked again and its answer replaces the bad entry
-            log.warning("ignoring invalid judge cache entry %s: %s", self._path(key), _one_line(exc))
-            return None
+def _parse(reply: str) -> tuple[str, str] | Unusable:
+    return parse_reply(reply) or Unusable(f"judge reply has no Status line: {one_line(reply)[:120]!r}")
 
 
 def cache_key(model: str, system: str, user: str, image_hashes: Sequence[str] = ()) -> str:
-    payload = json.dumps({"model": model, "system": system, "user": user, "images": list(image_hashes)},
-                         sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()
+    return content_key({"model": model, "system": system, "user": user, "images": list(image_hashes)})
 
 
 def _entry(key: str, r: RubricJudgment) -> dict[str, Any]:
@@ -309,6 +236,3 @@ def _from_entry(key: str, rubric_key: str, entry: Any) -> RubricJudgment:
     return RubricJudgment(rubric_key, str(entry["status"]), str(entry.get("thoughts", "")), cached=True,
                           model=entry.get("model"), images_sent=int(entry.get("images_sent", 0)))
 
-
-def _one_line(value: object) -> str:
-    return " ".join(str(value).split()) or type(value).__name__

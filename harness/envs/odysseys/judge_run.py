@@ -1,5 +1,5 @@
-"""`make judge RUN=<run folder>` (`python -m harness.envs.odysseys.judge_run RUN_DIR [judge=NAME] [judge.KEY=VALUE
-...] [--tasks FILE] [--workers N]`): judge every Odysseys episode a run saved, from its upstream-layout folders
+"""Odysseys' part of `make judge RUN=<run folder>` (the command line is harness.judge_run): judge every Odysseys
+episode a run saved, from its upstream-layout folders
 (`<RUN_DIR>/odysseys/run<r>/<task_id>/`, layout.py), one judge call per rubric item (judge.py), and write
 `<RUN_DIR>/odysseys_judged.parquet`: one row per task x run x rubric item. Then WebJudge, Online-Mind2Web's judge
 (webjudge.py, the O-M2W Judge column of Table 2), with the same judge backend, one verdict per episode:
@@ -18,8 +18,8 @@ were refused and why on one line (`screenshots_refused`, `screenshots_refused_re
 episode. An episode folder that is a link leading out of the run folder is ignored with a warning.
 
 Which judge: the function that does the work, `judge_run_dir(run_dir, tasks, judge)`, takes a `Judge` around any
-`LLMBackend` (or None) and knows nothing of configs. The command line builds that judge from the run's own
-config.yaml (its `judge` and `model` blocks, so `judge=agent` is the run's agent), or from `judge=NAME`
+`LLMBackend` (or None) and knows nothing of configs. The command line (harness.judge_run) builds that judge from
+the run's own config.yaml (its `judge` and `model` blocks, so `judge=agent` is the run's agent), or from `judge=NAME`
 (configs/judge/NAME.yaml) plus `judge.KEY=VALUE` overrides, through harness.build.build_judge. Resumable: verdicts
 are cached by their inputs (the judge's `cache_dir`, else `<RUN_DIR>/odysseys_judge_cache`), so a rerun after an
 interruption asks only what was not answered, and errors are asked again.
@@ -27,25 +27,16 @@ interruption asks only what was not answered, and errors are asked again.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
-import sys
 import tempfile
-from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from hydra.errors import InstantiationException
-from omegaconf import DictConfig, OmegaConf, open_dict
-from omegaconf.errors import OmegaConfBaseException
 
-from harness import lifecycle
-from harness.backends.base import LLMBackend
 from harness.envs.odysseys.judge import Judge, RubricJudgment
 from harness.envs.odysseys.layout import (
     EPISODES_DIR,
@@ -55,23 +46,18 @@ from harness.envs.odysseys.layout import (
     read_steps,
     screenshot_refusals,
 )
-from harness.envs.odysseys.metrics import om2w_summary
-from harness.envs.odysseys.tasks import DEFAULT_PATH, OdysseyTask, TaskSet, load_tasks
-from harness.envs.odysseys.webjudge import WebJudge, WebJudgment, from_settings
+from harness.envs.odysseys.reporting import JUDGED, WEBJUDGED
+from harness.envs.odysseys.tasks import OdysseyTask, TaskSet
+from harness.envs.odysseys.webjudge import WebJudge, WebJudgment
 from harness.errors import InputError
-from harness.records import FAILED
+from harness.outcome import FAILED
 
-ROOT = Path(__file__).resolve().parents[3]
-JUDGE_CONFIGS = ROOT / "configs" / "judge"
-JUDGED = "odysseys_judged.parquet"
 CACHE = "odysseys_judge_cache"
-EXIT_JUDGE = 4  # harness.report.console.EXIT_JUDGE: some rubric item of a finished episode could not be judged
 META = ("experiment", "policy", "model", "simulated", "budget_fraction", "termination")  # from episodes.parquet
 COLUMNS = (*META, "task_id", "run", "level", "rubric_index", "rubric_key", "requirement", "status", "score",
            "thoughts", "reason", "judge_model", "judge_calls", "judge_input_tokens", "judge_output_tokens",
            "judge_cost_usd", "judge_cached", "images_sent", "n_steps", "complete", "episode_dir", "judge_endpoint",
            "judge_multimodal", "screenshots_refused", "screenshots_refused_reason")
-WEBJUDGED = "odysseys_webjudge.parquet"
 WEB_COLUMNS = (*META, "task_id", "run", "level", "status", "success", "text_only", "key_points",
                "screenshots_scored", "key_screenshots", "thoughts", "reason", "judge_model", "judge_endpoint",
                "judge_multimodal", "judge_calls", "judge_cached_calls", "judge_input_tokens", "judge_output_tokens",
@@ -245,146 +231,3 @@ def run_dirs(root: Path) -> list[Path]:
 
 def _is_run(folder: Path) -> bool:
     return (folder / "config.yaml").exists() or (folder / "episodes.parquet").exists()
-
-
-# --- which judge (the command line) --------------------------------------------------------------------------------
-
-def judge_config(run_dir: Path, overrides: Sequence[str]) -> DictConfig:
-    """The run's config.yaml (its `model`, `seed`, `encoding`, `judge`), its judge replaced by `judge=NAME`
-    (configs/judge/NAME.yaml) and then changed by `judge.KEY=VALUE` overrides."""
-    path = Path(run_dir) / "config.yaml"
-    base = OmegaConf.load(path) if path.exists() else OmegaConf.create({})
-    assert isinstance(base, DictConfig)
-    cfg = OmegaConf.create({"seed": base.get("seed", 0), "encoding": base.get("encoding", "o200k_base"),
-                            "model": base.get("model"), "judge": base.get("judge"), "env": base.get("env"),
-                            "benchmark": base.get("benchmark"), "max_cost_usd": base.get("max_cost_usd")})
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not (key == "judge" or key.startswith("judge.")):
-            raise InputError(f"judge override {item!r}: expected judge=NAME or judge.KEY=VALUE")
-        with open_dict(cfg):
-            if key == "judge":
-                cfg.judge = _judge_group(value)
-            else:
-                cfg.merge_with(OmegaConf.from_dotlist([item]))
-    if cfg.get("judge") is None:
-        raise InputError(f"{run_dir}: no judge in its config.yaml; choose one with judge=NAME "
-                         f"({', '.join(_judge_names())})")
-    return cfg
-
-
-def _judge_group(name: str) -> DictConfig:
-    path = JUDGE_CONFIGS / f"{name}.yaml"
-    if not path.exists():
-        raise InputError(f"judge={name}: no such judge config (valid: {', '.join(_judge_names())})")
-    group = OmegaConf.load(path)
-    assert isinstance(group, DictConfig)
-    return group
-
-
-def _judge_names() -> list[str]:
-    return sorted(p.stem for p in JUDGE_CONFIGS.glob("*.yaml"))
-
-
-@contextmanager
-def configured_judge(cfg: DictConfig, run_dir: Path) -> Iterator[Judge]:
-    """A Judge from a config (harness.build.build_judge's rules: judge=agent is the run's agent, a simulated
-    agent cannot judge); a model the runner serves itself (model=local) is started for the judging and stopped."""
-    from harness.backends.local import serving
-    from harness.build import build_judge, build_model
-
-    use_agent = bool(cfg.judge.get("use_agent"))
-    try:
-        with (serving(cfg) if use_agent else nullcontext(cfg)) as served:
-            agent: LLMBackend | None = build_model(served, int(served.seed)) if use_agent else None
-            backend, reason, cache, attempts, images = build_judge(served, agent)  # type: ignore[arg-type]
-            yield Judge(backend, Path(cache) if cache else Path(run_dir) / CACHE, attempts, images,
-                        reason or "no judge configured")
-    except InstantiationException as exc:  # e.g. a scripted judge's unreadable script: its own InputError
-        cause = exc.__cause__
-        raise InputError(str(cause) if isinstance(cause, InputError) else f"judge config: {_one_line(exc)}") from None
-    except OmegaConfBaseException as exc:
-        raise InputError(f"judge config: {_one_line(exc)}") from None
-
-
-def tasks_path(cfg: DictConfig, given: Path | None) -> Path:
-    """--tasks, else the task file the run's config names (env.tasks_path, env.path or benchmark.path when it is
-    a .json file), else the shipped file."""
-    if given is not None:
-        return given
-    for value in (OmegaConf.select(cfg, key) for key in ("env.tasks_path", "env.path", "benchmark.path")):
-        if isinstance(value, str) and value.endswith(".json"):
-            return Path(value)
-    return DEFAULT_PATH
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("run_dir", type=Path, help="a run folder (or a sweep folder) holding odysseys/ episodes")
-    parser.add_argument("overrides", nargs="*", help="judge=NAME, judge.KEY=VALUE")
-    parser.add_argument("--tasks", type=Path, default=None, help="the task file (default: the run's, else shipped)")
-    parser.add_argument("--workers", type=int, default=1, help="episodes judged at once (threads)")
-    parser.add_argument("--no-webjudge", action="store_true", help="skip WebJudge (the O-M2W Judge column)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
-    status = 0
-    try:
-        for run_dir in run_dirs(args.run_dir):
-            cfg = judge_config(run_dir, args.overrides)
-            tasks = load_tasks(tasks_path(cfg, args.tasks))
-            lifecycle.METER.join(cfg.get("max_cost_usd"), run_dir / "spent_usd.txt")  # judge calls: the run's cap
-            with configured_judge(cfg, run_dir) as judge:
-                webjudge = None if args.no_webjudge else from_settings(judge, OmegaConf.select(cfg, "env.webjudge"))
-                frame = judge_run_dir(run_dir, tasks, judge, args.workers, webjudge)
-            print(report_line(run_dir, frame, judge))
-            if webjudge is not None:
-                print(webjudge_line(run_dir))
-            status = max(status, _unjudged_status(run_dir, frame))
-    except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except lifecycle.Interrupted:
-        print(f"stopped ({lifecycle.stop_reason()}); every judged item is cached: run it again to go on",
-              file=sys.stderr)
-        return 3 if "max_cost_usd" in lifecycle.stop_reason() else 130
-    return status
-
-
-def _unjudged_status(run_dir: Path, frame: pd.DataFrame) -> int:
-    """EXIT_JUDGE (4, as harness.run's) when a rubric item of a finished episode could not be judged (the judge's
-    calls failed, or no judge could be asked), with the reason; 0 when every one was."""
-    lost = frame[frame.complete.astype(bool) & frame.status.isin(("error", "not_judged"))]
-    if lost.empty:
-        return 0
-    reason = str(lost.reason.dropna().value_counts().index[0]) if lost.reason.notna().any() else "unknown"
-    print(f"JUDGE FAILED: {len(lost)} of {int(frame.complete.astype(bool).sum())} rubric items of finished episodes "
-          f"in {run_dir} not judged ({reason[:300]}); run make judge RUN={run_dir} again once the judge answers",
-          file=sys.stderr)
-    return EXIT_JUDGE
-
-
-def report_line(run_dir: Path, frame: pd.DataFrame, judge: Judge) -> str:
-    counts = frame.status.value_counts()
-    spent = int(frame.judge_calls.sum())
-    parts = ", ".join(f"{int(counts.get(s, 0))} {s}" for s in ("success", "failure", "error", "not_judged"))
-    return (f"{run_dir / JUDGED}: {frame[['task_id', 'run']].drop_duplicates().shape[0]} episodes, {len(frame)} "
-            f"rubric items ({parts}); judge {judge.model or 'none'}: {spent} calls, "
-            f"{int(frame.judge_cached.sum())} cached")
-
-
-def webjudge_line(run_dir: Path) -> str:
-    web = pd.read_parquet(run_dir / WEBJUDGED)
-    m = om2w_summary(web)
-    rate = "n/a" if m.judged == 0 else f"{100 * m.rate:.1f}%"
-    mode = f", {m.text_only} text-only (no screenshot seen)" if m.text_only else ""
-    return (f"{run_dir / WEBJUDGED}: O-M2W Judge {rate} over {m.judged} episodes ({m.errors} error, "
-            f"{m.not_judged} not_judged{mode}); {int(web.judge_calls.sum())} calls, "
-            f"{int(web.judge_cached_calls.sum())} cached")
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
-if __name__ == "__main__":
-    sys.exit(main())

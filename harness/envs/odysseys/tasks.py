@@ -26,7 +26,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from harness.errors import InputError
+from harness.envs.base import TaskLookup
+from harness.errors import InputError, one_line
 
 if TYPE_CHECKING:
     import pandas
@@ -57,18 +58,13 @@ class OdysseyTask:
 
 
 @dataclass(frozen=True)
-class TaskSet:
+class TaskSet(TaskLookup[OdysseyTask]):
+    id_field = "task_id"  # upstream's key
     path: Path
     tasks: tuple[OdysseyTask, ...]
     errors: tuple[str, ...]
     sha256: str = ""  # of the file's bytes
     version: str = ""  # set by load_version
-
-    def by_id(self, task_id: str) -> OdysseyTask:
-        for task in self.tasks:
-            if task.task_id == task_id:
-                return task
-        raise InputError(f"{self.path}: no task with id {task_id!r}")
 
     @property
     def n_rubrics(self) -> int:
@@ -105,7 +101,7 @@ def _entries(path: Path) -> tuple[list[Any], str]:
     except OSError as exc:
         raise InputError(f"{path}: cannot read the Odysseys task file ({exc.strerror or exc})") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: not a JSON file ({_one_line(exc)})") from None
+        raise InputError(f"{path}: not a JSON file ({one_line(exc)})") from None
     if not isinstance(data, list):
         raise InputError(f"{path}: expected a JSON array of tasks, got {type(data).__name__}")
     return data, hashlib.sha256(raw).hexdigest()
@@ -262,7 +258,3 @@ def task_table(tasks: TaskSet | Iterable[OdysseyTask]) -> pandas.DataFrame:
              "n_rubrics": len(t.rubrics), "categories": "; ".join(t.categories or ())}
             for t in (tasks.tasks if isinstance(tasks, TaskSet) else tasks)]
     return pd.DataFrame(rows, columns=["task_id", "level", "website", "reference_length", "n_rubrics", "categories"])
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__

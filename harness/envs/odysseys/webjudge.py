@@ -34,8 +34,6 @@ Where we differ, and why:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import re
 from collections.abc import Sequence
@@ -44,11 +42,21 @@ from pathlib import Path
 from typing import Any
 
 from harness.backends.base import LLMBackend
-from harness.envs.odysseys.judge import ImageBackend, Judge, JudgeImage, load_images
+from harness.backends.judging import (
+    Asked,
+    JudgeBase,
+    JudgeCache,
+    JudgeImage,
+    Unusable,
+    ask,
+    check_attempts,
+    check_images,
+    content_key,
+)
+from harness.envs.odysseys.judge import Judge, load_images
 from harness.envs.odysseys.layout import Step
 from harness.envs.odysseys.tasks import OdysseyTask
-from harness.errors import InputError
-from harness.io import atomic_write
+from harness.errors import InputError, one_line
 from harness.types import Completion, Message, Usage
 
 log = logging.getLogger("harness.envs.odysseys.webjudge")
@@ -253,32 +261,19 @@ class _Spend:
     cost: float = 0.0
 
 
-class WebJudge:
-    """Judges an episode with WebJudge; see the module docstring."""
+class WebJudge(JudgeBase):
+    """Judges an episode with WebJudge; see the module docstring. The backend, cache folder, attempts and the
+    call with screenshots are harness.backends.judging's, as the rubric judge's."""
 
     def __init__(self, backend: LLMBackend | None, cache_dir: Path | str | None = None, attempts: int = 2,
                  score_threshold: int = SCORE_THRESHOLD, unavailable_reason: str = "no judge backend configured"
                  ) -> None:
-        if attempts < 1:
-            raise InputError(f"webjudge attempts must be >= 1, got {attempts!r}")
+        check_attempts(attempts, "webjudge")
         if isinstance(score_threshold, bool) or not isinstance(score_threshold, int) or not 1 <= score_threshold <= 5:
             raise InputError(f"webjudge score_threshold must be 1..5 (upstream: 3), got {score_threshold!r}")
-        if getattr(backend, "multimodal", False) is True and not isinstance(backend, ImageBackend):
-            raise InputError(f"judge backend {getattr(backend, 'name', '?')} declares multimodal=True but has no "
-                             "generate_with_images(messages, images)")
-        self.backend = backend
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
-        self.attempts = attempts
+        check_images(backend)
+        super().__init__(backend, cache_dir, attempts, unavailable_reason)
         self.score_threshold = int(score_threshold)
-        self.unavailable_reason = unavailable_reason
-
-    @property
-    def multimodal(self) -> bool:
-        return getattr(self.backend, "multimodal", False) is True
-
-    @property
-    def model(self) -> str | None:
-        return getattr(self.backend, "name", None) if self.backend is not None else None
 
     def judge_episode(self, task: OdysseyTask, steps: Sequence[Step], folder: Path | None = None) -> WebJudgment:
         """The episode's verdict; screenshots are read from `folder` (its upstream-layout folder) for a
@@ -298,13 +293,13 @@ class WebJudge:
                     if s.score >= self.score_threshold][:MAX_IMAGE]
             thoughts = [s.thought for s, _ in kept if s.thought != ""]
             user = outcome_prompt(task.instruction.strip(), key_points, factual_actions(steps), thoughts, len(kept))
-            status, reply = self._outcome(spend, user, [image for _, image in kept])
+            outcome = self._outcome(spend, user, [image for _, image in kept])
         except _CallFailed as exc:
             return self._result(spend, "error", images, key_points, scores, 0, "", str(exc))
-        reason = None if status != "error" else (f"judge reply has no Status line: {_one_line(reply)[:120]!r} "
-                                                 f"(after {self.attempts} call{'s' * (self.attempts != 1)})")
-        thoughts_text = _thoughts(reply) if status != "error" else ""
-        return self._result(spend, status, images, key_points, scores, len(kept), thoughts_text, reason)
+        if outcome.value is None:
+            return self._result(spend, "error", images, key_points, scores, len(kept), "", outcome.reason)
+        return self._result(spend, outcome.value, images, key_points, scores, len(kept), _thoughts(outcome.reply),
+                            None)
 
     def _images(self, steps: Sequence[Step], folder: Path | None) -> list[tuple[int, JudgeImage]]:
         """(step number, screenshot) of every step with a readable screenshot, for a multimodal judge."""
@@ -323,54 +318,34 @@ class WebJudge:
         score, thought = parse_image_score(reply)
         return ScreenshotScore(step, score, thought)
 
-    def _outcome(self, spend: _Spend, user: str, images: Sequence[JudgeImage]) -> tuple[str, str]:
-        """(status, reply): up to `attempts` calls, an unusable reply asked again with the reminder."""
-        reply, prompt = "", user
-        for _ in range(self.attempts):
+    def _outcome(self, spend: _Spend, user: str, images: Sequence[JudgeImage]) -> Asked[str]:
+        """Up to `attempts` calls (cached replies among them), an unusable reply asked again with the reminder; a
+        failed call raises _CallFailed (the episode is an error: upstream's run crashes)."""
+        def call(prompt: str) -> Completion:
             reply = self._call(spend, OUTCOME_SYSTEM, prompt, images, valid=lambda r: parse_outcome(r) is not None)
-            status = parse_outcome(reply)
-            if status is not None:
-                return status, reply
-            prompt = user + RETRY_REMINDER
-        return "error", reply
+            return Completion(Message("assistant", reply), Usage())  # spent: metered by _call, in `spend`
+        return ask(call, user, _outcome_status, self.attempts, RETRY_REMINDER, retry_failed=False)
 
     def _call(self, spend: _Spend, system: str, user: str, images: Sequence[JudgeImage] = (),
               valid: Any = None) -> str:
         """One judge call's reply text, from the cache when it holds one; a failed call raises _CallFailed."""
         assert self.backend is not None
         key = _cache_key(str(self.backend.name), system, user, [i.sha256 for i in images])
-        hit = self._cached(key)
+        cache = JudgeCache(self.cache_dir, log, "webjudge")
+        hit = cache.load(key, lambda entry: _from_entry(key, entry))
         if hit is not None:
             spend.cached += 1
             return hit
         spend.calls += 1
         try:
-            completion = self._generate([Message("system", system), Message("user", user)], images)
+            completion = self.generate(system, user, images)
         except Exception as exc:  # an infrastructure failure or a backend bug: no verdict for this episode
-            raise _CallFailed(f"judge call failed: {type(exc).__name__}: {_one_line(exc)}") from None
+            raise _CallFailed(f"judge call failed: {type(exc).__name__}: {one_line(exc)}") from None
         spend.usage, spend.cost = spend.usage + completion.usage, spend.cost + completion.cost_usd
         text = completion.message.content or ""
-        if self.cache_dir is not None and (valid is None or valid(text)):
-            atomic_write(self.cache_dir / f"{key}.json", json.dumps({"key": key, "text": text}, sort_keys=True))
+        if valid is None or valid(text):
+            cache.store(key, {"key": key, "text": text})
         return text
-
-    def _generate(self, messages: list[Message], images: Sequence[JudgeImage]) -> Completion:
-        assert self.backend is not None
-        if images and isinstance(self.backend, ImageBackend):
-            return self.backend.generate_with_images(messages, images)
-        return self.backend.generate(messages, [])
-
-    def _cached(self, key: str) -> str | None:
-        if self.cache_dir is None or not (path := self.cache_dir / f"{key}.json").exists():
-            return None
-        try:
-            entry = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(entry, dict) or entry.get("key") != key or not isinstance(entry.get("text"), str):
-                raise ValueError("not an entry for this call")
-            return str(entry["text"])
-        except (OSError, UnicodeDecodeError, ValueError) as exc:  # a miss: asked again, the answer replaces it
-            log.warning("ignoring invalid webjudge cache entry %s: %s", path, _one_line(exc))
-            return None
 
     def _result(self, spend: _Spend, status: str, images: Sequence[Any], key_points: str,
                 scores: Sequence[ScreenshotScore], kept: int, thoughts: str, reason: str | None) -> WebJudgment:
@@ -395,15 +370,21 @@ def from_settings(judge: Judge, settings: Any = None) -> WebJudge | None:
 
 
 def _cache_key(model: str, system: str, user: str, image_hashes: Sequence[str]) -> str:
-    payload = json.dumps({"judge": "webjudge", "model": model, "system": system, "user": user,
-                          "images": list(image_hashes)}, sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()
+    return content_key({"judge": "webjudge", "model": model, "system": system, "user": user,
+                        "images": list(image_hashes)})
+
+
+def _from_entry(key: str, entry: Any) -> str:
+    if not isinstance(entry, dict) or entry.get("key") != key or not isinstance(entry.get("text"), str):
+        raise ValueError("not an entry for this call")
+    return str(entry["text"])
+
+
+def _outcome_status(reply: str) -> str | Unusable:
+    return parse_outcome(reply) or Unusable(f"judge reply has no Status line: {one_line(reply)[:120]!r}")
 
 
 def _thoughts(reply: str) -> str:
     match = re.search(r"Thoughts:\s*(.+?)(?:Status:|$)", reply, re.DOTALL | re.IGNORECASE)
     return match.group(1).strip() if match else reply.strip()
 
-
-def _one_line(value: object) -> str:
-    return " ".join(str(value).split()) or type(value).__name__

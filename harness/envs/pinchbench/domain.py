@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from harness.envs.base import NEW_SESSION, EpisodeContext, UserModel
+from harness.envs.base import NEW_SESSION, STOP, EpisodeContext, UserModel
 from harness.envs.pinchbench.judge import Judge
 from harness.envs.pinchbench.mocks import FwsMock, MockSandbox, MockSettings, as_mock_settings, unavailable
 from harness.envs.pinchbench.profile import AgentProfile, OpenClawTools, load_profile, overhead
@@ -34,7 +34,6 @@ from harness.envs.pinchbench.tools import UNAVAILABLE_SPECS, ToolResult, Workspa
 from harness.envs.pinchbench.transcript import dumps, to_openclaw
 from harness.envs.pinchbench.web import NEED_TOOLS, NetworkSettings, WebTools, as_network
 from harness.envs.pinchbench.workspace import build_workspace
-from harness.episode import STOP
 from harness.errors import InputError
 from harness.io import atomic_write
 from harness.types import Message, Score, Task, ToolCall, ToolSpec, Usage
@@ -253,9 +252,12 @@ class PinchEpisode:
             **overhead(self.agent_profile, self.system, self.env.tools()),
         }
         perfect = value is not None and value >= 1.0 - 1e-9
-        return Score(completed=perfect, any_line_itemized=bool(value), amount_itemized_pct=math.nan,
+        # any_line_itemized / amount_itemized_pct: the expense paper's columns, as PinchBench has always written
+        # them (some credit; no amount) so its episodes.parquet keeps its columns and values
+        return Score(completed=perfect, columns={"any_line_itemized": bool(value), "amount_itemized_pct": math.nan,
+                                                 **columns},
                      details={"tasks": [g.summary() | {"reached": r} for g, r in zip(grades, reached, strict=True)],
-                              **self.record}, columns=columns)
+                              **self.record})
 
 
 def judge_parts(grades: Sequence[TaskGrade]) -> dict[str, int]:
@@ -402,12 +404,14 @@ class PinchBenchDomain:
         return {"benchmark": self.name, "version": full.version, "tasks_in_clone": len(full.tasks),
                 "tasks_run": len(ran), "not_loaded": list(full.errors), "left_out": left}
 
-    def regrade(self, out_dir: Path, fingerprint: str | None, judge: Callable[[], dict[str, Any]]) -> Any:
-        """A resume's re-grading of the judge parts a judge failed to grade, without re-running the agent
-        (judge_run.py); `judge()`: harness.build.judge_context's EpisodeContext fields, built only when needed."""
-        from harness.envs.pinchbench.judge_run import regrade_run  # judge_run builds episodes of this domain
+    def regrade_episode(self, task: Task, records: list[dict[str, Any]], out_dir: Path,
+                        context: dict[str, Any]) -> dict[str, Any]:
+        """A saved episode's new closing record, its judge parts not graded asked again without re-running the agent
+        (judge_run.py; harness.regrade walks the run's transcripts); `context`: harness.build.judge_context's
+        EpisodeContext fields."""
+        from harness.envs.pinchbench.judge_run import regrade_episode  # judge_run builds episodes of this domain
 
-        return regrade_run(self, out_dir, fingerprint, judge)
+        return regrade_episode(self, task, records, out_dir, context)
 
 
 def _pinch_ids(task: Task) -> list[str]:

@@ -34,7 +34,6 @@ Graded results are cached on disk by a SHA-256 of (judge model name, system, use
 from __future__ import annotations
 
 import codecs
-import hashlib
 import json
 import logging
 import math
@@ -47,12 +46,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.backends.base import ContextWindowExceeded, LLMBackend
+from harness.backends.base import LLMBackend
 from harness.backends.judge_backend import host
+from harness.backends.judging import JudgeBase, JudgeCache, Unusable, ask, check_attempts, content_key
 from harness.envs.pinchbench.tasks import PinchTask
-from harness.errors import InputError
-from harness.io import atomic_write
-from harness.types import Message, Usage
+from harness.errors import InputError, one_line
+from harness.types import Usage
 
 log = logging.getLogger("harness.envs.pinchbench.judge")
 
@@ -490,20 +489,17 @@ def _mean(scores: dict[str, float]) -> float:
 
 # ---- the judge -------------------------------------------------------------------------------------------------
 
-class Judge:
+class Judge(JudgeBase):
     """Grades one run of a task with an LLM; see the module docstring. `label`: the episode columns naming the
-    judge (judge_model, judge_host, judge_setting, judge_is_agent; harness.build.judge_label)."""
+    judge (judge_model, judge_host, judge_setting, judge_is_agent; harness.build.judge_label). The backend, cache
+    and attempt loop are harness.backends.judging's, as Odysseys' judges'."""
 
     def __init__(self, backend: LLMBackend | None, cache_dir: Path | None = None, attempts: int = UPSTREAM_ATTEMPTS,
                  unavailable_reason: str = "no judge backend configured", retry_unusable: bool = False,
                  retry_delay_s: float = 1.0, label: Mapping[str, Any] | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
-        if attempts < 1:
-            raise InputError(f"judge attempts must be >= 1, got {attempts!r}")
-        self.backend = backend
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
-        self.attempts = attempts
-        self.unavailable_reason = unavailable_reason
+        check_attempts(attempts)
+        super().__init__(backend, cache_dir, attempts, unavailable_reason)
         self.retry_unusable = retry_unusable
         self.retry_delay_s = retry_delay_s
         self.label = dict(label or {})
@@ -522,59 +518,40 @@ class Judge:
             return JudgeResult("not_graded", None, reason=self.unavailable_reason)
         prompt = judge_prompt(task, transcript, workspace, version, max_chars)
         key = cache_key(self.backend.name, prompt.system, prompt.user)
-        hit = self._cached(key)
+        cache = JudgeCache(self.cache_dir, log)
+        hit = cache.load(key, lambda entry: _from_entry(key, entry))
         if hit is not None:
             return replace(hit, prompt_cut=prompt.cut)
         result = replace(self._ask(self.backend, prompt.system, prompt.user), prompt_cut=prompt.cut)
-        if result.status == "graded" and self.cache_dir is not None:
-            atomic_write(self._path(key), json.dumps(_entry(key, result), sort_keys=True))
+        if result.status == "graded":
+            cache.store(key, _entry(key, result))
         return result
+
+    def _pause(self, attempt: int) -> None:
+        self.sleep(self.retry_delay_s * 2 ** attempt)  # lib_grading.py: time.sleep(2 ** attempt)
 
     def _ask(self, backend: LLMBackend, system: str, user: str) -> JudgeResult:
         """Upstream's loop (2.0.0 lib_grading.py _grade_llm_judge): up to `attempts` calls, a failed call re-sent
         unchanged after 2**attempt x retry_delay_s; the first reply is final unless `retry_unusable`."""
-        calls, usage, cost, problem, prompt, status = 0, Usage(), 0.0, "", user, "error"
-        for attempt in range(self.attempts):
-            calls += 1
-            try:
-                completion = backend.generate([Message("system", system), Message("user", prompt)], [])
-            except ContextWindowExceeded as exc:  # the same prompt cannot fit on a second try
-                problem, status = f"the judge prompt does not fit the judge's context window ({_one_line(exc)})", \
-                    "error"
-                break
-            except Exception as exc:  # an infrastructure failure or a backend bug: this attempt failed
-                problem, status = f"judge call failed: {type(exc).__name__}: {_one_line(exc)}", "error"
-                if attempt + 1 < self.attempts:
-                    self.sleep(self.retry_delay_s * 2 ** attempt)
-                continue
-            usage, cost = usage + completion.usage, cost + completion.cost_usd
-            text = completion.message.content or ""
-            raw = parse_text(text)
-            scores, total, notes = normalise(raw)
-            if total is not None:
-                return JudgeResult("graded", total, scores, notes, calls=calls, usage=usage, cost_usd=cost,
-                                   model=backend.name, reason=_out_of_range(total))
-            what = "no parseable JSON or prose total" if not raw else "JSON with no total score"
-            problem, status = f"judge reply has {what}: {_one_line(text)[:120]!r}", "unusable"
-            if not self.retry_unusable:
-                break  # upstream: a reply that came back is final
-            prompt = user + RETRY_REMINDER
-        reason = f"{problem} (after {calls} call{'s' if calls != 1 else ''})"
-        return JudgeResult(status, None, reason=reason, calls=calls, usage=usage, cost_usd=cost, model=backend.name)
+        asked = ask(lambda prompt: self.generate(system, prompt), user, _read, self.attempts, RETRY_REMINDER,
+                    retry_unusable=self.retry_unusable, pause=self._pause)
+        if asked.value is not None:
+            scores, total, notes = asked.value
+            return JudgeResult("graded", total, scores, notes, calls=asked.calls, usage=asked.usage,
+                               cost_usd=asked.cost_usd, model=backend.name, reason=_out_of_range(total))
+        return JudgeResult("unusable" if asked.unusable else "error", None, reason=asked.reason, calls=asked.calls,
+                           usage=asked.usage, cost_usd=asked.cost_usd, model=backend.name)
 
-    def _path(self, key: str) -> Path:
-        assert self.cache_dir is not None
-        return self.cache_dir / f"{key}.json"
 
-    def _cached(self, key: str) -> JudgeResult | None:
-        if self.cache_dir is None or not self._path(key).exists():
-            return None
-        try:
-            return _from_entry(key, json.loads(self._path(key).read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
-            # a miss, not a crash: the judge is asked again and its answer replaces the bad entry
-            log.warning("ignoring invalid judge cache entry %s: %s", self._path(key), _one_line(exc))
-            return None
+def _read(reply: str) -> tuple[dict[str, float], float, str] | Unusable:
+    """(scores, total, notes) of a reply, or what makes it unusable (upstream scores it 0)."""
+    text = reply or ""
+    raw = parse_text(text)
+    scores, total, notes = normalise(raw)
+    if total is not None:
+        return scores, total, notes
+    what = "no parseable JSON or prose total" if not raw else "JSON with no total score"
+    return Unusable(f"judge reply has {what}: {one_line(text)[:120]!r}")
 
 
 def _out_of_range(total: float) -> str | None:
@@ -583,8 +560,7 @@ def _out_of_range(total: float) -> str | None:
 
 
 def cache_key(model: str, system: str, user: str) -> str:
-    payload = json.dumps({"model": model, "system": system, "user": user}, sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()
+    return content_key({"model": model, "system": system, "user": user})
 
 
 def _entry(key: str, r: JudgeResult) -> dict[str, Any]:
@@ -603,8 +579,3 @@ def _from_entry(key: str, entry: Any) -> JudgeResult:
     return JudgeResult("graded", score, {k: float(v or 0.0) for k, v in scores.items()}, str(entry["notes"]),
                        reason=_out_of_range(score), cached=True, model=entry.get("model"))
 
-
-# ---- the backend ---------------------------------------------------------------------------------------------
-
-def _one_line(value: object) -> str:
-    return " ".join(str(value).split()) or type(value).__name__

@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from harness.envs.base import TaskLookup
 from harness.envs.pinchbench.requirements import Need, needs_for
 from harness.envs.pinchbench.requirements import reason as needs_reason
-from harness.errors import InputError
+from harness.errors import InputError, one_line
 
 if TYPE_CHECKING:
     import datasets
@@ -120,7 +121,7 @@ class PinchTask:
 
 
 @dataclass(frozen=True)
-class Benchmark:
+class Benchmark(TaskLookup[PinchTask]):
     """`core`: the manifest's `core:` ids in its order (upstream's `--core`); `categories`: its category names in
     file order (both empty for version 1 and a flat `tasks:` manifest)."""
 
@@ -130,12 +131,6 @@ class Benchmark:
     errors: tuple[str, ...]
     core: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
-
-    def by_id(self, task_id: str) -> PinchTask:
-        for task in self.tasks:
-            if task.id == task_id:
-                return task
-        raise InputError(f"{self.path}: no task with id {task_id!r}")
 
 
 @dataclass(frozen=True)
@@ -193,7 +188,7 @@ def _manifest_plan(manifest: Path, errors: list[str]) -> _Plan:
     try:
         data = yaml.safe_load(manifest.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise InputError(f"{manifest}: cannot read the manifest ({_one_line(exc)})") from exc
+        raise InputError(f"{manifest}: cannot read the manifest ({one_line(exc)})") from exc
     if isinstance(data, dict) and "categories" in data:
         ids, category_of, plan = _categorized(manifest, data, errors)
     elif isinstance(data, dict) and isinstance(data.get("tasks"), list):
@@ -258,7 +253,7 @@ def _load_or_report(
     try:
         task = parse_task_file(file, overrides)
     except (OSError, UnicodeDecodeError, ValueError) as exc:  # yaml.YAMLError is caught inside parse
-        errors.append(f"{file}: {_one_line(exc)}")
+        errors.append(f"{file}: {one_line(exc)}")
         return None
     return replace(task, category=category) if category else task
 
@@ -271,7 +266,7 @@ def parse_task_file(file: Path, overrides: _Overrides | None = None) -> PinchTas
     try:
         meta = yaml.safe_load(match.group(1))
     except yaml.YAMLError as exc:
-        raise ValueError(f"invalid YAML front matter: {_one_line(exc)}") from exc
+        raise ValueError(f"invalid YAML front matter: {one_line(exc)}") from exc
     if not isinstance(meta, dict):
         raise ValueError("the front matter is not a mapping")
     sections = parse_sections(match.group(2))
@@ -428,10 +423,6 @@ def _mock_reason(task: PinchTask, overrides: _Overrides) -> str:
     if _MOCK_ID.match(task.id) or any(_MOCK_PREREQ.search(p) for p in task.prerequisites):
         return "mock server (fws with the gws/gh CLI)"
     return ""
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def select(

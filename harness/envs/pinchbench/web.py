@@ -36,7 +36,7 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
-from harness.errors import InputError
+from harness.errors import InputError, one_line
 from harness.types import ToolSpec
 
 DEFAULT_SEARCH_COUNT, MAX_SEARCH_COUNT = 5, 10  # web-search.ts
@@ -208,7 +208,7 @@ class WebTools:
             res = httpx.get(cfg.base_url, params=params, timeout=cfg.timeout_s,
                             headers={"Accept": "application/json", "X-Subscription-Token": key})
         except httpx.HTTPError as exc:
-            raise WebError(f"Brave Search API request failed: {_one_line(exc)}") from None
+            raise WebError(f"Brave Search API request failed: {one_line(exc)}") from None
         if res.status_code >= 400:
             raise WebError(f"Brave Search API error ({res.status_code}): {res.text[:ERROR_MAX_CHARS]}")
         try:
@@ -269,7 +269,7 @@ def _image_bytes(cfg: ImageSettings, prompt: str) -> bytes:
     try:
         result = client.images.generate(model=cfg.model, prompt=prompt, size=cfg.size, n=1, extra_body=extra)
     except openai.OpenAIError as exc:
-        raise WebError(f"image generation failed: {_one_line(exc)}") from None
+        raise WebError(f"image generation failed: {one_line(exc)}") from None
     item = result.data[0] if result.data else None
     if item is not None and item.b64_json:
         return base64.b64decode(item.b64_json)
@@ -278,7 +278,7 @@ def _image_bytes(cfg: ImageSettings, prompt: str) -> bytes:
             res = httpx.get(item.url, timeout=cfg.timeout_s)
             res.raise_for_status()
         except httpx.HTTPError as exc:
-            raise WebError(f"image download failed: {_one_line(exc)}") from None
+            raise WebError(f"image download failed: {one_line(exc)}") from None
         return res.content
     raise WebError("image generation returned no image")
 
@@ -317,7 +317,7 @@ def fetch(url: str, cfg: FetchSettings, allow_loopback: bool) -> tuple[int, str,
                     text = body.decode(res.encoding or "utf-8", errors="replace")
                     return res.status_code, current, res.headers.get("content-type", ""), text, cut
             except httpx.HTTPError as exc:
-                raise WebError(f"Web fetch failed: {_one_line(exc)}") from None
+                raise WebError(f"Web fetch failed: {one_line(exc)}") from None
     raise WebError(f"Web fetch failed: more than {cfg.max_redirects} redirects")
 
 
@@ -342,7 +342,7 @@ def check_url(url: str, allow_loopback: bool = False) -> None:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, ValueError) as exc:
-        raise WebError(f"Web fetch failed: cannot resolve {host} ({_one_line(exc)})") from None
+        raise WebError(f"Web fetch failed: cannot resolve {host} ({one_line(exc)})") from None
     for info in infos:
         ip = ipaddress.ip_address(str(info[4][0]).split("%")[0])
         if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
@@ -505,7 +505,3 @@ def _max_chars(value: Any, default: int, cap: int) -> int:
 
 def _json(payload: dict[str, Any]) -> str:
     return json.dumps(payload, indent=2, ensure_ascii=False)
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__

@@ -323,7 +323,7 @@ function selectStep(stepNo) {
 function stepBody(s, data) {
   return [h("h3", {}, `Step ${s.step} `, s.over_budget ? h("span", { class: "badge over" }, "over budget") : null),
     h("p", { class: "counts", id: "step-counts" }, stepCounts(s)),
-    h("h3", {}, "What the model saw"), seenList(s, data, "seen"),
+    h("h3", {}, "What the model saw ", provenanceLabel(s)), seenList(s, data, "seen"),
     s.fields.length ? [h("h3", {}, "Fields (WAAC): level and why"), fieldsTable(s)] : null,
     s.events.length ? [h("h3", {}, "Events"), eventsTable(s)] : null,
     h("h3", {}, "Action"), h("pre", { id: "action" }, s.action || "–"),
@@ -332,6 +332,16 @@ function stepBody(s, data) {
       "no result (the episode ended here)") : h("pre", { id: "result" }, s.result),
     Object.keys(s.decisions || {}).length ? h("details", { class: "decisions" },
       h("summary", {}, "policy decisions (raw)"), h("pre", {}, JSON.stringify(s.decisions, null, 2))) : null];
+}
+
+// Whether the statuses below are the policy's own record (view_provenance) or inferred from the text, for
+// transcripts written before policies recorded it (harness.report.trajectory).
+function provenanceLabel(s) {
+  return s.provenance === "recorded"
+    ? h("span", { class: "badge prov-recorded", id: "provenance", title: "each message's kind and sources as " +
+      "the policy recorded them when it built the view" }, "as recorded by the policy")
+    : h("span", { class: "badge prov-inferred", id: "provenance", title: "this transcript predates recorded " +
+      "provenance: kept / summarized / masked / ... are inferred from the text" }, "inferred");
 }
 
 function stepCounts(s) {

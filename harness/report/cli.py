@@ -1,0 +1,56 @@
+"""One home for the report commands' command lines (`make tables`, `make plots`, `make runs`, `make view`, the budget
+reference): the arguments they share (--results, --out, --run EXPERIMENT=DIR), and how a command ends on bad input
+(one line naming the file, key or value, exit status 2: harness.errors.InputError, never a traceback)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[2]
+EXIT_INPUT = 2  # bad input, said in one line (as argparse exits on a bad option)
+
+
+def parser(description: str | None, results: bool = True, out: bool = True, pins: bool = True,
+           prog: str | None = None) -> argparse.ArgumentParser:
+    """An argument parser with the module's docstring as help and the shared options asked for: `--results DIR`
+    (default results/), `--out DIR` (default: a folder under --results, see out_dir), `--run EXPERIMENT=DIR`."""
+    made = argparse.ArgumentParser(prog=prog, description=description,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    if results:
+        made.add_argument("--results", type=Path, default=ROOT / "results")
+    if out:
+        made.add_argument("--out", type=Path, default=None)
+    if pins:
+        made.add_argument("--run", action="append", default=[], help="EXPERIMENT=RUN_DIR (repeatable)")
+    return made
+
+
+def out_dir(args: argparse.Namespace, default: str) -> Path:
+    """--out, else results/<default> (tables, figures)."""
+    return Path(args.out) if args.out is not None else Path(args.results) / default
+
+
+def pins_of(args: list[str]) -> dict[str, Path]:
+    """`--run EXPERIMENT=DIR` options as a mapping."""
+    pairs = [r.split("=", 1) for r in args]
+    bad = [r for r, p in zip(args, pairs, strict=True) if len(p) != 2]
+    if bad:
+        raise SystemExit(f"--run takes EXPERIMENT=RUN_DIR, not {bad[0]!r}")
+    return {k: Path(v) for k, v in pairs}
+
+
+def run(main: Callable[[list[str] | None], Any], argv: list[str] | None = None) -> int:
+    """A report command's exit status: 0, or EXIT_INPUT with one `error:` line on bad input (e.g. a results file
+    written in a newer records format); an int `main` returns is its own status."""
+    try:
+        status = main(argv)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    return status if isinstance(status, int) and not isinstance(status, bool) else 0

@@ -1,0 +1,208 @@
+"""Where every report's outputs go, written one way: tables as Markdown, CSV and LaTeX (`write`), figures as PNG
+and PDF (`save_figure`), the caption's label of what the results are (`label`), and the closing `wrote ...` lines
+(`announce`).
+
+Markdown and LaTeX show numbers formatted (no raw 1.000000); the CSV keeps Unicode (±, Δ, –); the LaTeX is ASCII,
+every cell, label and caption escaped, and compiles with pdflatex in a document that loads booktabs and graphicx
+(tests/test_latex.py). Warnings go where a reader meets them first: under a Markdown caption, as a CSV's first rows,
+in a LaTeX caption, under a figure's axes.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from harness.report import sim_failures
+
+if TYPE_CHECKING:
+    import matplotlib.figure
+
+
+def write(table: pd.DataFrame, out: Path, name: str, caption: str, notes: Iterable[str] = ()) -> list[Path]:
+    """Markdown, CSV and LaTeX; warnings go where a reader meets them first: under the Markdown caption, as the
+    CSV's first rows and in the LaTeX caption. Markdown and LaTeX show numbers formatted (`shown`); the CSV keeps
+    the values; Markdown and CSV keep Unicode (±, Δ, –), LaTeX gets them as commands (`latex`)."""
+    notes = list(notes)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.md", out / f"{name}.csv", out / f"{name}.tex"]
+    paths[0].write_text(f"**{caption}**\n\n" + "".join(f"{n}\n\n" for n in notes) + f"{_markdown(table)}\n")
+    _with_warning_rows(_flat_columns(table), notes).to_csv(paths[1])
+    paths[2].write_text(latex(table, " ".join([caption, *notes]), f"tab:{name}"))
+    return paths
+
+
+def _markdown(table: pd.DataFrame) -> str:
+    """The table as shown, as Markdown; the index levels of a MultiIndex become columns of their own."""
+    shown = shown_table(table)
+    align = ["right" if a == "r" else "left" for a in _alignment(shown)]
+    if shown.index.nlevels > 1:
+        return shown.reset_index().to_markdown(index=False, disable_numparse=True, colalign=align)
+    return shown.to_markdown(disable_numparse=True, colalign=align)
+
+
+def _flat_columns(table: pd.DataFrame) -> pd.DataFrame:
+    return table.set_axis([label_text(c) for c in table.columns], axis=1)
+
+
+def _with_warning_rows(table: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    """The table with one "WARNING" row per note on top (text in the first column), for the CSV."""
+    if not notes or table.columns.empty:
+        return table
+    key: Any = "WARNING" if table.index.nlevels == 1 else ("WARNING",) + ("",) * (table.index.nlevels - 1)
+    rows = pd.DataFrame([[n] + [""] * (len(table.columns) - 1) for n in notes], columns=table.columns,
+                        index=pd.Index([key] * len(notes)) if table.index.nlevels == 1
+                        else pd.MultiIndex.from_tuples([key] * len(notes), names=table.index.names))
+    return pd.concat([rows, table.astype(object)])
+
+
+# --- how cells and labels are shown ----------------------------------------------------------------------------------
+
+def label_text(label: Any) -> str:
+    """A row or column label as text: a tuple (MultiIndex) joins its parts, so no "('C2', 1.0)" reaches a table."""
+    if isinstance(label, tuple):
+        return " / ".join(label_text(part) for part in label if str(part) != "")
+    return cell_text(label)
+
+
+def cell_text(value: Any) -> str:
+    """A cell as shown: text as is, yes/no for flags, integers with thousands separators, other numbers with at most
+    three decimals and no trailing zeros (the table builders format what they mean to print; this is the net that
+    keeps a raw float such as 1.000000 out of every table), "–" for missing."""
+    if value is None or (isinstance(value, float | np.floating) and np.isnan(value)):
+        return "–"
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if isinstance(value, int | np.integer):
+        return f"{int(value):,}"
+    if isinstance(value, float | np.floating):
+        return f"{float(value):,.3f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def shown_table(table: pd.DataFrame) -> pd.DataFrame:
+    """Every cell and label as text, as Markdown and LaTeX show them."""
+    index: pd.Index = (pd.MultiIndex.from_tuples([tuple(cell_text(v) for v in key) for key in table.index],
+                                                  names=table.index.names) if table.index.nlevels > 1
+                       else pd.Index([label_text(v) for v in table.index], name=table.index.name))
+    cells = [[cell_text(v) for v in row] for row in table.itertuples(index=False)]
+    return pd.DataFrame(cells, index=index, columns=[label_text(c) for c in table.columns])
+
+
+# --- LaTeX ----------------------------------------------------------------------------------------------------------
+
+# LaTeX's special characters, ASCII that pdflatex's default (OT1) fonts print wrongly (<, >, |, "), and the non-ASCII
+# the tables use, as commands a plain LaTeX kernel knows; any other non-ASCII character loses its accents (NFKD)
+# or becomes "?", so the .tex is ASCII and compiles with pdflatex whatever text a run folder or note carries.
+TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+       "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "<": r"\textless{}",
+       ">": r"\textgreater{}", "|": r"\textbar{}", '"': "''", "[": "{[}", "]": "{]}", "\n": " ", "-": "-{}",
+       ">=": r"$\geq$", "<=": r"$\leq$", "≥": r"$\geq$", "≤": r"$\leq$", "±": r"$\pm$", "×": r"$\times$",
+       "Δ": r"$\Delta$", "µ": r"$\mu$", "μ": r"$\mu$", "–": "--", "—": "---", "−": "$-$", "→": r"$\rightarrow$",
+       "≈": r"$\approx$", "·": r"$\cdot$", "…": r"\ldots{}", "°": r"$^\circ$", "\u00a0": "~", "‘": "`",
+       "’": "'", "“": "``", "”": "''"}
+_TEX_TOKEN = re.compile(r">=|<=|-(?=-)|[\\&%$#_{}~^<>|\"\[\]\n]|[^\x00-\x7f]")  # "-(?=-)": no -- or --- ligature
+# longer cells, row labels and headers are broken into lines of about this many characters
+CELL_WIDTH, ROW_WIDTH, HEADER_WIDTH = 24, 32, 14
+
+
+def tex(text: Any) -> str:
+    """Text escaped for LaTeX (cells, labels and captions alike), ASCII only."""
+    return _TEX_TOKEN.sub(lambda m: TEX.get(m.group()) or _ascii(m.group()), str(text))
+
+
+def _ascii(char: str) -> str:
+    """A non-ASCII character without its accents (é -> e), else "?"."""
+    plain = unicodedata.normalize("NFKD", char).encode("ascii", "ignore").decode()
+    return tex(plain) if plain and plain != char else "?"
+
+
+def _tex_cell(text: str, width: int, align: str = "l", valign: str = "t") -> str:
+    """A cell escaped; a long one as a stack of lines aligned as its column (a nested tabular: no package needed)."""
+    lines = _lines(text, width)
+    if len(lines) < 2:
+        return tex(text)
+    return rf"\begin{{tabular}}[{valign}]{{@{{}}{align}@{{}}}}" + r" \\ ".join(map(tex, lines)) + r"\end{tabular}"
+
+
+def _lines(text: str, width: int) -> list[str]:
+    """Text broken into lines of about `width` characters after spaces and slashes, so run folders break too."""
+    lines, line = [], ""
+    for piece in re.split(r"(?<=[ /])", text):
+        if line.strip() and len(line) + len(piece.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = ""
+        line += piece
+    return [*lines, line.rstrip()]
+
+
+_NUMERIC = re.compile(r"^([-+(]?[\d.,]+|–|n/a)")  # right-aligned: columns whose cells start with a number
+
+
+def _alignment(shown: pd.DataFrame) -> str:
+    """l per index level, then r for a column of numbers (or missing values), else l."""
+    return "l" * shown.index.nlevels + "".join("r" if all(_NUMERIC.match(v) for v in shown.iloc[:, c]) else "l"
+                                                for c in range(len(shown.columns)))
+
+
+def latex(table: pd.DataFrame, caption: str, label: str) -> str:
+    """A `table` float with booktabs rules, every cell, label and the caption escaped; a table wider than the
+    text is scaled down to fit. The document needs \\usepackage{booktabs} and \\usepackage{graphicx}."""
+    shown = shown_table(table)
+    names = [label_text(n) if n is not None else "" for n in shown.index.names]
+    align = _alignment(shown)
+    head = [_tex_cell(h, HEADER_WIDTH, a, "b") for h, a in zip([*names, *shown.columns], align, strict=True)]
+    keys = [key if isinstance(key, tuple) else (key,) for key in shown.index]
+    widths = [ROW_WIDTH] * len(names) + [CELL_WIDTH] * len(shown.columns)
+    body = [" & ".join(_tex_cell(v, w, a) for v, w, a in zip((*key, *row), widths, align, strict=True)) + r" \\"
+            for key, row in zip(keys, shown.itertuples(index=False), strict=True)]
+    return "\n".join([
+        "% Written by `make tables` (harness.report.tables); needs \\usepackage{booktabs} and \\usepackage{graphicx}.",
+        r"\begin{table}[htbp]", r"\centering", rf"\caption{{{tex(caption)}}}", rf"\label{{{label}}}",
+        r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%",
+        rf"\begin{{tabular}}{{{align}}}", r"\toprule", " & ".join(head) + r" \\", r"\midrule", *body,
+        r"\bottomrule", r"\end{tabular}%", "}", r"\end{table}", ""])
+
+
+def simulated_label(simulated: bool) -> str:
+    return "SIMULATED (model=sim), not LLM results" if simulated else "real model backend"
+
+
+def label(episodes: pd.DataFrame) -> str:
+    """The results' kind; model=sim_llmlike named as such (its failure model differs from model=sim's)."""
+    simulated = bool(episodes.simulated.any())
+    if simulated and "model" in episodes and sim_failures.MODEL in set(episodes.model):
+        return f"SIMULATED (model={sim_failures.MODEL}), not LLM results"
+    return simulated_label(simulated)
+
+
+def announce(written: list[Path], results: Path) -> list[Path]:
+    for path in written:
+        print(f"wrote {path}")
+    if not written:
+        print(f"no complete runs found under {results}: run e.g. `make run CONFIG=c3` first "
+              "(`make runs` lists every run folder and its status)")
+    return written
+
+
+def save_figure(fig: matplotlib.figure.Figure, out: Path, name: str, notes: list[str] | None = None) -> list[Path]:
+    """PNG and PDF; warnings (runs not alike, not complete) printed under the axes, below the figure's caption if
+    it has one (a text with gid "caption"), where they cannot be missed."""
+    import matplotlib.pyplot as plt  # here: the tables never load matplotlib
+
+    if notes:
+        captions = [t.get_position()[1] for t in fig.texts if t.get_gid() == "caption"]
+        y = min([-0.02] + [c - 0.35 / fig.get_figheight() for c in captions])
+        fig.text(0.0, y, "\n".join(notes), ha="left", va="top", fontsize=7, color="tab:red", wrap=True)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{name}.png", out / f"{name}.pdf"]
+    for path in paths:
+        fig.savefig(path, bbox_inches="tight", dpi=130)
+    plt.close(fig)
+    return paths

@@ -1,0 +1,123 @@
+"""Planning and resuming a run: which episodes are still to run in an out_dir, the configuration fingerprint
+that keeps one out_dir to one configuration, and the checks on the out_dir and the run's shape (harness.run).
+
+A resume reruns missing, damaged and (unless rerun_failed=false) failed episodes; whole, successful episodes are
+never redone; settings that change no episode's outcome (NEUTRAL) may differ between sessions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from harness.envs.base import Domain
+from harness.errors import InputError
+from harness.records import State, check_transcript, transcript_files, transcript_path
+
+log = logging.getLogger("harness.run")
+Job = tuple[int, int, str, str]  # task index, run, out_dir, configuration fingerprint
+
+
+def pending(cfg: DictConfig, domain: Domain, out_dir: Path, print_: str | None = None) -> list[Job]:
+    """Episodes to (re)run: no transcript, a damaged one, or (with rerun_failed) one that ended as an
+    infrastructure failure or a crash. Whole, successful episodes are never redone."""
+    jobs = []
+    for r in range(cfg.n_runs):
+        for i, t in enumerate(domain.tasks):
+            path = transcript_path(out_dir, t.task_id, r)
+            state, why = check_transcript(path, print_)
+            if state == State.COMPLETE or (state == State.FAILED and not cfg.rerun_failed):
+                continue
+            if state == State.DAMAGED:
+                log.warning("rerunning %s: %s", path, why)
+            jobs.append((i, r, str(out_dir), print_ or ""))
+    return jobs
+
+
+# Settings that change no episode's outcome: a resumed run may differ in these and nothing else.
+NEUTRAL = ("out_dir", "progress", "n_workers", "concurrency", "n_tasks", "n_runs", "rerun_failed", "dry_run",
+           "max_cost_usd", "preflight", "pricing",  # pricing: how the episodes are priced (harness.pricing)
+           "judge", "benchmark", "browser")  # these reach episodes only through the env block, which carries them
+
+
+# ... and, in every backend block, how calls are made and paid for, not what they return (e.g. a lower rpm after
+# 429s, or another cache folder, must not refuse a resume).
+NEUTRAL_BACKEND = ("rate_limit", "retry", "timeout_s", "api_key_env", "cache_dir", "prices", "executor")
+
+
+def fingerprint(cfg: DictConfig) -> str:
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(resolved, dict)
+    relevant = {k: v for k, v in resolved.items() if k not in NEUTRAL}
+    # env.waac configures WAAC only (its policy block resolves what it uses), so other policies' runs keep
+    # their fingerprint; WAAC's covers its library's content, not only its path (make library rebuilds it)
+    relevant["env"] = {k: v for k, v in relevant.get("env", {}).items() if k not in ("n_tasks", "waac", "reads")}
+    policy = relevant.get("policy")
+    if isinstance(policy, dict) and policy.get("library_path") and policy.get("use_library", True):
+        relevant["policy"] = {**policy, "library_sha256": _file_sha256(str(policy["library_path"]))}
+    relevant["model"] = _without_knobs(relevant.get("model"))
+    if isinstance(relevant["model"], dict) and relevant["model"].get("serve"):  # a served model's port varies
+        relevant["model"] = {k: v for k, v in relevant["model"].items() if k not in ("base_url", "model", "name")}
+    if isinstance(relevant["env"].get("judge"), dict):  # where judge replies are cached changes no grade
+        judge = {k: v for k, v in relevant["env"]["judge"].items() if k != "cache_dir"}
+        relevant["env"]["judge"] = {**judge, "model": _without_knobs(judge.get("model"))}
+    for group in ("user", "summarizer"):
+        if isinstance(relevant.get(group), dict) and "backend" in relevant[group]:
+            relevant[group] = {**relevant[group], "backend": _without_knobs(relevant[group]["backend"])}
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _file_sha256(path: str) -> str:
+    p = Path(path) if Path(path).is_absolute() else Path(__file__).resolve().parents[1] / path
+    return hashlib.sha256(p.read_bytes()).hexdigest()[:16] if p.is_file() else "missing"
+
+
+def _without_knobs(block: Any) -> Any:
+    return {k: v for k, v in block.items() if k not in NEUTRAL_BACKEND} if isinstance(block, dict) else block
+
+
+def check_resume(out_dir: Path, print_: str) -> None:
+    """Refuse to mix episodes of different configurations in one out_dir: the marker file, and (should the
+    marker be missing) the fingerprint every transcript carries."""
+    marker = out_dir / "fingerprint.txt"
+    found = marker.read_text().strip() if marker.exists() else None
+    if found is None:
+        found = next((f for f in map(_transcript_fingerprint, transcript_files(out_dir))
+                      if f not in (print_, "unreadable")), None)  # an unreadable one is damaged: rerun
+    if found is not None and found != print_:
+        raise InputError(f"{out_dir} holds episodes of a different configuration (fingerprint {found} != {print_}); "
+                         "choose another out_dir")
+    marker.write_text(print_ + "\n")
+
+
+def _transcript_fingerprint(path: Path) -> str:
+    """The fingerprint in a transcript's first line ('none' when it has none, e.g. written by hand)."""
+    try:
+        with path.open() as f:
+            return str(json.loads(f.readline()).get("fingerprint") or "none")
+    except (OSError, ValueError, AttributeError):
+        return "unreadable"
+
+
+def prepare_out_dir(value: str) -> Path:
+    out_dir = Path(value)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise InputError(f"out_dir={value} cannot be used: {exc.strerror or exc}") from None
+    return out_dir
+
+
+def check_shape(cfg: DictConfig) -> None:
+    if not isinstance(cfg.n_runs, int) or cfg.n_runs < 1:
+        raise InputError(f"n_runs={cfg.n_runs} is out of range (valid: 1 or more)")
+    if not isinstance(cfg.max_unusable_replies, int) or cfg.max_unusable_replies < 0:
+        raise InputError(f"max_unusable_replies={cfg.max_unusable_replies} must be 0 (never stop) or more")

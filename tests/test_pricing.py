@@ -1,0 +1,243 @@
+"""Cost with and without prompt caching (issue 26 §1): the prefix rule on hand-computed requests, the endpoint's own
+counts through a loopback server, and C2 vs C3 on simulated expense runs."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_dir
+
+from harness.backends.openai_compat import parse_usage, reports_cache
+from harness.backends.prompt_cache import PromptCacheMeter
+from harness.backends.sim_server import answer, parse_request
+from harness.config import register
+from harness.errors import InputError
+from harness.pricing import (
+    CacheUse,
+    PrefixCache,
+    Request,
+    RequestTokens,
+    breakpoints,
+    cache_model,
+    cost_with_cache,
+    cost_without_cache,
+    price_sheet,
+    settings,
+)
+from harness.run import CONFIG_DIR, run
+from harness.tokens import TokenCounter
+from harness.types import Completion, ImagePart, Message, ToolCall, ToolSpec, Usage
+
+register()
+
+
+def req(*lengths: int, fill: tuple[int, ...] = (), bps: tuple[int, ...] = ()) -> Request:
+    """A request whose segment i is `lengths[i]` copies of id i (or of fill[i] when given): hand-countable."""
+    ids = [fill[i] if i < len(fill) else i for i in range(len(lengths))]
+    return Request(tuple((ids[i],) * n for i, n in enumerate(lengths)), bps)
+
+
+def test_a_request_serializes_to_exactly_its_local_token_count() -> None:
+    counter = TokenCounter()
+    tools = [ToolSpec("f", "does f", {"type": "object", "properties": {"x": {"type": "string"}}})]
+    msgs = [Message("system", "be brief " * 50), Message("user", "task", name="alice"),
+            Message("assistant", "ok", (ToolCall("c1", "f", '{"x": "1"}'),)),
+            Message("tool", "done", tool_call_id="c1", name="f", images=(ImagePart("image/png", "AAAA", 640, 480),))]
+    request = RequestTokens(counter).request(msgs, tools)
+    assert request.tokens == counter.request(msgs, tools)
+    assert request.segments[1][4:] == tuple(counter.encode(msgs[0].content))  # the text's own BPE ids
+
+
+def test_breakpoints_go_on_the_system_prompt_and_the_last_user_turn() -> None:
+    s, u, a, t = Message("system", "s"), Message("user", "u"), Message("assistant", "a"), Message("tool", "t")
+    assert breakpoints([s, u]) == (1, 2)  # segment 0 is the tools
+    assert breakpoints([s, s, u, a, t]) == (2, 5)  # after every leading system message; a tool result is a user turn
+    assert breakpoints([s, u, a]) == (1,)  # the last message is the model's: no tail breakpoint (pi-ai)
+    assert breakpoints([u]) == (0, 1)  # no system prompt: the tools alone
+
+
+def test_openai_prefix_rule_1024_minimum_in_128_steps() -> None:
+    cache = PrefixCache(cache_model("openai"))
+    assert cache.observe(req(600, 500, 100), 0).read_tokens == 0  # nothing cached yet
+    assert cache.observe(req(600, 500, 100, 50), 1).read_tokens == 1152  # 1200 common -> 9 x 128
+    diverging = Request(((0,) * 600, (1,) * 500, (2,) * 30 + (9,) * 70))  # inside segment 2, after 30 tokens
+    assert cache.observe(diverging, 2).read_tokens == 1024  # 600 + 500 + 30 = 1130 -> 8 x 128
+    small = PrefixCache(cache_model("openai"))
+    small.observe(req(600, 400, 50), 0)
+    assert small.observe(req(600, 400, 60, fill=(0, 1, 7)), 1).read_tokens == 0  # 1000 common: under 1,024
+
+
+def test_openai_cache_expires_after_idle_minutes() -> None:
+    cache = PrefixCache(cache_model("openai", expiry_min=5))
+    cache.observe(req(2000), 0)
+    assert cache.observe(req(2000, 10), 299).read_tokens == 1920  # 4.98 min idle: alive (and refreshed)
+    assert cache.observe(req(2000, 20), 299 + 301).read_tokens == 0  # 5.02 min after its last use: gone
+
+
+def test_anthropic_breakpoints_write_then_read() -> None:
+    cache = PrefixCache(cache_model("anthropic"))
+    first = req(300, 800, 100, 3, bps=(1, 2))  # tools, system, user, priming
+    assert cache.observe(first, 0) == CacheUse(0, 1200)  # both breakpoint prefixes written (the tail covers both)
+    grown = req(300, 800, 100, 50, 200, 3, bps=(1, 4))  # + assistant + tool result
+    assert cache.observe(grown, 1) == CacheUse(1200, 250)  # read at the old tail, write up to the new one
+    slid = req(300, 800, 120, 3, fill=(0, 1, 9, 5), bps=(1, 2))  # the first message after the system changed
+    assert cache.observe(slid, 2) == CacheUse(1100, 120)  # only tools + system still match
+
+
+def test_anthropic_minimum_lookback_and_expiry() -> None:
+    cache = PrefixCache(cache_model("anthropic"))
+    assert cache.observe(req(100, 800, 200, 3, bps=(1, 2)), 0) == CacheUse(0, 1100)  # 900 at the system: too short
+    cache = PrefixCache(cache_model("anthropic"))
+    cache.observe(req(100, 1000, 10, bps=(2,)), 0)  # an entry at segment 2 only
+    long = req(100, 1000, 10, *([5] * 22), bps=(24,))
+    assert cache.observe(long, 1).read_tokens == 0  # 22 blocks past the entry: beyond the 20-block lookback
+    near = req(100, 1000, 10, *([5] * 18), fill=(0, 1, 2, *range(50, 68)), bps=(20,))
+    assert cache.observe(near, 2).read_tokens == 1110
+    assert cache.observe(near, 2 + 301).read_tokens == 0  # 5-minute TTL
+
+
+def test_costs_on_the_default_sheet_by_hand() -> None:
+    sheet = price_sheet(None)
+    assert sheet.name == "gpt-5.4-mini"  # WAAC's agent
+    openai, anthropic = cache_model("openai"), cache_model("anthropic")
+    assert cost_with_cache(sheet, openai, 10_000, 100, CacheUse(8_000)) == pytest.approx(
+        (2_000 * 0.75 + 8_000 * 0.075 + 100 * 4.5) / 1e6)
+    assert cost_with_cache(sheet, anthropic, 10_000, 100, CacheUse(8_000, 1_000)) == pytest.approx(
+        (1_000 * 0.75 + 8_000 * 0.075 + 1_000 * 0.9375 + 100 * 4.5) / 1e6)  # reads 0.1x, writes 1.25x
+    assert cost_without_cache(sheet, 10_000, 100) == pytest.approx((10_000 * 0.75 + 100 * 4.5) / 1e6)
+
+
+@pytest.mark.parametrize(("block", "match"), [({"sheet": "gpt-9"}, "pricing.sheet='gpt-9'"),
+                                              ({"cache": "lru"}, "pricing.cache='lru'"),
+                                              ({"expiry_min": -1}, "pricing.expiry_min"),
+                                              ({"ttl": 5}, "pricing.ttl is not a pricing setting")])
+def test_bad_pricing_settings_are_one_line(block: dict[str, Any], match: str) -> None:
+    with pytest.raises(InputError, match=match):
+        settings(block)
+
+
+def test_usage_details_of_openai_litellm_and_openrouter() -> None:
+    openai = {"prompt_tokens": 2000, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1920}}
+    litellm = {"prompt_tokens": 2000, "completion_tokens": 5, "cache_read_input_tokens": 1500,
+               "cache_creation_input_tokens": 400}
+    openrouter = {"prompt_tokens": 2000, "completion_tokens": 5,
+                  "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 100}}
+    assert parse_usage(openai)[0] == Usage(2000, 5, 1920, 0, 0)
+    assert parse_usage(litellm)[0] == Usage(2000, 5, 1500, 0, 400)
+    assert parse_usage(openrouter)[0] == Usage(2000, 5, 0, 0, 100)
+    assert all(map(reports_cache, (openai, litellm, openrouter)))
+    assert not reports_cache({"prompt_tokens": 2000, "completion_tokens": 5})  # silent: modelled
+
+
+class _Fixed:
+    """A backend whose every call takes `seconds` of modelled time."""
+
+    name, simulated, context_window = "fixed", True, 100_000
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def generate(self, messages: Any, tools: Any) -> Completion:
+        return Completion(Message("assistant", "ok"), Usage(0, 2), modeled_time_s=self.seconds)
+
+
+def test_the_meter_prices_each_call_and_expires_on_modelled_time() -> None:
+    history = [Message("system", "rules " * 1200), Message("user", "go")]
+    for seconds, expect in ((10.0, True), (400.0, False)):
+        meter = PromptCacheMeter.from_config(_Fixed(seconds), {"cache": "openai"})
+        meter.generate(history, [])
+        second = meter.generate([*history, Message("assistant", "ok"), Message("user", "more")], [])
+        entry = second.info["prompt_cache"]
+        assert (entry["read"] > 1024) is expect and entry["source"] == "modelled" and entry["at_s"] == seconds
+        assert entry["cost_usd"] < entry["cost_usd_no_cache"] if expect else entry["cost_usd"] == pytest.approx(
+            entry["cost_usd_no_cache"])
+    assert meter.context_window == 100_000  # everything else is the backend's
+
+
+class _CachingEndpoint:
+    """A loopback OpenAI-compatible endpoint (the sim agent's answers) that reports its own prompt-cache counts,
+    OpenAI-style or LiteLLM's Anthropic-style: a fixed rule a test can check, unlike the harness's model."""
+
+    def __init__(self, style: str) -> None:
+        self.reported: list[tuple[int, int]] = []
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body, messages, tools = parse_request(self.rfile.read(int(self.headers["Content-Length"])))
+                payload = answer(body, messages, tools, None)
+                usage = payload["usage"]
+                read = (usage["prompt_tokens"] // 2) // 128 * 128 if len(messages) > 2 else 0
+                write = 64 if style == "anthropic" else 0
+                owner.reported.append((read, write))
+                usage |= ({"prompt_tokens_details": {"cached_tokens": read}} if style == "openai" else
+                          {"cache_read_input_tokens": read, "cache_creation_input_tokens": write})
+                data = json.dumps(payload).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+
+def _cfg(out: Path, *extra: str) -> Any:
+    with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+        return compose("config", ["n_runs=1", f"out_dir={out}", "progress=false", "n_workers=1", *extra])
+
+
+@pytest.mark.parametrize("style", ["openai", "anthropic"])
+def test_an_endpoints_reported_cache_counts_are_measured(tmp_path: Path, style: str) -> None:
+    endpoint = _CachingEndpoint(style)
+    try:
+        run(_cfg(tmp_path / "r", "experiment=c3", "n_tasks=1", "model=openai", "model.model=sim-served",
+                 f"model.base_url={endpoint.base_url}", "model.api_key_env=null", "model.cache_dir=null",
+                 "preflight=false", f"pricing.cache={style}"), verbose=False)
+    finally:
+        endpoint.server.shutdown()
+    steps = pd.read_parquet(tmp_path / "r" / "steps.parquet").sort_values("step")
+    assert (steps.cache_source == "measured").all()
+    assert list(zip(steps.cache_read_tokens, steps.cache_write_tokens, strict=True)) == endpoint.reported
+    assert (steps.cache_read_tokens != steps.modelled_cache_read_tokens).any()  # the endpoint's, not the model's
+    sheet, model = price_sheet(None), cache_model(style)
+    expect = [cost_with_cache(sheet, model, i, o, CacheUse(r, w)) for i, o, r, w in
+              zip(steps.input_tokens, steps.output_tokens, *zip(*endpoint.reported, strict=True), strict=True)]
+    assert steps.cost_usd_cache.tolist() == pytest.approx(expect)
+    episodes = pd.read_parquet(tmp_path / "r" / "episodes.parquet")
+    assert episodes.cache_source.tolist() == ["measured"]
+
+
+def test_full_history_caches_far_more_than_a_sliding_window(tmp_path: Path) -> None:
+    """Simulated expense runs: C3's window changes the prompt right after its fixed opening at every step, so its
+    cached share collapses; C2 only appends, so nearly all its input is a cache read."""
+    shares, ratios = {}, {}
+    for name in ("c2", "c3"):
+        episodes = run(_cfg(tmp_path / name, f"experiment={name}", "n_tasks=3", "seed=7"), verbose=False)
+        assert (episodes.cache_source == "modelled").all() and episodes.simulated.all()
+        assert (episodes.price_sheet == "gpt-5.4-mini").all() and (episodes.cost_usd == 0).all()  # nothing spent
+        shares[name] = episodes.cache_read_tokens.sum() / episodes.input_tokens.sum()
+        ratios[name] = episodes.cost_usd_no_cache.sum() / episodes.cost_usd_cache.sum()
+    assert shares["c2"] > 0.8 and shares["c3"] < 0.5 * shares["c2"]
+    assert ratios["c2"] > 2 * ratios["c3"]
+    from harness.report import cost
+
+    written = cost.tables(tmp_path, {"c2": tmp_path / "c2", "c3": tmp_path / "c3"}, None, tmp_path / "tables")
+    assert {p.suffix for p in written} == {".md", ".csv", ".tex"}
+    table = pd.read_csv(tmp_path / "tables" / "expense_cost.csv")
+    rows = table[table.experiment.isin(["C2", "C3"])]  # the writer adds the notes as rows
+    assert list(rows.experiment) == ["C2", "C3"] and (rows["cache counts"] == "modelled").all()
+    assert float(rows["cache-read share"].iloc[0].rstrip("%")) > 2 * float(rows["cache-read share"].iloc[1].rstrip("%"))
+    figures = cost.figures(tmp_path, {"c2": tmp_path / "c2", "c3": tmp_path / "c3"}, tmp_path / "figures")
+    assert {p.name for p in figures} == {"expense_cost.png", "expense_cost.pdf"}

@@ -1,0 +1,204 @@
+"""Typed, versioned records (issue #25): every transcript and parquet table says its format version; the one
+reader (harness.report.reader) decodes the JSON columns once, reads transcripts typed with their view provenance,
+accepts records written before versions existed (version 1) and refuses a newer version with one line naming the
+file and the versions; benchmark-specific score fields live in the benchmark's own columns, not in the shared
+Score. The transcript is a real one: the real loop, the expense environment and its scorer, a scripted agent."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from _support import ScriptedModel, say, task
+
+from harness.envs.expense.domain import ExpenseDomain
+from harness.envs.expense.scorer import ExpenseScore
+from harness.episode import run_episode
+from harness.errors import InputError
+from harness.policies.full import FullHistory
+from harness.records import (
+    FORMAT_VERSION,
+    PARQUET_VERSION,
+    build_tables,
+    check_transcript,
+    episode_row,
+    read_transcript,
+    transcript_path,
+    write_transcript,
+)
+from harness.report import cli, reader, tables, trajectory, view
+from harness.tokens import TokenCounter
+from harness.types import Provenance, Score
+
+META = {"experiment": "c1", "policy": "FullHistory", "model": "scripted", "simulated": True,
+        "method_params": json.dumps({"method": "vanilla"}), "benchmark": "expense", "run": 0,
+        "budget_fraction": None}
+
+
+def run_folder(out: Path) -> Path:
+    """One real episode (the agent reads the task and stops: nothing saved) written as harness.run writes it."""
+    t = task(0)
+    episode: Any = ExpenseDomain().episode(t, None)
+    model: Any = ScriptedModel([say("Done: nothing to itemize.")])
+    result = run_episode(episode, FullHistory(), model, TokenCounter(), 5)
+    write_transcript(transcript_path(out, t.task_id, 0), {**META, "task_id": t.task_id}, result)
+    build_tables(out)
+    return transcript_path(out, t.task_id, 0)
+
+
+def rewrite(path: Path, change: dict[str, Any] | None = None, drop: str | None = None) -> None:
+    """The transcript with its episode_start changed (a key set, or one removed)."""
+    records = read_transcript(path)
+    start = {k: v for k, v in records[0].items() if k != drop} | (change or {})
+    path.write_text("".join(json.dumps(r) + "\n" for r in [start, *records[1:]]))
+
+
+def with_version(parquet: Path, version: bytes | None) -> None:
+    """The table rewritten with another format version in its metadata (None: none, as before versions)."""
+    table = pq.read_table(parquet)
+    meta = {k: v for k, v in (table.schema.metadata or {}).items() if k != PARQUET_VERSION}
+    pq.write_table(table.replace_schema_metadata(meta | ({PARQUET_VERSION: version} if version else {})), parquet)
+
+
+# ---- the version in every record ---------------------------------------------------------------------------------
+def test_every_transcript_and_table_says_its_format_version(tmp_path: Path) -> None:
+    path = run_folder(tmp_path)
+    assert read_transcript(path)[0]["format_version"] == FORMAT_VERSION == 1
+    for name in ("episodes.parquet", "steps.parquet"):
+        assert pq.read_schema(tmp_path / name).metadata[PARQUET_VERSION] == b"1"
+    assert "format_version" not in pd.read_parquet(tmp_path / "episodes.parquet").columns  # no new column
+
+
+def test_records_written_before_versions_are_read_as_version_1(tmp_path: Path) -> None:
+    path = run_folder(tmp_path)
+    rewrite(path, drop="format_version")
+    with_version(tmp_path / "episodes.parquet", None)
+    state, transcript = reader.read_transcript(path)
+    assert isinstance(transcript, reader.Transcript) and transcript.version == 1 and state.value == "complete"
+    frame = reader.read_frame(tmp_path / "episodes.parquet")
+    assert frame is not None and len(frame) == 1
+
+
+@pytest.mark.parametrize("where", ["transcript", "parquet"])
+def test_a_newer_version_is_refused_with_one_line_naming_the_file_and_the_versions(
+        tmp_path: Path, where: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = run_folder(tmp_path)
+    read: Callable[[], Any]
+    if where == "transcript":
+        rewrite(path, {"format_version": 2})
+        bad, read = path, lambda: check_transcript(path)
+    else:
+        bad = tmp_path / "episodes.parquet"
+        with_version(bad, b"2")
+        read = lambda: reader.read_frame(bad)  # noqa: E731
+    with pytest.raises(InputError) as caught:
+        read()
+    assert str(caught.value) == (f"{bad}: written in records format version 2; this harness reads versions 1 to 1 "
+                                 "(read it with the harness that wrote it, or a newer one)")
+    # the report commands stop on it with that one line and exit status 2, never a traceback
+    command = (lambda argv: view.main([str(tmp_path), "--out", str(tmp_path / "v.html")])) \
+        if where == "transcript" else tables.main
+    (tmp_path / "manifest.json").write_text(json.dumps({"experiment": "c1", "status": "complete"}))
+    assert cli.run(command, ["--results", str(tmp_path), "--out", str(tmp_path / "t")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {caught.value}"]
+
+
+@pytest.mark.parametrize("version", ["two", "1.5", 0, True])
+def test_a_version_that_is_not_a_version_number_is_refused(tmp_path: Path, version: Any) -> None:
+    path = run_folder(tmp_path)
+    rewrite(path, {"format_version": version})
+    with pytest.raises(InputError, match=r"format_version .* is not a version number"):
+        trajectory.load_run(tmp_path)
+
+
+# ---- one reader, JSON decoded once -------------------------------------------------------------------------------
+def test_the_reader_decodes_the_json_columns_and_reads_the_transcript_typed(tmp_path: Path) -> None:
+    path = run_folder(tmp_path)
+    raw = pd.read_parquet(tmp_path / "episodes.parquet")
+    episodes = reader.read_frame(tmp_path / "episodes.parquet")
+    steps = reader.read_frame(tmp_path / "steps.parquet")
+    assert episodes is not None and steps is not None
+    details = episodes.score_details.iloc[0]
+    assert isinstance(details, dict) and details == json.loads(raw.score_details.iloc[0])
+    assert details["remaining"] and details["saved_lines"] == 0
+    assert all(isinstance(d, dict) for d in steps.decisions)
+    stored = reader.read_frame(tmp_path / "episodes.parquet", decode=False)
+    assert stored is not None and stored.equals(raw)  # as stored, when asked
+    state, transcript = reader.read_transcript(path)
+    assert isinstance(transcript, reader.Transcript)
+    assert transcript.start["method_params"] == {"method": "vanilla"} and transcript.method == "vanilla"
+    assert transcript.end["score_details"] == details and transcript.version == 1
+    assert transcript.messages[0]["role"] == "system" and len(transcript.steps) == 1
+    provenance = reader.view_provenance(transcript.steps[0])
+    assert provenance == [Provenance("kept", (i,)) for i in range(len(transcript.steps[0]["view"]))]
+
+
+def test_an_unreadable_json_cell_is_named_and_kept_apart(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    run_folder(tmp_path)
+    parquet = tmp_path / "episodes.parquet"
+    frame = pd.read_parquet(parquet).assign(score_details=["{not json"])
+    frame.to_parquet(parquet, index=False)
+    with caplog.at_level(logging.WARNING):
+        read = reader.read_frame(parquet)
+    assert read is not None and isinstance(read.score_details.iloc[0], reader.Unreadable)
+    assert read.score_details.iloc[0].text == "{not json" and reader.details(read.score_details.iloc[0]) == {}
+    assert any(f"{parquet}: column score_details of row 0 unreadable (JSONDecodeError" in m for m in caplog.messages)
+
+
+@pytest.mark.parametrize(("record", "why"), [
+    ({"view": [0, 1], "view_provenance": [{"kind": "kept", "sources": [0]}]}, "not one per view message"),
+    ({"view": [0], "view_provenance": [{"kind": "deleted", "sources": [0]}]}, "an unknown kind"),
+    ({"view": [0], "view_provenance": [{"kind": "kept", "sources": ["0"]}]}, "a source not an index"),
+    ({"view": [0]}, "none recorded (written before provenance)"),
+])
+def test_view_provenance_is_read_only_when_it_is_whole(record: dict[str, Any], why: str) -> None:
+    assert reader.view_provenance(record) is None, why
+
+
+def test_view_provenance_is_read_as_recorded() -> None:
+    record = {"view": [0, {"role": "user", "content": "summary"}, 5],
+              "view_provenance": [{"kind": "kept", "sources": [0]}, {"kind": "summarized", "sources": [1, 2, 3]},
+                                  {"kind": "kept", "sources": [5]}]}
+    assert reader.view_provenance(record) == [Provenance("kept", (0,)), Provenance("summarized", (1, 2, 3)),
+                                              Provenance("kept", (5,))]
+
+
+# ---- benchmark-specific score fields -------------------------------------------------------------------------------
+def test_the_shared_score_has_no_benchmark_fields_and_expense_keeps_its_columns(tmp_path: Path) -> None:
+    assert [f.name for f in dataclasses.fields(Score)] == ["completed", "details", "columns"]
+    run_folder(tmp_path)
+    episodes = pd.read_parquet(tmp_path / "episodes.parquet")
+    row = episodes.iloc[0]
+    assert (bool(row.completed), bool(row.any_line_itemized), float(row.amount_itemized_pct)) == (False, False, 0.0)
+    assert episodes.any_line_itemized.dtype == bool and episodes.amount_itemized_pct.dtype == float
+    score = ExpenseScore(False, columns={"any_line_itemized": True, "amount_itemized_pct": 50.0})
+    assert (score.any_line_itemized, score.amount_itemized_pct) == (True, 50.0)
+    result = dataclasses.replace(_result(), score=score)
+    assert {k: episode_row({}, result)[k] for k in ("any_line_itemized", "amount_itemized_pct")} == \
+        {"any_line_itemized": True, "amount_itemized_pct": 50.0}
+    assert "any_line_itemized" not in episode_row({}, dataclasses.replace(result, score=Score(True)))
+
+
+def _result() -> Any:
+    from harness.outcome import EpisodeResult
+    from harness.types import Termination
+
+    return EpisodeResult([], [], Termination.AGENT_FINAL, Score(False), 0.0)
+
+
+def test_a_table_written_by_the_records_equals_pandas_own(tmp_path: Path) -> None:
+    """write_parquet adds only the version: the columns and values are DataFrame.to_parquet's."""
+    run_folder(tmp_path)
+    frame = pd.read_parquet(tmp_path / "steps.parquet")
+    frame.to_parquet(tmp_path / "plain.parquet", index=False)
+    ours, plain = pq.read_table(tmp_path / "steps.parquet"), pq.read_table(tmp_path / "plain.parquet")
+    assert ours.equals(plain) and isinstance(ours, pa.Table)

@@ -1,0 +1,51 @@
+"""The suite's requirement markers and its closing line (tests/_requirements.py, used by tests/conftest.py): each
+marker checks every piece it stands for and names each missing one; the closing line says "no test skipped" or
+lists each skip's reason, and says what was deselected and why."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+from _requirements import FWS_ABSENT, REQUIREMENTS, closing_lines
+
+
+def skipped(nodeid: str, reason: str) -> pytest.TestReport:
+    return pytest.TestReport(nodeid, ("x.py", 1, nodeid), {}, "skipped", ("x.py", 1, f"Skipped: {reason}"), "setup")
+
+
+def test_the_browser_marker_names_the_package_and_the_binary(monkeypatch: pytest.MonkeyPatch) -> None:
+    check = REQUIREMENTS["browser"][1]
+    real_find, real_access = importlib.util.find_spec, os.access
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "playwright" else
+                        real_find(name, *a))
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if str(path).endswith("chromium") else
+                        real_access(path, mode, **kw))
+    assert check() == ["the playwright package (make setup-browser)",
+                       "Chromium at /usr/bin/chromium (make browser-deps)"]
+    monkeypatch.setattr(importlib.util, "find_spec", real_find)
+    assert check() == ["Chromium at /usr/bin/chromium (make browser-deps)"]
+
+
+def test_the_sandbox_marker_checks_that_bubblewrap_can_create_namespaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert REQUIREMENTS["sandbox"][1]() == ["bubblewrap (make sandbox-deps)"]
+    monkeypatch.setattr(shutil, "which", lambda name: "/bin/false")  # found, but cannot run anything
+    assert REQUIREMENTS["sandbox"][1]() == ["bubblewrap able to create namespaces here (make sandbox-deps)"]
+
+
+def test_the_closing_line_says_no_test_skipped_or_lists_the_reasons() -> None:
+    assert closing_lines([], [], {}, "") == ["no test skipped"]
+    reports = [skipped("a", "missing Chromium"), skipped("b", "missing Chromium"), skipped("c", "no cgroup")]
+    assert closing_lines(reports, [], {}, "") == ["3 skipped: missing Chromium (x2); no cgroup"]
+
+
+def test_the_closing_line_says_what_was_deselected_and_why() -> None:
+    ours = {"t::fws": FWS_ABSENT}
+    lines = closing_lines([], ["t::fws", "t::a", "t::b"], ours, "not slow")
+    assert lines == ["no test skipped",
+                     f"deselected: 1 {FWS_ABSENT}; 2 by -m 'not slow'"]
+    assert FWS_ABSENT.startswith("needs @juppytt/fws (not on this machine's registry")
