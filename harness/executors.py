@@ -1,9 +1,10 @@
 """How a run's episodes are executed (harness.run): serially, in a process pool (the CPU-bound simulated agent),
-in threads (network-bound backends) or both (processes x threads). `plan` picks one; `execute` yields each
-finished episode's summary row. The episode itself is the runner's `one(cfg, domain, job)` (harness.run.run_one),
-passed in so the executors know nothing of how an episode is built or recorded.
+in threads (network-bound backends), both (processes x threads), or over a Ray cluster (`executor=ray`). `plan`
+picks one; `execute` yields each finished episode's summary row. The episode itself is the runner's
+`one(cfg, domain, job)` (harness.run.run_one), passed in so the executors know nothing of how an episode is built
+or recorded.
 
-Stopping (README "Operating runs"): on a signal or the cost cap nothing new starts, running episodes stop at their
+Stopping (docs/operating.md): on a signal or the cost cap nothing new starts, running episodes stop at their
 next request (harness.lifecycle), and workers are waited for at most lifecycle.STOP_GRACE_S, then killed.
 """
 
@@ -16,6 +17,7 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -23,7 +25,10 @@ from omegaconf import DictConfig, OmegaConf
 from harness import lifecycle
 from harness.build import build_domain
 from harness.envs.base import Domain
+from harness.errors import InputError
+from harness.records import State, check_transcript, transcript_path
 from harness.resume import Job
+from harness.spend import SPENT
 
 RunOne = Callable[[DictConfig, Domain, Job], dict[str, Any]]  # one episode: run it, write it, its summary row
 _WORKER: dict[str, Any] = {}
@@ -33,6 +38,10 @@ def plan(cfg: DictConfig, jobs: list[Job], spends: bool) -> str:
     """How episodes run: `hybrid` (processes x threads), `threads`, `processes` (a pool, for the CPU-bound
     simulated agent) or `serial`. A run that spends money (any real backend, e.g. the sim agent with user=llm)
     never uses the pool: its workers could not be stopped mid-episode nor metered against the cost cap."""
+    if cfg.get("executor", "auto") == "ray":
+        return "ray"
+    if cfg.get("executor", "auto") != "auto":
+        raise InputError(f"executor={cfg.executor} is not an executor (valid: auto, ray)")
     workers = cfg.n_workers or os.cpu_count() or 1
     threaded = cfg.model.get("executor") == "thread"
     if threaded or spends:
@@ -44,6 +53,9 @@ def plan(cfg: DictConfig, jobs: list[Job], spends: bool) -> str:
 def execute(cfg: DictConfig, domain: Domain, jobs: list[Job], how: str, one: RunOne
             ) -> Iterator[dict[str, Any]]:
     workers = cfg.n_workers or os.cpu_count() or 1
+    if how == "ray":
+        yield from _ray(cfg, domain, jobs, one)
+        return
     if how == "hybrid":
         yield from _hybrid(cfg, jobs, workers, one)
         return
@@ -202,12 +214,7 @@ def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any
                    one: RunOne) -> None:
     lifecycle.die_with_parent(parent)
     lifecycle.worker_signals()
-    cfg = _load(cfg_yaml)  # lifecycle.METER comes from the parent by the fork: the same cap and ledger file
-    for backend in (cfg.model, cfg.user.get("backend"), (cfg.summarizer or {}).get("backend")):
-        limits = backend.get("rate_limit") if backend is not None else None
-        for key in ("rpm", "tpm"):
-            if limits and limits.get(key):
-                limits[key] = limits[key] / procs  # each process gets its share of every endpoint's limits
+    cfg = _share_limits(_load(cfg_yaml), procs)  # METER comes from the parent by the fork: the same cap and ledger
     domain = build_domain(cfg)
 
     def loop() -> None:
@@ -229,6 +236,18 @@ def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any
     done.put({})
 
 
+def _share_limits(cfg: DictConfig, parts: int) -> DictConfig:
+    """Each of `parts` worker processes gets its share of every endpoint's limits (rpm, tpm, calls in flight)."""
+    for backend in (cfg.model, cfg.user.get("backend"), (cfg.summarizer or {}).get("backend")):
+        limits = backend.get("rate_limit") if backend is not None else None
+        for key in ("rpm", "tpm", "max_in_flight"):
+            if limits and limits.get(key):
+                limits[key] = limits[key] / parts
+        if limits and limits.get("max_in_flight"):
+            limits["max_in_flight"] = max(1, round(limits["max_in_flight"]))  # calls in flight: a whole number
+    return cfg
+
+
 def _load(cfg_yaml: str) -> DictConfig:
     """A worker process's config, from the parent's resolved YAML."""
     cfg = OmegaConf.create(cfg_yaml)
@@ -245,3 +264,135 @@ def _init_worker(cfg_yaml: str, parent: int, one: RunOne) -> None:
 
 def _work(job: Job) -> dict[str, Any]:
     return _WORKER["one"](_WORKER["cfg"], _WORKER["domain"], job)
+
+
+# ---- Ray: one run's episodes over a Ray cluster (`executor=ray`, `ray.address=...`) ----
+# Every node needs the project at the same path with the same environment (.venv), and out_dir on a filesystem all
+# of them share: the workers write the transcripts and meter the spend in out_dir/spent_usd.txt (an flock) there.
+_RAY_WORKER: dict[str, Any] = {}
+
+
+def _ray(cfg: DictConfig, domain: Domain, jobs: list[Job], one: RunOne) -> Iterator[dict[str, Any]]:
+    """Each episode a Ray task (`ray.num_cpus` CPUs each, so the cluster's CPUs bound how many run at once).
+    A task whose worker process or node died is retried by Ray (`ray.max_retries`); a retried task whose episode
+    had already written its transcript returns that transcript's row instead of running it twice. On a stop (a
+    signal, the cost cap reached in any worker) pending tasks are cancelled, running ones interrupted, and after
+    lifecycle.STOP_GRACE_S killed; the resume reruns what has no whole transcript."""
+    ray = _import_ray()
+    settings = dict(cfg.get("ray") or {})
+    if cfg.model.get("serve"):
+        raise InputError("executor=ray cannot use a model the runner serves itself (model.serve): start the server on "
+                         "every node (make serve-local) and set model.base_url to it")
+    started = not ray.is_initialized()
+    if started:
+        try:
+            ray.init(address=settings.get("address"), include_dashboard=False, log_to_driver=True,
+                     logging_level="WARNING")
+        except ConnectionError as exc:
+            raise InputError(f"ray.address={settings.get('address')}: no Ray cluster there ({exc})") from None
+    try:
+        yield from _ray_drive(ray, cfg, domain, jobs, one, settings)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _import_ray() -> Any:
+    try:
+        import ray  # the optional 'ray' extra
+    except ImportError:
+        raise InputError("executor=ray needs Ray: make setup-ray (the 'ray' extra)") from None
+    return ray
+
+
+def _ray_drive(ray: Any, cfg: DictConfig, domain: Domain, jobs: list[Job], one: RunOne,
+               settings: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    cpus = float(settings.get("num_cpus", 1))
+    slots = max(1, min(len(jobs), int(ray.cluster_resources().get("CPU", 1) / cpus)))
+    yaml = OmegaConf.to_yaml(_share_limits(cfg.copy(), slots), resolve=True)  # one episode per worker process
+    remote = ray.remote(_ray_episode).options(num_cpus=cpus, max_retries=int(settings.get("max_retries", 3)),
+                                              name="harness_episode")
+    out_dir = Path(jobs[0][2]) if jobs else Path(cfg.out_dir)
+    ledger = str((out_dir / SPENT).resolve())
+    cwd = os.getcwd()
+    paths = [transcript_path(Path(job[2]), domain.tasks[job[0]].task_id, job[1]) for job in jobs]
+    refs = {remote.remote(yaml, job, one, _identity(path), cwd, ledger): job
+            for job, path in zip(jobs, paths, strict=True)}
+    try:
+        while refs:
+            ready, _ = ray.wait(list(refs), num_returns=1, timeout=0.25)
+            lifecycle.check()  # a signal on the driver: stop (the finally cancels the rest)
+            for ref in ready:
+                refs.pop(ref)
+                row = _ray_result(ray, ref)
+                if "stopped" in row:  # a worker's call did not fit under the cost cap
+                    lifecycle.request_stop(row["stopped"])
+                    raise lifecycle.Interrupted(row["stopped"])
+                yield row
+    finally:
+        _ray_cancel(ray, list(refs))
+
+
+def _ray_result(ray: Any, ref: Any) -> dict[str, Any]:
+    try:
+        return dict(ray.get(ref))
+    except ray.exceptions.RayTaskError as exc:  # the episode raised (not a worker death, which Ray retries)
+        raise RuntimeError(f"an episode crashed on the Ray cluster:\n{exc}") from None
+
+
+def _ray_cancel(ray: Any, refs: list[Any]) -> None:
+    """Stop what is left: pending tasks never start, running ones are interrupted (KeyboardInterrupt: unwritten),
+    then killed after the grace; a killed episode has no transcript, so a resume reruns it."""
+    if not refs:
+        return
+    for ref in refs:
+        ray.cancel(ref, force=False)
+    left = lifecycle.wait_at_most(lambda: len(ray.wait(refs, num_returns=len(refs), timeout=0)[1]),
+                                  "episodes on the Ray cluster")
+    if left:
+        for ref in refs:
+            ray.cancel(ref, force=True)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """A transcript as it is now (inode, mtime; None: there is none): a retried task compares it with the one
+    before its first attempt, to know whether that attempt wrote it (atomic_write: a new file each time)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _already_written(path: Path, print_: str, before: tuple[int, int] | None) -> dict[str, Any] | None:
+    """The summary row of a whole transcript written since the job was submitted (by an attempt whose worker died
+    before it could report), so a retry does not run the episode twice; None otherwise."""
+    if _identity(path) in (None, before):
+        return None
+    state, records = check_transcript(path, print_)
+    if state not in (State.COMPLETE, State.FAILED) or isinstance(records, str):
+        return None
+    end = records[-1]
+    return {"completed": end.get("completed", False), "input_tokens": end.get("input_tokens", 0),
+            "cost_usd": end.get("cost_usd", float("nan"))}
+
+
+def _ray_episode(cfg_yaml: str, job: Job, one: RunOne, before: tuple[int, int] | None, cwd: str,
+                 ledger: str) -> dict[str, Any]:
+    """One episode in a Ray worker process: the project's paths are relative to the driver's working directory, the
+    spend is metered on the run's ledger, and a transcript this job's earlier attempt wrote is taken as its result."""
+    os.chdir(cwd)
+    if _RAY_WORKER.get("yaml") != cfg_yaml:  # a worker process builds the run's domain once, for all its tasks
+        cfg = _load(cfg_yaml)
+        _RAY_WORKER.update(yaml=cfg_yaml, cfg=cfg, domain=build_domain(cfg))
+    cfg, domain = _RAY_WORKER["cfg"], _RAY_WORKER["domain"]
+    lifecycle.reset()  # a worker process outlives runs: no stop or meter of an earlier one
+    if Path(ledger).exists():
+        lifecycle.METER.join(cfg.max_cost_usd, Path(ledger))
+    path = transcript_path(Path(job[2]), domain.tasks[job[0]].task_id, job[1])
+    if (row := _already_written(path, job[3], before)) is not None:
+        return row
+    try:
+        return one(cfg, domain, job)
+    except lifecycle.Interrupted as exc:
+        return {"stopped": str(exc)}

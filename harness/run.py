@@ -5,7 +5,7 @@ into objects; this module is the batch runner (one episode, a session's course, 
 have a module each: planning and resume (harness.resume), the executors (harness.executors), the spend
 (harness.spend), pre-flight (harness.preflight), re-grading (harness.regrade).
 
-Operating rules (README "Operating runs"): one live run per out_dir (harness.lifecycle.RunLock); SIGINT and
+Operating rules (docs/operating.md): one live run per out_dir (harness.lifecycle.RunLock); SIGINT and
 SIGTERM stop new requests, keep every whole transcript and print how to resume; worker processes die with the
 runner; a resume reruns missing, damaged and (unless rerun_failed=false) failed episodes; real endpoints pass a
 pre-flight before the first episode; `max_cost_usd` stops the run cleanly when reached.
@@ -19,7 +19,9 @@ import logging
 import math
 import shlex
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -45,6 +47,7 @@ from harness.build import (
     episode_seed,
     judge_context,
     method_columns,
+    model_factory,
 )
 from harness.config import register
 from harness.envs.base import Domain, EpisodeContext
@@ -80,7 +83,7 @@ def run_one(cfg: DictConfig, domain: Domain, job: Job) -> dict[str, Any]:
     task_index, run, out_dir, print_ = job
     task = domain.tasks[task_index]
     seed = episode_seed(cfg.seed, task.task_id, run)
-    model = build_model(cfg, seed)
+    model = _model(cfg, seed)
     budget = budget_tokens(cfg.budget.reference_tokens, cfg.budget.fraction)
     policy = build_policy(cfg)
     context = EpisodeContext(run, Path(out_dir), **judge_context(cfg, model))
@@ -115,6 +118,20 @@ def run_one(cfg: DictConfig, domain: Domain, job: Job) -> dict[str, Any]:
             "cost_usd": sum(s.cost_usd + s.aux_cost_usd for s in result.steps) + result.user_cost_usd}
 
 
+_FACTORY: list[tuple[DictConfig, Callable[[int], Any]]] = []  # the run's model factory and the config it is of
+_FACTORY_LOCK = threading.Lock()
+
+
+def _model(cfg: DictConfig, seed: int) -> Any:
+    """The episode's own backend, from a factory made once per config object (a run's, or a worker process's):
+    harness.build.model_factory, instead of Hydra walking the model config for every episode."""
+    with _FACTORY_LOCK:
+        if not _FACTORY or _FACTORY[0][0] is not cfg:
+            _FACTORY[:] = [(cfg, model_factory(cfg))]
+        factory = _FACTORY[0][1]
+    return factory(seed)
+
+
 def _disk_full(episode: Any, task_id: str, run: int, why: str) -> EpisodeResult:
     """A full disk is the episode's infrastructure failure: its workspace is freed (a resume rebuilds it), the run
     stops (every next episode would fail alike; the resume command is printed), and the episode is recorded as an
@@ -142,6 +159,7 @@ def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
 def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
     started = time.monotonic()
     lifecycle.reset()
+    _FACTORY.clear()  # a run makes its own model factory: its config may be an edited one of an earlier run
     episode_loop.reset_warnings()
     check_shape(cfg)
     domain = build_domain(cfg)
@@ -203,7 +221,8 @@ def _drive(cfg: DictConfig, domain: Domain, jobs: list[Job], how: str, out_dir: 
             for row in execute(cfg, domain, jobs, how, run_one):
                 done, tokens, n = done + row["completed"], tokens + row["input_tokens"], n + 1
                 cost += 0.0 if math.isnan(row["cost_usd"]) else row["cost_usd"]  # NaN: a price is unknown
-                bar.set_postfix(completed=f"{done}/{n}", in_tok=f"{tokens:,}", cost=f"${cost:,.2f}")
+                # totals over the episodes this bar counted (the table shows per-run means): named so
+                bar.set_postfix(completed=f"{done}/{n}", total_in_tok=f"{tokens:,}", total_cost=f"${cost:,.2f}")
                 bar.update()
         except (KeyboardInterrupt, lifecycle.Interrupted):
             lifecycle.request_stop("interrupted")
@@ -256,7 +275,8 @@ def _conclude(out_dir: Path, episodes: pd.DataFrame, session: Session, unfinishe
     """The console report, then the exit status: a run stopped before its end, or one where every episode was an
     infrastructure failure, exits non-zero with the reason (a stop after the last episode changes nothing)."""
     if verbose and not episodes.empty:
-        print(render(episodes, elapsed_s=session.elapsed_s, written=session.written, record=manifest.read(out_dir)))
+        print(render(episodes, elapsed_s=session.elapsed_s, written=session.written, record=manifest.read(out_dir),
+                     out_dir=out_dir))
         print(f"\nWrote {out_dir}/episodes.parquet, steps.parquet, transcripts/ ({len(episodes)} episodes)")
         _print_judge(episodes, out_dir)
     if lifecycle.stopping() and unfinished:

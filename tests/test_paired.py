@@ -15,7 +15,7 @@ import pytest
 from fixtures.make_results import episodes, run_manifest, write_run
 from scipy import stats
 
-from harness.report import paired, tables
+from harness.report import paired, runs, tables
 from harness.report.console import render
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "results"
@@ -93,8 +93,10 @@ def test_paired_table_on_the_fixture_is_the_hand_computed_one() -> None:
         "[-600, -600]" and tokens["McNemar exact p"] == "–"
     completion = tasks[(tasks.metric == "completion")].set_index("task_id")
     assert completion.difference.to_dict() == {"hotel-001": 0.0, "hotel-002": 0.5}
-    assert "NOTE: no Cost without caching (USD) row for any comparison: the episodes have no cost_usd_no_cache " \
-        "column (recorded before it existed)" in notes  # H7's column is optional: the row is left out, said once
+    assert "NOTE: no Cost without caching (USD, price sheet) row for any comparison: the episodes have no " \
+        "cost_usd_no_cache column (recorded before it existed)" in notes
+    assert "NOTE: no Cost as billed (USD) row for any comparison: a simulated agent is billed nothing (see the " \
+        "price-sheet rows)" in notes  # the fixture's runs are simulated: nothing was billed  # H7's column is optional: the row is left out, said once
 
 
 def test_unequal_task_sets_are_matched_on_their_intersection_and_say_so() -> None:
@@ -126,13 +128,14 @@ def test_pairs_need_the_same_seed_model_and_a_real_outcome() -> None:
 
 
 def test_an_unknown_price_leaves_the_cost_row_out_with_a_note() -> None:
-    c2 = episodes("c2").assign(cost_usd=float("nan"), cost_usd_no_cache=[1.0, 2.0, 3.0, 4.0])
-    c3 = episodes("c3").assign(cost_usd=float("nan"), cost_usd_no_cache=[0.5, 1.0, 1.5, 2.0])
+    c2 = episodes("c2").assign(cost_usd_cache=float("nan"), cost_usd_no_cache=[1.0, 2.0, 3.0, 4.0])
+    c3 = episodes("c3").assign(cost_usd_cache=float("nan"), cost_usd_no_cache=[0.5, 1.0, 1.5, 2.0])
     table, _, notes = paired.paired_table(pd.concat([c2, c3], ignore_index=True), "expense")
     metrics = set(table.index.get_level_values("Metric"))
-    assert "Cost (USD)" not in metrics and "Cost without caching (USD)" in metrics
-    assert table.loc[("C3 vs C2", "Cost without caching (USD)"), "Difference (first - second)"] == "-1.2500"
-    assert "NOTE: no Cost (USD) row for any comparison: the price of a model is unknown (cost NaN)" in notes
+    cached, uncached = "Cost with prompt caching (USD, price sheet)", "Cost without caching (USD, price sheet)"
+    assert cached not in metrics and uncached in metrics
+    assert table.loc[("C3 vs C2", uncached), "Difference (first - second)"] == "-1.2500"
+    assert f"NOTE: no {cached} row for any comparison: the price of a model is unknown (cost NaN)" in notes
 
 
 def test_make_tables_writes_the_paired_files(tmp_path: Path) -> None:
@@ -176,3 +179,25 @@ def test_a_reference_run_on_other_tasks_is_no_match(tmp_path: Path) -> None:
     out = _run(root, "c3", episodes("c3"))
     _run(root, "c2", episodes("c2").assign(task_id="hotel-009"))
     assert "Paired vs" not in render(episodes("c3"), out_dir=out)
+
+
+def test_the_console_line_takes_the_reference_run_by_the_reports_rule(tmp_path: Path) -> None:
+    """Issue 27 §1-2: the reference is chosen by harness.report.runs' rule: of this run's size before a newer
+    larger one that also covers it, and never a run of the other family (model=sim_llmlike)."""
+    root = tmp_path / "results"
+    c3 = episodes("c3").assign(seed=[1, 2, 3, 4])
+    out = _run(root, "c3", c3)
+    same = _run(root, "c2", episodes("c2").assign(seed=[1, 2, 3, 4]))  # 2 tasks x 2 runs, as this C3 run
+    bigger = pd.concat([episodes("c2"), episodes("c2").iloc[[0, 2]].assign(task_id="hotel-003")], ignore_index=True)
+    newer = _run(root, "c2", bigger.assign(seed=[1, 2, 3, 4, 5, 6]), "2026-01-02_00-00-00")  # 3 tasks x 2 runs
+    assert runs.describe(newer).usable and runs.size(runs.describe(newer)) == (3, 2)
+    assert f"Paired vs C2 ({same};" in render(c3, out_dir=out)
+    llmlike = episodes("c2").assign(seed=[1, 2, 3, 4], model="sim_llmlike")
+    theirs = _run(root, "c2", llmlike, "2026-01-03_00-00-00")
+    meta = (theirs / "manifest.json").read_text().replace('"model": "sim"', '"model": "sim_llmlike"')
+    (theirs / "manifest.json").write_text(meta)
+    mine = _run(root, "c3", c3.assign(model="sim_llmlike"), "2026-01-03_00-00-00")
+    (mine / "manifest.json").write_text((mine / "manifest.json").read_text().replace('"model": "sim"',
+                                                                                     '"model": "sim_llmlike"'))
+    assert f"Paired vs C2 ({same};" in render(c3, out_dir=out)  # the sim_llmlike C2 is newer, not of its family
+    assert f"Paired vs C2 ({theirs};" in render(c3.assign(model="sim_llmlike"), out_dir=mine)

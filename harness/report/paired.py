@@ -38,7 +38,7 @@ from harness import methods
 from harness.report.names import key, short
 from harness.report.pinchbench_tables import EXPENSE, PINCHBENCH, Table, chosen_runs, kinds_of, select_kind
 from harness.report.reader import EPISODES, read_frame
-from harness.report.runs import Run, describe, status_notes, where
+from harness.report.runs import Run, describe, eligible, family, newest, size, status_notes, where
 
 ODYSSEYS = "odysseys"  # harness.report.odysseys_tables.KIND (not imported: it loads the Odysseys environment)
 KINDS = (EXPENSE, PINCHBENCH, ODYSSEYS)
@@ -67,10 +67,11 @@ METRICS = (
     Metric("Score (x100)", "score", 1, 100.0),
     Metric("Agent input tokens", "input_tokens", 0),
     Metric("Total tokens", "total_tokens", 0),
-    Metric("Cost (USD)", "cost_usd", 4),
-    Metric("Cost without caching (USD)", "cost_usd_no_cache", 4),
+    Metric("Cost as billed (USD)", "cost_usd", 4),
+    Metric("Cost with prompt caching (USD, price sheet)", "cost_usd_cache", 4),
+    Metric("Cost without caching (USD, price sheet)", "cost_usd_no_cache", 4),
 )
-COSTS = ("cost_usd", "cost_usd_no_cache")
+COSTS = ("cost_usd", "cost_usd_cache", "cost_usd_no_cache")
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,9 @@ def episode_values(episodes: pd.DataFrame) -> pd.DataFrame:
     values["input_tokens"] = ran.input_tokens.astype(float)
     values["total_tokens"] = (ran.input_tokens + ran.output_tokens + ran.aux_input_tokens
                               + ran.aux_output_tokens).astype(float)
+    simulated = "simulated" in ran and bool(ran.simulated.fillna(False).astype(bool).all())
     for column in COSTS:
-        if column in ran:
+        if column in ran and not (column == "cost_usd" and simulated):  # a simulated agent bills nothing
             values[column] = pd.to_numeric(ran[column], errors="coerce")
     return values
 
@@ -215,6 +217,8 @@ def pair_up(episodes: pd.DataFrame, first: str, second: str, benchmark: str | No
         if result is not None:
             found.append(result)
             tasks.append(task_differences(pairs, metric.column).assign(metric=metric.column).reset_index())
+        elif metric.column == "cost_usd" and metric.column in a and models[0][1]:
+            missing[metric.label] = "a simulated agent is billed nothing (see the price-sheet rows)"
         elif metric.column in COSTS:
             missing[metric.label] = (f"the episodes have no {metric.column} column (recorded before it existed)"
                                      if metric.column not in a or metric.column not in b
@@ -394,15 +398,17 @@ def reference_run(out_dir: Path, episodes: pd.DataFrame) -> tuple[Run, pd.DataFr
     if len(names) != 1 or len(kinds) != 1 or key(next(iter(names)), next(iter(kinds))) in REFERENCE_KEYS:
         return None
     kind = next(iter(kinds))
+    this = describe(out_dir)
     candidates = []
     for folder in sorted(out_dir.resolve().parent.parent.glob("*/*")):  # only folders named as a reference's runs
         if key(folder.parent.name, kind) not in REFERENCE_KEYS or folder == out_dir.resolve() \
                 or not (folder / "manifest.json").exists():
             continue
         run = describe(folder)
-        if run.usable and key(run.experiment, kind) in REFERENCE_KEYS:
+        # harness.report.runs' one rule: complete, not a sweep job, of this run's family (model=sim_llmlike apart)
+        if eligible(run, family(this)) and key(run.experiment, kind) in REFERENCE_KEYS:
             candidates.append(run)
-    for run in sorted(candidates, key=lambda r: (r.started, str(r.path)), reverse=True):
+    for run in newest(candidates, size(this)):  # the newest of this run's size first, then the newest of any
         theirs = load({run.experiment: run}, kind)
         if not theirs.empty and _covers(theirs, episodes):
             return run, theirs

@@ -20,8 +20,9 @@ column for them (they count under "fired, no fact matched"). Completed episodes 
 
 Which runs: model=sim_llmlike runs are kept apart from every other table (`split_runs`, `split_pins`,
 used by harness.report.tables): these tables read only them (newest complete single run per experiment, or
-`--run NAME=DIR` pinned), the default tables never. Every caption says SIMULATED: these numbers show what the
-stated, sourced assumptions produce (configs/model/sim_llmlike.yaml, README), never a reproduction of the paper.
+`--run NAME=DIR` pinned; the rule is harness.report.runs.choose's, for the sim_llmlike family), the default tables
+never. Every caption says SIMULATED: these numbers show what the stated, sourced assumptions produce
+(configs/model/sim_llmlike.yaml, docs/expense.md), never a reproduction of the paper.
 """
 
 from __future__ import annotations
@@ -43,11 +44,11 @@ from harness.report.console import per_run
 from harness.report.methods_table import METHODS
 from harness.report.names import display, short
 from harness.report.pinchbench_tables import EXPENSE, Table, select_kind
-from harness.report.reader import EPISODES, STEPS, details, peek, read_frame
-from harness.report.runs import Run, describe, mismatch_notes, status_notes, where
+from harness.report.reader import EPISODES, STEPS, details, read_frame
+from harness.report.runs import LLMLIKE, Run, describe, family, mismatch_notes, models_of, status_notes, where
 from harness.report.stats import fmt, mean_ci
 
-MODEL = "sim_llmlike"
+MODEL = LLMLIKE
 SWEEP = "sim_sensitivity"
 MECHANISMS = (*MEASURED, "lapse")  # lapse: model=sim's unsourced degradation (off while position_length is on)
 LABELS = {"position_length": "position & length", "confabulation": "confabulation", "checking": "checking habits",
@@ -61,7 +62,7 @@ AXES = {"length_curve": "Length curve (RULER)", "position_curve": "Position curv
         "p_absent": "Confabulation probability (FaithEval)", "verify_share": "Share of saves verified (proxy)",
         "stale_confusion": "Stale-state confusion"}
 CAPTION = (f"SIMULATED failure model (model={MODEL}, not LLM results; parameters from published measurements of "
-           "language models, sources in configs/model/sim_llmlike.yaml and the README; not a reproduction)")
+           "language models, sources in configs/model/sim_llmlike.yaml and docs/expense.md; not a reproduction)")
 _FACT = re.compile(r"^(?:code|line|row):([^@]+)(?:@(.+))?$")
 
 
@@ -111,16 +112,8 @@ def attribute(episode: Mapping[str, Any], step_events: Iterable[Any]) -> list[st
 
 # --- which runs ---------------------------------------------------------------------------------------------------
 
-def models_of(run_dir: Path, manifest: Mapping[str, Any] | None) -> set[str]:
-    """The models a run folder ran: its manifest's backend and model, else its episodes' model column."""
-    if manifest:
-        return {str(manifest.get("backend", "")), *str(manifest.get("model", "")).split(", ")}
-    frame = peek(run_dir / EPISODES, ["model"])  # damaged or empty: harness.report.runs warns about it by name
-    return set(map(str, frame.model.unique())) if frame is not None and "model" in frame else set()
-
-
 def is_llmlike(run: Run) -> bool:
-    return MODEL in models_of(run.path, run.manifest)
+    return family(run) == LLMLIKE
 
 
 def split_runs(found: Iterable[Run]) -> tuple[list[Run], list[Run]]:
@@ -351,7 +344,7 @@ def build(results: Path, pins: Mapping[str, Path], found: list[Run], paper: Mapp
 
 
 def _failures(results: Path, pins: Mapping[str, Path], found: list[Run], paper: Mapping[str, Any]) -> list[Table]:
-    chosen = {k: r for k, r in select_kind(results, dict(pins), EXPENSE, found).items() if k in ROWS}
+    chosen = {k: r for k, r in select_kind(results, dict(pins), EXPENSE, found, LLMLIKE).items() if k in ROWS}
     episodes, steps, notes = load({k: r.path for k, r in chosen.items()})
     if episodes.empty:
         return []
