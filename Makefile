@@ -17,7 +17,7 @@ RAY_STAMP := $(VENV)/.ray-stamp
 SMOLLM_STAMP := $(VENV)/.smollm2-stamp
 .PHONY: help setup setup-local setup-methods setup-browser setup-ray run library sweep runs tables plots view notebook \
 	test test-fast test-unit test-integration serve-local serve-sim lint bench clean sandbox-deps browser-deps tex-deps \
-	check-bench judge mock-deps
+	check-bench judge mock-deps branch attribute
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-17s %s\n", $$1, $$2}'
@@ -129,8 +129,26 @@ view: $(STAMP) ## Trajectory viewer: RUN=<run|sweep|results folder> [SERVE=1] wr
 	@test -n "$(RUN)" || { echo "usage: make view RUN=<run, sweep or results folder> [SERVE=1] [ARGS='--out FILE']"; exit 2; }
 	$(PY) -m harness.report.view $(RUN) $(if $(SERVE),--serve) $(ARGS)
 
+# "What if the policy had kept it?" (harness/branch.py): steps before STEP replayed from the transcript (no model
+# call), then the episode continues with the change; the branch goes to RUN/branches/.
+branch: $(STAMP) $(call METHODS_DEPS,) ## Re-run an episode from STEP with a change: RUN=<run> EPISODE=<task>__run<r> STEP=<k> ARGS='policy=<name>' (or 'restore=<history indices>')
+	@test -n "$(RUN)" -a -n "$(EPISODE)" -a -n "$(STEP)" || { echo "usage: make branch RUN=<run folder> \
+	EPISODE=<task>__run<r> STEP=<k> ARGS='policy=<name>' (or ARGS='restore=<history indices>')"; exit 2; }
+	$(PY) -m harness.branch $(RUN) $(EPISODE) $(STEP) $(ARGS)
+
+attribute: $(STAMP) ## Branch every failed episode of RUN where its failure shows, with what the policy dropped restored (RUN/attribution.md)
+	@test -n "$(RUN)" || { echo "usage: make attribute RUN=<run folder> [ARGS='--out DIR']"; exit 2; }
+	$(PY) -m harness.branch --attribute $(RUN) $(ARGS)
+
 notebook: $(STAMP) ## Execute notebooks/reproduce.ipynb on the project's kernel (results/notebooks/reproduce.ipynb)
 	$(PY) -m jupyter nbconvert --to notebook --execute notebooks/reproduce.ipynb --output-dir results/notebooks
+
+# The docs' result blocks (<!-- results:NAME --> in docs/expense.md) from the default C1-C4 runs under results/
+# (those missing are run first, ~2.5 min) and fresh 5 x 2 runs (harness.report.docs_results); ARGS='--check'
+# writes nothing and exits 1 if a committed block differs from what the runs give.
+.PHONY: readme-results
+readme-results: $(STAMP) ## Regenerate the docs' result tables from the default C1-C4 runs (ARGS='--check' compares only)
+	$(PY) -m harness.report.docs_results $(ARGS)
 
 # The tests use every extra (methods, browser, Ray launcher, local model server) and Debian's bubblewrap, Chromium
 # and TeX (the LaTeX tables are compiled).
@@ -242,6 +260,7 @@ bench: $(STAMP) $(METHODS_STAMP) ## Speed figures: throughput, policy time, each
 	$(PY) -m bench.methods
 	$(PY) -m bench.waac
 	$(PY) -m bench.backends
+	$(PY) -m bench.overhead
 
 clean: ## Remove the virtual environment and caches (results are kept)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

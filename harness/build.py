@@ -69,6 +69,29 @@ def build_model(cfg: DictConfig, seed: int) -> LLMBackend:
         raise
 
 
+def model_factory(cfg: DictConfig) -> Callable[[int], LLMBackend]:
+    """The model backend's constructor, its config resolved and its class located once (Hydra `_partial_`): each
+    episode calls it with its seed for a backend of its own (a backend holds per-episode state: SimModel's random
+    streams, the tool-call ids seen), without walking the config through `instantiate` again. The config's mappings
+    are shared by the backends it makes, as read-only settings; a refusal comes out as build_model's does."""
+    try:
+        made = instantiate(cfg.model, _partial_=True)
+    except InstantiationException as exc:
+        if isinstance(exc.__cause__, InputError):
+            raise InputError(str(exc.__cause__)) from None
+        raise
+
+    def build(seed: int) -> LLMBackend:
+        try:
+            return made(seed=seed)
+        except InstantiationException as exc:
+            if isinstance(exc.__cause__, InputError):
+                raise InputError(str(exc.__cause__)) from None
+            raise
+
+    return build
+
+
 def build_user(cfg: DictConfig) -> Callable[[Task], UserModel] | None:
     if cfg.user.get("_target_") is None:
         return None

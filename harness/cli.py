@@ -13,6 +13,8 @@ Exit status: 0; 2 for a mistake in the command; 130 stopped (resume with the sam
 from __future__ import annotations
 
 import contextlib
+import difflib
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -22,8 +24,32 @@ from typing import Any
 
 from harness import lifecycle  # the standard library only: quick to import
 
+MULTIRUN = ("-m", "--multirun")
+
+
+def sweep_signals() -> None:
+    """In a multirun's own process (the jobs run in joblib's workers, which get the same signal and stop as a run
+    does): the first SIGINT or SIGTERM gives the running jobs lifecycle.STOP_GRACE_S twice over to stop and keep
+    their transcripts, whose SystemExit(130) then ends the multirun; if none ends it (no job had started), the
+    alarm does. Quietly: `make sweep` (harness.sweep) prints the one line and the sweep's resume command."""
+    def stop(signum: int, frame: object) -> None:
+        if not lifecycle.stopping():
+            lifecycle.request_stop(f"{signal.Signals(signum).name} received")
+            signal.alarm(int(2 * lifecycle.STOP_GRACE_S))
+
+    def give_up(signum: int, frame: object) -> None:
+        raise SystemExit(130)
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, stop)
+    signal.signal(signal.SIGALRM, give_up)
+
+
 if __name__ == "__main__":  # a Ctrl-C during the imports below (seconds) ends with one line, not a traceback
-    lifecycle.command_line_signals()
+    sweep_signals() if set(MULTIRUN) & set(sys.argv[1:]) else lifecycle.command_line_signals()
+    from harness import tokens
+
+    tokens.preload()  # the default vocabulary loads beside the imports below: ~1 s less to the first request
 
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -51,25 +77,55 @@ def valid_keys(cfg: DictConfig, dotted: str) -> list[str]:
 
 
 def explain(overrides: list[str], error: Exception) -> str:
+    """One line for a typo (an unknown config option or key) with the nearest valid names; otherwise Hydra's
+    reason and the valid choices of every group."""
     reason = _reason(error)
     if isinstance(error.__cause__, ValidationError):  # a bad value for a known key: the reason is the whole story
         return f"error: {reason}"
+    typo = unknown_option(overrides) or unknown_key(overrides)
+    if typo:
+        return typo
     lines = [f"error: {reason}", ""]
     for group in GROUPS:
         lines.append(f"  valid {group}: {', '.join(choices(group))}")
+    # Hydra suggests `+key=...` for an unknown key, which would add the typo (and is refused, see unknown_additions)
+    return "\n".join(ln for ln in "\n".join(lines).splitlines() if not ln.startswith("To append to your config"))
+
+
+def nearest(name: str, valid: list[str]) -> str:
+    """' did you mean X or Y?' for the closest valid names (difflib's ratio), or '' when none is close."""
+    score = {v: difflib.SequenceMatcher(None, name, v).ratio() for v in valid}
+    best = max(score.values(), default=0.0)
+    close = sorted((v for v in valid if score[v] >= max(0.5, best - 0.1)), key=lambda v: -score[v])[:3]
+    return f" did you mean {' or '.join(close)}?" if close else ""
+
+
+def unknown_option(overrides: list[str]) -> str | None:
+    """`experiment=c9`, `policy=wac`: a config group's option that has no file, in one line with the nearest."""
+    for o in _parsed([o for o in overrides if not o.startswith("-")]) or []:
+        group = o.key_or_group.lstrip("+~")
+        value = o.value() if not o.is_delete() else None
+        if (Path(CONFIG_DIR) / group).is_dir() and isinstance(value, str) and value not in choices(group):
+            valid = choices(group)
+            return (f"error: no {group} named '{value}' (configs/{group}/);{nearest(value, valid)} "
+                    f"valid: {', '.join(valid)}")
+    return None
+
+
+def unknown_key(overrides: list[str]) -> str | None:
+    """`n_taks=5`, `policy.nn=3`: a key the config does not have, in one line with the nearest valid keys."""
     experiment = [o for o in overrides if o.startswith("experiment=")][:1]
     with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
         base = compose("config", experiment if _experiment_ok(overrides) else [])
-    parsed = OverridesParser.create().parse_overrides([o for o in overrides if not o.startswith("-")])
-    for o in parsed:
+    for o in _parsed([o for o in overrides if not o.startswith("-")]) or []:
         key = o.key_or_group
         if key.split(".")[0] not in GROUPS or "." in key:
             keys = valid_keys(base, key)
-            if keys and key.rsplit(".", 1)[-1] not in keys:
+            name = key.rsplit(".", 1)[-1]
+            if keys and name not in keys:
                 where = key.rsplit(".", 1)[0] if "." in key else "top level"
-                lines.append(f"  unknown key '{key}'; valid keys at {where}: {', '.join(keys)}")
-    # Hydra suggests `+key=...` for an unknown key, which would add the typo (and is refused, see unknown_additions)
-    return "\n".join(ln for ln in "\n".join(lines).splitlines() if not ln.startswith("To append to your config"))
+                return f"error: unknown key '{key}';{nearest(name, keys)} valid keys at {where}: {', '.join(keys)}"
+    return None
 
 
 def _reason(error: Exception) -> str:
@@ -99,8 +155,8 @@ def unknown_additions(overrides: list[str]) -> str | None:
         head = o.key_or_group.split(".")[0].split("/")[0]
         is_group = (Path(CONFIG_DIR) / o.key_or_group).is_dir()
         if (o.is_add() or o.is_force_add()) and head != "hydra" and not is_group and head not in top:
-            return (f"error: unknown key '{o.key_or_group}' (a '+' override may only add keys the config knows); "
-                    f"valid keys at top level: {', '.join(top)}")
+            return (f"error: unknown key '{o.key_or_group}' (a '+' override may only add keys the config knows);"
+                    f"{nearest(head, top)} valid keys at top level: {', '.join(top)}")
     return None
 
 
@@ -163,7 +219,6 @@ VALUED = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-na
           "--experimental-rerun")
 INFO = ("--info", "-i")
 INFO_TOPICS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
-MULTIRUN = ("-m", "--multirun")
 
 
 def split_flags(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -306,7 +361,10 @@ def cli() -> None:
         sys.exit(2)
     flags, overrides = split_flags(sys.argv[1:])
     sys.argv[1:] = [*flags, *multirun_out_dirs(flags, overrides)]
-    main()  # a single run exits non-zero itself (harness.run: stopped 130, cost cap 3, judge failed 4)
+    try:
+        main()  # a single run exits non-zero itself (harness.run: stopped 130, cost cap 3, judge failed 4)
+    except KeyboardInterrupt:  # a multirun's job stopped outside its episode loop: its worker passed it on
+        raise SystemExit(130) from None
     sys.exit(judge_status())  # a multirun: EXIT_JUDGE when a job's judge did not grade
 
 

@@ -20,6 +20,7 @@ class RunConfig:
     encoding: str = "o200k_base"
     n_workers: int = 1
     concurrency: int = 8
+    executor: str = "auto"  # auto (harness.executors.plan) | ray: the episodes over a Ray cluster (`ray` block)
     progress: bool = True
     out_dir: str = "results"
     rerun_failed: bool = True
@@ -36,6 +37,7 @@ class RunConfig:
     benchmark: Any = None
     browser: Any = None
     budget: Any = None
+    ray: Any = None  # executor=ray: the cluster's address, CPUs per episode, retries of a dead worker's episode
     pricing: Any = None  # price sheet and prompt-cache model the episodes are priced with (harness.pricing)
 
 

@@ -11,7 +11,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness import lifecycle
@@ -20,8 +20,8 @@ from harness.envs.base import NEW_SESSION, STOP, Episode
 from harness.outcome import EpisodeResult, StepRecord
 from harness.policies.base import ContextPolicy, RenderContext, Summarizer, View
 from harness.policies.budget import fit_provenance, fit_to_budget
-from harness.tokens import TokenCounter
-from harness.types import Message, Termination, ToolCall, ToolSpec, Usage
+from harness.tokens import REPLY_PRIMING, TokenCounter
+from harness.types import Message, Provenance, Termination, ToolCall, ToolSpec, Usage
 
 log = logging.getLogger("harness.episode")
 MISMATCH_TOKENS, MISMATCH_FRACTION = 50, 0.10  # API vs local input count: log beyond both
@@ -37,6 +37,40 @@ class Conversation:
     start: int = 0
     n_fixed: int = 2
     session: int = 0
+    index: HistoryIndex = field(default_factory=lambda: HistoryIndex())  # the episode's, shared by its conversations
+    counted: int = 0  # messages of this conversation whose tokens `message_tokens` holds
+    message_tokens: int = 0
+    last_counted: Message | None = None
+    provenance: dict[Provenance, dict[str, Any]] = field(default_factory=dict)  # _provenance_record's entries
+
+    def history_tokens(self, history: list[Message], tokens: TokenCounter, tools: Sequence[ToolSpec]) -> int:
+        """tokens.request(history[start:], tools), counting only the messages appended since the last call: the
+        history is append-only, so a running sum gives the same count without a walk of the whole history."""
+        here = len(history) - self.start
+        if here < self.counted or (self.counted and history[self.start + self.counted - 1] is not self.last_counted):
+            self.counted, self.message_tokens = 0, 0  # not the history this sum was made on: count it all again
+        self.message_tokens += tokens.messages(history[self.start + self.counted:])
+        self.counted, self.last_counted = here, history[-1] if here else None
+        return self.message_tokens + tokens.tools(tools) + REPLY_PRIMING
+
+
+class HistoryIndex:
+    """History position by message identity for `view_refs`, extended as the append-only history grows instead of
+    rebuilt over the whole history at every step."""
+
+    def __init__(self) -> None:
+        self._where: dict[int, int] = {}
+        self._seen: list[Message] = []  # the messages indexed (kept alive, so their ids stay theirs)
+
+    def refs(self, history: Sequence[Message], view: Sequence[Message]) -> list[Any]:
+        n = len(self._seen)
+        if len(history) < n or (n and history[n - 1] is not self._seen[n - 1]):
+            self._where, self._seen, n = {}, [], 0  # another history: index it afresh
+        for i in range(n, len(history)):
+            self._where[id(history[i])] = i
+            self._seen.append(history[i])
+        where = self._where
+        return [where[id(m)] if id(m) in where else m.to_dict() for m in view]
 
 
 @dataclass(frozen=True)
@@ -133,7 +167,7 @@ def _fresh_conversation(history: list[Message], convo: Conversation, prompt: str
     opening = [Message(m.role, m.content, name=m.name) for m in systems] + [Message("user", prompt)]
     if new_policy is None:  # the old policy would see its history restart: never silently
         raise ValueError("a new session needs a fresh policy: run_episode(..., new_policy=...)")
-    fresh = Conversation(new_policy(), len(history), len(opening), convo.session + 1)
+    fresh = Conversation(new_policy(), len(history), len(opening), convo.session + 1, convo.index)
     history.extend(opening)
     return fresh
 
@@ -190,7 +224,9 @@ def _step(episode: Episode, convo: Conversation, model: LLMBackend, tokens: Toke
     view.messages = fit.messages
     tools = _request_tools(policy, ctx.tools)
     policy_time = time.perf_counter() - t0
-    input_tokens = tokens.request(view.messages, tools)
+    # = tokens.request(view.messages, tools), from the compressible part the fit has just counted (one pass fewer)
+    input_tokens = (fit.compressible_tokens + tokens.messages(view.messages[:ctx.n_fixed]) + tokens.tools(tools)
+                    + REPLY_PRIMING)
     reserve = getattr(model, "max_output_tokens", 0)  # output space is reserved, as providers count it
     if input_tokens + reserve > model.context_window:
         raise ContextWindowExceeded(f"the request has {input_tokens} tokens and {reserve} are reserved for output: "
@@ -209,7 +245,7 @@ def _step(episode: Episode, convo: Conversation, model: LLMBackend, tokens: Toke
         log.warning("step %d: API reports %d input tokens, local count %d (model tokenizer or framing differs)",
                     ctx.step, reported, input_tokens)
     steps.append(StepRecord(
-        step=ctx.step, history_tokens=tokens.request(here, ctx.tools), input_tokens=reported,
+        step=ctx.step, history_tokens=convo.history_tokens(history, tokens, ctx.tools), input_tokens=reported,
         local_input_tokens=input_tokens, output_tokens=completion.usage.output_tokens,
         aux_input_tokens=view.aux_usage.input_tokens, aux_output_tokens=view.aux_usage.output_tokens,
         policy_time_s=policy_time,
@@ -220,11 +256,11 @@ def _step(episode: Episode, convo: Conversation, model: LLMBackend, tokens: Toke
         action=",".join(c.name for c in message.tool_calls) or "message", cached=completion.cached,
         cost_usd=completion.cost_usd, aux_cost_usd=view.aux_cost_usd,
         retries=len(completion.info.get("retries", [])), usage_mismatch=mismatch,
-        view=view_refs(history, view.messages), decisions=view.decisions, info=completion.info,
+        view=convo.index.refs(history, view.messages), decisions=view.decisions, info=completion.info,
         cached_input_tokens=completion.usage.cached_input_tokens, reasoning_tokens=completion.usage.reasoning_tokens,
         usage_missing=bool(completion.info.get("usage_missing")), finish_reason=finish, unusable=bad,
         aux_calls=view.aux_calls, aux_time_s=view.aux_time_s, session=convo.session,
-        view_provenance=_provenance_record(view, convo.start)))
+        view_provenance=_provenance_record(view, convo.start, convo.provenance)))
     history.append(message)
     if message.tool_calls:
         history.extend(_tool_result(episode, policy, call) for call in message.tool_calls)
@@ -254,12 +290,23 @@ def _request_tools(policy: ContextPolicy, declared: Sequence[ToolSpec]) -> Seque
     return [*(t for t in declared if t.name not in own), *policy.offered_tools()]
 
 
-def _provenance_record(view: View, start: int) -> list[dict[str, Any]] | None:
+def _provenance_record(view: View, start: int, seen: dict[Provenance, dict[str, Any]] | None = None
+                       ) -> list[dict[str, Any]] | None:
     """The view's provenance as the transcript keeps it, its sources as indices of the episode's whole history
-    (the policy numbers the current conversation's messages from 0), like the step's `view` refs."""
+    (the policy numbers the current conversation's messages from 0), like the step's `view` refs. `seen` (the
+    conversation's) hands back the entry made at an earlier step for an equal provenance: a long view repeats
+    most of its entries every step, and hundreds of new dicts a step made the collector walk every earlier one."""
     if view.provenance is None:
         return None
-    return [{"kind": p.kind, "sources": [start + i for i in p.sources]} for p in view.provenance]
+    if seen is None:
+        seen = {}
+    out = []
+    for p in view.provenance:
+        entry = seen.get(p)
+        if entry is None:
+            entry = seen[p] = {"kind": p.kind, "sources": [start + i for i in p.sources]}
+        out.append(entry)
+    return out
 
 
 def _tool_result(episode: Episode, policy: ContextPolicy, call: ToolCall) -> Message:

@@ -286,8 +286,9 @@ def _ray(cfg: DictConfig, domain: Domain, jobs: list[Job], one: RunOne) -> Itera
     started = not ray.is_initialized()
     if started:
         try:
-            ray.init(address=settings.get("address"), include_dashboard=False, log_to_driver=True,
-                     logging_level="WARNING")
+            address = settings.get("address")  # None: a private local instance (no dashboard)
+            ray.init(address=address, logging_level="WARNING",
+                     **({"include_dashboard": False} if address is None else {}))
         except ConnectionError as exc:
             raise InputError(f"ray.address={settings.get('address')}: no Ray cluster there ({exc})") from None
     try:
@@ -309,7 +310,8 @@ def _ray_drive(ray: Any, cfg: DictConfig, domain: Domain, jobs: list[Job], one: 
                settings: dict[str, Any]) -> Iterator[dict[str, Any]]:
     cpus = float(settings.get("num_cpus", 1))
     slots = max(1, min(len(jobs), int(ray.cluster_resources().get("CPU", 1) / cpus)))
-    yaml = OmegaConf.to_yaml(_share_limits(cfg.copy(), slots), resolve=True)  # one episode per worker process
+    shared = _share_limits(_load(OmegaConf.to_yaml(cfg, resolve=True)), slots)  # a copy: the run's own cfg stays
+    yaml = OmegaConf.to_yaml(shared)
     remote = ray.remote(_ray_episode).options(num_cpus=cpus, max_retries=int(settings.get("max_retries", 3)),
                                               name="harness_episode")
     out_dir = Path(jobs[0][2]) if jobs else Path(cfg.out_dir)
@@ -338,6 +340,10 @@ def _ray_result(ray: Any, ref: Any) -> dict[str, Any]:
         return dict(ray.get(ref))
     except ray.exceptions.RayTaskError as exc:  # the episode raised (not a worker death, which Ray retries)
         raise RuntimeError(f"an episode crashed on the Ray cluster:\n{exc}") from None
+    except ray.exceptions.RayError as exc:  # its worker or node died once more than ray.max_retries allow
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RuntimeError(f"an episode's Ray worker died on every attempt (ray.max_retries): {first}; the "
+                           "resume reruns it") from None
 
 
 def _ray_cancel(ray: Any, refs: list[Any]) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import asdict
+from dataclasses import asdict, fields, is_dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from harness import pricing
 from harness.errors import InputError
 from harness.io import atomic_write
-from harness.outcome import FAILED, EpisodeResult
+from harness.outcome import FAILED, EpisodeResult, StepRecord
 
 # The records' format: every transcript's episode_start says it (`format_version`), every parquet table carries it
 # in its schema metadata (PARQUET_VERSION). Version 1 is the shape since the harness began (transcripts and tables
@@ -103,9 +103,21 @@ def episode_row(meta: dict[str, Any], result: EpisodeResult) -> dict[str, Any]:
 def write_transcript(path: Path, meta: dict[str, Any], result: EpisodeResult) -> None:
     lines = [{"type": "episode_start", **meta, VERSION_KEY: FORMAT_VERSION}]
     lines += [{"type": "message", "index": i, "message": m.to_dict()} for i, m in enumerate(result.history)]
-    lines += [{"type": "step", **asdict(step)} for step in result.steps]
+    # The step's fields as asdict gives them, without its deep copy of every view (a third of the transcript's
+    # CPU on a long episode); a dataclass nested in a field is still written as asdict writes it (_as_json).
+    lines += [{"type": "step", **{name: getattr(step, name) for name in STEP_FIELDS}} for step in result.steps]
     lines.append({"type": "episode_end", **episode_row(meta, result)})
-    atomic_write(path, "".join(json.dumps(line, default=str) + "\n" for line in lines))
+    atomic_write(path, "".join(json.dumps(line, default=_as_json) + "\n" for line in lines))
+
+
+STEP_FIELDS = tuple(f.name for f in fields(StepRecord))
+
+
+def _as_json(value: Any) -> Any:
+    """json.dumps' fallback for a transcript: a dataclass as its asdict, anything else as its str (as always)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    return str(value)
 
 
 def replace_episode_end(path: Path, records: list[dict[str, Any]], end: dict[str, Any]) -> None:
@@ -222,8 +234,12 @@ def write_parquet(frame: pd.DataFrame, path: Path) -> None:
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                            PARQUET_VERSION: str(FORMAT_VERSION).encode()})
     tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
+    try:
+        pq.write_table(table, tmp)
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves the previous table whole and no half file behind
+        raise
 
 
 def _flat_step(r: dict[str, Any]) -> dict[str, Any]:

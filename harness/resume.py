@@ -40,8 +40,8 @@ def pending(cfg: DictConfig, domain: Domain, out_dir: Path, print_: str | None =
 
 
 # Settings that change no episode's outcome: a resumed run may differ in these and nothing else.
-NEUTRAL = ("out_dir", "progress", "n_workers", "concurrency", "n_tasks", "n_runs", "rerun_failed", "dry_run",
-           "max_cost_usd", "preflight", "pricing",  # pricing: how the episodes are priced (harness.pricing)
+NEUTRAL = ("out_dir", "progress", "n_workers", "concurrency", "executor", "ray", "n_tasks", "n_runs", "rerun_failed",
+           "dry_run", "max_cost_usd", "preflight", "pricing",  # pricing: how the episodes are priced (harness.pricing)
            "judge", "benchmark", "browser")  # these reach episodes only through the env block, which carries them
 
 

@@ -181,6 +181,8 @@ def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
         (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         manifest.begin(out_dir, cfg, print_, [t.task_id for t in domain.tasks], **manifest.domain_record(domain))
         how = plan(cfg, jobs, bool(backends))
+        if jobs:
+            _share_models(cfg, how)
         lifecycle.METER.reset(cfg.max_cost_usd, spent(out_dir, print_), ledger=out_dir / SPENT)
         if jobs and lifecycle.METER.cap is not None and lifecycle.METER.spent >= lifecycle.METER.cap:
             lifecycle.request_stop(f"max_cost_usd={cfg.max_cost_usd:g} was already reached by this out_dir")
@@ -197,6 +199,17 @@ def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
                 lifecycle.stopping() or sys.exc_info()[0] is not None))
     return _conclude(out_dir, episodes, Session(written(out_dir, print_, before), time.monotonic() - started),
                      unfinished, verbose)
+
+
+def _share_models(cfg: DictConfig, how: str) -> None:
+    """A model the policy keeps once per process (WAAC's local MiniLM embedder) is loaded here, before the episodes'
+    worker processes fork, so that the run loads it once and they share it (harness.waac.embeddings)."""
+    if how not in ("processes", "hybrid"):
+        return  # one process (serial, threads): loaded there on first use; Ray's workers load their own
+    policy = build_policy(cfg)
+    share = getattr(getattr(policy, "embedder", None), "share_with_workers", None)
+    if callable(share) and getattr(policy, "use_library", False):  # without the library nothing is embedded
+        share()
 
 
 def _regrade(cfg: DictConfig, domain: Domain, out_dir: Path, print_: str, verbose: bool) -> int:
@@ -348,5 +361,9 @@ def judge_status() -> int:
 
 
 if __name__ == "__main__":
-    main()
-    sys.exit(judge_status())
+    # the task as harness.run's own function, not __main__'s: a sweep's joblib workers unpickle it by reference
+    # (pickled by value from __main__, it would drag the module's locks and caches along and fail)
+    from harness import run as _module
+
+    _module.main()
+    sys.exit(_module.judge_status())

@@ -17,10 +17,12 @@ Jobs run in parallel through Hydra's joblib launcher; add `hydra/launcher=ray` (
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -60,12 +62,49 @@ def missing_launcher(args: list[str]) -> str | None:
             "installed: run `make setup-ray` (make sweep ARGS='hydra/launcher=ray ...' installs them itself)")
 
 
+# Python's and loky's resource trackers warn at exit about the semaphores of a pool stopped by a signal, which they
+# then clean up themselves: nothing is lost, and the warning (5 lines per tracker) would bury the resume command
+LEAK_WARNINGS = "ignore:resource_tracker:UserWarning"
+
+
 def multirun(sweep: str, sweep_dir: Path, args: list[str]) -> None:
     given = {a.split("=", 1)[0] for a in args}
     base = [b for b in BASE[sweep] if b.split("=", 1)[0] not in given]  # ARGS win (e.g. model=openai)
-    cmd = [sys.executable, "-m", "harness.run", "-m", *base, f"+sweep={sweep}", *joblib_jobs(sweep, args),
+    cmd = [sys.executable, "-m", "harness.cli", "-m", *base, f"+sweep={sweep}", *joblib_jobs(sweep, args),
            f"hydra.sweep.dir={sweep_dir}", *[a for a in args if not a.startswith("hydra.sweep.dir=")]]
-    subprocess.run(cmd, cwd=ROOT, check=True, preexec_fn=_with_us())
+    run_child(cmd)
+
+
+class Stopped(Exception):
+    """The sweep's child process ended after a Ctrl-C or SIGTERM (its jobs stopped and kept their transcripts)."""
+
+
+def run_child(cmd: list[str], **kwargs: Any) -> None:
+    """Run one child (a multirun, or the budget sweep's Vanilla run) in its own process group, passing on each
+    SIGINT or SIGTERM this process gets to that group, as a terminal's Ctrl-C would, and waiting for it to stop:
+    the jobs stop cleanly, and the wrapper neither dies first (which used to leave a KeyboardInterrupt traceback,
+    the children killed mid-stop and joblib's leaked-semaphore warnings) nor passes a second copy of the
+    terminal's signal. Raises Stopped after a signal, CalledProcessError for any other failure."""
+    given = os.environ.get("PYTHONWARNINGS")
+    env = {**os.environ, "PYTHONWARNINGS": f"{given},{LEAK_WARNINGS}" if given else LEAK_WARNINGS}
+    proc = subprocess.Popen(cmd, cwd=ROOT, process_group=0, preexec_fn=_with_us(), env=env, **kwargs)
+    got: list[str] = []
+
+    def forward(signum: int, frame: Any) -> None:
+        got.append(signal.Signals(signum).name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = proc.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if got:
+        raise Stopped(f"{got[0]} received")
+    if code:
+        raise subprocess.CalledProcessError(code, cmd)
 
 
 def joblib_jobs(sweep: str, args: list[str]) -> list[str]:
@@ -89,7 +128,7 @@ def vanilla_reference(sweep_dir: Path, args: list[str]) -> int:
     experiment = next((a for a in args if a.startswith("experiment=")), "experiment=c2")
     rest = [a for a in args if not a.startswith("experiment=")]
     cmd = [sys.executable, "-m", "harness.cli", experiment, f"out_dir={out}", "progress=false", *rest]
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, preexec_fn=_with_us())
+    run_child(cmd, stdout=subprocess.DEVNULL)
     return read_reference(out)
 
 
@@ -104,6 +143,57 @@ def main(argv: list[str] | None = None) -> Path:
     given = [a.split("=", 1)[1] for a in args if a.startswith("hydra.sweep.dir=")]
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     sweep_dir = Path(given[-1]) if given else ROOT / "results" / "sweeps" / sweep / stamp
+    try:
+        return _sweep(sweep, sweep_dir, args)
+    except (Stopped, KeyboardInterrupt) as exc:  # (a KeyboardInterrupt: a signal outside a child, e.g. at start)
+        why = str(exc) if isinstance(exc, Stopped) else "SIGINT received"
+        print(f"\nStopped ({why}): every whole transcript is kept. To finish the sweep:\n  "
+              f"{resume_command(sweep, sweep_dir, args)}", file=sys.stderr)
+        raise SystemExit(130) from None
+    except subprocess.CalledProcessError as exc:
+        sys.exit(f"error: the {sweep} sweep stopped (exit status {exc.returncode}; the reason is above); finished "
+                 f"episodes are kept, and once it is fixed this resumes it: {resume_command(sweep, sweep_dir, args)}")
+
+
+def resume_command(sweep: str, sweep_dir: Path, args: list[str]) -> str:
+    """The `make sweep` command that resumes this sweep: the same ARGS into the same folder (every job gets its
+    number and folder again, and reruns only its missing or damaged episodes)."""
+    again = [*(a for a in args if not a.startswith("hydra.sweep.dir=")), f"hydra.sweep.dir={sweep_dir}"]
+    return f"make sweep SWEEP={sweep} ARGS={shlex.quote(' '.join(again))}"
+
+
+# Methods whose every new step runs a model on the CPU (docs/speed.md, `make bench`): LLMLingua-1 compresses with
+# a local model, 8-13 s per new step on 2 cores, so one expense episode takes many minutes and a sweep hours
+SLOW = {"llmlingua": "LLMLingua-1 compresses with a local model, 8-13 s per new step on 2 CPU cores (docs/speed.md)"}
+
+
+def swept(sweep: str, args: list[str]) -> dict[str, list[str]]:
+    """The values each swept key takes: the sweep config's `hydra.sweeper.params`, with ARGS naming the same key
+    in their place (Hydra's command line wins, so `experiment=c2,waac` narrows SWEEP=methods to two jobs)."""
+    config = yaml.safe_load((ROOT / "configs" / "sweep" / f"{sweep}.yaml").read_text())
+    params = {k: str(v).split(",") for k, v in (config["hydra"]["sweeper"].get("params") or {}).items()}
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if value and (key in params or key in ("experiment", "policy")):
+            params[key] = value.split(",")
+    return params
+
+
+def slow_note(sweep: str, args: list[str]) -> str | None:
+    """One line when the sweep runs a slow method, with the same sweep narrowed to the others."""
+    for key, values in swept(sweep, args).items():
+        slow = [v for v in values if v in SLOW and key in ("experiment", "policy")]
+        if slow:
+            rest = ",".join(v for v in values if v not in SLOW)
+            return (f"note: this sweep runs {', '.join(slow)} ({'; '.join(SLOW[v] for v in slow)}), which takes "
+                    f"hours without a GPU; to leave it out: make sweep SWEEP={sweep} ARGS='{key}={rest} ...'")
+    return None
+
+
+def _sweep(sweep: str, sweep_dir: Path, args: list[str]) -> Path:
+    note = slow_note(sweep, args)
+    if note:
+        print(note, flush=True)
     if sweep == "budget":
         swept = ("hydra", "policy=", "budget.fraction=")  # Vanilla's reference run takes none of the swept keys
         ref = vanilla_reference(sweep_dir, [a for a in args if not a.startswith(swept)])
@@ -193,12 +283,11 @@ def _run_axis(sweep_dir: Path, key: str, overrides: list[str], args: list[str]) 
     """One axis's multirun; when it stops (Ctrl-C, a failed job) one line says how to resume the whole sweep."""
     try:
         multirun("sim_sensitivity", sweep_dir / key, overrides)
-    except (subprocess.CalledProcessError, KeyboardInterrupt) as exc:
-        again = " ".join([*(a for a in args if not a.startswith("hydra.sweep.dir=")), f"hydra.sweep.dir={sweep_dir}"])
-        why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"exit status {exc.returncode}"
-        sys.exit(f"error: the sim_sensitivity multirun of {key} stopped ({why}); finished episodes are kept, and "
-                 f"(once any error above is fixed) this resumes the sweep: make sweep SWEEP=sim_sensitivity "
-                 f"ARGS={shlex.quote(again)}")
+    except (subprocess.CalledProcessError, Stopped, KeyboardInterrupt) as exc:
+        why = f"exit status {exc.returncode}" if isinstance(exc, subprocess.CalledProcessError) else "interrupted"
+        sys.exit(f"error: the sim_sensitivity multirun of {key} stopped ({why}); finished "
+                 f"episodes are kept, and (once any error above is fixed) this resumes the sweep: "
+                 f"{resume_command('sim_sensitivity', sweep_dir, args)}")
 
 
 if __name__ == "__main__":

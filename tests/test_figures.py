@@ -26,7 +26,7 @@ from matplotlib.container import ErrorbarContainer
 from nbclient import NotebookClient
 
 from harness.report import names, odysseys_plots, plots, reader
-from harness.report.stats import mean_ci
+from harness.report.stats import bootstrap_ci, mean_ci, wilson
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "reproduce.ipynb"
@@ -64,6 +64,12 @@ def half_widths(container: Any) -> list[float]:
     """The drawn y error bars' half-widths (one vertical segment per point; x bars, if any, are horizontal)."""
     segments = [s for bars in container.lines[2] for s in bars.get_segments() if s[0][0] == s[1][0]]
     return [round((s[1][1] - s[0][1]) / 2, 6) for s in segments]
+
+
+def y_ends(container: Any) -> list[tuple[float, float]]:
+    """The drawn y error bars' (bottom, top), one vertical segment per point."""
+    segments = [s for bars in container.lines[2] for s in bars.get_segments() if s[0][0] == s[1][0]]
+    return [(round(s[0][1], 6), round(s[1][1], 6)) for s in segments]
 
 
 def episodes_frame() -> pd.DataFrame:
@@ -106,10 +112,11 @@ def test_completion_vs_tokens_names_colours_and_ci_from_names_and_stats() -> Non
     assert legend(ax) == [f"{names.display('c2')} (n=3 runs)", f"{names.display('c3')} (n=3 runs)"]
     assert legend(ax)[0].startswith("C2 (full history)") and "FullHistory" not in " ".join(legend(ax))
     assert colours(ax) == [to_rgba(names.colour("c2")), to_rgba(names.colour("c3"))]
-    # c2's completion per run is 100, 50, 100 %: mean 83.3, half-width from stats.mean_ci
+    # c2's completion per run is 100, 50, 100 %: mean 83.3; the bar is Wilson's over its 6 episodes (5 completed),
+    # inside 0-100% where the t interval over 3 runs (83.3 ± 71.7) is not (issue 27)
     assert ys(found[0].lines[0])[0] == pytest.approx(250 / 3)
-    assert half_widths(found[0]) == [round(mean_ci([100.0, 50.0, 100.0])[1], 6)]
-    assert half_widths(found[1]) == [0.0]  # c3 completes everything: no spread
+    assert y_ends(found[0]) == [tuple(round(100 * b, 6) for b in wilson(5, 6))]
+    assert y_ends(found[1])[0][1] == 100.0  # c3 completes everything: Wilson's interval ends at 100%
 
 
 def budget_sweep() -> pd.DataFrame:
@@ -131,8 +138,8 @@ def test_completion_vs_budget_has_a_tokens_panel_with_ci_bars_and_n() -> None:
         assert colours(ax) == [to_rgba(names.colour("c2")), to_rgba(names.colour("c3"))]
     tokens = bars(right)[0]  # FullHistory: per-run tokens 2 x 1000 x (run + 1) x tier
     assert ys(tokens.lines[0]) == pytest.approx([4000 * 0.5, 4000 * 1.0])  # tiers 50, 100 (x sorted)
-    assert half_widths(tokens) == [round(mean_ci([1000.0, 2000.0, 3000.0])[1], 6),
-                                   round(mean_ci([2000.0, 4000.0, 6000.0])[1], 6)]
+    assert y_ends(tokens) == [tuple(round(b, 6) for b in bootstrap_ci([1000.0, 2000.0, 3000.0])),
+                              tuple(round(b, 6) for b in bootstrap_ci([2000.0, 4000.0, 6000.0]))]
 
 
 def test_a_single_run_says_it_has_no_ci() -> None:

@@ -9,14 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from _endpoint import RecordingEndpoint
 from _support import CONFIG_DIR
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from harness import lifecycle
+from harness import lifecycle, records
 from harness.config import register
 from harness.errors import InputError
 from harness.records import build_tables, read_transcript
@@ -110,14 +109,15 @@ def test_episodes_parquet_is_replaced_atomically(tmp_path: Path, monkeypatch: py
     run(config(tmp_path))
     before = (tmp_path / "episodes.parquet").read_bytes()
 
-    def half_written(self: pd.DataFrame, target: Path, **kwargs: object) -> None:
+    def half_written(table: object, target: Path, **kwargs: object) -> None:
         Path(target).write_bytes(b"PAR1 half")
         raise OSError("disk full")
 
-    monkeypatch.setattr(pd.DataFrame, "to_parquet", half_written)
+    monkeypatch.setattr(records.pq, "write_table", half_written)  # harness.records.write_parquet's writer
     with pytest.raises(OSError):
         build_tables(tmp_path)
     assert (tmp_path / "episodes.parquet").read_bytes() == before
+    assert not list(tmp_path.glob(".*.tmp"))  # the half-written file is not left behind
 
 
 def test_one_live_run_per_out_dir(tmp_path: Path) -> None:

@@ -96,7 +96,7 @@ def test_paired_table_on_the_fixture_is_the_hand_computed_one() -> None:
     assert "NOTE: no Cost without caching (USD, price sheet) row for any comparison: the episodes have no " \
         "cost_usd_no_cache column (recorded before it existed)" in notes
     assert "NOTE: no Cost as billed (USD) row for any comparison: a simulated agent is billed nothing (see the " \
-        "price-sheet rows)" in notes  # the fixture's runs are simulated: nothing was billed  # H7's column is optional: the row is left out, said once
+        "price-sheet rows)" in notes  # simulated runs: nothing billed
 
 
 def test_unequal_task_sets_are_matched_on_their_intersection_and_say_so() -> None:

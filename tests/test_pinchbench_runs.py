@@ -124,6 +124,12 @@ def test_a_new_session_is_a_fresh_conversation_over_the_same_workspace(tmp_path:
     assert len(made) == 1 and result.termination.value == "user_stop"
     assert model.seen[4][-1].content == "x"  # the file written in session 1 is read in session 3
     assert [s.session for s in result.steps] == [0, 0, 0, 1, 1]
+    start = next(i for i, m in enumerate(result.history) if m is fresh[0])  # the new session's first message
+    for s, seen in zip(result.steps, model.seen, strict=True):  # running counts and indices, as a walk gives them
+        first = start if s.session else 0
+        assert s.history_tokens == TokenCounter().request(result.history[first:first + s.n_history_messages],
+                                                          episode.env.tools())
+        assert [result.history[i] for i in s.view] == list(seen)
 
 
 def test_a_rerun_starts_from_a_fresh_workspace(tmp_path: Path) -> None:

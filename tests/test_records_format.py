@@ -202,3 +202,19 @@ def test_a_table_written_by_the_records_equals_pandas_own(tmp_path: Path) -> Non
     frame.to_parquet(tmp_path / "plain.parquet", index=False)
     ours, plain = pq.read_table(tmp_path / "steps.parquet"), pq.read_table(tmp_path / "plain.parquet")
     assert ours.equals(plain) and isinstance(ours, pa.Table)
+
+
+def test_a_step_is_written_exactly_as_asdict_wrote_it(tmp_path: Path) -> None:
+    """The transcript writes a step's fields without asdict's deep copy: the line is the same, byte for byte,
+    nested dataclasses, tuples and objects written by their str included."""
+    t = task(0)
+    episode: Any = ExpenseDomain().episode(t, None)
+    result = run_episode(episode, FullHistory(), ScriptedModel([say("Done.")]), TokenCounter(), 5)
+    step = result.steps[0]
+    step.info |= {"nested": Provenance("kept", (1, 2)), "pair": (1, [2, {"k": Path("x")}])}
+    step.view_provenance = [{"kind": "kept", "sources": [0]}] * 2  # one entry object shared, as the loop shares them
+    path = transcript_path(tmp_path, t.task_id, 0)
+    write_transcript(path, {**META, "task_id": t.task_id}, result)
+    lines = path.read_text().splitlines()
+    written = [line for line in lines if json.loads(line)["type"] == "step"]
+    assert written == [json.dumps({"type": "step", **dataclasses.asdict(s)}, default=str) for s in result.steps]

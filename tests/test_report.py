@@ -146,19 +146,54 @@ def _md(out: Path, name: str = "expense_c1_c4") -> str:
     return (out / f"{name}.md").read_text()
 
 
-def test_newest_complete_run_wins_and_a_different_task_set_is_flagged(tmp_path: Path) -> None:
-    """A newer complete smoke run of C3 (3 other tasks, 1 run) is used, but every output says the columns differ."""
+def test_a_newer_run_of_another_size_does_not_replace_the_size_the_columns_share(tmp_path: Path,
+                                                                                capsys: pytest.CaptureFixture) -> None:
+    """Issue 27 §2: a newer complete 3 x 1 smoke run of C3 beside 2 x 2 runs of C1-C4: every report keeps C3's
+    2 x 2 run (no warning); once it is C3's only run it is used, and the table, the figure and the console warn."""
+    root = _results(tmp_path)
+    full = root / "c3" / "2026-01-01_00-00-00"
+    smoke = _newer(root, "c3", _smoke("c3"))
+    assert runs.select(root)["c3"].path == full and expense_tables.find_runs(root)["c3"] == full
+    tables.main(["--results", str(root), "--out", str(tmp_path / "t")])
+    plots.main(["--results", str(root), "--out", str(tmp_path / "f")])
+    assert "WARNING" not in _md(tmp_path / "t") and "WARNING" not in capsys.readouterr().err
+    shutil.rmtree(full)  # now the smoke run is C3's only complete run
+    assert runs.select(root)["c3"].path == smoke
+    tables.main(["--results", str(root), "--out", str(tmp_path / "u")])
+    plots.main(["--results", str(root), "--out", str(tmp_path / "g")])
+    size = "WARNING: the columns differ in size, tasks x runs (c1, c2, c4: 2 x 2; c3: 3 x 1)"
+    err = capsys.readouterr().err
+    assert size in _md(tmp_path / "u") and f"expense_c1_c4: {size}" in err and f"completion_vs_tokens: {size}" in err
+
+
+def test_newer_equal_size_runs_win_and_the_biggest_shared_size_breaks_a_tie(tmp_path: Path) -> None:
+    """The newest run of the shared size wins; with as many columns at each of two sizes, the larger one."""
+    root = _results(tmp_path)
+    newer = _newer(root, "c2", episodes("c2"), n_runs=2)  # the fixture's size (2 x 2), newer
+    assert runs.select(root)["c2"].path == newer
+    for name in ("c1", "c2"):  # c1, c2: 2 x 2 and 3 x 1; c3, c4: 2 x 2 only -> 2 x 2
+        _newer(root, name, _smoke(name), "2026-03-01_00-00-00")
+    assert {n: runs.size(r) for n, r in runs.select(root).items()} == dict.fromkeys(("c1", "c2", "c3", "c4"), (2, 2))
+    for name in ("c3", "c4"):  # every column has both sizes: a tie, the larger (2 x 2 = 4 episodes) wins
+        _newer(root, name, _smoke(name), "2026-03-01_00-00-00")
+    assert {runs.size(r) for r in runs.select(root).values()} == {(2, 2)}
+    for name in ("c1", "c2", "c3"):  # a newer, larger 10 x 1 run in three columns: fewer columns share it
+        _newer(root, name, _smoke(name, 10), "2026-04-01_00-00-00")
+    assert {runs.size(r) for r in runs.select(root).values()} == {(2, 2)}
+
+
+def test_a_pinned_run_of_another_size_is_used_and_every_output_says_the_columns_differ(tmp_path: Path) -> None:
+    """`--run c3=<smoke run>` (3 other tasks, 1 run) is used, but every output says the columns differ."""
     root = _results(tmp_path)
     smoke = _newer(root, "c3", _smoke("c3"))
-    assert runs.select(root)["c3"].path == smoke and runs.select(root)["c3"].status == "complete"
-    tables.main(["--results", str(root), "--out", str(tmp_path / "t")])
+    tables.main(["--results", str(root), "--out", str(tmp_path / "t"), "--run", f"c3={smoke}"])
     md = _md(tmp_path / "t")
     warning = "WARNING: the columns do not share the same task set (c1, c2, c4: 2 tasks"
     assert warning in md and "c3: 3 tasks" in md
     assert "WARNING: the columns do not share the same runs per task (c1, c2, c4: 2; c3: 1)" in md
     assert "c3/2026-02-01_00-00-00" in md and "c2/2026-01-01_00-00-00" in md  # the Run row names each folder
     csv = pd.read_csv(tmp_path / "t" / "expense_c1_c4.csv", index_col=0)
-    assert csv.index[0] == "WARNING" and csv.iloc[0, 0].startswith(warning)
+    assert csv.index[1] == "WARNING" and csv.iloc[1, 0].startswith(warning)  # after the size line
     assert csv.loc["Run", "C3 ours"] == "c3/2026-02-01_00-00-00"
     tex = (tmp_path / "t" / "expense_c1_c4.tex").read_text()
     assert r"\caption{" in tex and "WARNING: the columns do not share the same task set" in tex

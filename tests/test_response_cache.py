@@ -184,3 +184,20 @@ def test_retries_are_replayed_from_the_cache_after_a_kill(tmp_path: Path) -> Non
         assert s.requests == 1  # the two 503s never reached the sim; the replay sent nothing
     assert replay.cached and replay.cost_usd == 0
     assert [r["error"] for r in replay.info["retries"]] == ["InternalServerError", "InternalServerError"]
+
+
+def test_the_key_is_computed_only_when_a_cache_is_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key is a canonical JSON dump and a SHA-256 of the whole request: with no cache it is never computed."""
+    import harness.backends.openai_compat as compat
+
+    calls: list[object] = []
+    real = compat.cache_key
+    monkeypatch.setattr(compat, "cache_key", lambda payload: calls.append(payload) or real(payload))
+    with SimServer() as s:
+        off = OpenAICompatible(model="sim-served", base_url=s.base_url, api_key_env=None, cache_dir=None)
+        assert not off.generate(MESSAGES, []).cached
+        assert calls == [] and s.requests == 1
+        on = model(s.base_url, tmp_path)
+        on.generate(MESSAGES, [])
+        assert len(calls) == 1 and len(entries(tmp_path)) == 1  # keyed once: looked up, then stored
+        assert on.generate(MESSAGES, []).cached and len(calls) == 2 and s.requests == 2

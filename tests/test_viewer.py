@@ -143,8 +143,9 @@ def test_data_round_trips(fake: Path) -> None:
     assert [r["id"] for r in index["runs"]] == ["c3", "waac"]
     for run in index["runs"]:
         want = FAKES[run["id"]]
-        assert {k: v for k, v in run.items() if k not in ("stats", "episodes")} == \
+        assert {k: v for k, v in run.items() if k not in ("stats", "episodes", "reported")} == \
             {k: v for k, v in want.items() if k != "episodes"}
+        assert run["reported"] is False  # no manifest: not complete, so no report uses it (test_report_runs.py)
         for summary, original in zip(run["episodes"], want["episodes"], strict=True):
             assert {k: v for k, v in summary.items() if k != "blob"} == original
             assert view.unpack_episode(blobs[summary["blob"]]) == \

@@ -28,6 +28,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import logging
 import math
@@ -45,7 +47,7 @@ from openai.types.chat import ChatCompletion
 from harness import lifecycle
 from harness.backends.base import ContextWindowExceeded, InfraError
 from harness.backends.cache import ResponseCache, cache_key, completion_problem
-from harness.backends.ratelimit import shared_limiter
+from harness.backends.ratelimit import held_slot, shared_gate, shared_limiter
 from harness.errors import InputError
 from harness.tokens import TokenCounter, image_tokens
 from harness.types import Completion, ImagePart, Message, ToolCall, ToolSpec, Usage, image_caption
@@ -102,19 +104,25 @@ def image_part(image: ImagePart) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": image.data_url, "detail": "high"}}
 
 
-def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+def to_openai_messages(messages: Sequence[Message], convert: Callable[[Message], dict[str, Any]] = to_openai
+                       ) -> list[dict[str, Any]]:
     """The chat messages. A tool message takes text only in the chat format, so each tool result's images follow
     the turn's tool results as a user message of their own: `image_caption`, then the image parts."""
     out: list[dict[str, Any]] = []
     carried: list[dict[str, Any]] = []
     for m in messages:
-        if m.role != "tool":
-            out, carried = out + carried, []
-        out.append(to_openai(m))
+        if m.role != "tool" and carried:  # extended in place: a new list per message was quadratic in the history
+            out.extend(carried)
+            carried = []
+        out.append(convert(m))
         if m.role == "tool" and m.images:
             carried.append({"role": "user", "content": [{"type": "text", "text": image_caption(m)},
                                                         *map(image_part, m.images)]})
     return out + carried
+
+
+_dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"), allow_nan=False)  # as the SDK's
+WIRE_CACHE_LIMIT = 100_000  # messages whose request JSON a backend keeps (one backend per episode)
 
 
 def is_context_overflow(exc: openai.APIStatusError) -> bool:
@@ -180,10 +188,16 @@ class OpenAICompatible:
         self.cache = ResponseCache(self.cache_dir) if self.cache_dir else None
         self.limiter = shared_limiter((self.base_url, self.model), self.rate_limit.get("rpm"),
                                       self.rate_limit.get("tpm"), float(self.rate_limit.get("burst", 1.0)))
+        self.gate = shared_gate((self.base_url, self.model), self.rate_limit)  # calls in flight: AIMD on 429/503
         self.tokens = TokenCounter(self.encoding)
         self.rng = random.Random(self.seed)
         self._client: openai.OpenAI | None = None
         self._seen_ids: set[str] = set()
+        # Each history message's chat dict and its JSON, made once per episode rather than at every call: a long
+        # history's request was ~600 new dicts and 1.6 MB of fresh JSON per call. The dicts are shared by the calls'
+        # bodies: never edit one in place (generate_with_images replaces the one it changes).
+        self._wire: dict[int, tuple[Message, dict[str, Any]]] = {}
+        self._json: dict[int, tuple[dict[str, Any], str]] = {}
 
     def _api_key(self) -> str:
         if self.api_key_env is None:
@@ -209,7 +223,7 @@ class OpenAICompatible:
         if not self.multimodal and any(m.images for m in messages):  # the domain refuses this config before a run
             raise InputError(f"{self.name}: the request carries images (browser.observation=screenshot|both) but "
                              "the model is not multimodal (model.multimodal=true)")
-        body: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(messages),
+        body: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(messages, self._wire_message),
                                 self.max_tokens_param: self.max_output_tokens}
         for key in ("temperature", "top_p"):
             if getattr(self, key) is not None:
@@ -220,6 +234,40 @@ class OpenAICompatible:
         if self.send_seed:
             body["seed"] = self.seed
         return body
+
+    def _wire_message(self, m: Message) -> dict[str, Any]:
+        """to_openai(m), made once per message object, with its JSON (see _wire)."""
+        hit = self._wire.get(id(m))
+        if hit is not None and hit[0] is m:  # the entry holds the message, so its id is still its own
+            return hit[1]
+        out = to_openai(m)
+        if len(self._wire) > WIRE_CACHE_LIMIT:
+            self._wire.clear()
+            self._json.clear()
+        self._wire[id(m)] = (m, out)
+        with contextlib.suppress(TypeError, ValueError):  # not plain JSON: serialized by the SDK (encode_body)
+            self._json[id(out)] = (out, _dumps(out))
+        return out
+
+    def encode_body(self, payload: dict[str, Any]) -> bytes | dict[str, Any]:
+        """The request body as the bytes the SDK would send (its json.dumps settings, compact, UTF-8), assembled
+        from each message's JSON made once (_wire) instead of serializing the whole history at every call. A body
+        plain JSON cannot say exactly (a non-string key, NaN, an object) is returned as is, for the SDK's encoder."""
+        try:
+            parts = []
+            for key, value in payload.items():
+                if not isinstance(key, str):
+                    return payload
+                if key == "messages" and isinstance(value, list):
+                    known = self._json
+                    inner = ",".join(hit[1] if (hit := known.get(id(d))) is not None and hit[0] is d else _dumps(d)
+                                     for d in value)
+                    parts.append(f"{_dumps(key)}:[{inner}]")
+                else:
+                    parts.append(f"{_dumps(key)}:{_dumps(value)}")
+        except (TypeError, ValueError):
+            return payload
+        return ("{" + ",".join(parts) + "}").encode()
 
     def preflight(self) -> str:
         """Before a run's first episode: the key is set and the endpoint answers one cheap request (GET /models; a
@@ -284,14 +332,16 @@ class OpenAICompatible:
         if not self.multimodal:
             raise ValueError(f"{self.name}: images need a multimodal model (model.multimodal=true)")
         body = self.request(messages, ())
-        last = body["messages"][-1]
+        last = body["messages"][-1] = dict(body["messages"][-1])  # a copy: the original is shared (_wire)
         last["content"] = [{"type": "text", "text": last["content"]}] + [
             {"type": "image_url", "image_url": {"url": image.data_url, "detail": "high"}} for image in images]
         return self._generate(body, self.tokens.request(messages) + sum(map(_image_tokens, images)))
 
     def _generate(self, body: dict[str, Any], local_input: int) -> Completion:
-        key = self.cache_key(body)
-        if self.cache is not None and (hit := self.cache.get(key)) is not None:
+        # Keyed only with a cache on: the key is a canonical JSON dump and SHA-256 of the whole request (~4 ms, a
+        # third of the client's time per call on a 400k-token history), waste when nothing is stored.
+        key = self.cache_key(body) if self.cache is not None else None
+        if self.cache is not None and key is not None and (hit := self.cache.get(key)) is not None:
             return self._completion(hit, cached=True, retries=_replayed_retries(hit),
                                     seconds=float(hit.get("_harness_latency_s", 0.0)), local_input_tokens=local_input)
         max_output = self.output_limit(body)
@@ -306,7 +356,8 @@ class OpenAICompatible:
             lifecycle.check()  # a stopping run sends no new request
             self.limiter.acquire(estimate)
             lifecycle.check()  # acquiring may have slept while the run was told to stop
-            return self._call(body)
+            with held_slot(self.gate, lifecycle.check):  # a 429/503 cuts the calls in flight, successes restore them
+                return self._call(body)
 
         try:
             raw = self._with_retries(attempt, retries)
@@ -316,7 +367,7 @@ class OpenAICompatible:
             cost = completion.cost_usd
         finally:  # a failed call (refused, retries exhausted, stopped) costs nothing: its reservation is released
             lifecycle.METER.settle(held, cost)
-        if self.cache is not None:  # with the measured latency and the retries, so a replay reports the same
+        if self.cache is not None and key is not None:  # with the latency and the retries: a replay reports the same
             self.cache.put(key, {**raw, "_harness_latency_s": seconds, RETRIES_FIELD: retries})
         return completion
 
@@ -335,7 +386,7 @@ class OpenAICompatible:
         try:
             # The raw POST skips the SDK's recursive TypedDict transform of `messages` (~12 ms per call on a
             # long history); errors, retries-after headers and parsing are the SDK's own.
-            response = self.client().post("/chat/completions", body={**body, **self.extra_body},
+            response = self.client().post("/chat/completions", body=self.encode_body({**body, **self.extra_body}),
                                           cast_to=ChatCompletion)
         except openai.APIStatusError as exc:
             # `from None` here and below: the SDK's exception quotes the server's raw text, key included, and a

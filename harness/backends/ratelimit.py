@@ -1,4 +1,5 @@
-"""Request-per-minute and token-per-minute limits shared by every episode of a process (token buckets).
+"""Request-per-minute and token-per-minute limits shared by every episode of a process (token buckets), and the
+adaptive number of calls in flight per endpoint (AdaptiveConcurrency: additive increase, multiplicative decrease).
 
 Each bucket refills at the per-second rate (rpm / 60, tpm / 60) and holds at most `burst` seconds' worth, starting
 full at that capacity. A bucket the size of a whole minute let a run fire most of its minute's quota in its first
@@ -7,14 +8,18 @@ second (224 requests at rpm=600), which providers count against shorter windows 
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 # A wait this short is rounding: after sleeping exactly the computed wait, the refill can fall short by an ulp,
 # and a clock that did not move (a coarse or fake clock) would then spin on ever tinier waits.
 _EPSILON_S = 1e-9
+log = logging.getLogger("harness.backends")
 
 
 class RateLimiter:
@@ -84,3 +89,106 @@ def shared_limiter(key: tuple[str, str], rpm: float | None, tpm: float | None, b
         if key not in _SHARED:
             _SHARED[key] = RateLimiter(rpm, tpm, burst)
         return _SHARED[key]
+
+
+OVERLOADED = (429, 503)  # the endpoint says "too many" (rate limit) or "overloaded": fewer calls in flight
+
+
+class AdaptiveConcurrency:
+    """How many calls to one endpoint may be in flight at once: AIMD, as TCP's congestion window and inspect_ai's
+    adaptive connection limiter (inspect_ai/util/_concurrency.py) do it, here for threads.
+
+    It starts at `start` (default: `maximum`, so an endpoint that never refuses loses no throughput). A call the
+    endpoint answers 429 or 503 cuts the limit to `decrease` x the calls in flight (at least `minimum`), once per
+    window: refusals of calls sent before the last cut do not cut again (they were sent under the old limit). Each
+    `limit` clean successes raise it by one (one per round trip at that limit), up to `maximum`. Other failures
+    and calls never sent count neither way. `maximum` None: no bound of its own (the run's threads bound it) until
+    the first cut; then it climbs back to the most calls ever seen in flight and lets go again."""
+
+    def __init__(self, maximum: int | None = None, start: int | None = None, minimum: int = 1,
+                 decrease: float = 0.5, name: str = "") -> None:
+        if not 0 < decrease < 1:
+            raise ValueError(f"rate_limit.decrease must be between 0 and 1 (exclusive), got {decrease}")
+        if maximum is not None and maximum < 1:
+            raise ValueError(f"rate_limit.max_in_flight must be >= 1 (or null), got {maximum}")
+        self.maximum, self.minimum, self.decrease, self.name = maximum, max(1, minimum), decrease, name
+        start = maximum if start is None else start
+        self.limit: float = math.inf if start is None else max(self.minimum, min(start, maximum or start))
+        self.in_flight = 0
+        self.peak = 0  # the most calls seen in flight at once
+        self.cuts = 0  # how many times the limit was cut (also the window number)
+        self.history: list[tuple[float, float, str]] = []  # (time, new limit, why), for reports and tests
+        self._successes = 0
+        self._cond = threading.Condition()
+
+    @contextmanager
+    def slot(self, check: Callable[[], None] = lambda: None) -> Iterator[None]:
+        """Hold one of the limit's places for a call; the call's exception (if any) tells the controller how the
+        endpoint answered (its `status_code`). `check` runs while waiting (a stopping run raises there)."""
+        with self._cond:
+            while self.in_flight >= self.limit:
+                self._cond.wait(0.25)
+                check()
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+            window = self.cuts
+        try:
+            yield
+        except BaseException as exc:
+            self._release(window, getattr(exc, "status_code", None))
+            raise
+        self._release(window, 200)
+
+    def _release(self, window: int, status: int | None) -> None:
+        with self._cond:
+            self.in_flight -= 1
+            if status in OVERLOADED and window == self.cuts:
+                self._cut(status)
+            elif status == 200:
+                self._succeeded()
+            self._cond.notify_all()
+
+    def _cut(self, status: int) -> None:
+        before = min(self.limit, self.in_flight + 1)  # the calls in flight when this one was refused
+        self.limit = max(self.minimum, math.floor(before * self.decrease))
+        self.cuts, self._successes = self.cuts + 1, 0
+        self.history.append((time.monotonic(), self.limit, str(status)))
+        log.warning("%s answered %d: at most %d calls in flight now", self.name or "the endpoint", status, self.limit)
+
+    def _succeeded(self) -> None:
+        if math.isinf(self.limit):
+            return
+        self._successes += 1
+        if self._successes < self.limit:
+            return
+        self._successes = 0
+        ceiling = self.maximum if self.maximum is not None else self.peak
+        self.limit = self.limit + 1
+        if self.limit > ceiling:  # back at the bound
+            self.limit = math.inf if self.maximum is None else float(self.maximum)
+        self.history.append((time.monotonic(), self.limit, "recovered"))
+
+
+def held_slot(gate: AdaptiveConcurrency | None, check: Callable[[], None]) -> AbstractContextManager[None]:
+    """A place among the calls in flight (`gate.slot`), or nothing to wait for without a gate."""
+    return gate.slot(check) if gate is not None else nullcontext()
+
+
+_GATES: dict[tuple[str, str], AdaptiveConcurrency] = {}
+os.register_at_fork(after_in_child=_GATES.clear)  # a forked worker process adapts its own share
+
+
+def shared_gate(key: tuple[str, str], settings: dict[str, object]) -> AdaptiveConcurrency | None:
+    """One in-flight controller per (endpoint, model) in a process, shared by its concurrent episodes; None when
+    the backend's `rate_limit.adaptive` is false."""
+    if not settings.get("adaptive", True):
+        return None
+    with _SHARED_LOCK:
+        if key not in _GATES:
+            maximum, start = settings.get("max_in_flight"), settings.get("start_in_flight")
+            _GATES[key] = AdaptiveConcurrency(
+                int(maximum) if maximum is not None else None,  # type: ignore[call-overload]
+                int(start) if start is not None else None,  # type: ignore[call-overload]
+                decrease=float(settings.get("decrease", 0.5)),  # type: ignore[arg-type]
+                name=f"{key[0]} ({key[1]})")
+        return _GATES[key]

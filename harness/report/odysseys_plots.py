@@ -5,8 +5,9 @@ Left panel: completion per budget tier (100/90/70/50/30% of the Vanilla peak ref
 method: Rubric Avg (the paper's Figure 3 metric, §4.5) or the perfect-task rate (`metric="perfect"`), from each
 sweep job's judged rubric items (`odysseys_judged.parquet`; harness.envs.odysseys.metrics). Right panel: agent input
 tokens per episode (thousands, mean) per tier, from the jobs' episodes.parquet. Points are over all episodes of a
-method and tier (as Table 2 and the paper count them); error bars are 95% CIs from the spread of the per-run values
-(Student's t over runs, harness.report.stats.mean_ci), and each legend entry gives n runs. Methods are named and
+method and tier (as Table 2 and the paper count them); error bars are 95% percentile bootstrap intervals of the
+per-run values (harness.report.stats.bootstrap_ci: inside the runs' range, so inside 0-100% and above zero tokens),
+and each legend entry gives n runs. Methods are named and
 coloured by harness.report.names (as in every figure). The one value the paper's text states (WAAC keeps a Rubric
 Avg of 35 at 50%) is marked. Source: the newest budget sweep holding Odysseys episodes, its complete jobs only; a
 job left out (not complete, not judged) is named in a line under the axes. Simulated results say so in the title.
@@ -31,12 +32,15 @@ from harness.report.output import save_figure  # noqa: E402
 from harness.report.pinchbench_tables import PAPER, kinds_of, newest_sweep  # noqa: E402
 from harness.report.reader import EPISODES, read_frame  # noqa: E402
 from harness.report.runs import describe, where  # noqa: E402
-from harness.report.stats import mean_ci, n_label  # noqa: E402
+from harness.report.stats import bootstrap_ci, mean_ci, n_label  # noqa: E402
 
 TIERS = [100, 90, 70, 50, 30]  # WAAC B.3 / Figure 3
 METRICS = {"rubric_avg": "Rubric Avg (%)", "perfect": "Perfect tasks (%)"}
 COLUMNS = ["method", "tier", "rubric_avg", "perfect", "input_tokens_k", "episodes", "scored_episodes", "simulated",
-           "runs", "rubric_avg_ci", "perfect_ci", "input_tokens_k_ci"]  # *_ci: 95% CI half-widths over runs
+           "runs", "rubric_avg_ci", "perfect_ci", "input_tokens_k_ci",  # *_ci: 95% t half-widths over runs
+           "rubric_avg_lo", "rubric_avg_hi", "perfect_lo", "perfect_hi", "input_tokens_k_lo", "input_tokens_k_hi"]
+# *_lo / *_hi: the percentile bootstrap over runs the figure draws (inside the runs' range: never above 100% or
+# below zero tokens, which a t interval over 2-3 runs is not; issue 27)
 CLASSES = {method: policy for policy, method in POLICIES.items()}  # "c2" -> "FullHistory": Odysseys calls it Vanilla
 
 
@@ -91,13 +95,26 @@ def _pooled(jobs: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def run_spread(episodes: pd.DataFrame, judged: pd.DataFrame) -> dict[str, float]:
-    """n runs (a sweep job's run) and the 95% CI half-widths of each run's Rubric Avg, perfect rate and tokens."""
+    """n runs (a sweep job's run); per-run Rubric Avg, perfect rate and tokens: 95% t half-widths (*_ci) and
+    percentile bootstrap intervals (*_lo, *_hi)."""
     per_run = [(100 * (m := summarize(rows)).rubric_avg, 100 * m.perfect)
                for _, rows in judged.groupby(["job", "run"])]
     tokens = episodes.groupby(["job", "run"]).input_tokens.mean() / 1e3
-    half = [mean_ci([v for v in values if not pd.isna(v)])[1] for values in zip(*per_run, strict=True)]
+    columns = [[v for v in values if not pd.isna(v)] for values in zip(*per_run, strict=True)]
+    half = [mean_ci(values)[1] for values in columns]
+    (r_lo, r_hi), (p_lo, p_hi), (t_lo, t_hi) = (bootstrap_ci(v) for v in (*columns, list(tokens)))
     return {"runs": len(tokens), "rubric_avg_ci": half[0], "perfect_ci": half[1],
-            "input_tokens_k_ci": mean_ci(list(tokens))[1]}
+            "input_tokens_k_ci": mean_ci(list(tokens))[1], "rubric_avg_lo": r_lo, "rubric_avg_hi": r_hi,
+            "perfect_lo": p_lo, "perfect_hi": p_hi, "input_tokens_k_lo": t_lo, "input_tokens_k_hi": t_hi}
+
+
+def _bars(g: pd.DataFrame, col: str) -> Any:
+    """Error bars below and above each point: the bootstrap interval where the frame has it (never past its
+    bounds), else the t half-width (a frame built without *_lo / *_hi); none with one run."""
+    if f"{col}_lo" not in g:
+        return g[f"{col}_ci"].fillna(0.0)
+    below, above = (g[col] - g[f"{col}_lo"]).clip(lower=0), (g[f"{col}_hi"] - g[col]).clip(lower=0)
+    return [below.fillna(0.0), above.fillna(0.0)]
 
 
 def figure3(frame: pd.DataFrame, out: Path, metric: str = "rubric_avg", notes: list[str] | None = None,
@@ -107,7 +124,7 @@ def figure3(frame: pd.DataFrame, out: Path, metric: str = "rubric_avg", notes: l
 
 
 def figure3_figure(frame: pd.DataFrame, metric: str = "rubric_avg", paper: dict[str, Any] | None = None) -> plt.Figure:
-    """The two panels, error bars = 95% CI over runs (none with one run, which the legend says)."""
+    """The two panels, error bars = 95% bootstrap intervals over runs (none with one run, which the legend says)."""
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, not {metric!r}")
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
@@ -117,7 +134,7 @@ def figure3_figure(frame: pd.DataFrame, metric: str = "rubric_avg", paper: dict[
         style = {"marker": marker, "linestyle": line, "color": colour(method), "alpha": 0.85, "capsize": 3,
                  "label": f"{display(method)} ({n_label(g.runs, ' per tier')})"}
         for ax, col in ((left, metric), (right, "input_tokens_k")):
-            ax.errorbar(g.tier, g[col], yerr=g[f"{col}_ci"].fillna(0.0), **style)
+            ax.errorbar(g.tier, g[col], yerr=_bars(g, col), **style)
     _paper_points(left, paper, metric)
     sim = "SIMULATED, not LLM results" if frame.simulated.astype(bool).any() else "real model backend"
     left.set(xlabel="Context budget (% of Vanilla peak reference)", ylabel=METRICS[metric], ylim=(0, 105))
@@ -126,7 +143,7 @@ def figure3_figure(frame: pd.DataFrame, metric: str = "rubric_avg", paper: dict[
         ax.set_xticks(TIERS)
         ax.invert_xaxis()
         ax.legend(fontsize=7)
-    fig.suptitle(f"Odysseys: completion vs budget (WAAC Figure 3; bars: 95% CI over runs) — {sim}")
+    fig.suptitle(f"Odysseys: completion vs budget (WAAC Figure 3; bars: 95% bootstrap over runs) — {sim}")
     return fig
 
 

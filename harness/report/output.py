@@ -11,6 +11,7 @@ in a LaTeX caption, under a figure's axes.
 from __future__ import annotations
 
 import re
+import sys
 import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
@@ -30,12 +31,21 @@ def write(table: pd.DataFrame, out: Path, name: str, caption: str, notes: Iterab
     CSV's first rows and in the LaTeX caption. Markdown and LaTeX show numbers formatted (`shown`); the CSV keeps
     the values; Markdown and CSV keep Unicode (±, Δ, –), LaTeX gets them as commands (`latex`)."""
     notes = list(notes)
+    console(name, notes)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.md", out / f"{name}.csv", out / f"{name}.tex"]
     paths[0].write_text(f"**{caption}**\n\n" + "".join(f"{n}\n\n" for n in notes) + f"{_markdown(table)}\n")
     _with_warning_rows(_flat_columns(table), notes).to_csv(paths[1])
     paths[2].write_text(latex(table, " ".join([caption, *notes]), f"tab:{name}"))
     return paths
+
+
+def console(name: str, notes: Iterable[str]) -> None:
+    """A table's or figure's WARNING lines on the console too (stderr), named by its output: runs of different
+    sizes, models or statuses side by side must not go unnoticed by someone who only reads the terminal."""
+    for note in notes:
+        if note.startswith("WARNING"):
+            print(f"{name}: {note}", file=sys.stderr)
 
 
 def _markdown(table: pd.DataFrame) -> str:
@@ -151,23 +161,57 @@ def _alignment(shown: pd.DataFrame) -> str:
                                                 for c in range(len(shown.columns)))
 
 
+# A table wider than the text is split by columns into parts (the row labels repeated), stacked in its one float at
+# \small, never scaled down (issue 27: the C1-C4 table had been shrunk to ~5 pt). The estimate is for \small Computer
+# Modern (digits 4.6 pt; 4.8 pt leaves room for capitals) in article's 10 pt text width (345 pt), with \tabcolsep on
+# both sides of a column; a part still wider than the text is turned 90 degrees in LaTeX, not shrunk. (A table
+# taller than a page stays one float: LaTeX warns "Float too large"; longtable would need another package.)
+PT_PER_CHAR, TEXT_WIDTH_PT, COLUMN_SEP_PT = 4.8, 345.0, 12.0
+
+
 def latex(table: pd.DataFrame, caption: str, label: str) -> str:
-    """A `table` float with booktabs rules, every cell, label and the caption escaped; a table wider than the
-    text is scaled down to fit. The document needs \\usepackage{booktabs} and \\usepackage{graphicx}."""
+    r"""A `table` float with booktabs rules at \small, every cell, label and the caption escaped; a table wider than
+    the text is split by columns into tabulars stacked in the float (the row labels repeated in each), and a part
+    still too wide is rotated, never scaled down. The document needs \usepackage{booktabs} and
+    \usepackage{graphicx}."""
     shown = shown_table(table)
     names = [label_text(n) if n is not None else "" for n in shown.index.names]
     align = _alignment(shown)
-    head = [_tex_cell(h, HEADER_WIDTH, a, "b") for h, a in zip([*names, *shown.columns], align, strict=True)]
     keys = [key if isinstance(key, tuple) else (key,) for key in shown.index]
+    header = [*names, *shown.columns]
+    rows = [[*key, *row] for key, row in zip(keys, shown.itertuples(index=False), strict=True)]
     widths = [ROW_WIDTH] * len(names) + [CELL_WIDTH] * len(shown.columns)
-    body = [" & ".join(_tex_cell(v, w, a) for v, w, a in zip((*key, *row), widths, align, strict=True)) + r" \\"
-            for key, row in zip(keys, shown.itertuples(index=False), strict=True)]
-    return "\n".join([
-        "% Written by `make tables` (harness.report.tables); needs \\usepackage{booktabs} and \\usepackage{graphicx}.",
-        r"\begin{table}[htbp]", r"\centering", rf"\caption{{{tex(caption)}}}", rf"\label{{{label}}}",
-        r"\resizebox{\ifdim\width>\linewidth\linewidth\else\width\fi}{!}{%",
-        rf"\begin{{tabular}}{{{align}}}", r"\toprule", " & ".join(head) + r" \\", r"\midrule", *body,
-        r"\bottomrule", r"\end{tabular}%", "}", r"\end{table}", ""])
+    lines = ["% Written by `make tables` (harness.report.tables); needs \\usepackage{booktabs} and "
+             "\\usepackage{graphicx}.", r"\begin{table}[htbp]", r"\centering", rf"\caption{{{tex(caption)}}}",
+             rf"\label{{{label}}}", r"\small"]
+    for i, columns in enumerate(_column_parts(header, rows, widths, len(names))):
+        keep = [*range(len(names)), *columns]
+        head = [_tex_cell(header[c], HEADER_WIDTH, align[c], "b") for c in keep]
+        body = [" & ".join(_tex_cell(row[c], widths[c], align[c]) for c in keep) + r" \\" for row in rows]
+        lines += [*([r"\par\medskip"] if i else []), r"\setbox0=\hbox{%",
+                  rf"\begin{{tabular}}{{{''.join(align[c] for c in keep)}}}", r"\toprule", " & ".join(head) + r" \\",
+                  r"\midrule", *body, r"\bottomrule", r"\end{tabular}%", "}%",
+                  r"\ifdim\wd0>\linewidth\rotatebox{90}{\box0}\else\box0\fi"]
+    return "\n".join([*lines, r"\end{table}", ""])
+
+
+def _column_parts(header: list[str], rows: list[list[str]], widths: list[int], n_index: int) -> list[list[int]]:
+    """The data columns (by position) of each part: as many, in order, as fit TEXT_WIDTH_PT beside the row
+    labels; a column too wide alone gets a part of its own."""
+    def points(c: int) -> float:
+        cells = [*_lines(header[c], HEADER_WIDTH), *(ln for row in rows for ln in _lines(row[c], widths[c]))]
+        return max(len(ln) for ln in cells) * PT_PER_CHAR + COLUMN_SEP_PT
+
+    room = TEXT_WIDTH_PT - sum(points(c) for c in range(n_index))
+    parts: list[list[int]] = [[]]
+    used = 0.0
+    for c in range(n_index, len(header)):
+        if parts[-1] and used + points(c) > room:
+            parts.append([])
+            used = 0.0
+        parts[-1].append(c)
+        used += points(c)
+    return parts
 
 
 def simulated_label(simulated: bool) -> str:
@@ -196,6 +240,7 @@ def save_figure(fig: matplotlib.figure.Figure, out: Path, name: str, notes: list
     it has one (a text with gid "caption"), where they cannot be missed."""
     import matplotlib.pyplot as plt  # here: the tables never load matplotlib
 
+    console(name, notes or [])
     if notes:
         captions = [t.get_position()[1] for t in fig.texts if t.get_gid() == "caption"]
         y = min([-0.02] + [c - 0.35 / fig.get_figheight() for c in captions])

@@ -42,7 +42,7 @@ from harness import methods
 from harness.report.methods_table import METHODS
 from harness.report.names import short
 from harness.report.reader import EPISODES, Unreadable, peek, read_frame
-from harness.report.runs import Run, choose, describe, discover, mismatch_notes, status_notes, where
+from harness.report.runs import DEFAULT, Run, choose, describe, discover, mismatch_notes, status_notes, where
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER = ROOT / "benchmarks" / "papers" / "waac.yaml"
@@ -100,11 +100,12 @@ def pins_of_kind(pins: dict[str, Path] | None, kind: str) -> dict[str, Path]:
 
 
 def select_kind(results: Path, pins: dict[str, Path] | None, kind: str,
-                found: list[Run] | None = None) -> dict[str, Run]:
-    """Experiment -> run for the tables of one kind: pinned, else the newest complete single run of that kind;
-    `found` is `discover(results)` when the caller has it already (each damaged folder is then warned about once)."""
+                found: list[Run] | None = None, of: str = DEFAULT) -> dict[str, Run]:
+    """Experiment -> run for the tables of one kind, by harness.report.runs' one rule (`choose`) over the runs of
+    that kind and family `of`; `found` is `discover(results)` when the caller has it already (each damaged folder
+    is then warned about once)."""
     mine = [run for run in (discover(results) if found is None else found) if kind in run_kinds(run.path / EPISODES)]
-    return choose(mine, pins_of_kind(pins, kind), results)
+    return choose(mine, pins_of_kind(pins, kind), results, of)
 
 
 def newest_sweep(results: Path, sweep: str, kind: str) -> Path | None:

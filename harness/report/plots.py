@@ -13,9 +13,10 @@ Every figure names and colours experiments through harness.report.names (C2 is "
 is a mean with a 95% CI over runs (harness.report.stats.mean_ci; Student's t) and says its n. A per-step statistic
 is drawn only while enough episodes are still running (min_running): an episode that ends early leaves the later
 steps, so a per-step mean over whoever is left describes fewer and different episodes as steps go on
-(survivorship). Simulated results say so in every title. Runs are chosen as for the tables (harness.report.runs:
-the newest complete run per experiment, `--run EXPERIMENT=DIR` to pin one); warnings about runs that differ or
-are not complete are printed under the axes; damaged or empty run folders are skipped with a one-line warning.
+(survivorship). Simulated results say so in every title. Runs are chosen as for the tables (harness.report.runs'
+one rule, `choose`: the newest complete run per experiment of the size most columns share, never a model=sim_llmlike
+run, `--run EXPERIMENT=DIR` to pin one); warnings about runs that differ or are not complete are printed under the
+axes and on the console; damaged or empty run folders are skipped with a one-line warning.
 """
 
 from __future__ import annotations
@@ -33,20 +34,44 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from harness.report import cli, cost, names, odysseys_plots, sim_failures  # noqa: E402
+from harness.report import cli, cost, names, odysseys_plots  # noqa: E402
 from harness.report.console import per_run  # noqa: E402
 from harness.report.expense_tables import EXPENSE, budget_sweep, swept_policy  # noqa: E402
 from harness.report.output import announce, label, save_figure, simulated_label  # noqa: E402
 from harness.report.pinchbench_tables import EXPENSE as EXPENSE_KIND  # noqa: E402
 from harness.report.pinchbench_tables import select_kind  # noqa: E402
 from harness.report.reader import EPISODES, PER_RUN, REQUIRED, STEPS, read_frame  # noqa: E402
-from harness.report.runs import discover, mismatch_notes, status_notes  # noqa: E402
-from harness.report.stats import mean_ci, n_label  # noqa: E402
+from harness.report.runs import mismatch_notes, status_notes  # noqa: E402
+from harness.report.stats import bootstrap_ci, mean_ci, n_label, wilson  # noqa: E402
 
 MIN_EPISODES = 5  # a per-step statistic needs at least this many episodes still running ...
 MIN_SHARE = 0.10  # ... and this share of the experiment's episodes
 EPISODE = ["run", "task_id"]
 STYLES = (("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", "-"), ("P", "--"))  # overlapping lines stay visible
+
+
+def bounded_bars(values: Iterable[float], done: pd.Series | None = None) -> tuple[float, float, float]:
+    """(mean over runs, length of the bar below, length above) for a figure a paper would print: a rate's interval
+    is Wilson's over its scored episodes (`done`: 1.0 / 0.0 per episode, NaN unscored; drawn in %), inside 0-100%;
+    anything else (tokens) is the percentile bootstrap over runs, never outside the runs' range (so never below
+    zero). One run draws no bar (n_label says "no CI"). The table keeps mean ± t (harness.report.stats.mean_ci)."""
+    runs = [float(v) for v in values]
+    mean = sum(runs) / len(runs) if runs else math.nan
+    if len(runs) < 2:
+        return mean, 0.0, 0.0
+    if done is not None:
+        scored = done.dropna()
+        low, high = (100 * b for b in wilson(float(scored.sum()), len(scored)))
+    else:
+        low, high = bootstrap_ci(runs)
+    return mean, max(0.0, mean - low), max(0.0, high - mean)
+
+
+def scored(episodes: pd.DataFrame) -> pd.Series:
+    """Each episode's completion as 1.0 / 0.0, NaN where it was never scored (as harness.report.console.per_run)."""
+    infra = episodes.termination == "infra_error"
+    unscored = infra | episodes.score.isna() if "score" in episodes else infra
+    return episodes.completed.astype(float).mask(unscored)
 
 
 def ci(values: Iterable[float]) -> tuple[float, float]:
@@ -96,16 +121,22 @@ def completion_vs_budget_figure(sweep: pd.DataFrame) -> plt.Figure:
         name = f"{names.display(policy, 'expense')} ({n_label(tiers.size(), ' per tier')})"
         style = {"marker": marker, "linestyle": line, "color": names.colour(policy, "expense"), "capsize": 3,
                  "alpha": 0.85, "label": name}
-        for ax, col, scale in ((left, "task_completed", 100.0), (right, "input_tokens", 1.0)):
-            stats = [ci(v * scale) for _, v in tiers[col]]
-            ax.errorbar(list(tiers.groups), [m for m, _ in stats], yerr=[h for _, h in stats], **style)
-    left.set(ylim=(0, 105), ylabel="Tasks completed (%)")  # overlapping lines stay visible through their markers
+        mine = sweep[sweep.policy == policy]
+        rates = [bounded_bars(v * 100, scored(mine[(mine.budget_fraction * 100 - t).abs() < 1e-6]))
+                 for t, v in tiers.task_completed]
+        tokens = [bounded_bars(v) for _, v in tiers.input_tokens]
+        for ax, stats in ((left, rates), (right, tokens)):
+            ax.errorbar(list(tiers.groups), [m for m, _, _ in stats],
+                        yerr=[[lo for _, lo, _ in stats], [hi for _, _, hi in stats]], **style)
+    left.set(ylim=(0, 105), yticks=range(0, 101, 20), ylabel="Tasks completed (%)")  # markers at 100% stay whole
     right.set(ylabel="Agent input tokens per run")
     for ax in (left, right):
         ax.set(xlabel="Context budget (% of Vanilla peak reference)")
         ax.invert_xaxis()
         ax.legend(fontsize=7)
-    fig.suptitle(f"Completion and tokens vs budget (mean ± 95% CI over runs) — {label(sweep)}")
+    right.set_ylim(bottom=0)
+    fig.suptitle(f"Completion and tokens vs budget (mean over runs; bars: 95% Wilson over episodes / bootstrap over "
+                 f"runs) — {label(sweep)}")
     return fig
 
 
@@ -120,11 +151,14 @@ def completion_vs_tokens_figure(episodes: pd.DataFrame) -> plt.Figure:
     for exp, g in runs.groupby("experiment"):
         colour = names.colour(exp)
         ax.scatter(g.input_tokens, g.task_completed * 100, color=colour, alpha=0.3, s=14)
-        (x, dx), (y, dy) = ci(g.input_tokens), ci(g.task_completed * 100)
-        ax.errorbar([x], [y], xerr=[dx], yerr=[dy], color=colour, marker="o", capsize=3,
+        x, x_lo, x_hi = bounded_bars(g.input_tokens)
+        y, y_lo, y_hi = bounded_bars(g.task_completed * 100, scored(episodes[episodes.experiment == exp]))
+        ax.errorbar([x], [y], xerr=[[x_lo], [x_hi]], yerr=[[y_lo], [y_hi]], color=colour, marker="o", capsize=3,
                     label=f"{names.display(exp)} ({n_label([len(g)])})")
-    ax.set(xlabel="Agent input tokens per run", ylabel="Tasks completed (%)",
-           title=f"Completion vs tokens (points: runs; bars: mean ± 95% CI) — {label(episodes)}")
+    ax.set(xlabel="Agent input tokens per run", ylabel="Tasks completed (%)", ylim=(0, 105), yticks=range(0, 101, 20),
+           title=f"Completion vs tokens (points: runs; mean over runs; bars: 95% Wilson over episodes, bootstrap "
+                 f"over runs) — {label(episodes)}")
+    ax.set_xlim(left=0)
     ax.title.set_fontsize(9)
     ax.legend(fontsize=7)
     return fig
@@ -251,10 +285,8 @@ def decisions_by_step(steps: pd.DataFrame, simulated: bool, out: Path, notes: li
 
 def _runs(results: Path, pins: dict[str, Path], out: Path) -> list[Path]:
     """The per-run figures, from the runs the tables use (the same choice, the same warnings)."""
-    found, _ = sim_failures.split_runs(discover(results))  # model=sim_llmlike runs have their own tables
-    default_pins, _ = sim_failures.split_pins(pins)
-    chosen = {k: r for k, r in select_kind(results, default_pins, EXPENSE_KIND, found).items()
-              if k in (*EXPENSE, "waac")}
+    # the one rule (harness.report.runs.choose): never a model=sim_llmlike run, the size most columns share
+    chosen = {k: r for k, r in select_kind(results, pins, EXPENSE_KIND).items() if k in (*EXPENSE, "waac")}
     pairs = [(name, read_frame(r.path / EPISODES, required=REQUIRED[EPISODES] + PER_RUN),
               read_frame(r.path / STEPS)) for name, r in chosen.items()]
     pairs = [(n, e[e.experiment == n], s[s.experiment == n]) for n, e, s in pairs if e is not None and s is not None]

@@ -2,10 +2,18 @@
 place the reports find, choose and read runs.
 
 A run folder is a folder holding `manifest.json` or `episodes.parquet`; those under results/sweeps/ are sweep
-jobs (listed, never picked as an experiment's run). Which run a table uses for an experiment:
-1. a run pinned with `--run EXPERIMENT=DIR`, whatever its status (the table then warns if it is not complete);
-2. else the newest *complete* run (manifest status `complete`; newest = latest first start time in the manifest,
-   then the folder path) whose episodes.parquet is readable and has rows.
+jobs (listed, never picked as an experiment's run). The one rule for which run every report uses for an
+experiment (`choose`: the tables, the figures, notebooks/reproduce.ipynb, the console's paired line; the viewer
+marks these runs):
+1. a run pinned with `--run EXPERIMENT=DIR`, whatever its status (the table then warns if it is not complete),
+   unless it belongs to the other family (below);
+2. else, among the *complete* runs of the family asked for (manifest status `complete`, episodes.parquet readable
+   with rows, not a sweep job), the newest (latest first start time in the manifest, then the folder path) of the
+   size (tasks x runs per task) most experiments have a complete run of (a tie: the larger size), else the newest
+   of any size: a later 5 x 2 smoke run does not replace a 50 x 5 run beside other 50 x 5 columns.
+Families: model=sim_llmlike runs (the SIMULATED failure model) feed only the sim_failures tables; every other run
+feeds every other report. When the runs a table or figure uses still differ in size, it says so in a WARNING line
+(`mismatch_notes`), which `make tables` and `make plots` also print on the console.
 Runs without a manifest (made before manifests existed) have status `unknown`: they count as not complete, so
 they are used only when pinned with `--run`, and then with a warning. A damaged or empty run folder (parquet
 missing, empty, zero rows, unreadable, or without a column the reports read: REQUIRED, PER_RUN) is skipped with a
@@ -28,7 +36,7 @@ import pandas as pd
 
 from harness import manifest as manifests
 from harness.report import cli
-from harness.report.reader import EPISODES, problem, read_frame, read_manifest
+from harness.report.reader import EPISODES, peek, problem, read_frame, read_manifest
 
 ROOT = cli.ROOT
 log = logging.getLogger(__name__)
@@ -82,19 +90,79 @@ def discover(results: Path) -> list[Run]:
     return sorted(runs, key=lambda r: (r.experiment, r.started, str(r.path)))
 
 
+# --- the one rule: which run a report uses for each experiment -----------------------------------------------------
+DEFAULT = "default"
+LLMLIKE = "sim_llmlike"  # the model config whose runs feed only harness.report.sim_failures' tables
+FEEDS = {DEFAULT: "a run of model=sim or a real model feeds only the default tables and figures",
+         LLMLIKE: f"a model={LLMLIKE} run feeds only the sim_failures tables"}
+Size = tuple[int, int]  # (tasks, runs per task)
+
+
+def models_of(run_dir: Path, manifest: dict[str, Any] | None) -> set[str]:
+    """The models a run folder ran: its manifest's backend and model, else its episodes' model column."""
+    if manifest:
+        return {str(manifest.get("backend", "")), *str(manifest.get("model", "")).split(", ")}
+    frame = peek(run_dir / EPISODES, ["model"])  # damaged or empty: describe() warns about it by name
+    return set(map(str, frame.model.unique())) if frame is not None and "model" in frame else set()
+
+
+def family(run: Run) -> str:
+    """LLMLIKE for a model=sim_llmlike run, else DEFAULT: a report reads the runs of one family only."""
+    return LLMLIKE if LLMLIKE in models_of(run.path, run.manifest) else DEFAULT
+
+
+def size(run: Run) -> Size | None:
+    """(tasks, runs per task) as the run's manifest records them; None without a (readable) manifest."""
+    m = run.manifest or {}
+    tasks = m.get("tasks", {}).get("count") if isinstance(m.get("tasks"), dict) else m.get("n_tasks")
+    try:
+        return (int(tasks), int(m["n_runs"])) if tasks is not None and m.get("n_runs") is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def eligible(run: Run, of: str = DEFAULT) -> bool:
+    """A run a report may pick unpinned: complete, readable, not a sweep job, of the family asked for."""
+    return run.usable and not run.sweep_job and family(run) == of
+
+
+def newest(runs: Iterable[Run], prefer: Size | None = None) -> list[Run]:
+    """Newest first, those of size `prefer` before the others."""
+    return sorted(runs, key=lambda r: (prefer is None or size(r) == prefer, r.started, str(r.path)), reverse=True)
+
+
+def shared_size(groups: dict[str, list[Run]]) -> Size | None:
+    """The size most experiments have a complete run of (a tie: the larger one); None without sizes."""
+    votes: dict[Size, int] = {}
+    for group in groups.values():
+        for found in {s for r in group if (s := size(r)) is not None}:
+            votes[found] = votes.get(found, 0) + 1
+    return max(votes, key=lambda s: (votes[s], s[0] * s[1], s)) if votes else None
+
+
 def choose(runs: Iterable[Run], pins: dict[str, Path] | None = None,
-           results: Path | None = None) -> dict[str, Run]:
-    """Experiment -> the run its tables use: the pinned one, else the newest complete single run."""
-    chosen: dict[str, Run] = {}
+           results: Path | None = None, of: str = DEFAULT) -> dict[str, Run]:
+    """Experiment -> the run every report uses (the rule: this module's docstring); `of`: the family."""
+    groups: dict[str, list[Run]] = {}
     for run in runs:
-        if run.usable and not run.sweep_job:
-            best = chosen.get(run.experiment)
-            if best is None or (run.started, str(run.path)) > (best.started, str(best.path)):
-                chosen[run.experiment] = run
+        if eligible(run, of):
+            groups.setdefault(run.experiment, []).append(run)
+    common = shared_size(groups)
+    chosen = {name: newest(group, common)[0] for name, group in groups.items()}
     for name, path in (pins or {}).items():
         pinned = describe(Path(path), results)
+        if family(pinned) != of:  # harness.report.tables routes each pin to its family's tables first
+            log.warning("--run %s=%s left out here: %s", name, path, FEEDS[family(pinned)])
+            continue
         chosen[name] = Run(pinned.path, name, pinned.status, pinned.manifest, pinned.problem, pinned.sweep_job)
     return chosen
+
+
+def reported(paths: Iterable[Path], results: Path | None = None) -> set[Path]:
+    """Of these run folders (of one benchmark), the ones the reports use by default, by the rule of each family:
+    the viewer marks them and offers them first. `results`: the folder they are under (sweep jobs recognized)."""
+    found = [describe(Path(p), results) for p in paths]
+    return {run.path.resolve() for of in (DEFAULT, LLMLIKE) for run in choose(found, of=of).values()}
 
 
 def select(results: Path, pins: dict[str, Path] | None = None) -> dict[str, Run]:
@@ -113,10 +181,14 @@ def status_notes(chosen: dict[str, Run], names: Iterable[str]) -> list[str]:
     return notes
 
 
+SIZE = "size (tasks x runs)"
+
+
 def signature(episodes: pd.DataFrame) -> dict[str, str]:
-    """What one column's numbers are computed over: task set, runs per task, model, simulated or not."""
+    """What one column's numbers are computed over: size, task set, runs per task, model, simulated or not."""
     tasks = manifests.task_set(sorted(map(str, episodes.task_id.unique())))
-    return {"task set": f"{tasks['count']} tasks ({tasks['sha256'][:8]})",
+    return {SIZE: f"{tasks['count']} x {episodes.run.nunique()}",
+            "task set": f"{tasks['count']} tasks ({tasks['sha256'][:8]})",
             "runs per task": str(episodes.run.nunique()),
             "model": ", ".join(sorted(map(str, episodes.model.unique()))),
             "simulated": "simulated" if episodes.simulated.any() else "real"}
@@ -128,13 +200,15 @@ def mismatch_notes(episodes: pd.DataFrame, names: Iterable[str]) -> list[str]:
         return []
     sigs = {n: signature(g) for n in names if not (g := episodes[episodes.experiment == n]).empty}
     notes = []
-    for key in ("task set", "runs per task", "model", "simulated"):
+    for key in (SIZE, "task set", "runs per task", "model", "simulated"):
         groups: dict[str, list[str]] = {}
         for name, sig in sigs.items():
             groups.setdefault(sig[key], []).append(name)
         if len(groups) > 1:
             parts = "; ".join(f"{', '.join(cols)}: {value}" for value, cols in groups.items())
-            notes.append(f"WARNING: the columns do not share the same {key} ({parts})")
+            notes.append(f"WARNING: the columns differ in size, tasks x runs ({parts}): their totals and spreads "
+                         "do not compare; `--run EXPERIMENT=DIR` pins runs of one size" if key == SIZE else
+                         f"WARNING: the columns do not share the same {key} ({parts})")
     return notes
 
 
@@ -169,8 +243,9 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
         print(f"no run folders under {args.results}")
     else:
         print(table.to_string(index=False))
-        print("\nTables use the newest `complete` run of each experiment (not sweep jobs); pin another with "
-              "`make tables ARGS='--run c3=results/c3/<stamp>'`.")
+        print("\nEvery report (tables, figures, notebook, viewer marks) uses per experiment the newest `complete` run "
+              "of the size most experiments share (not sweep jobs; model=sim_llmlike runs only in the sim_failures "
+              "tables); pin another with `make tables ARGS='--run c3=results/c3/<stamp>'`.")
     return table
 
 

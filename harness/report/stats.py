@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from scipy import stats
-
 
 def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
     """(mean, half-width). The half-width is NaN with fewer than two runs: one run has no spread to show."""
@@ -17,6 +15,8 @@ def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float]
     if n < 2:
         return mean, math.nan
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    from scipy import stats  # here, not at import: scipy.stats takes ~1-5 s to import, and a run imports this module
+
     return mean, float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
 
 
@@ -34,3 +34,35 @@ def n_label(counts: Iterable[int], per: str = "") -> str:
     ns = sorted({int(c) for c in counts}) or [0]
     n = f"n={ns[0]}" if len(ns) == 1 else f"n={ns[0]}–{ns[-1]}"
     return f"{n} run{'s' if ns[-1] != 1 else ''}{per}" + (", no CI" if ns[0] < 2 else "")
+
+
+# --- intervals that respect their bounds (issue 27: figures a paper would print) ----------------------------------
+# A t interval over 2-3 runs is wide enough to cross 0% / 100% or zero tokens; these two cannot.
+
+def wilson(successes: float, n: int, level: float = 0.95) -> tuple[float, float]:
+    """(low, high) of the Wilson score interval for a proportion (Wilson 1927): inside [0, 1] at any n, and not
+    empty at 0 or n successes. NaN for n == 0."""
+    if n <= 0:
+        return math.nan, math.nan
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def bootstrap_ci(values: Sequence[float], level: float = 0.95, resamples: int = 2000,
+                 seed: int = 0) -> tuple[float, float]:
+    """(low, high) percentile bootstrap interval of the mean (Efron & Tibshirani 1993, ch. 13): always inside
+    [min, max] of the values, so never below zero tokens. Seeded: the same runs give the same figure. NaN for
+    fewer than two values (one run has no spread)."""
+    if len(values) < 2:
+        return math.nan, math.nan
+    import numpy as np
+
+    data = np.asarray(values, dtype=float)
+    means = np.random.default_rng(seed).choice(data, size=(resamples, len(data))).mean(axis=1)
+    low, high = np.quantile(means, [0.5 - level / 2, 0.5 + level / 2])
+    return float(low), float(high)

@@ -18,13 +18,14 @@ odysseys_tables, sim_failures, paired).
   (harness.report.pinchbench_tables), from the newest PinchBench methods / workflow sweep or the chosen runs.
 Each table reads only runs of its own benchmark (episodes' `benchmark` column, missing = expense; PinchBench
 chains apart from single tasks): a newer PinchBench run or sweep never replaces an expense one.
-Which runs (harness.report.runs): for each experiment the newest run whose manifest says `complete`, never a
-smoke, partial, failed or running run and never a sweep job; `--run c3=results/c3/<stamp>` pins another (if
-it is not complete, or has no manifest, the table warns). Runs made before manifests are used only when
-pinned. When the columns of one table differ in task set, runs per task, model or simulated-vs-real, the
+Which runs (harness.report.runs.choose, the one rule every report uses): for each experiment the newest run whose
+manifest says `complete`, of the size (tasks x runs) most experiments have a complete run of, never a partial,
+failed or running run, never a sweep job, never a model=sim_llmlike run; `--run c3=results/c3/<stamp>` pins another
+(if it is not complete, or has no manifest, the table warns). Runs made before manifests are used only when
+pinned. When the columns of one table differ in size, task set, runs per task, model or simulated-vs-real, the
 table is still written, with one WARNING line per difference under its caption (Markdown), as its first rows
-(CSV) and in its caption (LaTeX); a "Run" row (or column) names the folder each column came from. The WAAC
-ablations come from the newest ablations sweep's complete jobs, the budget table from the newest budget
+(CSV), in its caption (LaTeX) and on the console; a "Run" row (or column) names the folder each column came
+from. The WAAC ablations come from the newest ablations sweep's complete jobs, the budget table from the newest budget
 sweep's complete jobs (jobs left out are named in a WARNING). Damaged or empty run folders are skipped with a
 one-line warning.
 Outputs Markdown, CSV and LaTeX under results/tables/. Simulated results are labelled in every output (each

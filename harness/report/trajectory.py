@@ -24,6 +24,7 @@ the text, policy-neutrally (step `provenance: "inferred"`, and the viewer labels
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -57,12 +58,12 @@ def find_runs(path: Path) -> list[Path]:
     if not path.is_dir():
         raise InputError(f"{path}: not a directory (give a run folder, a sweep folder or results/)")
     if _is_run(path):
-        return [path]
+        return [path, *_branches(path)]
     found = []
     for root, dirs, _ in os.walk(path):
         if _is_run(Path(root)):
-            found.append(Path(root))
-            dirs.clear()  # a run's own subfolders (transcripts/, workspaces/) hold no other run
+            found += [Path(root), *_branches(Path(root))]
+            dirs.clear()  # a run's own subfolders (transcripts/, workspaces/) hold no other run but its branches
         else:
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
     if not found:
@@ -72,6 +73,34 @@ def find_runs(path: Path) -> list[Path]:
 
 def _is_run(path: Path) -> bool:
     return (path / "transcripts").is_dir() or (path / "episodes.parquet").is_file()
+
+
+def _branches(run: Path) -> list[Path]:
+    """The run's branches (`make branch`, harness/branch.py: <run>/branches/<episode>__s<k>__<label>/), shown
+    beside it."""
+    folder = run / "branches"
+    return sorted(p for p in folder.iterdir() if p.is_dir() and _is_run(p)) if folder.is_dir() else []
+
+
+def branched_from(start: dict[str, Any]) -> dict[str, Any] | None:
+    """What a branch's episode_start says it was branched from (run, episode, step, change), with the original
+    run's resolved path to find it in the report; None for an episode that is no branch."""
+    raw = start.get("branched_from")
+    try:
+        origin = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(origin, dict):
+        return None
+    return {**origin, "run_resolved": str(Path(str(origin.get("run", ""))).resolve())}
+
+
+def branch_command(run_path: Path, episode_id: str, step: int, restore: list[int]) -> str | None:
+    """The `make branch` command that re-runs the episode from this step with its dropped messages restored."""
+    if not restore:
+        return None
+    return (f"make branch RUN={run_path} EPISODE={episode_id} STEP={step} "
+            f"ARGS='restore={','.join(map(str, restore))}'")
 
 
 def load_run(path: Path, root: Path | None = None) -> dict[str, Any]:
@@ -97,6 +126,7 @@ def load_run(path: Path, root: Path | None = None) -> dict[str, Any]:
             "model": str(start.get("model") or manifest.get("model") or ""),
             "simulated": bool(start.get("simulated", manifest.get("simulated", False))),
             "status": str(manifest.get("status") or "unknown"), "budget_fraction": _num(start.get("budget_fraction")),
+            "resolved": str(path.resolve()), "branched_from": branched_from(start),
             "episodes": sorted(summaries, key=lambda s: (s["task_id"], s["run"]))}
 
 
@@ -124,7 +154,7 @@ def _summary(transcript: Transcript) -> dict[str, Any]:
             "termination": str(end.get("termination") or "unknown"), "error": end.get("error"),
             "input_tokens": int(end.get("input_tokens") or 0), "output_tokens": int(end.get("output_tokens") or 0),
             "n_steps": int(end.get("n_steps") or len(transcript.steps)),
-            "explanation": explain(end) + _attributed(transcript)}
+            "explanation": explain(end) + _attributed(transcript), "branched_from": branched_from(start)}
 
 
 def _attributed(transcript: Transcript) -> list[str]:
@@ -213,7 +243,40 @@ def load_episode(run_path: Path, episode_id: str) -> dict[str, Any]:
     replies = [i for i, m in enumerate(history) if m.get("role") == "assistant"]
     fields = _field_states(steps, history, replies)
     out = [_step(rec, k, history, replies, method, fields[k]) for k, rec in enumerate(steps)]
-    return {"id": episode_id, "summary": _summary(transcript), "messages": messages, "steps": out}
+    for s in out:
+        s["branch_command"] = branch_command(Path(run_path), episode_id, s["step"], s.pop("restorable"))
+    marks = failure_marks(out, history, details(transcript.end.get("score_details")))
+    for s in out:
+        s["marks"] = marks.get(s["step"], [])
+    summary = _summary(transcript)
+    # the step the viewer opens on for a failed episode: the first one marked (harness/report/view_assets/view.js)
+    focus = next((s["step"] for s in out if s["marks"]), None) if summary["completed"] is False else None
+    return {"id": episode_id, "summary": summary, "messages": messages, "steps": out, "focus": focus}
+
+
+# ---- where a failure shows: the steps the viewer marks (issue 27) ---------------------------------------------
+def failure_marks(steps: list[dict[str, Any]], history: list[dict[str, Any]],
+                  found: dict[str, Any]) -> dict[int, list[str]]:
+    """Step -> why it is marked: a failure event fired there (the simulated agent's `sim_events` / `events`), or
+    it is the last step whose view still showed a line the score says is missing (its date and amount in one
+    message the model saw): after it the model could no longer see that charge."""
+    marks: dict[int, list[str]] = {}
+    for s in steps:
+        for e in s["events"]:
+            marks.setdefault(s["step"], []).append(
+                f"failure event fired: {e['mechanism']}" + (f" ({e['fact']})" if e["fact"] else ""))
+    for line in found.get("missing_lines") or []:
+        seen = [s["step"] for s in steps if any(_shows(m, history, line) for m in s["shown"])]
+        if seen:
+            marks.setdefault(seen[-1], []).append(f"last step whose view showed the missing line {_line(line)}")
+    return marks
+
+
+def _shows(m: dict[str, Any], history: list[dict[str, Any]], line: dict[str, Any]) -> bool:
+    """Whether a view message (as shown: a kept message is its history message) holds the line's date and amount."""
+    kept = m["status"] == "kept" and m["ref"] is not None and m["ref"] < len(history)
+    text = str(history[m["ref"]].get("content") or "") if kept else str(m.get("text") or "")
+    return str(line.get("date")) in text and str(line.get("amount")) in text
 
 
 def _episode_transcript(run_path: Path, episode_id: str) -> Transcript:
@@ -269,13 +332,15 @@ def _step(rec: dict[str, Any], k: int, history: list[dict[str, Any]], replies: l
     covered = _covered(provenance or [], seen)
     dropped = [{"ref": i, "note": covered.get(i) or _dropped_note(i, history, start, decisions, rec)}
                for i in range(n) if i not in seen]
+    restorable = [i for i in range(start, n) if i not in seen and i not in covered]  # not folded into a view message
     after = replies[k + 1] if k + 1 < len(replies) else len(history)
     return {"step": int(rec.get("step", k)), "provenance": "inferred" if provenance is None else "recorded",
             "input_tokens": int(rec.get("input_tokens") or 0),
             "budget": rec.get("budget"), "over_budget": bool(rec.get("over_budget")), "n_history": n,
             "shown": shown, "dropped": dropped, "action": str(rec.get("action") or ""),
             "reply": _text(history[n]) if n < len(history) else "", "result": _result(history[n + 1:after]),
-            "fields": _with_eviction(fields, seen), "events": _events(rec.get("info") or {}), "decisions": decisions}
+            "fields": _with_eviction(fields, seen), "events": _events(rec.get("info") or {}), "decisions": decisions,
+            "restorable": restorable}
 
 
 def _result(messages: list[dict[str, Any]]) -> str | None:

