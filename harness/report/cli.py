@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import InputError
+from harness.report import reader
 
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_INPUT = 2  # bad input, said in one line (as argparse exits on a bad option)
@@ -19,7 +20,9 @@ EXIT_INPUT = 2  # bad input, said in one line (as argparse exits on a bad option
 def parser(description: str | None, results: bool = True, out: bool = True, pins: bool = True,
            prog: str | None = None) -> argparse.ArgumentParser:
     """An argument parser with the module's docstring as help and the shared options asked for: `--results DIR`
-    (default results/), `--out DIR` (default: a folder under --results, see out_dir), `--run EXPERIMENT=DIR`."""
+    (default results/), `--out DIR` (default: a folder under --results, see out_dir), `--run EXPERIMENT=DIR`.
+    Every report command starts here, so each says its damaged run folders once again (reader.warn_skip)."""
+    reader.new_report()
     made = argparse.ArgumentParser(prog=prog, description=description,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     if results:

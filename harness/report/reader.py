@@ -92,8 +92,23 @@ def read_frame(parquet: Path, columns: list[str] | None = None, required: tuple[
             bad = f"{parquet.name} unreadable ({_first_line(e)})"
         else:
             return decode_json(frame, parquet) if decode else frame
-    log.warning("skipping %s: %s", parquet.parent, bad)
+    warn_skip(parquet.parent, str(bad))
     return None
+
+
+_SKIPPED: set[tuple[str, str]] = set()
+
+
+def new_report() -> None:
+    """A new report command: its damaged run folders are said again, once each."""
+    _SKIPPED.clear()
+
+
+def warn_skip(folder: Path, why: str) -> None:
+    """One line per damaged run folder and reason in a process, however many reports look at it."""
+    if (str(folder), why) not in _SKIPPED:
+        _SKIPPED.add((str(folder), why))
+        log.warning("skipping %s: %s", folder, why)
 
 
 def peek(parquet: Path, columns: list[str]) -> pd.DataFrame | None:

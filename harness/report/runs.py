@@ -36,7 +36,7 @@ import pandas as pd
 
 from harness import manifest as manifests
 from harness.report import cli
-from harness.report.reader import EPISODES, peek, problem, read_frame, read_manifest
+from harness.report.reader import EPISODES, peek, problem, read_frame, read_manifest, warn_skip
 
 ROOT = cli.ROOT
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ def describe(run_dir: Path, results: Path | None = None) -> Run:
         names = sorted(map(str, frame.experiment.unique())) if frame is not None else []
         experiment = ", ".join(names) or "?"
     if bad and not (meta and meta.get("status") == "running"):  # a running run may not have written it yet
-        log.warning("skipping %s: %s", run_dir, bad)
+        warn_skip(run_dir, bad)
     rel = run_dir.relative_to(results).parts if results and run_dir.is_relative_to(results) else ()
     return Run(run_dir, experiment, str(meta.get("status", "unknown")) if meta else "unknown", meta, bad,
                "sweeps" in rel)
