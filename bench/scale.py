@@ -31,6 +31,7 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 
+from bench.backends import _wait  # the endpoint's readiness poll, one copy
 from harness.backends.local_server import free_port
 from harness.backends.sim_server import SimServer
 from harness.run import CONFIG_DIR, run
@@ -178,16 +179,6 @@ def main() -> None:
         proc.terminate()
         proc.wait()
 
-
-def _wait(base: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"{base}/models", timeout=1).read()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"endpoint {base} did not start")
 
 
 if __name__ == "__main__":
