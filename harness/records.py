@@ -161,7 +161,8 @@ def parquet_version(path: Path) -> int:
 def check_transcript(path: Path, fingerprint: str | None = None) -> tuple[State, list[dict[str, Any]] | str]:
     """The transcript's state and its records (or, when damaged, the reason); one written in a newer format
     than this harness reads is an InputError (never taken for damaged, so a resume never overwrites it)."""
-    if not path.exists():
+    before = _signature(path)
+    if before is None:
         return State.MISSING, "no transcript"
     name = NAME.match(path.name)
     try:
@@ -171,9 +172,43 @@ def check_transcript(path: Path, fingerprint: str | None = None) -> tuple[State,
     if records and isinstance(records[0], dict) and records[0].get("type") == "episode_start":
         check_version(records[0].get(VERSION_KEY), path)
     problem = _shape_problem(records, name, fingerprint)
-    if problem:
-        return State.DAMAGED, problem
-    return (State.FAILED if records[-1].get("termination") in FAILED else State.COMPLETE), records
+    state = State.DAMAGED if problem else (State.FAILED if records[-1].get("termination") in FAILED
+                                           else State.COMPLETE)
+    if _signature(path) == before:  # the file did not change while it was read: its verdict is this version's
+        _remember(path, before, fingerprint, state, problem)
+    return (state, problem) if problem else (state, records)
+
+
+def transcript_state(path: Path, fingerprint: str | None = None) -> State:
+    """check_transcript's state without its records: remembered per version of the file (its inode, size and
+    times), so the passes that close a run (tables, what is pending, what this session wrote) read each
+    transcript once, not three times; a transcript replaced or changed since is read again."""
+    signature = _signature(path)
+    if signature is None:
+        return State.MISSING
+    known = _VERDICTS.get(path)
+    if known is not None and known[:2] == (signature, fingerprint):
+        return known[2]
+    return check_transcript(path, fingerprint)[0]
+
+
+Signature = tuple[int, int, int, int]  # st_ino, st_size, st_mtime_ns, st_ctime_ns
+_VERDICTS: dict[Path, tuple[Signature, str | None, State, str | None]] = {}
+_VERDICTS_MAX = 200_000  # files remembered per process (a few hundred bytes each); cleared past it
+
+
+def _signature(path: Path) -> Signature | None:
+    try:
+        st = path.stat()
+    except OSError:  # missing (or unreachable: then reading it says why)
+        return None if not path.exists() else (0, -1, 0, 0)
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _remember(path: Path, signature: Signature, fingerprint: str | None, state: State, why: str | None) -> None:
+    if len(_VERDICTS) >= _VERDICTS_MAX:
+        _VERDICTS.clear()
+    _VERDICTS[path] = (signature, fingerprint, state, why)
 
 
 def _shape_problem(records: list[dict[str, Any]], name: re.Match[str] | None, fingerprint: str | None) -> str | None:

@@ -9,7 +9,7 @@ import logging
 import math
 from pathlib import Path
 
-from harness.records import State, check_transcript, transcript_files
+from harness.records import State, check_transcript, transcript_files, transcript_state
 
 SPENT = "spent_usd.txt"  # the out_dir's spend over all its sessions, for max_cost_usd
 log = logging.getLogger("harness.run")
@@ -29,7 +29,7 @@ def snapshot(out_dir: Path) -> dict[Path, tuple[int, int]]:
 def written(out_dir: Path, print_: str, before: dict[Path, tuple[int, int]]) -> int:
     """Whole transcripts this session wrote (the count the stop message gives; 'new episodes')."""
     changed = [p for p, identity in snapshot(out_dir).items() if before.get(p) != identity]
-    return sum(check_transcript(p, print_)[0] in (State.COMPLETE, State.FAILED) for p in changed)
+    return sum(transcript_state(p, print_) in (State.COMPLETE, State.FAILED) for p in changed)
 
 
 def spent(out_dir: Path, print_: str) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -147,3 +148,77 @@ def test_a_process_forked_while_the_vocabulary_loads_still_counts_tokens(monkeyp
         os.kill(pid, 9)
         os.waitpid(pid, 0)
     assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 0, "the forked child hung on the loading lock"
+
+
+def test_a_process_keeps_a_connection_open_for_each_episode_in_flight() -> None:
+    """120 threads of one process call at once, twice: the server sees 120 connections, not one per call past the
+    100 the SDK would keep idle by default (with 256 episodes in flight in 2 processes every such call reconnected)."""
+    from harness.backends.openai_compat import OpenAICompatible
+    from harness.backends.sim_server import SimServer
+    from harness.types import Message
+
+    class Counting(SimServer):
+        connections = 0
+
+        def _handler(self) -> Any:
+            owner, base = self, super()._handler()
+
+            class Handler(base):  # type: ignore[valid-type,misc]
+                def setup(self) -> None:  # once per connection
+                    with owner._lock:
+                        owner.connections += 1
+                    super().setup()
+
+            return Handler
+
+    threads = 120
+    with Counting(latency_s=0.3) as server:
+        backend = OpenAICompatible(model="sim-served", base_url=server.base_url, api_key_env=None)
+        barrier = threading.Barrier(threads)
+
+        def call() -> None:
+            for _ in range(2):
+                barrier.wait(timeout=60)
+                backend.generate([Message("user", "Hello")], [])
+
+        workers = [threading.Thread(target=call) for _ in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(timeout=120)
+        assert server.requests == 2 * threads
+        assert server.connections == threads
+
+
+def test_a_run_reads_each_transcript_once_to_close(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The closing passes (the tables, what is still pending, what this session wrote) share one read of each
+    transcript: the state of a file version already read is remembered, not read again."""
+    from harness import records
+
+    reads: list[str] = []
+    real = records.read_transcript
+
+    def counting(path: Path) -> list[dict[str, Any]]:
+        reads.append(path.name)
+        return real(path)
+
+    monkeypatch.setattr(records, "read_transcript", counting)
+    runner.run(config(tmp_path / "out", "experiment=c3", "n_tasks=3", "n_runs=2", "n_workers=1"), verbose=False)
+    assert sorted(reads) == sorted(p.name for p in (tmp_path / "out" / "transcripts").iterdir())  # 6, once each
+
+
+def test_a_remembered_transcript_state_follows_the_file(tmp_path: Path) -> None:
+    """A transcript changed or replaced after its state was remembered is read again."""
+    from harness import records
+
+    out = tmp_path / "out"
+    runner.run(config(out, "experiment=c3", "n_tasks=1", "n_runs=1", "n_workers=1"), verbose=False)
+    path = next((out / "transcripts").iterdir())
+    assert records.transcript_state(path) == records.State.COMPLETE
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])  # cut in the middle: damaged
+    assert records.transcript_state(path) == records.State.DAMAGED
+    path.write_text(text)
+    assert records.transcript_state(path) == records.State.COMPLETE
+    path.unlink()
+    assert records.transcript_state(path) == records.State.MISSING

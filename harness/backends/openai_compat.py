@@ -41,8 +41,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import httpx2  # the HTTP library the openai SDK (3.x) is built on
 import openai
-from openai.types.chat import ChatCompletion
 
 from harness import lifecycle
 from harness.backends.base import ContextWindowExceeded, InfraError
@@ -142,9 +142,22 @@ def retry_after_seconds(exc: Exception) -> float | None:
 
 
 _CLIENTS: dict[tuple[str, str, float], openai.OpenAI] = {}
+# Connections a process's pool holds, busy or idle: the SDK's own ceiling (1,000), and all of them kept open between
+# calls. The SDK keeps only 100 idle ones, so with more episodes in flight in one process (256 concurrent episodes
+# in 2 processes) every call past the 100th closed its connection and the next opened a new one (issue 28).
+POOL = 1000
 _CLIENTS_LOCK = threading.Lock()
 # A forked worker must not reuse the parent's pooled sockets: two processes on one connection corrupt it.
 os.register_at_fork(after_in_child=_CLIENTS.clear)
+
+
+def _without_nulls(value: Any) -> Any:
+    """A parsed JSON value with every null member of an object removed, at any depth (list items are kept)."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 
 def shared_client(base_url: str, api_key: str, timeout_s: float) -> openai.OpenAI:
@@ -152,7 +165,9 @@ def shared_client(base_url: str, api_key: str, timeout_s: float) -> openai.OpenA
     key = (base_url, api_key, timeout_s)
     with _CLIENTS_LOCK:
         if key not in _CLIENTS:
-            _CLIENTS[key] = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0)
+            pool = httpx2.Limits(max_connections=POOL, max_keepalive_connections=POOL)
+            _CLIENTS[key] = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0,
+                                          http_client=openai.DefaultHttpxClient(limits=pool))
         return _CLIENTS[key]
 
 
@@ -386,8 +401,10 @@ class OpenAICompatible:
         try:
             # The raw POST skips the SDK's recursive TypedDict transform of `messages` (~12 ms per call on a
             # long history); errors, retries-after headers and parsing are the SDK's own.
-            response = self.client().post("/chat/completions", body=self.encode_body({**body, **self.extra_body}),
-                                          cast_to=ChatCompletion)
+            encoded = self.encode_body({**body, **self.extra_body})
+            sent: dict[str, Any] = {"content": encoded} if isinstance(encoded, bytes) else {"body": encoded}
+            # cast_to=object: the SDK's parsed JSON as is, not built into a ChatCompletion to be dumped back
+            response = self.client().post("/chat/completions", cast_to=object, **sent)
         except openai.APIStatusError as exc:
             # `from None` here and below: the SDK's exception quotes the server's raw text, key included, and a
             # chained cause would print it in any traceback. Our message keeps that text, redacted.
@@ -402,10 +419,9 @@ class OpenAICompatible:
         except (ValueError, openai.APIResponseValidationError) as exc:
             # The SDK parses a JSON content type with json.loads: a 200 with a non-JSON body raises here.
             raise EndpointFault(f"the endpoint answered 200 with a body that is not a completion: {exc}") from None
-        # A non-JSON content type comes back as text, and `{"choices": []}` as a half-empty ChatCompletion.
-        # warnings=False: a field of the wrong type (a usage count sent as a string) is ours to flag, not pydantic's
-        raw = response.model_dump(exclude_none=True, warnings=False) if isinstance(response, ChatCompletion) \
-            else response
+        # A non-JSON content type comes back as text. A null field reads as an absent one (as the SDK's models
+        # dump with exclude_none); a field of the wrong type (a usage count sent as a string) is ours to flag.
+        raw = _without_nulls(response)
         if (problem := completion_problem(raw)) is not None:
             raise EndpointFault(f"the endpoint answered 200 without a completion ({problem}): {str(raw)[:200]}")
         return raw
