@@ -61,7 +61,7 @@ import json
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.waac.graph import TraceGraph
@@ -92,12 +92,20 @@ class Step:
     source_role: Role
 
     def key(self) -> RuleKey:
-        return (self.edge, self.why, "ok" if self.consumer_ok else "failed", self.demanded.value,
-                self.source_role.value)
+        return (self.edge, self.why, "ok" if self.consumer_ok else "failed", self.demanded._value_,
+                self.source_role._value_)
 
     def row(self) -> tuple[Any, ...]:
-        """Canonical, JSON-able form (library records)."""
-        return tuple(x.value if isinstance(x, Level | Role) else x for x in astuple(self))
+        """Canonical, JSON-able form (library records): the fields in astuple's order (checked against astuple by
+        tests/test_waac_memo.py), the two enums as their values. Kept in the instance once made (a frozen value:
+        memoized steps are replayed at every step); written out field by field, the enums' `_value_` read
+        directly (astuple deep-copies, and Enum.value is a property: both showed in profiles)."""
+        hit = self.__dict__.get("_row")
+        if hit is None:
+            hit = self.__dict__["_row"] = (
+                self.edge, self.why, self.input_path, self.consumer_op, self.consumer_ok, self.demanded._value_,
+                self.source_op, self.source_ok, self.source_path, self.source_type, self.source_role._value_)
+        return hit
 
 
 TransferRules = Mapping[RuleKey, Level] | Callable[[Step], Level | None]
@@ -183,18 +191,21 @@ class Closure:
 
 
 Decide = Callable[[int, int, Step], Level | None]  # None aborts the walk (a replay that does not match)
+StepMemo = dict[tuple[str, Level], list[tuple[str, Step]]]  # (operation, demanded level) -> its _steps
 
 
-def walk(g: TraceGraph, eid: str, level: Level, decide: Decide) -> Closure | None:
+def walk(g: TraceGraph, eid: str, level: Level, decide: Decide, memo: StepMemo | None = None) -> Closure | None:
     """Breadth-first over (operation, demanded level) states in a canonical order: per-path levels, joined per
-    field. Events and fields are numbered in the order first met (event 0: the seed's operation)."""
+    field. Events and fields are numbered in the order first met (event 0: the seed's operation). `memo`: the
+    steps of each (operation, level) met, kept across walks on the same graph (they never change: see the
+    module docstring, incremental analysis)."""
     fields: dict[str, int] = {}
     events, levels = {eid: 0}, Assignment()
     steps: list[tuple[int, int, Step, Level]] = []
     seen, todo = {(eid, level)}, deque([(eid, level)])
     while todo:
         cur, lv = todo.popleft()
-        for src, step in _steps(g, cur, lv):
+        for src, step in _steps(g, cur, lv) if memo is None else _memo_steps(g, cur, lv, memo):
             to = fields.setdefault(src, len(fields))
             out = decide(events[cur], to, step)
             if out is None:
@@ -218,6 +229,13 @@ def _steps(g: TraceGraph, eid: str, demanded: Level) -> Iterator[tuple[str, Step
     for cond, why in sorted(_conditions(g, eid), key=lambda x: x[1]):
         for src in g.events[g.fields[cond].event].fields:
             yield src, _step(g, "control", why, "", eid, demanded, src)
+
+
+def _memo_steps(g: TraceGraph, eid: str, demanded: Level, memo: StepMemo) -> list[tuple[str, Step]]:
+    hit = memo.get((eid, demanded))
+    if hit is None:
+        hit = memo[(eid, demanded)] = list(_steps(g, eid, demanded))
+    return hit
 
 
 def _step(g: TraceGraph, edge: str, why: str, path: str, eid: str, demanded: Level, src: str) -> Step:
@@ -290,12 +308,13 @@ class _Replay:
         return Level(out)
 
 
-def replay(g: TraceGraph, eid: str, level: Level, record: dict[str, Any], fingerprint: str) -> Closure | None:
+def replay(g: TraceGraph, eid: str, level: Level, record: dict[str, Any], fingerprint: str,
+           memo: StepMemo | None = None) -> Closure | None:
     """The closure a record describes, mapped onto the current graph, if its support holds here; else None."""
     if record.get("rules") != fingerprint or record.get("level") != level.value:
         return None
     decide = _Replay(record)
-    closure = walk(g, eid, level, decide)
+    closure = walk(g, eid, level, decide, memo)
     return closure if closure is not None and decide.i == len(decide.steps) else None
 
 
@@ -334,6 +353,7 @@ class Analysis:
     _closures: dict[tuple[str, Level], Closure] = field(default_factory=dict)  # (operation, demanded level)
     _hints: dict[str, dict[tuple[str, str, str], list[dict[str, Any]]]] = field(default_factory=dict)
     _counts: dict[str, int] = field(default_factory=dict)
+    _step_memo: StepMemo = field(default_factory=dict)  # the walks' steps per (operation, level): fixed, kept
 
     def __post_init__(self) -> None:
         rules = self.transfer if self.transfer is not None else getattr(self.graph.schemas, "transfer_rules", None)
@@ -358,6 +378,7 @@ class Analysis:
         if not self.incremental:
             self._cache.clear()
             self._closures.clear()
+            self._step_memo.clear()  # full mode recomputes everything, the walks' steps too
             self._active, self._contrib, self._fact_contrib, self._d, self._facts = {}, {}, {}, {}, {}
             self._in_force = 0
         changed: set[str] = set()
@@ -414,7 +435,7 @@ class Analysis:
             return hit
         closure = self._from_library(kind, fid, level) if self.incremental else None
         if closure is None:
-            closure = walk(self.graph, key[0], level, lambda _a, _b, step: self._rules(step))
+            closure = walk(self.graph, key[0], level, lambda _a, _b, step: self._rules(step), self._step_memo)
             assert closure is not None  # rules always decide
             self._counts["closures"] += 1
         self._closures[key] = closure
@@ -424,7 +445,7 @@ class Analysis:
         f = self.graph.fields[fid]
         candidates = self._hints.get(f.event, {}).get((kind, f.path, level.value), [])
         for record in candidates:
-            closure = replay(self.graph, f.event, level, record, self._rules.fingerprint)
+            closure = replay(self.graph, f.event, level, record, self._rules.fingerprint, self._step_memo)
             if closure is not None:
                 self._counts["library"] += 1
                 return closure

@@ -362,18 +362,20 @@ class TraceGraph:
         self._bump(cond)
 
     # ---- queries --------------------------------------------------------------------------------------
+    # The two queries read networkx's predecessor dicts (`_pred`: node -> {predecessor: edge attributes}, what
+    # in_edges iterates, in the same order) directly: building its edge views showed in the analysis' profile.
     def conditions(self, event_id: str) -> list[str]:
         """Condition fields with a control edge into the event's operation."""
-        return [u for u, _, k in self.g.in_edges(event_id, data="kind") if k == "control"]
+        return [u for u, d in self.g._pred[event_id].items() if d.get("kind") == "control"]
 
     def data_sources(self, event_id: str) -> list[tuple[str, str, str]]:
         """(producer field, input type, input path) for every data edge into the event's inputs (eq. 5)."""
-        out = []
-        for node, _, kind in self.g.in_edges(event_id, data="kind"):
-            if kind != "consumes":
+        pred, out = self.g._pred, []
+        for node, attrs in pred[event_id].items():
+            if attrs.get("kind") != "consumes":
                 continue
-            path = self.g.nodes[node]["path"]
-            out += [(u, d["itype"], path) for u, _, d in self.g.in_edges(node, data=True) if d.get("kind") == "data"]
+            path = self.g._node[node]["path"]
+            out += [(u, d["itype"], path) for u, d in pred[node].items() if d.get("kind") == "data"]
         return out
 
     def event_of(self, field_id: str) -> Event:

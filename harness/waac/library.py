@@ -108,6 +108,7 @@ class HistoryLibrary:
         self.read_only = read_only
         self.meta = meta or {}
         self._by_compat: dict[str, list[str]] = {}
+        self._described: dict[str, tuple[dict[str, Any], str]] = {}  # record key -> (its fragment, describe(it))
         for k, r in self.records.items():
             self._by_compat.setdefault(compat_of(r.fragment), []).append(k)
 
@@ -133,12 +134,20 @@ class HistoryLibrary:
         candidates = self._by_compat.get(compat_of(frag), [])
         if not candidates or embedder is None:
             return NO_MATCH
-        vecs = embedder.embed([describe(frag)] + [describe(self.records[k].fragment) for k in candidates])
+        vecs = embedder.embed([describe(frag)] + [self._description(k) for k in candidates])
         scores = vecs[1:] @ vecs[0]
         best = int(scores.argmax())
         if float(scores[best]) < threshold:
             return NO_MATCH
         return Match("similarity", self.records[candidates[best]].policies, float(scores[best]), candidates[best])
+
+    def _description(self, key: str) -> str:
+        """describe() of a record's fragment, once per fragment object (a key names one fragment: its hash)."""
+        frag = self.records[key].fragment
+        hit = self._described.get(key)
+        if hit is None or hit[0] is not frag:
+            hit = self._described[key] = (frag, describe(frag))
+        return hit[1]
 
     # ---- persistence ----------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:

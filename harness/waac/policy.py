@@ -91,6 +91,8 @@ class WAAC(ContextPolicy):
         self._dirty: set[str] | None = None  # fields whose pi was recomputed this step (None: all)
         self._shown_off: set[str] = set()  # fields the projector shows at d, not pi, since a budget shed
         self._before = (0, 0, 0)  # (n_fixed, messages counted, their tokens): tokens_before, running
+        self._event_at: dict[int, str] = {}  # message index -> the tool event read from it
+        self._prov: tuple[list[Message], list[Provenance]] = ([], [])  # the previous view and its provenance
         self.last: tuple[Requirements | None, dict[str, Level], Projection | None] = (None, {}, None)
 
     # ---- the recall tool (offered only when pointers can be shown) -----------------------------------
@@ -138,6 +140,7 @@ class WAAC(ContextPolicy):
         for eid in new_tools:
             self._tool_index[eid] = len(self._tool_events)
             self._tool_events.append(eid)
+            self._event_at[self.graph.events[eid].msg_index] = eid
         new_fields = self._new_fields(new_tools)
         hits, proposed = self._historical(self.graph.pop_touched(), len(new_tools))
         req = self.analysis.update() if self.use_online else None
@@ -223,14 +226,22 @@ class WAAC(ContextPolicy):
 
     def _provenance(self, history: Sequence[Message], out: Projection) -> list[Provenance]:
         """The projection shows message i (or its projection) at position i: an original is kept; a projected
-        one is named by its strongest reduction (a POINTER, else a SUMMARY, else only DROPs: compressed)."""
-        reduced: dict[int, set[Level]] = {}
-        for fid, lv in out.applied.items():
-            f = self.graph.fields.get(fid)
-            if f is not None and lv != Level.EXACT:
-                reduced.setdefault(f.msg_index, set()).add(lv)
-        return [Provenance("kept" if i < len(history) and m is history[i] else _kind(reduced.get(i, set())), (i,))
-                for i, m in enumerate(out.messages)]
+        one is named by its strongest reduction (a POINTER, else a SUMMARY, else only DROPs: compressed).
+        A message that is the very object shown at i by the previous call keeps its entry: the history is
+        append-only and a projected message object comes with its event's applied levels (the projector's
+        cache), so its kind is unchanged."""
+        before, entries = self._prov
+        prov = [entries[i] if i < len(before) and before[i] is m else Provenance(
+            "kept" if i < len(history) and m is history[i] else _kind(self._reduced(i, out)), (i,))
+            for i, m in enumerate(out.messages)]
+        self._prov = (list(out.messages), prov)  # a copy: the caller may edit the view it is given
+        return prov
+
+    def _reduced(self, i: int, out: Projection) -> set[Level]:
+        """The levels below EXACT applied to the fields read from message i (those of the tool event there)."""
+        eid = self._event_at.get(i)
+        fields = self.graph.events[eid].fields if eid is not None else ()
+        return {lv for lv in (out.applied.get(f) for f in fields) if lv is not None and lv != Level.EXACT}
 
     def _historical(self, touched: set[str], n_new: int) -> tuple[dict[str, int], set[str]]:
         """Update rho_hat for the events whose canonical fragment may have changed (new, new consumers,

@@ -112,6 +112,8 @@ class Projector:
         # (event, wanted levels, facts) -> (message, applied levels, pointer refs, rolled back, promoted)
         self._cache: dict[tuple[str, tuple[Level, ...], int], _Cached] = {}
         self._summaries: dict[tuple[str, frozenset[str]], str | None] = {}  # checked text, None = rollback
+        self._shown_tokens: dict[str, int] = {}  # a stand-in's text -> its tokens (by self.tokens, set once)
+        self._checked: dict[str, str | None] = {}  # pointer ref -> its verification in the current call
         self._reset(None)
 
     def _reset(self, g: TraceGraph | None) -> None:
@@ -133,6 +135,7 @@ class Projector:
         the projection's token difference (the opening messages are fixed)."""
         full = dirty is None or g is not self._graph or len(history) < len(self._view)
         previous = self._applied
+        self._checked = {}  # each live pointer is verified once per call (the history is fixed within it)
         if full:
             self._reset(g)
         changed: set[str] = set()
@@ -259,7 +262,10 @@ class Projector:
             return True
         if f.tokens is None:
             f.tokens = self.tokens.text(f.text)
-        return self.tokens.text(shown) < f.tokens
+        n = self._shown_tokens.get(shown)
+        if n is None:
+            n = self._shown_tokens[shown] = self.tokens.text(shown)
+        return n < f.tokens
 
     def _summary(self, f: Field, required: frozenset[str], history: Sequence[Message]) -> str | None:
         """Summarized and checked once per (field, required facts): an LLM is not asked again every step."""
@@ -270,7 +276,11 @@ class Projector:
         return self._summaries[key]
 
     def _problem(self, ref: str, f: Field, history: Sequence[Message]) -> str | None:
-        return self.store.problem(ref, original_text(f, history), f.identity or f.id, f.version)
+        """The store's verdict on a pointer, asked once per call: a ref names one field version, whose span of
+        the (fixed) history is the same all call long."""
+        if ref not in self._checked:
+            self._checked[ref] = self.store.problem(ref, original_text(f, history), f.identity or f.id, f.version)
+        return self._checked[ref]
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,10 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 from typing import Any, NamedTuple, Protocol
 
 FactFn = Callable[[Any], list[str]]
@@ -189,35 +190,126 @@ class Split(NamedTuple):
 def split_result(content: str, schema: ToolSchema | None) -> Split:
     """A result's fields, in order, with unique paths, their location in the result and their exact span in
     the content, and the scaffolding of its containers (their scalar keys: a form's name and caption), shown
-    whenever any part of the container is. A result that is not a JSON object is one field `$text`."""
+    whenever any part of the container is. A result that is not a JSON object is one field `$text`.
+
+    One pass: each value is decoded once, where it sits (`_scan`), giving the payload and the spans together;
+    the scan accepts exactly the JSON objects, and anything it refuses is left to `split_two_pass` (json.loads,
+    then the spans), which gives the same Split (tests/test_waac_memo.py compares them)."""
+    if content[_skip(content, 0):_skip(content, 0) + 1] != "{":  # not a JSON object (json.loads fails or
+        return _text_split(content)                              # gives another value)
+    containers = schema.containers if schema else ()
+    named = schema.named_lists if schema else ()
+    try:
+        payload, tree, end = _scan(content, _skip(content, 0), containers, named)
+        if _skip(content, end) != len(content):
+            raise ValueError("extra data")  # json.loads refuses it too
+    except (ValueError, IndexError):
+        return split_two_pass(content, schema)
+    return _split(content, schema, payload, lambda key: tree[key][0],
+                  lambda key: {k: v[0] for k, v in tree[key][1].items()},
+                  lambda key, k: [x[0] for x in tree[key][1][k][1]])
+
+
+def split_two_pass(content: str, schema: ToolSchema | None) -> Split:
+    """split_result by json.loads and a second scan for the spans (the reference the single pass must equal)."""
     try:
         payload = json.loads(content)
     except json.JSONDecodeError:
         payload = None
     if not isinstance(payload, dict):
-        return Split(None, [ResultField("$text", ("$text",), content, (0, len(content)))], None)
+        return _text_split(content)
     spans = member_spans(content, _skip(content, 0))
+    return _split(content, schema, payload, spans.__getitem__, lambda key: member_spans(content, spans[key][0]),
+                  lambda key, k: item_spans(content, member_spans(content, spans[key][0])[k][0]))
+
+
+def _text_split(content: str) -> Split:
+    return Split(None, [ResultField("$text", ("$text",), content, (0, len(content)))], None)
+
+
+def _split(content: str, schema: ToolSchema | None, payload: dict[str, Any],
+           span: Callable[[str], tuple[int, int]], inner: Callable[[str], dict[str, tuple[int, int]]],
+           items: Callable[[str, str], list[tuple[int, int]]]) -> Split:
+    """The Split of a JSON object result given its payload and its spans: `span(key)` of a member, `inner(key)`
+    the member spans of a container, `items(key, k)` the item spans of a container's named list."""
     containers = schema.containers if schema else ()
     parts: list[ResultField] = []
     scaffold: dict[str, Any] = {}
     for key, value in payload.items():
         if key in containers and isinstance(value, dict):
             scaffold[key] = {k: v for k, v in value.items() if not isinstance(v, (list, dict))}
-            parts += _container_fields(content, key, value, spans[key][0], schema)
+            parts += _container_fields(key, value, inner(key), partial(items, key), schema)
         else:
-            parts.append(ResultField(key, (key,), value, spans[key]))
+            parts.append(ResultField(key, (key,), value, span(key)))
     return Split(scaffold, unique(parts), payload)
 
 
-def _container_fields(content: str, key: str, value: dict[str, Any], start: int,
-                      schema: ToolSchema | None) -> list[ResultField]:
+Tree = dict[str, tuple[tuple[int, int], Any]]  # key -> (its value's span, its members' Tree | its items' spans)
+
+
+def _scan(s: str, i: int, containers: Collection[str], named: Collection[str]) -> tuple[dict[str, Any], Tree, int]:
+    """The JSON object at s[i] ('{'), its members' spans and its end, each value decoded once: a container's
+    members (`containers`: scanned as objects in turn, their `named` lists item by item) are not decoded again
+    inside their container. Strict JSON object syntax; a repeated key keeps its first place and its last value
+    and spans, as json.loads does. Raises ValueError (or IndexError at a cut-off end) on anything else."""
+    out: dict[str, Any] = {}
+    tree: Tree = {}
+    i = _skip(s, i + 1)
+    if s[i] == "}":
+        return out, tree, i + 1
+    while True:
+        if s[i] != '"':
+            raise ValueError("expected a key")
+        key, i = _DECODER.raw_decode(s, i)
+        i = _skip(s, i)
+        if s[i] != ":":
+            raise ValueError("expected ':'")
+        i = _skip(s, i + 1)
+        start = i
+        if key in containers and s[i] == "{":
+            out[key], sub, i = _scan(s, i, (), named)
+            tree[key] = ((start, i), sub)
+        elif key in named and s[i] == "[":
+            out[key], spans, i = _items(s, i)
+            tree[key] = ((start, i), spans)
+        else:
+            out[key], i = _DECODER.raw_decode(s, i)
+            tree[key] = ((start, i), None)
+        i = _skip(s, i)
+        if s[i] == "}":
+            return out, tree, i + 1
+        if s[i] != ",":
+            raise ValueError("expected ',' or '}'")
+        i = _skip(s, i + 1)
+
+
+def _items(s: str, i: int) -> tuple[list[Any], list[tuple[tuple[int, int], None]], int]:
+    """The JSON array at s[i] ('['), each item's span and its end; strict, like _scan."""
+    out: list[Any] = []
+    spans: list[tuple[tuple[int, int], None]] = []
+    i = _skip(s, i + 1)
+    if s[i] == "]":
+        return out, spans, i + 1
+    while True:
+        value, end = _DECODER.raw_decode(s, i)
+        out.append(value)
+        spans.append(((i, end), None))
+        i = _skip(s, end)
+        if s[i] == "]":
+            return out, spans, i + 1
+        if s[i] != ",":
+            raise ValueError("expected ',' or ']'")
+        i = _skip(s, i + 1)
+
+
+def _container_fields(key: str, value: dict[str, Any], spans: dict[str, tuple[int, int]],
+                      items: Callable[[str], list[tuple[int, int]]], schema: ToolSchema | None) -> list[ResultField]:
     named, item = (schema.named_lists, schema.item_name) if schema else ((), "")
-    spans = member_spans(content, start)
     out = []
     for k, v in value.items():
         if k in named and isinstance(v, list) and all(isinstance(x, dict) and item in x for x in v):
             out += [ResultField(f"{key}.{k}.{x[item]}", (key, k, str(x[item])), x, s)
-                    for x, s in zip(v, item_spans(content, spans[k][0]), strict=True)]
+                    for x, s in zip(v, items(k), strict=True)]
         elif isinstance(v, (list, dict)):
             out.append(ResultField(f"{key}.{k}", (key, k), v, spans[k]))
     return out
@@ -239,6 +331,8 @@ _WS = re.compile(r"[ \t\n\r]*")
 
 
 def _skip(s: str, i: int) -> int:
+    if i < len(s) and s[i] not in " \t\n\r":  # the usual case: nothing to skip
+        return i
     m = _WS.match(s, i)
     return m.end() if m else i
 

@@ -1,0 +1,186 @@
+"""WAAC's per-step memos (issue 28: cheaper per-step analysis, same results): each is checked against a
+recomputation from scratch, so a memo keyed wrongly or never invalidated fails here."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import astuple
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from _waac import ctx
+from test_waac_policy import LIBRARY, _long_session
+from test_waac_projection import _itemizing, _pointed
+
+from harness.envs.expense.waac import schemas
+from harness.policies.base import RenderContext
+from harness.tokens import TokenCounter
+from harness.types import Message, Provenance
+from harness.waac.analysis import _steps
+from harness.waac.lattice import Level
+from harness.waac.library import HistoryLibrary, Record, describe
+from harness.waac.policy import WAAC, _kind
+from harness.waac.projection import Projection
+from harness.waac.schema import Role, split_result, split_two_pass
+
+
+def _provenance_from_scratch(policy: WAAC, history: Sequence[Message], out: Projection) -> list[Provenance]:
+    """The provenance as computed before the per-message reuse: every message, every applied field."""
+    reduced: dict[int, set[Level]] = {}
+    for fid, lv in out.applied.items():
+        f = policy.graph.fields.get(fid)
+        if f is not None and lv != Level.EXACT:
+            reduced.setdefault(f.msg_index, set()).add(lv)
+    return [Provenance("kept" if i < len(history) and m is history[i] else _kind(reduced.get(i, set())), (i,))
+            for i, m in enumerate(out.messages)]
+
+
+@pytest.mark.parametrize("budget", [None, 5000])
+def test_reused_provenance_and_walk_steps_equal_a_recomputation_at_every_step(budget: int | None) -> None:
+    """The view's provenance reuses the previous step's entry for a message that is the same object; the
+    analysis keeps each (operation, level)'s backward steps. At every step of a long session (the budget sheds
+    at some steps) both equal what is computed afresh from the current graph and projection."""
+    policy, tokens = WAAC(schemas(), library_path=LIBRARY), TokenCounter()
+    kinds: set[str] = set()
+    for step, h in enumerate(_long_session(60)):
+        view = policy.render(h, RenderContext(step, tokens, budget=budget))
+        out = policy.last[2]
+        assert out is not None
+        assert view.provenance == _provenance_from_scratch(policy, h, out)
+        kinds |= {p.kind for p in view.provenance}
+        memo = policy.analysis._step_memo
+        assert memo and all(steps == list(_steps(policy.graph, eid, lv)) for (eid, lv), steps in memo.items())
+    assert {"kept", "pointer"} <= kinds and len(kinds) >= 3  # projected kinds were met, not only kept messages
+
+
+def test_a_replaced_library_record_is_described_afresh() -> None:
+    """describe() of a record's fragment is memoized per fragment object: a record replaced under its key is
+    described again."""
+    frag = {"op": "open", "category": "read", "ok": True, "recency": "latest", "inputs": [("name", "FormName")],
+            "fields": [["Form", "FormState", "state", False]], "consumers": []}
+    lib = HistoryLibrary({"k": Record("k", frag, {})})
+    assert lib._description("k") == describe(frag)
+    other = {**frag, "op": "close"}
+    lib.records["k"] = Record("k", other, {})
+    assert lib._description("k") == describe(other) != describe(frag)
+
+
+def test_step_rows_equal_the_generic_astuple_form() -> None:
+    """Step.row() is written out field by field and kept in the instance: it equals astuple's order with the
+    enums as their values, for every step the walks of a long session meet (a wrong order, a missed field or a
+    row kept from another step fails here)."""
+    policy, tokens = WAAC(schemas(), library_path=LIBRARY), TokenCounter()
+    for step, h in enumerate(_long_session(30)):
+        policy.render(h, RenderContext(step, tokens))
+    steps = [s for memo in policy.analysis._step_memo.values() for _, s in memo]
+    assert len({s.row() for s in steps}) > 3
+    for s in steps:
+        generic = tuple(x.value if isinstance(x, Level | Role) else x for x in astuple(s))
+        assert s.row() == generic and s.row() == generic  # twice: the kept row too
+
+
+_FORM = {"Name": "F", "Caption": "c", "Controls": {"A": 1}, "Grids": [{"Name": "G", "Rows": [{"n": 1}]}, {"Name": "H"}]}
+_ODD = [  # the shapes a single pass could get wrong: each must split as json.loads plus a second scan does
+    json.dumps({"Status": "Success", "Form": _FORM}), json.dumps({"Status": "Success", "Form": _FORM}, indent=2),
+    ' \n{ "Form" : { "Grids" : [ { "Name" : "G" } , {"Name":"G"} ] , "Name":"x" } , "Status":"ok" }\t\n',
+    '{"Form": {"Grids": [{"Name": "G"}], "Grids": [{"Name": "K"}]}, "Form": {"Name": "last"}}',  # repeated keys
+    '{"Form": {"Grids": [1, 2]}}', '{"Form": {"Grids": [{"NoName": 1}]}}', '{"Form": []}', '{"Form": "text"}',
+    '{"Form": {"Grids": {"Name": "G"}}}', '{"Grids": [{"Name": "G"}]}', '{}', '{"Form": {}}', '{"Form": {"Grids": []}}',
+    '{"a": 1,}', '{"a": 1} x', '{"a" 1}', '{"a": 1 "b": 2}', '{"a": [1,]}', '{"Form": {"Grids": [{"Name": "G"},]}}',
+    '{"Form": {"Grids": [{"Name": "G"}] "x": 1}}', '{"Form": {"Grids": [{"Name": "G"} {"Name": "H"}]}}',
+    '{"a": 1', '{"Form": {"Grids": [', '{', '', '   ', '[1, 2]', '"s"', '\ufeff{"a": 1}', '{1: 2}', '{"a": NaN}',
+    '{"a": "\\ud800"}', '{"a": 1}{"b": 2}', 'plain text result', '{"Form": {"Grids": [{"Name": "G"}]}} ',
+]
+
+
+@pytest.mark.parametrize("content", _ODD)
+def test_the_single_pass_split_equals_the_two_pass_reference(content: str) -> None:
+    """split_result decodes each value once where it sits; on valid and invalid JSON alike it gives what
+    json.loads and a second span scan give (payload, fields, values, spans, scaffold)."""
+    schema = schemas().tools["form_open_lookup"]  # containers Form and Lookup, named list Grids (item Name)
+    for s in (schema, None):
+        assert split_result(content, s) == split_two_pass(content, s)
+
+
+def test_the_single_pass_split_equals_the_two_pass_reference_on_a_session() -> None:
+    """Every tool result of a long session, under its own schema."""
+    tools = schemas().tools
+    history = _long_session(60)[-1]
+    calls = {c.id: c.name for m in history for c in m.tool_calls or ()}
+    results = [(m.content, tools.get(calls.get(m.tool_call_id or "", ""))) for m in history if m.role == "tool"]
+    assert len(results) > 50 and any(split_result(c, s).scaffold for c, s in results)
+    for content, schema in results:
+        assert split_result(content, schema) == split_two_pass(content, schema)
+
+
+def _first_pointer(monkeypatch: pytest.MonkeyPatch, clock_ahead: bool) -> tuple[WAAC, Any, str, Path, list[str]]:
+    """A policy right after its first projection (its pointers' files written a moment ago, nothing written
+    since) and a log of the files read from then on. `clock_ahead`: the store's directory, touched to read the
+    filesystem's clock, reads as an hour ahead (a clock that has moved; deterministic on any filesystem)."""
+    tr, policy = _itemizing(), WAAC(schemas())
+    root, real_stat = str(policy.store.dir), os.stat
+    ahead = time.time_ns() + 3_600 * 10**9
+
+    def stat(p: Any, *a: Any, **k: Any) -> Any:
+        st = real_stat(p, *a, **k)
+        if not clock_ahead or str(p) != root:
+            return st
+        return SimpleNamespace(st_ino=st.st_ino, st_size=st.st_size, st_mtime_ns=ahead, st_ctime_ns=ahead)
+
+    monkeypatch.setattr(os, "stat", stat)
+    policy.render(tr.history, ctx())
+    f, ref = _pointed(policy)
+    reads: list[str] = []
+    real_read = Path.read_bytes
+    def logged(p: Path) -> bytes:
+        reads.append(p.name)
+        return real_read(p)
+
+    monkeypatch.setattr(Path, "read_bytes", logged)
+    return policy, tr, f.id, policy.store.path(ref), reads
+
+
+def test_a_new_artifact_is_signed_at_its_first_check_when_the_filesystem_clock_has_moved(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store touches its directory for a fresh reading of the filesystem's clock when a file is not settled
+    yet: a reading past the file's ctime lets its first check sign it, so the next projection does not re-read it
+    although no newer file was written since (without the reading it would be re-read at every step)."""
+    policy, tr, fid, path, reads = _first_pointer(monkeypatch, clock_ahead=True)
+    policy.render(tr.history, ctx(1))
+    out = policy.last[2]
+    assert out is not None and out.applied[fid] == Level.POINTER and path.name not in reads
+
+
+def test_a_rewrite_right_after_the_first_check_is_detected_whatever_the_clock_granularity(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the real filesystem: a same-size rewrite of a pointer's file right after its first check is caught at
+    the next projection (the touch's reading, when past the file's ctime, is older than the rewrite's ctime;
+    when not past it, the file is re-read)."""
+    policy, tr, fid, path, _ = _first_pointer(monkeypatch, clock_ahead=False)
+    path.write_bytes(path.read_bytes()[:-3] + b"000")
+    policy.render(tr.history, ctx(1))
+    out = policy.last[2]
+    assert out is not None and out.applied[fid] == Level.EXACT and "changed" in out.promoted_why[fid]
+
+
+def test_graph_queries_on_the_predecessor_dicts_equal_networkx_edge_views() -> None:
+    """conditions() and data_sources() read networkx's predecessor dicts directly: for every event of a long
+    session (retries, state edits, bound arguments) they equal what networkx's in_edges views give, in order."""
+    policy, tokens = WAAC(schemas(), library_path=LIBRARY), TokenCounter()
+    for step, h in enumerate(_long_session(60)):
+        policy.render(h, RenderContext(step, tokens))
+    g = policy.graph
+    found = [0, 0]
+    for eid in g.order:
+        conditions = [u for u, _, k in g.g.in_edges(eid, data="kind") if k == "control"]
+        sources = [(u, d["itype"], g.g.nodes[node]["path"]) for node, _, kind in g.g.in_edges(eid, data="kind")
+                   if kind == "consumes" for u, _, d in g.g.in_edges(node, data=True) if d.get("kind") == "data"]
+        assert g.conditions(eid) == conditions and g.data_sources(eid) == sources
+        found[0] += len(conditions)
+        found[1] += len(sources)
+    assert all(found)  # both kinds of edges were met
