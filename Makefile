@@ -264,6 +264,7 @@ bench: $(STAMP) $(METHODS_STAMP) ## Speed figures: throughput, policy time, each
 	$(PY) -m bench.backends
 	$(PY) -m bench.overhead
 	$(PY) -m bench.scale
+	$(PY) -m bench.figures
 
 clean: ## Remove the virtual environment and caches (results are kept)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -31,6 +31,7 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 
+from bench import figures
 from bench.backends import _wait
 from bench.offline import synthetic_history
 from harness.backends.cache import cache_key
@@ -56,6 +57,7 @@ GOALS = {("c3", 300): 2.0, ("full", 300): 8.0}  # ms of client CPU per call
 def line(figure: str, value: str, goal: str = "", met: bool | None = None) -> None:
     verdict = "" if met is None else ("met" if met else "NOT met")
     print(f"  {figure:<58} {value:>14}   {goal:<22} {verdict}")
+    figures.record("overhead", figure.strip(), value, goal, met)
 
 
 def cpu_ms(fn: Any, repeats: int = 5) -> float:
@@ -211,6 +213,7 @@ def main() -> None:
     first_request()
     setup(history, steps)
     waac_vs_c3(args.n_tasks, args.n_runs)
+    print(f"  saved to {figures.save('overhead')} (docs/speed.md's goal table: python -m bench.figures)")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ stop at different lengths, and the last, longest episodes would leave slots idle
 slot. Printed per concurrency:
 - calls/s from the endpoint's first request to its last answer, over the ideal concurrency / latency (start-up,
   i.e. composing the config and forking the workers, is left out and printed apart as time to first request);
+  the endpoint answers `latency` after each request arrived (its own compute inside it, as a real endpoint's);
+  the ramp (until every slot has sent its first request) and the drain (the last calls' spread) are printed;
 - peak memory of every harness process (this one and its worker processes, not the endpoint), sampled every
   0.2 s: the sum of PSS (each shared page split between the processes sharing it, so forked workers are not
   counted twice) and, for reference, the sum of RSS.
@@ -31,6 +33,7 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 
+from bench import figures
 from bench.backends import _wait  # the endpoint's readiness poll, one copy
 from harness.backends.local_server import free_port
 from harness.backends.sim_server import SimServer
@@ -139,11 +142,15 @@ def measure(base: str, concurrency: int, latency_s: float, server_pid: int) -> d
         start = time.monotonic()
         episodes = run(cfg, verbose=False)
     stats = json.loads(urllib.request.urlopen(f"{base}/stats", timeout=10).read())
-    first, last = min(stats["arrived"]), max(stats["answered"])
-    calls = len(stats["answered"])
+    arrived, answered = sorted(stats["arrived"]), sorted(stats["answered"])
+    first, last, calls = arrived[0], answered[-1], len(answered)
     rate = calls / (last - first)
+    # Where the span goes beyond calls x latency / concurrency: the ramp (every episode set up and its first
+    # request sent; the concurrency-th request's arrival after the first's) and the drain (the last answer after
+    # the answer that left fewer calls than slots in flight)
     return {"episodes": len(episodes), "calls": calls, "first_request_s": first - start, "span_s": last - first,
             "rate": rate, "ideal": concurrency / latency_s, "ratio": rate * latency_s / concurrency,
+            "ramp_s": arrived[min(concurrency, calls) - 1] - first, "drain_s": last - answered[-concurrency],
             "pss_mb": memory.peak_pss, "rss_mb": memory.peak_rss}
 
 
@@ -163,18 +170,31 @@ def main() -> None:
     print(f"\n== Many concurrent episodes against a {args.latency:g} s endpoint (c3, model=openai, {STEPS} calls "
           f"per episode, two episodes per slot; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}) ==")
     print(f"  {'episodes in flight':>18} {'episodes':>8} {'calls':>6} {'to 1st req s':>12} {'span s':>7} "
-          f"{'calls/s':>8} {'ideal':>6} {'ratio':>6} {'goal':>5} {'peak PSS MB':>11} {'(RSS MB)':>9}")
+          f"{'ramp s':>6} {'drain s':>7} {'calls/s':>8} {'ideal':>6} {'ratio':>6} {'goal':>5} {'peak PSS MB':>11} "
+          f"{'(RSS MB)':>9}")
     try:
         _wait(base)
         for concurrency in args.concurrency:
             m = measure(base, concurrency, args.latency, proc.pid)
             goal = GOALS.get(concurrency)
             verdict = "" if goal is None else ("met" if m["ratio"] >= goal else "NOT met")
+            figures.record("scale", f"calls/s vs ideal, {concurrency} episodes in flight, {args.latency:g} s latency "
+                           f"(ramp {m['ramp_s']:.2f} s, drain {m['drain_s']:.2f} s of a {m['span_s']:.1f} s span)",
+                           f"{m['ratio']:.2f}", f">= {goal}" if goal else "", None if goal is None else
+                           m["ratio"] >= goal)
+            figures.record("scale", f"peak memory of the harness processes, {concurrency} in flight (PSS; RSS "
+                           f"{m['rss_mb']:.0f} MB)", f"{m['pss_mb']:.0f} MB",
+                           f"<= {MEMORY_GOAL_MB} MB" if concurrency == 256 else "",
+                           m["pss_mb"] <= MEMORY_GOAL_MB if concurrency == 256 else None)
             print(f"  {concurrency:>18} {m['episodes']:>8.0f} {m['calls']:>6.0f} {m['first_request_s']:>12.1f} "
-                  f"{m['span_s']:>7.1f} {m['rate']:>8.1f} {m['ideal']:>6.0f} {m['ratio']:>6.2f} "
+                  f"{m['span_s']:>7.1f} {m['ramp_s']:>6.2f} {m['drain_s']:>7.2f} {m['rate']:>8.1f} "
+                  f"{m['ideal']:>6.0f} {m['ratio']:>6.2f} "
                   f"{goal if goal else '':>5} {m['pss_mb']:>11.0f} {m['rss_mb']:>9.0f}  {verdict}")
         print(f"  ratio = calls/s from the first request to the last answer / (episodes in flight / latency); "
               f"memory goal: peak PSS <= {MEMORY_GOAL_MB} MB at 256")
+        print("  ramp: from the first request to the one that fills every slot (episodes set up on 2 cores); "
+              "drain: the last calls' spread")
+        print(f"  saved to {figures.save('scale')}")
     finally:
         proc.terminate()
         proc.wait()
