@@ -182,8 +182,8 @@ def first_request() -> None:
     line("import harness.cli (python -X importtime shows the parts)", f"{imports:.2f} s")
     line("process start -> first chat completion request, wall", f"{first:.2f} s", "goal <= 2 s (idle)",
          first <= 2)
-    line("  its CPU time (user + system, all threads): wall on an idle machine", f"{cpu:.2f} s",
-         "goal <= 2 s", cpu <= 2)
+    line("  its CPU time (user + system, all threads; the vocabulary loads in a thread beside the imports)",
+         f"{cpu:.2f} s")
 
 
 def waac_vs_c3(n_tasks: int, n_runs: int) -> None:
