@@ -59,6 +59,14 @@ def browser() -> Iterator[Browser]:
         yield b
 
 
+@pytest.fixture(scope="module")
+def patient() -> Iterator[Browser]:
+    """For the tests that take a screenshot at every step: FAST's 2 s let a screenshot or a submitted search time
+    out on a loaded machine (seen in a fresh-clone `make test`); these tests are about what is shown, not timeouts."""
+    with Browser(BrowserConfig(navigation_timeout_s=20.0, action_timeout_s=20.0)) as b:
+        yield b
+
+
 @pytest.fixture
 def tools(browser: Browser, tmp_path: Path) -> BrowserTools:
     browser.tab_open()  # a clean tab of its own for each test, the others closed
@@ -267,7 +275,8 @@ def test_an_element_gone_since_the_observation_is_a_tool_error(
 
 
 @pytest.mark.browser
-def test_screenshot_per_step(tools: BrowserTools, sites: FixtureSites) -> None:
+def test_screenshot_per_step(patient: Browser, sites: FixtureSites, tmp_path: Path) -> None:
+    tools = BrowserTools(patient, tmp_path / "shots")
     first = call(tools, "goto", url=sites.url("shop", "/index.html"))
     error = call(tools, "click", element=99)
     assert first.screenshot_file and Path(first.screenshot_file).name == "step_001.png"
@@ -436,7 +445,8 @@ def centre(browser: Browser, selector: str) -> tuple[int, int]:
 
 @pytest.mark.browser
 def test_screenshot_mode_shows_the_viewport_as_an_image_and_acts_by_position(
-        browser: Browser, sites: FixtureSites, tmp_path: Path) -> None:
+        patient: Browser, sites: FixtureSites, tmp_path: Path) -> None:
+    browser = patient
     tools = BrowserTools(browser, tmp_path / "shots", observation="screenshot")
     assert [t.name for t in tools.tools()] == ["goto", "go_back", "tab_open", "tab_switch", "tab_close", "click_at",
                                                "type_text", "press_key", "scroll", "find", "read_page"]
@@ -461,7 +471,8 @@ def test_screenshot_mode_shows_the_viewport_as_an_image_and_acts_by_position(
 
 @pytest.mark.browser
 def test_both_mode_adds_the_image_to_the_text_and_aria_mode_sends_none(
-        browser: Browser, sites: FixtureSites, tmp_path: Path) -> None:
+        patient: Browser, sites: FixtureSites, tmp_path: Path) -> None:
+    browser = patient
     url = sites.url("shop", "/index.html")
     both = call(BrowserTools(browser, None, observation="both"), "goto", url=url)
     aria = call(BrowserTools(browser, tmp_path / "shots"), "goto", url=url)
