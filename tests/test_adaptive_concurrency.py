@@ -174,7 +174,10 @@ def test_a_throttling_endpoint_gets_fewer_calls_in_flight_and_they_recover(statu
     with ThrottlingEndpoint(max_concurrent=3, status=status) as server:
         episodes(server.base_url, threads, calls=12)
         gate = shared_gate((server.base_url, "sim-served"), {})
-        assert gate is not None and gate.cuts >= 1 and gate.limit <= 6  # reduced from 12 after the refusals
+        assert gate is not None and gate.cuts >= 1
+        # reduced from 12 after the refusals: the lowest it went (by the end of the phase, with fewer episodes left
+        # in flight, clean successes may already have raised it again: 8 was seen in a fresh-clone make test)
+        assert min((limit for _, limit, _ in gate.history), default=threads) <= 6
         late = server.statuses()[len(server.statuses()) // 2:]
         # 12 episodes against room for 3: without the cut most attempts are refused; with it, a few per window
         assert late.count(status) / len(late) < 0.4, f"{late.count(status)} of {len(late)} refused late in the run"
