@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from harness import pricing
 from harness.errors import InputError
-from harness.io import atomic_write
+from harness.io import Signature, atomic_write, signature
 from harness.outcome import FAILED, EpisodeResult, StepRecord
 
 # The records' format: every transcript's episode_start says it (`format_version`), every parquet table carries it
@@ -165,13 +165,15 @@ def check_transcript(path: Path, fingerprint: str | None = None) -> tuple[State,
     if before is None:
         return State.MISSING, "no transcript"
     name = NAME.match(path.name)
+    problem: str | None
     try:
         records = read_transcript(path)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return State.DAMAGED, f"unreadable ({exc})"
-    if records and isinstance(records[0], dict) and records[0].get("type") == "episode_start":
-        check_version(records[0].get(VERSION_KEY), path)
-    problem = _shape_problem(records, name, fingerprint)
+        records, problem = [], f"unreadable ({exc})"
+    else:
+        if records and isinstance(records[0], dict) and records[0].get("type") == "episode_start":
+            check_version(records[0].get(VERSION_KEY), path)
+        problem = _shape_problem(records, name, fingerprint)
     state = State.DAMAGED if problem else (State.FAILED if records[-1].get("termination") in FAILED
                                            else State.COMPLETE)
     if _signature(path) == before:  # the file did not change while it was read: its verdict is this version's
@@ -179,30 +181,29 @@ def check_transcript(path: Path, fingerprint: str | None = None) -> tuple[State,
     return (state, problem) if problem else (state, records)
 
 
-def transcript_state(path: Path, fingerprint: str | None = None) -> State:
-    """check_transcript's state without its records: remembered per version of the file (its inode, size and
-    times), so the passes that close a run (tables, what is pending, what this session wrote) read each
-    transcript once, not three times; a transcript replaced or changed since is read again."""
-    signature = _signature(path)
-    if signature is None:
-        return State.MISSING
+def transcript_state(path: Path, fingerprint: str | None = None) -> tuple[State, str | None]:
+    """check_transcript's state, and why when damaged, without its records: remembered per version of the file (its
+    inode, size and times), so the passes that close a run (tables, what is pending, what this session wrote) read
+    each transcript once, not three times; a transcript replaced or changed since is read again."""
+    sig = _signature(path)
+    if sig is None:
+        return State.MISSING, "no transcript"
     known = _VERDICTS.get(path)
-    if known is not None and known[:2] == (signature, fingerprint):
-        return known[2]
-    return check_transcript(path, fingerprint)[0]
+    if known is not None and known[:2] == (sig, fingerprint):
+        return known[2], known[3]
+    state, records = check_transcript(path, fingerprint)
+    return state, records if isinstance(records, str) else None
 
 
-Signature = tuple[int, int, int, int]  # st_ino, st_size, st_mtime_ns, st_ctime_ns
 _VERDICTS: dict[Path, tuple[Signature, str | None, State, str | None]] = {}
 _VERDICTS_MAX = 200_000  # files remembered per process (a few hundred bytes each); cleared past it
 
 
 def _signature(path: Path) -> Signature | None:
     try:
-        st = path.stat()
+        return signature(path.stat())
     except OSError:  # missing (or unreachable: then reading it says why)
         return None if not path.exists() else (0, -1, 0, 0)
-    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _remember(path: Path, signature: Signature, fingerprint: str | None, state: State, why: str | None) -> None:

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.envs.base import Domain
 from harness.errors import InputError
-from harness.records import State, check_transcript, transcript_files, transcript_path, transcript_state
+from harness.records import State, transcript_files, transcript_path, transcript_state
 
 log = logging.getLogger("harness.run")
 Job = tuple[int, int, str, str]  # task index, run, out_dir, configuration fingerprint
@@ -30,11 +30,11 @@ def pending(cfg: DictConfig, domain: Domain, out_dir: Path, print_: str | None =
     for r in range(cfg.n_runs):
         for i, t in enumerate(domain.tasks):
             path = transcript_path(out_dir, t.task_id, r)
-            state = transcript_state(path, print_)
+            state, why = transcript_state(path, print_)
             if state == State.COMPLETE or (state == State.FAILED and not cfg.rerun_failed):
                 continue
             if state == State.DAMAGED:
-                log.warning("rerunning %s: %s", path, check_transcript(path, print_)[1])
+                log.warning("rerunning %s: %s", path, why)
             jobs.append((i, r, str(out_dir), print_ or ""))
     return jobs
 

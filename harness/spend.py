@@ -29,7 +29,7 @@ def snapshot(out_dir: Path) -> dict[Path, tuple[int, int]]:
 def written(out_dir: Path, print_: str, before: dict[Path, tuple[int, int]]) -> int:
     """Whole transcripts this session wrote (the count the stop message gives; 'new episodes')."""
     changed = [p for p, identity in snapshot(out_dir).items() if before.get(p) != identity]
-    return sum(transcript_state(p, print_) in (State.COMPLETE, State.FAILED) for p in changed)
+    return sum(transcript_state(p, print_)[0] in (State.COMPLETE, State.FAILED) for p in changed)
 
 
 def spent(out_dir: Path, print_: str) -> float:

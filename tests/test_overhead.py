@@ -214,11 +214,19 @@ def test_a_remembered_transcript_state_follows_the_file(tmp_path: Path) -> None:
     out = tmp_path / "out"
     runner.run(config(out, "experiment=c3", "n_tasks=1", "n_runs=1", "n_workers=1"), verbose=False)
     path = next((out / "transcripts").iterdir())
-    assert records.transcript_state(path) == records.State.COMPLETE
+    assert records.transcript_state(path)[0] == records.State.COMPLETE
     text = path.read_text()
     path.write_text(text[: len(text) // 2])  # cut in the middle: damaged
-    assert records.transcript_state(path) == records.State.DAMAGED
+    assert records.transcript_state(path)[0] == records.State.DAMAGED
+    reads: list[Path] = []
+    real = records.read_transcript
+    records.read_transcript = lambda p: reads.append(p) or real(p)  # type: ignore[assignment]
+    try:  # the reason it is damaged is remembered with its state: saying why reads the file no second time
+        assert "unreadable" in str(records.transcript_state(path)[1])
+    finally:
+        records.read_transcript = real  # type: ignore[assignment]
+    assert reads == []
     path.write_text(text)
-    assert records.transcript_state(path) == records.State.COMPLETE
+    assert records.transcript_state(path)[0] == records.State.COMPLETE
     path.unlink()
-    assert records.transcript_state(path) == records.State.MISSING
+    assert records.transcript_state(path)[0] == records.State.MISSING

@@ -41,13 +41,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.io import Signature, signature
 from harness.types import ToolCall, ToolSpec
 from harness.waac.schema import FieldSpec, Role, ToolSchema
 
 SCRATCH = "/dev/shm"  # RAM-backed scratch for the per-episode temporary store, when usable
 SCRATCH_FREE = 256 * 2**20  # bytes it must have free (a store holds one episode's pointed-to spans: ~MBs)
 SETTLE_NS = 2_000_000_000  # a file older than this (system clock) is settled: covers 2 s timestamp granularity
-Signature = tuple[int, int, int, int]  # (st_ino, st_size, st_mtime_ns, st_ctime_ns) of a file that hashed right
 
 RECALL_TOOL = "waac_recall"
 RECALL_SPEC = ToolSpec(
@@ -169,7 +169,7 @@ class ArtifactStore:
             st = os.stat(a.file)
         except OSError:
             return f"the stored artifact {a.sha256[:16]} is missing"
-        sig = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        sig = signature(st)
         if not full and self._signed.get(a.sha256) == sig:
             self._clock = max(self._clock, st.st_ctime_ns)
             return None
