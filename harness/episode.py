@@ -56,21 +56,29 @@ class Conversation:
 
 class HistoryIndex:
     """History position by message identity for `view_refs`, extended as the append-only history grows instead of
-    rebuilt over the whole history at every step."""
+    rebuilt over the whole history at every step. A message shown inline (not the history's own object) is one
+    dict for as long as the policy shows the same object: the transcript writes it once (records.write_transcript)."""
 
     def __init__(self) -> None:
         self._where: dict[int, int] = {}
         self._seen: list[Message] = []  # the messages indexed (kept alive, so their ids stay theirs)
+        self._inline: dict[int, tuple[Message, dict[str, Any]]] = {}  # id -> (message kept alive, its dict)
 
     def refs(self, history: Sequence[Message], view: Sequence[Message]) -> list[Any]:
         n = len(self._seen)
         if len(history) < n or (n and history[n - 1] is not self._seen[n - 1]):
-            self._where, self._seen, n = {}, [], 0  # another history: index it afresh
+            self._where, self._seen, self._inline, n = {}, [], {}, 0  # another history: index it afresh
         for i in range(n, len(history)):
             self._where[id(history[i])] = i
             self._seen.append(history[i])
         where = self._where
-        return [where[id(m)] if id(m) in where else m.to_dict() for m in view]
+        return [where[id(m)] if id(m) in where else self._dict(m) for m in view]
+
+    def _dict(self, m: Message) -> dict[str, Any]:
+        hit = self._inline.get(id(m))
+        if hit is None or hit[0] is not m:
+            hit = self._inline[id(m)] = (m, m.to_dict())
+        return hit[1]
 
 
 @dataclass(frozen=True)

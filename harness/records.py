@@ -30,9 +30,12 @@ from harness.outcome import FAILED, EpisodeResult, StepRecord
 
 # The records' format: every transcript's episode_start says it (`format_version`), every parquet table carries it
 # in its schema metadata (PARQUET_VERSION). Version 1 is the shape since the harness began (transcripts and tables
-# written before versions existed are version 1); a reader refuses a newer version with one line (check_version).
-FORMAT_VERSION = 1
+# written before versions existed are version 1); version 2 writes each inline view message once, as a
+# `view_message` record, and a step's view names it by {"view_message": k} (shared_views); the tables are
+# unchanged. A reader refuses a newer version with one line (check_version).
+FORMAT_VERSION = 2
 VERSION_KEY = "format_version"
+VIEW_MESSAGE = "view_message"
 PARQUET_VERSION = b"harness.format_version"
 EPISODE_KEYS = ("experiment", "policy", "model", "simulated", "task_id", "run", "budget_fraction")
 NAME = re.compile(r"^(?P<task_id>[A-Za-z0-9][A-Za-z0-9._-]*)__run(?P<run>\d+)\.jsonl$")
@@ -103,11 +106,44 @@ def episode_row(meta: dict[str, Any], result: EpisodeResult) -> dict[str, Any]:
 def write_transcript(path: Path, meta: dict[str, Any], result: EpisodeResult) -> None:
     lines = [{"type": "episode_start", **meta, VERSION_KEY: FORMAT_VERSION}]
     lines += [{"type": "message", "index": i, "message": m.to_dict()} for i, m in enumerate(result.history)]
+    views, shown = shared_views([step.view for step in result.steps])
+    lines += [{"type": VIEW_MESSAGE, "index": k, "message": m} for k, m in enumerate(shown)]
     # The step's fields as asdict gives them, without its deep copy of every view (a third of the transcript's
     # CPU on a long episode); a dataclass nested in a field is still written as asdict writes it (_as_json).
-    lines += [{"type": "step", **{name: getattr(step, name) for name in STEP_FIELDS}} for step in result.steps]
+    lines += [{"type": "step", **{name: getattr(step, name) for name in STEP_FIELDS}, "view": view}
+              for step, view in zip(result.steps, views, strict=True)]
     lines.append({"type": "episode_end", **episode_row(meta, result)})
     atomic_write(path, "".join(json.dumps(line, default=_as_json) + "\n" for line in lines))
+
+
+def shared_views(views: list[list[Any]]) -> tuple[list[list[Any]], list[dict[str, Any]]]:
+    """Each step's view with every inline message (one the policy made: a projection, a masked result, a summary)
+    as {"view_message": k}, and the distinct inline messages, k in order of first showing. A policy shows most of
+    them again at the next step; written whole at every step they made a transcript grow with the square of its
+    length. Format version 2; version 1 inlined them."""
+    shown: list[dict[str, Any]] = []
+    by_id: dict[int, int] = {}  # the same dict at several steps (episode.HistoryIndex keeps one per message)
+    by_text: dict[str, int] = {}  # an equal message made again
+    out = []
+    for view in views:
+        refs = []
+        for v in view:
+            if isinstance(v, dict):
+                k = by_id.get(id(v))
+                if k is None:
+                    k = by_id[id(v)] = by_text.setdefault(json.dumps(v, sort_keys=True, default=_as_json), len(shown))
+                    if k == len(shown):
+                        shown.append(v)
+                v = {VIEW_MESSAGE: k}
+            refs.append(v)
+        out.append(refs)
+    return out, shown
+
+
+def resolved_view(view: list[Any], shown: dict[Any, Any]) -> list[Any]:
+    """A step's view as written by version 1: history indices and inline messages (`shown`: the transcript's
+    view_message records by index; a reference to none stays as it is)."""
+    return [shown.get(v[VIEW_MESSAGE], v) if isinstance(v, dict) and VIEW_MESSAGE in v else v for v in view]
 
 
 STEP_FIELDS = tuple(f.name for f in fields(StepRecord))

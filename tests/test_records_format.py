@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _support import ScriptedModel, say, task
+from _support import CONFIG_DIR, ScriptedModel, say, task
 
 from harness.envs.expense.domain import ExpenseDomain
 from harness.envs.expense.scorer import ExpenseScore
@@ -31,6 +31,7 @@ from harness.records import (
     check_transcript,
     episode_row,
     read_transcript,
+    resolved_view,
     transcript_path,
     write_transcript,
 )
@@ -71,9 +72,9 @@ def with_version(parquet: Path, version: bytes | None) -> None:
 # ---- the version in every record ---------------------------------------------------------------------------------
 def test_every_transcript_and_table_says_its_format_version(tmp_path: Path) -> None:
     path = run_folder(tmp_path)
-    assert read_transcript(path)[0]["format_version"] == FORMAT_VERSION == 1
+    assert read_transcript(path)[0]["format_version"] == FORMAT_VERSION == 2
     for name in ("episodes.parquet", "steps.parquet"):
-        assert pq.read_schema(tmp_path / name).metadata[PARQUET_VERSION] == b"1"
+        assert pq.read_schema(tmp_path / name).metadata[PARQUET_VERSION] == b"2"
     assert "format_version" not in pd.read_parquet(tmp_path / "episodes.parquet").columns  # no new column
 
 
@@ -93,15 +94,15 @@ def test_a_newer_version_is_refused_with_one_line_naming_the_file_and_the_versio
     path = run_folder(tmp_path)
     read: Callable[[], Any]
     if where == "transcript":
-        rewrite(path, {"format_version": 2})
+        rewrite(path, {"format_version": 3})
         bad, read = path, lambda: check_transcript(path)
     else:
         bad = tmp_path / "episodes.parquet"
-        with_version(bad, b"2")
+        with_version(bad, b"3")
         read = lambda: reader.read_frame(bad)  # noqa: E731
     with pytest.raises(InputError) as caught:
         read()
-    assert str(caught.value) == (f"{bad}: written in records format version 2; this harness reads versions 1 to 1 "
+    assert str(caught.value) == (f"{bad}: written in records format version 3; this harness reads versions 1 to 2 "
                                  "(read it with the harness that wrote it, or a newer one)")
     # the report commands stop on it with that one line and exit status 2, never a traceback
     command = (lambda argv: view.main([str(tmp_path), "--out", str(tmp_path / "v.html")])) \
@@ -136,7 +137,7 @@ def test_the_reader_decodes_the_json_columns_and_reads_the_transcript_typed(tmp_
     state, transcript = reader.read_transcript(path)
     assert isinstance(transcript, reader.Transcript)
     assert transcript.start["method_params"] == {"method": "vanilla"} and transcript.method == "vanilla"
-    assert transcript.end["score_details"] == details and transcript.version == 1
+    assert transcript.end["score_details"] == details and transcript.version == FORMAT_VERSION
     assert transcript.messages[0]["role"] == "system" and len(transcript.steps) == 1
     provenance = reader.view_provenance(transcript.steps[0])
     assert provenance == [Provenance("kept", (i,)) for i in range(len(transcript.steps[0]["view"]))]
@@ -218,3 +219,58 @@ def test_a_step_is_written_exactly_as_asdict_wrote_it(tmp_path: Path) -> None:
     lines = path.read_text().splitlines()
     written = [line for line in lines if json.loads(line)["type"] == "step"]
     assert written == [json.dumps({"type": "step", **dataclasses.asdict(s)}, default=str) for s in result.steps]
+
+
+# ---- each view message written once (version 2) ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def masked(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real run of a policy that rewrites messages (observation masking: every old tool result masked again at
+    every later step), on the simulated agent."""
+    from hydra import compose, initialize_config_dir
+
+    from harness import run as runner
+
+    out = tmp_path_factory.mktemp("masked")
+    with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", ["experiment=masking", "n_tasks=1", "n_runs=1", "n_workers=1", "progress=false",
+                                 f"out_dir={out}"])
+    runner.run(cfg, verbose=False)
+    return next((out / "transcripts").iterdir())
+
+
+def test_each_inline_view_message_is_written_once(masked: Path) -> None:
+    records = read_transcript(masked)
+    shown = [r for r in records if r["type"] == "view_message"]
+    refs = [v for r in records if r["type"] == "step" for v in r["view"] if not isinstance(v, int)]
+    assert len(refs) > 3 * len(shown) > 0  # the masked results are shown at many steps, written once each
+    assert all(set(v) == {"view_message"} and 0 <= v["view_message"] < len(shown) for v in refs)
+    texts = [json.dumps(r["message"], sort_keys=True) for r in shown]
+    assert len(set(texts)) == len(texts) and [r["index"] for r in shown] == list(range(len(shown)))
+
+
+def test_the_reader_gives_every_view_as_the_policy_showed_it(masked: Path) -> None:
+    """The typed reader resolves the shared messages: each step's view is what a version-1 transcript inlined."""
+    state, transcript = reader.read_transcript(masked)
+    assert isinstance(transcript, reader.Transcript) and transcript.version == 2
+    raw = read_transcript(masked)
+    shown = {r["index"]: r["message"] for r in raw if r["type"] == "view_message"}
+    for step, written in zip(transcript.steps, [r for r in raw if r["type"] == "step"], strict=True):
+        assert len(step["view"]) == len(written["view"])
+        for v, w in zip(step["view"], written["view"], strict=True):
+            assert v == (w if isinstance(w, int) else shown[w["view_message"]])
+            assert isinstance(v, int) or v.get("role") == "tool"  # masking rewrites tool results only
+
+
+def test_a_version_1_transcript_with_inline_views_reads_the_same(masked: Path, tmp_path: Path) -> None:
+    records = read_transcript(masked)
+    shown = {r["index"]: r["message"] for r in records if r["type"] == "view_message"}
+    old = [{**r, "view": resolved_view(r["view"], shown)} if r["type"] == "step" else r
+           for r in records if r["type"] != "view_message"]
+    old[0] = {**old[0], "format_version": 1}
+    path = tmp_path / masked.name
+    path.write_text("".join(json.dumps(r) + "\n" for r in old))
+    _, new = reader.read_transcript(masked)
+    _, v1 = reader.read_transcript(path)
+    assert isinstance(new, reader.Transcript) and isinstance(v1, reader.Transcript) and v1.version == 1
+    assert v1.steps == new.steps and v1.messages == new.messages
+    assert path.stat().st_size > masked.stat().st_size  # what version 2 saves
