@@ -57,7 +57,7 @@ from harness.episode import run_episode
 from harness.errors import InputError
 from harness.policies.base import ContextPolicy, RenderContext, View
 from harness.policies.budget import budget_tokens
-from harness.records import State, build_tables, check_transcript, transcript_path, write_transcript
+from harness.records import State, build_tables, check_transcript, steps_of, transcript_path, write_transcript
 from harness.report import output, sim_failures
 from harness.tokens import TokenCounter
 from harness.types import Completion, Message, Provenance, Task, ToolCall, ToolSpec, Usage
@@ -130,7 +130,7 @@ def load(run_dir: Path, episode: str) -> Recorded:
     if isinstance(records, str):
         raise BranchError(f"{path}: damaged transcript ({records})")
     return Recorded(path, records[0], [Message.from_dict(r["message"]) for r in records if r["type"] == "message"],
-                    [r for r in records if r["type"] == "step"], records[-1])
+                    steps_of(records), records[-1])
 
 
 # --- the change ------------------------------------------------------------------------------------------------------

@@ -31,8 +31,9 @@ from harness.outcome import FAILED, EpisodeResult, StepRecord
 # The records' format: every transcript's episode_start says it (`format_version`), every parquet table carries it
 # in its schema metadata (PARQUET_VERSION). Version 1 is the shape since the harness began (transcripts and tables
 # written before versions existed are version 1); version 2 writes each inline view message once, as a
-# `view_message` record, and a step's view names it by {"view_message": k} (shared_views); the tables are
-# unchanged. A reader refuses a newer version with one line (check_version).
+# `view_message` record, and a step's view names it by {"view_message": k} (shared_views), and a provenance entry
+# that says only "this history message, kept" as null (_compact_provenance); the tables are unchanged. A reader
+# refuses a newer version with one line (check_version).
 FORMAT_VERSION = 2
 VERSION_KEY = "format_version"
 VIEW_MESSAGE = "view_message"
@@ -110,7 +111,8 @@ def write_transcript(path: Path, meta: dict[str, Any], result: EpisodeResult) ->
     lines += [{"type": VIEW_MESSAGE, "index": k, "message": m} for k, m in enumerate(shown)]
     # The step's fields as asdict gives them, without its deep copy of every view (a third of the transcript's
     # CPU on a long episode); a dataclass nested in a field is still written as asdict writes it (_as_json).
-    lines += [{"type": "step", **{name: getattr(step, name) for name in STEP_FIELDS}, "view": view}
+    lines += [{"type": "step", **{name: getattr(step, name) for name in STEP_FIELDS}, "view": view,
+               "view_provenance": _compact_provenance(step.view, step.view_provenance)}
               for step, view in zip(result.steps, views, strict=True)]
     lines.append({"type": "episode_end", **episode_row(meta, result)})
     atomic_write(path, "".join(json.dumps(line, default=_as_json) + "\n" for line in lines))
@@ -138,6 +140,34 @@ def shared_views(views: list[list[Any]]) -> tuple[list[list[Any]], list[dict[str
             refs.append(v)
         out.append(refs)
     return out, shown
+
+
+def _compact_provenance(view: list[Any], provenance: list[dict[str, Any]] | None) -> list[Any] | None:
+    """A history message shown as itself (kept, its one source the view's own index) as null: a full-history
+    view repeats one such entry per message at every step, which made the provenance grow with the square of the
+    episode's length too. Format version 2 (steps_of gives them back)."""
+    if provenance is None or len(provenance) != len(view):
+        return provenance
+    return [None if isinstance(v, int) and p.get("kind") == "kept" and p.get("sources") == [v] else p
+            for v, p in zip(view, provenance, strict=True)]
+
+
+def steps_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A transcript's step records as version 1 wrote them, whatever its version: each view's shared messages
+    inline again (resolved_view) and each null provenance entry its kept history message."""
+    shown = {r.get("index"): r.get("message") for r in records if r.get("type") == VIEW_MESSAGE}
+    out = []
+    for r in records:
+        if r.get("type") != "step":
+            continue
+        view, provenance = r.get("view"), r.get("view_provenance")
+        if isinstance(view, list) and shown:
+            r = {**r, "view": resolved_view(view, shown)}
+        if isinstance(view, list) and isinstance(provenance, list) and None in provenance:
+            r = {**r, "view_provenance": [{"kind": "kept", "sources": [v]} if p is None and isinstance(v, int) else p
+                                          for v, p in zip(view, provenance, strict=False)]}
+        out.append(r)
+    return out
 
 
 def resolved_view(view: list[Any], shown: dict[Any, Any]) -> list[Any]:

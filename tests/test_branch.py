@@ -22,7 +22,7 @@ from test_viewer import Viewer, chromium, shots  # noqa: F401  (the viewer's bro
 
 from harness import branch
 from harness.config import register
-from harness.records import read_transcript
+from harness.records import read_transcript, steps_of
 from harness.report import trajectory, view
 from harness.run import run
 from harness.types import Completion, Message, Usage
@@ -43,7 +43,7 @@ def c3(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _steps(path: Path) -> list[dict[str, Any]]:
-    return [{k: v for k, v in r.items() if k not in WALL} for r in read_transcript(path) if r["type"] == "step"]
+    return [{k: v for k, v in r.items() if k not in WALL} for r in steps_of(read_transcript(path))]
 
 
 def _copy(run_dir: Path, tmp_path: Path) -> Path:

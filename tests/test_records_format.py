@@ -31,7 +31,7 @@ from harness.records import (
     check_transcript,
     episode_row,
     read_transcript,
-    resolved_view,
+    steps_of,
     transcript_path,
     write_transcript,
 )
@@ -207,7 +207,8 @@ def test_a_table_written_by_the_records_equals_pandas_own(tmp_path: Path) -> Non
 
 def test_a_step_is_written_exactly_as_asdict_wrote_it(tmp_path: Path) -> None:
     """The transcript writes a step's fields without asdict's deep copy: the line is the same, byte for byte,
-    nested dataclasses, tuples and objects written by their str included."""
+    nested dataclasses, tuples and objects written by their str included (but for version 2's null provenance
+    entry for a history message kept as itself)."""
     t = task(0)
     episode: Any = ExpenseDomain().episode(t, None)
     result = run_episode(episode, FullHistory(), ScriptedModel([say("Done.")]), TokenCounter(), 5)
@@ -218,7 +219,10 @@ def test_a_step_is_written_exactly_as_asdict_wrote_it(tmp_path: Path) -> None:
     write_transcript(path, {**META, "task_id": t.task_id}, result)
     lines = path.read_text().splitlines()
     written = [line for line in lines if json.loads(line)["type"] == "step"]
-    assert written == [json.dumps({"type": "step", **dataclasses.asdict(s)}, default=str) for s in result.steps]
+    assert step.view[:2] == [0, 1]
+    compact = [None, {"kind": "kept", "sources": [0]}]  # message 0 kept as itself; message 1 is not message 0
+    assert written == [json.dumps({"type": "step", **dataclasses.asdict(s), "view_provenance": compact}, default=str)
+                       for s in result.steps]
 
 
 # ---- each view message written once (version 2) ------------------------------------------------------------------
@@ -261,11 +265,26 @@ def test_the_reader_gives_every_view_as_the_policy_showed_it(masked: Path) -> No
             assert isinstance(v, int) or v.get("role") == "tool"  # masking rewrites tool results only
 
 
+def test_kept_history_messages_provenance_is_written_as_null_and_read_back(masked: Path) -> None:
+    raw = [r for r in read_transcript(masked) if r["type"] == "step"]
+    nulls = [(v, i, r) for r in raw for i, (v, p) in enumerate(zip(r["view"], r["view_provenance"], strict=True))
+             if p is None]
+    assert len(nulls) > len(raw) and all(isinstance(v, int) for v, _, _ in nulls)
+    pairs = [(v, p) for r in raw for v, p in zip(r["view"], r["view_provenance"], strict=True) if p is not None]
+    assert pairs and all(p != {"kind": "kept", "sources": [v]} for v, p in pairs)  # every such entry is null
+    _, transcript = reader.read_transcript(masked)
+    assert isinstance(transcript, reader.Transcript)
+    for step in transcript.steps:
+        provenance = reader.view_provenance(step)
+        assert provenance is not None and len(provenance) == len(step["view"])
+        for v, p in zip(step["view"], provenance, strict=True):
+            assert not isinstance(v, int) or p == Provenance("kept", (v,))
+
+
 def test_a_version_1_transcript_with_inline_views_reads_the_same(masked: Path, tmp_path: Path) -> None:
     records = read_transcript(masked)
-    shown = {r["index"]: r["message"] for r in records if r["type"] == "view_message"}
-    old = [{**r, "view": resolved_view(r["view"], shown)} if r["type"] == "step" else r
-           for r in records if r["type"] != "view_message"]
+    steps = iter(steps_of(records))
+    old = [next(steps) if r["type"] == "step" else r for r in records if r["type"] != "view_message"]
     old[0] = {**old[0], "format_version": 1}
     path = tmp_path / masked.name
     path.write_text("".join(json.dumps(r) + "\n" for r in old))

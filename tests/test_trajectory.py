@@ -26,7 +26,7 @@ from harness.envs.expense.tasks import folio_of
 from harness.episode import run_episode
 from harness.errors import InputError
 from harness.policies.full import FullHistory
-from harness.records import read_transcript, resolved_view, transcript_path, write_transcript
+from harness.records import read_transcript, steps_of, transcript_path, write_transcript
 from harness.report.trajectory import STATUSES, find_runs, load_episode, load_run
 from harness.tokens import TokenCounter
 from harness.types import Message
@@ -99,8 +99,7 @@ def test_every_step_accounts_for_every_history_message_once(runs: dict[str, Path
         ep = load_episode(path, summary["id"])
         records = read_transcript(path / "transcripts" / f"{summary['id']}.jsonl")
         history = [r["message"] for r in records if r["type"] == "message"]
-        shown = {r["index"]: r["message"] for r in records if r["type"] == "view_message"}
-        views = [resolved_view(r["view"], shown) for r in records if r["type"] == "step"]
+        views = [r["view"] for r in steps_of(records)]
         assert [m["text"] for m in ep["messages"]] == [h.get("content", "") for h in history], key
         assert len(ep["steps"]) == len(views) == summary["n_steps"], key
         for step, view in zip(ep["steps"], views, strict=True):

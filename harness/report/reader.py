@@ -29,15 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness import manifest as manifests
-from harness.records import (
-    PARQUET_VERSION,
-    VERSION_KEY,
-    VIEW_MESSAGE,
-    State,
-    check_transcript,
-    check_version,
-    resolved_view,
-)
+from harness.records import PARQUET_VERSION, VERSION_KEY, State, check_transcript, check_version, steps_of
 from harness.types import PROVENANCE_KINDS, Provenance
 
 EPISODES = "episodes.parquet"
@@ -223,8 +215,8 @@ def _shown(value: Any) -> str:
 @dataclass(frozen=True)
 class Transcript:
     """One episode's transcript: `start` (episode_start, `method_params` decoded), `messages` (the history, in
-    order), `steps` (the step records, each view as version 1 wrote it: history indices and inline messages),
-    `end` (episode_end, `score_details` decoded)."""
+    order), `steps` (the step records as version 1 wrote them: records.steps_of), `end` (episode_end,
+    `score_details` decoded)."""
 
     path: Path
     version: int
@@ -253,10 +245,8 @@ def read_transcript(path: Path) -> tuple[State, Transcript | str]:
     end["score_details"] = _decode(end.get("score_details") or "{}", dict, path, "score_details", len(records) - 1)
     messages = [r["message"] for r in sorted((r for r in records if r.get("type") == "message"),
                                              key=lambda r: int(r["index"]))]
-    shown = {r.get("index"): r.get("message") for r in records if r.get("type") == VIEW_MESSAGE}
-    steps = [r if not shown or not isinstance(r.get("view"), list) else {**r, "view": resolved_view(r["view"], shown)}
-             for r in records if r.get("type") == "step"]  # every version's views read alike
-    return state, Transcript(path, check_version(start.get(VERSION_KEY), path), start, messages, steps, end)
+    return state, Transcript(path, check_version(start.get(VERSION_KEY), path), start, messages, steps_of(records),
+                             end)  # every version's steps read alike
 
 
 def view_provenance(step: dict[str, Any]) -> list[Provenance] | None:
