@@ -6,8 +6,9 @@ model was shown, message by message, what it did and what came back; the score's
 renders exactly these keys (the contract: find_runs, load_run, load_episode).
 
 How a step's view is read (harness.episode.view_refs records a view as history indices for messages shown
-unchanged and inline dicts for the others): when the policy recorded where each view message came from (the
-step's `view_provenance`, harness.types.Provenance, read by harness.report.reader), that is shown as recorded
+unchanged and inline dicts for the others; the reader gives every format version's steps so, records.steps_of):
+when the policy recorded where each view message came from (the step's `view_provenance`, harness.types.Provenance,
+read by harness.report.reader), that is shown as recorded
 (step `provenance: "recorded"`); a history message folded into a view message (a summary's sources) is listed
 with the view message it went into. Transcripts written before provenance existed are read by inference from
 the text, policy-neutrally (step `provenance: "inferred"`, and the viewer labels it so):
