@@ -184,3 +184,28 @@ def test_graph_queries_on_the_predecessor_dicts_equal_networkx_edge_views() -> N
         found[0] += len(conditions)
         found[1] += len(sources)
     assert all(found)  # both kinds of edges were met
+
+
+@pytest.mark.parametrize(("tmpdir", "usable", "free", "where"), [
+    (None, True, 2**30, "scratch"),   # RAM-backed scratch with room, no $TMPDIR: there
+    ("set", True, 2**30, "system"),   # $TMPDIR names another place: honoured
+    (None, False, 2**30, "system"),   # not a directory (root may write anywhere, so "not writable" is not testable)
+    (None, True, 2**20, "system"),    # less than SCRATCH_FREE left: to disk
+])
+def test_a_per_episode_store_goes_to_ram_scratch_only_when_it_is_usable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tmpdir: str | None, usable: bool, free: int,
+        where: str) -> None:
+    from harness.waac import artifacts
+
+    scratch, system = tmp_path / "shm", tmp_path / "tmp"
+    scratch.mkdir() if usable else scratch.write_text("")
+    system.mkdir()
+    monkeypatch.setattr(artifacts, "SCRATCH", str(scratch))
+    monkeypatch.setattr(artifacts.tempfile, "tempdir", str(system))  # the system's default temporary directory
+    monkeypatch.setenv("TMPDIR", str(system)) if tmpdir else monkeypatch.delenv("TMPDIR", raising=False)
+    real = os.statvfs
+    monkeypatch.setattr(os, "statvfs", lambda p: SimpleNamespace(f_bavail=free // 4096, f_frsize=4096)
+                        if str(p) == str(scratch) else real(p))
+    store = artifacts.ArtifactStore()
+    assert store.dir.parent == (scratch if where == "scratch" else system)
+    store.close()

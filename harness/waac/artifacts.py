@@ -107,8 +107,7 @@ class ArtifactStore:
         self._items: dict[str, Artifact] = {}
         self._signed: dict[str, Signature] = {}  # sha256 -> signature of its file when it last hashed right
         self._clock = 0  # the newest ctime observed in the store: a lower bound of the filesystem's clock
-        self._dirname = str(self.dir)
-        self._probe = self._dirname  # touched for a fresh reading of the filesystem's clock (`_tick`)
+        self._dirname = str(self.dir)  # also touched for a fresh reading of the filesystem's clock (`_tick`)
         self._sources: dict[str, str] = {}  # ref -> the original text it last verified against
         self.recalls = 0
         self.failed_recalls = 0
@@ -195,9 +194,9 @@ class ArtifactStore:
         reading is past a file written a moment ago, so a new artifact is signed at its first check instead of
         re-read at every step while it is the newest; with coarse ones nothing changes."""
         try:
-            os.stat(self._probe)  # queried first: a multigrain filesystem then stamps the touch finely (Linux 6.13+)
-            os.utime(self._probe)
-            self._clock = max(self._clock, os.stat(self._probe).st_ctime_ns)
+            os.stat(self._dirname)  # queried first: a multigrain filesystem then stamps the touch finely (Linux 6.13+)
+            os.utime(self._dirname)
+            self._clock = max(self._clock, os.stat(self._dirname).st_ctime_ns)
         except OSError:  # no reading (the directory gone or not ours): the file stays unsettled
             pass
         return self._clock

@@ -195,12 +195,13 @@ def split_result(content: str, schema: ToolSchema | None) -> Split:
     One pass: each value is decoded once, where it sits (`_scan`), giving the payload and the spans together;
     the scan accepts exactly the JSON objects, and anything it refuses is left to `split_two_pass` (json.loads,
     then the spans), which gives the same Split (tests/test_waac_memo.py compares them)."""
-    if content[_skip(content, 0):_skip(content, 0) + 1] != "{":  # not a JSON object (json.loads fails or
-        return _text_split(content)                              # gives another value)
+    start = _skip(content, 0)
+    if content[start:start + 1] != "{":  # not a JSON object (json.loads fails or gives another value)
+        return _text_split(content)
     containers = schema.containers if schema else ()
     named = schema.named_lists if schema else ()
     try:
-        payload, tree, end = _scan(content, _skip(content, 0), containers, named)
+        payload, tree, end = _scan(content, start, containers, named)
         if _skip(content, end) != len(content):
             raise ValueError("extra data")  # json.loads refuses it too
     except (ValueError, IndexError):
