@@ -388,6 +388,7 @@ def _ray_episode(cfg_yaml: str, job: Job, one: RunOne, before: tuple[int, int] |
     """One episode in a Ray worker process: the project's paths are relative to the driver's working directory, the
     spend is metered on the run's ledger, and a transcript this job's earlier attempt wrote is taken as its result."""
     os.chdir(cwd)
+    lifecycle.collect_less()  # as the run's own processes (a Ray worker is not forked from the run's)
     if _RAY_WORKER.get("yaml") != cfg_yaml:  # a worker process builds the run's domain once, for all its tasks
         cfg = _load(cfg_yaml)
         _RAY_WORKER.update(yaml=cfg_yaml, cfg=cfg, domain=build_domain(cfg))

@@ -152,7 +152,7 @@ def _disk_full(episode: Any, task_id: str, run: int, why: str) -> EpisodeResult:
 def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
     """Run (or resume) every episode of the config into cfg.out_dir; returns the episodes table. A model the
     runner serves itself (`model=local`) is started first and stopped when the run ends."""
-    with serving(cfg) as served:
+    with serving(cfg) as served, lifecycle.fewer_collections():
         return _run(served, verbose)
 
 

@@ -231,3 +231,35 @@ def test_a_remembered_transcript_state_follows_the_file(tmp_path: Path) -> None:
     assert records.transcript_state(path)[0] == records.State.COMPLETE
     path.unlink()
     assert records.transcript_state(path)[0] == records.State.MISSING
+
+
+def test_a_run_and_its_worker_processes_collect_cyclic_garbage_less_often_and_restore_the_callers_setting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's processes raise Python's gen-0 threshold (lifecycle.COLLECT_EVERY); the forked workers inherit it
+    and the caller's own setting is back after the run, also after one that failed."""
+    import gc
+
+    from harness import lifecycle
+
+    seen = tmp_path / "thresholds.log"
+    real = runner.run_one
+
+    def logging_one(cfg: Any, domain: Any, job: Any) -> dict[str, Any]:
+        with seen.open("a") as f:
+            f.write(f"{os.getpid()} {gc.get_threshold()[0]}\n")
+        return real(cfg, domain, job)
+
+    monkeypatch.setattr(runner, "run_one", logging_one)
+    before = gc.get_threshold()
+    gc.set_threshold(700, *before[1:])
+    try:
+        runner.run(config(tmp_path / "out", "experiment=c3", "n_tasks=4", "n_runs=1", "n_workers=2"), verbose=False)
+        assert gc.get_threshold()[0] == 700
+        rows = [line.split() for line in seen.read_text().splitlines()]
+        assert len(rows) == 4 and {int(t) for _, t in rows} == {lifecycle.COLLECT_EVERY}
+        assert str(os.getpid()) not in {p for p, _ in rows}  # the workers' own setting, inherited at the fork
+        with pytest.raises(Exception):  # noqa: B017 - any failure: the setting is restored all the same
+            runner.run(config(tmp_path / "bad", "experiment=c3", "n_tasks=0"), verbose=False)
+        assert gc.get_threshold()[0] == 700
+    finally:
+        gc.set_threshold(*before)
