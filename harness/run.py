@@ -48,6 +48,7 @@ from harness.build import (
     judge_context,
     method_columns,
     model_factory,
+    policy_factory,
 )
 from harness.config import register
 from harness.envs.base import Domain, EpisodeContext
@@ -85,7 +86,8 @@ def run_one(cfg: DictConfig, domain: Domain, job: Job) -> dict[str, Any]:
     seed = episode_seed(cfg.seed, task.task_id, run)
     model = _model(cfg, seed)
     budget = budget_tokens(cfg.budget.reference_tokens, cfg.budget.fraction)
-    policy = build_policy(cfg)
+    new_policy = _factories(cfg)[1]
+    policy = new_policy()
     context = EpisodeContext(run, Path(out_dir), **judge_context(cfg, model))
     episode, deadline = None, None
     try:
@@ -95,7 +97,7 @@ def run_one(cfg: DictConfig, domain: Domain, job: Job) -> dict[str, Any]:
             metered = PromptCacheMeter.from_config(model, cfg.get("pricing"), cfg.encoding)  # cost with/without cache
             result = run_episode(episode, policy, metered, TokenCounter(cfg.encoding), cfg.max_steps, budget=budget,
                                  max_unusable_replies=cfg.max_unusable_replies,
-                                 new_policy=lambda: build_policy(cfg), deadline_s=deadline)
+                                 new_policy=new_policy, deadline_s=deadline)
         finally:  # an abandoned episode (a stopped run) frees what it holds, e.g. a browser
             getattr(episode, "close", lambda: None)()
     except OSError as exc:  # a full disk while building, running or scoring it (e.g. the OpenClaw JSONL)
@@ -118,18 +120,24 @@ def run_one(cfg: DictConfig, domain: Domain, job: Job) -> dict[str, Any]:
             "cost_usd": sum(s.cost_usd + s.aux_cost_usd for s in result.steps) + result.user_cost_usd}
 
 
-_FACTORY: list[tuple[DictConfig, Callable[[int], Any]]] = []  # the run's model factory and the config it is of
+# The run's model and policy factories and the config they are of
+_FACTORY: list[tuple[DictConfig, Callable[[int], Any], Callable[[], Any]]] = []
 _FACTORY_LOCK = threading.Lock()
 
 
-def _model(cfg: DictConfig, seed: int) -> Any:
-    """The episode's own backend, from a factory made once per config object (a run's, or a worker process's):
-    harness.build.model_factory, instead of Hydra walking the model config for every episode."""
+def _factories(cfg: DictConfig) -> tuple[Callable[[int], Any], Callable[[], Any]]:
+    """The model backend's and the policy's factories, made once per config object (a run's, or a worker
+    process's): harness.build.model_factory and policy_factory, instead of Hydra walking those configs for every
+    episode. Each episode still gets a backend and a policy of its own."""
     with _FACTORY_LOCK:
         if not _FACTORY or _FACTORY[0][0] is not cfg:
-            _FACTORY[:] = [(cfg, model_factory(cfg))]
-        factory = _FACTORY[0][1]
-    return factory(seed)
+            _FACTORY[:] = [(cfg, model_factory(cfg), policy_factory(cfg))]
+        return _FACTORY[0][1], _FACTORY[0][2]
+
+
+def _model(cfg: DictConfig, seed: int) -> Any:
+    """The episode's own backend, from the run's factory (_factories)."""
+    return _factories(cfg)[0](seed)
 
 
 def _disk_full(episode: Any, task_id: str, run: int, why: str) -> EpisodeResult:

@@ -233,6 +233,64 @@ def test_a_remembered_transcript_state_follows_the_file(tmp_path: Path) -> None:
     assert records.transcript_state(path)[0] == records.State.MISSING
 
 
+def test_the_policy_factory_builds_what_build_policy_builds_with_new_objects_all_the_way_down(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every method's config: the factory's policy is build_policy's (the same class and method record, every nested
+    object of the same class), and two calls share no nested object a policy keeps per episode (WAAC's extractor
+    and summarizer, C4's summarizer). A run's transcripts are those of a policy built through Hydra per episode."""
+    from harness.policies.base import method_record
+
+    for name in sorted(p.stem for p in (Path(CONFIG_DIR) / "policy").glob("*.yaml")):
+        cfg = config(tmp_path, f"policy={name}")
+        make = build.policy_factory(cfg)
+        one, two, hydra = make(), make(), build.build_policy(cfg)
+        assert type(one) is type(hydra) and method_record(one) == method_record(hydra), name
+        for attr, value in vars(hydra).items():
+            if hasattr(value, "__dict__") and not isinstance(value, type):  # a nested object: built per policy
+                assert type(getattr(one, attr)) is type(value), (name, attr)
+                if attr in ("extractor", "summarizer", "store", "projector"):
+                    assert getattr(one, attr) is not getattr(two, attr), (name, attr)
+        for p in (one, two, hydra):
+            getattr(p, "close", lambda: None)()
+    built: list[int] = []
+    real = build.build_policy
+    monkeypatch.setattr(runner, "policy_factory", build.policy_factory)
+    monkeypatch.setattr(build, "build_policy", lambda cfg: built.append(1) or real(cfg))
+    monkeypatch.setattr(runner, "check_policy_model", lambda cfg: None)  # its one policy per run is not an episode's
+    overrides = ("experiment=c4", "n_tasks=3", "n_runs=2", "n_workers=1")
+    runner.run(config(tmp_path / "factory", *overrides), verbose=False)
+    assert built == []  # no episode walked the policy config through Hydra
+    monkeypatch.setattr(runner, "policy_factory", lambda cfg: lambda: real(cfg))  # as before: Hydra every episode
+    runner.run(config(tmp_path / "each", *overrides), verbose=False)
+    factory, each = records(tmp_path / "factory"), records(tmp_path / "each")
+    assert len(factory) == 6 and factory == each
+
+
+def test_a_policy_config_the_fast_path_does_not_cover_is_built_by_hydra_every_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A target nested in a list, or Hydra's other special keys: each policy built whole by Hydra's instantiate
+    (so those keys keep their meaning). A bad target or setting fails as build_policy fails."""
+    from harness.errors import InputError
+
+    built: list[int] = []
+    real = build.build_policy
+    monkeypatch.setattr(build, "build_policy", lambda cfg: built.append(1) or real(cfg))
+    make = build.policy_factory(config(tmp_path, "experiment=c4", "+policy._convert_=all"))
+    assert type(make()) is type(make()) and built == [1, 1]
+    assert build._maker({"_target_": "x.Y", "_convert_": "all"}) is None
+    assert build._maker({"_target_": "x.Y", "items": [{"_target_": "x.Z"}]}) is None
+    assert build._maker({"_target_": "x.Y", "deep": {"inner": {"_target_": "x.Z"}}}) is None
+    for bad in ("policy._target_=harness.policies.no_such.Policy", "policy.n=-1"):
+        cfg = config(tmp_path, "experiment=c3", bad)
+        with pytest.raises(Exception) as hydra:
+            build.build_policy(cfg)
+        with pytest.raises(Exception) as fast:
+            build.policy_factory(cfg)()
+        said = [(type(e.value), str(e.value).splitlines()[0]) for e in (fast, hydra)]
+        assert said[0] == said[1], bad
+    assert type(hydra.value) is InputError
+
+
 def test_a_run_and_its_worker_processes_collect_cyclic_garbage_less_often_and_restore_the_callers_setting(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The run's processes raise Python's gen-0 threshold (lifecycle.COLLECT_EVERY); the forked workers inherit it

@@ -354,13 +354,13 @@ def test_the_runner_gives_a_new_session_a_fresh_policy(tmp_path: Path, monkeypat
     import harness.run as runner
 
     built: list[object] = []
-    real = runner.build_policy
+    real = runner.policy_factory
 
     def counting(cfg: Any) -> Any:
-        built.append(policy := real(cfg))
-        return policy
+        make = real(cfg)
+        return lambda: built.append(policy := make()) or policy
 
-    monkeypatch.setattr(runner, "build_policy", counting)
+    monkeypatch.setattr(runner, "policy_factory", counting)
     run(config(tmp_path, "benchmark.ids=[task_second_brain]", "n_workers=1"), verbose=False)
     assert len(built) == 2  # the episode's policy, then the new session's
 
