@@ -207,5 +207,6 @@ def test_a_per_episode_store_goes_to_ram_scratch_only_when_it_is_usable(
     monkeypatch.setattr(os, "statvfs", lambda p: SimpleNamespace(f_bavail=free // 4096, f_frsize=4096)
                         if str(p) == str(scratch) else real(p))
     store = artifacts.ArtifactStore()
-    assert store.dir.parent == (scratch if where == "scratch" else system)
+    assert store.dir.parent.parent == (scratch if where == "scratch" else system)  # in this process's folder there
+    assert store.dir.parent.name.startswith(f"harness-scratch-{os.getpid()}-")  # (harness.scratch)
     store.close()

@@ -52,7 +52,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from harness import lifecycle, minilm
+from harness import lifecycle, minilm, scratch
 from harness.policies.base import ContextPolicy, RenderContext, View
 from harness.policies.summarizers import aux_label, is_llm
 from harness.tokens import TokenCounter
@@ -190,7 +190,8 @@ class Mem0Memory(ContextPolicy):
     memory_role: str = "user"
     keep_conversation: bool = True  # also keep user replies and text-only agent turns older than the window
     summarizer: Any = None
-    tmp_root: str | None = None  # where the per-episode directory (faiss files, history.db) goes; None: $TMPDIR
+    tmp_root: str | None = None  # where the per-episode directory (faiss files, history.db) goes; None: the
+    # process's scratch folder in $TMPDIR (harness.scratch: a killed run's leftovers go with the next run)
     name: str = "mem0"
     _memory: Any = field(default=None, repr=False)
     _dir: str = field(default="", repr=False)
@@ -272,7 +273,7 @@ class Mem0Memory(ContextPolicy):
 
     def _store(self, n_fixed: int) -> Any:
         if self._memory is None:
-            self._dir = tempfile.mkdtemp(prefix="mem0_episode_", dir=self.tmp_root)
+            self._dir = tempfile.mkdtemp(prefix="mem0_episode_", dir=self.tmp_root or scratch.folder())
             self._memory = _memory(self.mem0_config(self._dir))
             weakref.finalize(self, _close, self._memory, self._dir)
             self._seen = n_fixed

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import scratch
 from harness.io import Signature, signature
 from harness.types import ToolCall, ToolSpec
 from harness.waac.schema import FieldSpec, Role, ToolSchema
@@ -99,7 +100,7 @@ class ArtifactStore:
     def __init__(self, directory: str | Path | None = None) -> None:
         self._finalizer: Callable[[], object] | None = None
         if directory is None:
-            self.dir = Path(tempfile.mkdtemp(prefix="waac-artifacts-", dir=_scratch()))
+            self.dir = Path(tempfile.mkdtemp(prefix="waac-artifacts-", dir=scratch.folder(_scratch())))
             self._finalizer = weakref.finalize(self, shutil.rmtree, self.dir, True)
         else:
             self.dir = Path(directory)

@@ -1,0 +1,75 @@
+"""Scratch folders (harness.scratch): what an episode keeps outside its run folder while it runs goes with its
+process, and a killed process's leftovers go with the next process that makes a folder under the same base."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _support import ROOT
+
+from harness import scratch
+
+MAKE = ("import sys, time; from harness import scratch; p = scratch.folder(sys.argv[1]); "
+        "(p / 'pointer').write_text('x'); print(p, flush=True); time.sleep(float(sys.argv[2]))")
+
+
+def start(base: Path, sleep_s: float) -> tuple[subprocess.Popen[str], Path]:
+    proc = subprocess.Popen([sys.executable, "-c", MAKE, str(base), str(sleep_s)], stdout=subprocess.PIPE, text=True,
+                            cwd=ROOT)
+    assert proc.stdout is not None
+    return proc, Path(proc.stdout.readline().strip())
+
+
+def test_a_killed_process_leaves_its_folder_to_the_next_one_a_live_ones_is_kept(tmp_path: Path) -> None:
+    killed, killed_dir = start(tmp_path, 60)
+    live, live_dir = start(tmp_path, 60)
+    try:
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+        assert (killed_dir / "pointer").exists()  # SIGKILL: no exit handler ran
+        mine = scratch.folder(str(tmp_path))  # the next process making its folder there sweeps
+        assert not killed_dir.exists() and (live_dir / "pointer").exists() and mine.is_dir()
+        assert mine.name.startswith(f"{scratch.PREFIX}{os.getpid()}-") and scratch.folder(str(tmp_path)) == mine
+    finally:
+        live.kill()
+        live.wait()
+    assert scratch.sweep(str(tmp_path)) == 1 and not live_dir.exists()  # its process gone: swept too
+    assert mine.is_dir()  # this live process's own folder stays
+
+
+def test_a_normal_exit_removes_the_folder_and_a_forked_child_leaves_its_parents(tmp_path: Path) -> None:
+    proc, made = start(tmp_path, 0)
+    assert proc.wait() == 0 and not made.exists()
+    script = ("import os, sys; from harness import scratch; p = scratch.folder(sys.argv[1]); pid = os.fork()\n"
+              "if pid == 0: sys.exit(0)\n"  # a child exiting normally runs the parent's exit handlers
+              "os.waitpid(pid, 0); print(p.is_dir())")
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                         check=True)
+    assert out.stdout.strip() == "True"
+    assert list(tmp_path.iterdir()) == []  # and the parent's own exit removed it
+
+
+def test_a_killed_waac_run_leaves_its_pointer_files_to_the_next_run(tmp_path: Path) -> None:
+    """The case this is for: WAAC's per-episode pointer files of a run killed mid-episode (SIGKILL) are removed by
+    the next process that makes a scratch folder in the same place, not left in /dev/shm or $TMPDIR for good."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}  # $TMPDIR set: the stores go there, not to /dev/shm
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "experiment=waac", "n_tasks=50", "n_runs=20",
+                             f"out_dir={tmp_path / 'out'}", "progress=false"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not list(tmp.glob(f"{scratch.PREFIX}*/waac-artifacts-*/*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    time.sleep(0.5)  # the workers die with their parent (parent-death signal)
+    left = list(tmp.glob(f"{scratch.PREFIX}*"))
+    assert left and list(tmp.glob(f"{scratch.PREFIX}*/waac-artifacts-*/*"))
+    scratch.folder(str(tmp))
+    assert [p for p in tmp.iterdir() if p.name.startswith(scratch.PREFIX)] == [scratch.folder(str(tmp))]
