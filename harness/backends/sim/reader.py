@@ -231,7 +231,7 @@ def _read_assistant(b: Belief, m: Message) -> None:
         return
     b.last_call = m.tool_calls[-1]
     for c in m.tool_calls:
-        b.followed |= {str(v) for v in _scalars(_json(c.arguments))}
+        b.followed |= _argument_values(c.arguments)
 
 
 def _read_tool(b: Belief, pos: int, payload: Any) -> None:
@@ -257,6 +257,13 @@ def _analysed(text: str) -> tuple[Any, tuple[CodeItem, ...], tuple[Reference, ..
     refs: list[Reference] = []
     _scan(payload, (), items, refs)
     return payload, tuple(items), tuple(refs), menu
+
+
+@lru_cache(maxsize=8192)
+def _argument_values(arguments: str) -> frozenset[str]:
+    """The scalar values of a tool call's JSON arguments, read once per text per process: a view that keeps every
+    assistant turn (full history, WAAC) shows them all at every call."""
+    return frozenset(str(v) for v in _scalars(_json(arguments)))
 
 
 def _json(text: str) -> Any:
