@@ -245,3 +245,21 @@ def test_different_seeds_with_noise_may_differ() -> None:
 def test_noise_off_ignores_the_seed() -> None:
     t = task(2)
     assert transcript(episode(t, LastN(5), seed=1)) == transcript(episode(t, LastN(5), seed=2))
+
+
+def test_the_reader_reads_a_tool_calls_arguments_once_per_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A view that keeps every assistant turn shows all their tool calls at every call: each argument text is parsed
+    once per process (a memo), and what the agent takes from them is the same as a fresh reading."""
+    from harness.backends.sim import reader
+    from harness.types import Message, ToolCall
+
+    turns = [Message("assistant", "", (ToolCall(f"c{i}", "open", json.dumps({"ref": f"R{i % 3}", "n": i % 3})),))
+             for i in range(9)]
+    parsed: list[str] = []
+    real = reader._json
+    monkeypatch.setattr(reader, "_json", lambda text: parsed.append(text) or real(text))
+    reader._argument_values.cache_clear()
+    first = reader.read(turns).followed
+    second = reader.read(turns).followed
+    assert first == second == {"R0", "R1", "R2", "0", "1", "2"}
+    assert sorted(t for t in parsed if t.startswith('{"ref"')) == sorted({c.tool_calls[0].arguments for c in turns})
