@@ -7,10 +7,11 @@
    3 replays. Beside it the floor: serializing that request body to JSON in one dumps (what the client did at every
    call; it now keeps each message's JSON), and what the response-cache key would cost (only with a cache on).
 2. Time to the first request: `python -m harness.cli` (a c3 run, model=openai against a loopback endpoint) from
-   the process start to the first chat completion the endpoint receives.
+   the process start to the first chat completion the endpoint receives; the least of LAUNCHES launches.
 3. Per-episode set-up: building the model backend and the policy through Hydra vs from the run's factories; writing
    one transcript (JSON of its records, then the atomic write with its one fsync).
-4. WAAC vs C3, simulated (model=sim), 50 tasks x 5 runs each on the default workers: wall time and ratio.
+4. WAAC vs C3, simulated (model=sim), 50 tasks x 5 runs each on the default workers, in ROUNDS interleaved rounds:
+   each run's wall time and CPU (worker processes, runner), and the ratio of each method's least wall.
 
 The machine is shared: the load average is printed first, and figures from a busy machine run high. Figures are
 from one run; nothing is asserted (speed is never a test).
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
@@ -53,6 +55,8 @@ from harness.types import Message, Score, Termination
 ROOT = Path(__file__).resolve().parents[1]
 MARKS = (50, 150, 300)
 GOALS = {("c3", 300): 2.0, ("full", 300): 8.0}  # ms of client CPU per call
+LAUNCHES = 3  # time to the first request: the least of this many launches (a shared machine only adds to it)
+ROUNDS = 2  # WAAC vs C3: this many interleaved rounds, the least wall of each method
 
 
 def line(figure: str, value: str, goal: str = "", met: bool | None = None) -> None:
@@ -175,6 +179,18 @@ def first_request() -> None:
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import harness.cli"], check=True, cwd=ROOT)
     imports = time.perf_counter() - start
+    first, cpu = min(_first_request() for _ in range(LAUNCHES))  # the least wall of the launches, and its CPU
+    line("python start-up alone", f"{bare:.2f} s")
+    line("import harness.cli (python -X importtime shows the parts)", f"{imports:.2f} s")
+    line(f"process start -> first chat completion request, wall (least of {LAUNCHES})", f"{first:.2f} s",
+         "goal <= 2 s (idle)", first <= 2)
+    line("  its CPU time (user + system, all threads; the vocabulary loads in a thread beside the imports)",
+         f"{cpu:.2f} s")
+
+
+def _first_request() -> tuple[float, float]:
+    """One launch: seconds from the process start to the first chat completion the endpoint receives, and the CPU
+    time the process took to get there."""
     with SimServer() as server, tempfile.TemporaryDirectory() as out:
         args = [sys.executable, "-m", "harness.cli", "experiment=c3", "model=openai", "model.model=sim-served",
                 f"model.base_url={server.base_url}", "model.api_key_env=null", "model.cache_dir=null",
@@ -188,30 +204,28 @@ def first_request() -> None:
         proc.kill()  # at its first request: its CPU time so far is what it took to get there
         _, _, usage = os.wait4(proc.pid, 0)
         proc.returncode = -9
-    cpu = usage.ru_utime + usage.ru_stime
-    line("python start-up alone", f"{bare:.2f} s")
-    line("import harness.cli (python -X importtime shows the parts)", f"{imports:.2f} s")
-    line("process start -> first chat completion request, wall", f"{first:.2f} s", "goal <= 2 s (idle)",
-         first <= 2)
-    line("  its CPU time (user + system, all threads; the vocabulary loads in a thread beside the imports)",
-         f"{cpu:.2f} s")
+    return first, usage.ru_utime + usage.ru_stime
 
 
 def waac_vs_c3(n_tasks: int, n_runs: int) -> None:
     print(f"\n== 4. WAAC vs C3, simulated (model=sim), {n_tasks} x {n_runs}, default workers ==")
-    walls = {}
-    for experiment in ("c3", "waac"):
-        with tempfile.TemporaryDirectory() as out, initialize_config_dir(CONFIG_DIR, version_base="1.3"):
-            cfg = compose("config", [f"experiment={experiment}", f"n_tasks={n_tasks}", f"n_runs={n_runs}",
-                                     f"out_dir={out}", "progress=false"])
-            start, workers, runner = time.perf_counter(), _cpu(resource.RUSAGE_CHILDREN), _cpu(resource.RUSAGE_SELF)
-            run(cfg, verbose=False)
-            walls[experiment] = time.perf_counter() - start
-            workers, runner = _cpu(resource.RUSAGE_CHILDREN) - workers, _cpu(resource.RUSAGE_SELF) - runner
-        line(f"{experiment} wall (CPU: worker processes {workers:.1f} s, the runner {runner:.1f} s)",
-             f"{walls[experiment]:.1f} s")
+    walls: dict[str, float] = {}
+    for round_ in range(ROUNDS):  # interleaved, so a busy spell of the machine does not fall on one method only
+        for experiment in ("c3", "waac"):
+            with tempfile.TemporaryDirectory() as out, initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+                cfg = compose("config", [f"experiment={experiment}", f"n_tasks={n_tasks}", f"n_runs={n_runs}",
+                                         f"out_dir={out}", "progress=false"])
+                start = time.perf_counter()
+                workers, runner = _cpu(resource.RUSAGE_CHILDREN), _cpu(resource.RUSAGE_SELF)
+                run(cfg, verbose=False)
+                wall = time.perf_counter() - start
+                workers, runner = _cpu(resource.RUSAGE_CHILDREN) - workers, _cpu(resource.RUSAGE_SELF) - runner
+            walls[experiment] = min(wall, walls.get(experiment, math.inf))
+            line(f"{experiment} wall, round {round_ + 1} (CPU: worker processes {workers:.1f} s, the runner "
+                 f"{runner:.1f} s)", f"{wall:.1f} s")
     ratio = walls["waac"] / walls["c3"]
-    line("WAAC / C3 (the embedding model loaded once per run)", f"{ratio:.2f}x", "goal <= 2x", ratio <= 2)
+    line(f"WAAC / C3, the least wall of {ROUNDS} rounds each (the embedding model loaded once per run)",
+         f"{ratio:.2f}x", "goal <= 2x", ratio <= 2)
 
 
 def _cpu(who: int) -> float:
