@@ -3,16 +3,17 @@ pointer files on /dev/shm, Mem0's vector store), so that a killed run's files do
 
 Each process puts them under a folder of its own, `<base>/harness-scratch-<pid>-<random>/`, holding an flock on the
 folder's `.lock` for as long as it lives (the kernel drops a dead process's lock; forked children share the parent's).
-A normal exit removes the folder; a process killed with SIGKILL (or a crash the finalizers never saw) cannot, and the
-next process that makes its own folder under the same base removes every one no live process holds. A folder is named
-only once its lock is held (made under a hidden name, locked, then renamed), so a sweep never takes a folder being made.
+A normal exit removes the folder (a pool's worker process's too); a process killed with SIGKILL (or a crash the
+finalizers never saw) cannot, and the next process that makes its own folder under the same base removes every one
+no live process holds. A folder is named only once its lock is held (made under a hidden name, locked, then renamed),
+so a sweep never takes a folder being made.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import fcntl
+import multiprocessing.util
 import os
 import shutil
 import tempfile
@@ -54,7 +55,9 @@ def _make(root: str) -> Path:
     _HELD.append(fd)
     path = making.with_name(making.name[1:])  # its public name only now that the lock is held
     making.rename(path)
-    atexit.register(_remove, path, pid)
+    # multiprocessing's exit finalizers run at this process's normal exit (its atexit hook) and at the end of a worker
+    # process it started (a pool's workers leave through os._exit, past atexit)
+    multiprocessing.util.Finalize(None, _remove, args=(path, pid), exitpriority=0)
     return path
 
 

@@ -73,3 +73,19 @@ def test_a_killed_waac_run_leaves_its_pointer_files_to_the_next_run(tmp_path: Pa
     assert left and list(tmp.glob(f"{scratch.PREFIX}*/waac-artifacts-*/*"))
     scratch.folder(str(tmp))
     assert [p for p in tmp.iterdir() if p.name.startswith(scratch.PREFIX)] == [scratch.folder(str(tmp))]
+
+
+def _worker_folder(base: str) -> str:
+    return str(scratch.folder(base))
+
+
+def test_a_pool_workers_folder_goes_when_the_pool_shuts_down(tmp_path: Path) -> None:
+    """A run's process-pool workers make their own folders (WAAC's stores live there) and leave through os._exit,
+    past atexit: their folders are removed at their normal end all the same."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(2, mp.get_context("fork")) as pool:
+        made = {Path(p) for p in pool.map(_worker_folder, [str(tmp_path)] * 4)}
+        assert made and all(p.is_dir() for p in made)
+    assert not any(p.exists() for p in made)
