@@ -221,10 +221,11 @@ def waac_vs_c3(n_tasks: int, n_runs: int) -> None:
                 wall = time.perf_counter() - start
                 workers, runner = _cpu(resource.RUSAGE_CHILDREN) - workers, _cpu(resource.RUSAGE_SELF) - runner
             walls[experiment] = min(wall, walls.get(experiment, math.inf))
-            line(f"{experiment} wall, round {round_ + 1} (CPU: worker processes {workers:.1f} s, the runner "
-                 f"{runner:.1f} s)", f"{wall:.1f} s")
+            line(f"simulated (model=sim) {experiment} {n_tasks} x {n_runs} wall, round {round_ + 1} "
+                 f"(CPU: worker processes {workers:.1f} s, the runner {runner:.1f} s)", f"{wall:.1f} s")
     ratio = walls["waac"] / walls["c3"]
-    line(f"WAAC / C3, the least wall of {ROUNDS} rounds each (the embedding model loaded once per run)",
+    line(f"simulated (model=sim) WAAC / C3, the least wall of {ROUNDS} rounds each (the embedding model loaded "
+         "once per run)",
          f"{ratio:.2f}x", "goal <= 2x", ratio <= 2)
 
 

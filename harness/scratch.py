@@ -16,6 +16,7 @@ import fcntl
 import multiprocessing.util
 import os
 import shutil
+import stat
 import tempfile
 import threading
 from pathlib import Path
@@ -23,7 +24,6 @@ from pathlib import Path
 PREFIX = "harness-scratch-"
 LOCK = ".lock"
 _FOLDERS: dict[tuple[str, int], Path] = {}  # (base, pid) -> that process's folder under base
-_HELD: list[int] = []  # the lock files' descriptors: open (and locked) until the process ends
 _GUARD = threading.Lock()
 
 
@@ -51,8 +51,7 @@ def _make(root: str) -> Path:
     pid = os.getpid()
     making = Path(tempfile.mkdtemp(prefix=f".{PREFIX}{pid}-", dir=root))
     fd = os.open(making / LOCK, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    _HELD.append(fd)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # fd is never closed: the lock lasts as long as the process (or a forked child)
     path = making.with_name(making.name[1:])  # its public name only now that the lock is held
     making.rename(path)
     # multiprocessing's exit finalizers run at this process's normal exit (its atexit hook) and at the end of a worker
@@ -79,10 +78,14 @@ def sweep(root: str) -> int:
 def _abandoned(path: str) -> bool:
     """Removes the folder when its lock can be taken (its process is gone), holding the lock while it does."""
     try:
-        fd = os.open(os.path.join(path, LOCK), os.O_RDWR | os.O_CLOEXEC)
+        # a `.lock` that is a link or a FIFO (a shared /tmp) is not one this module made: never follow it, never block
+        fd = os.open(os.path.join(path, LOCK), os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return False  # no lock file: not a folder this module made
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return False
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)

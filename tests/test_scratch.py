@@ -89,3 +89,19 @@ def test_a_pool_workers_folder_goes_when_the_pool_shuts_down(tmp_path: Path) -> 
         made = {Path(p) for p in pool.map(_worker_folder, [str(tmp_path)] * 4)}
         assert made and all(p.is_dir() for p in made)
     assert not any(p.exists() for p in made)
+
+
+def test_a_lock_that_is_a_link_or_a_fifo_is_not_followed_and_the_sweep_never_blocks(tmp_path: Path) -> None:
+    """Under a shared /tmp anyone can put a folder with our prefix there: a `.lock` that links to an unlocked file
+    elsewhere is not taken as that folder's lock, and a FIFO one does not hang the sweep."""
+    outside = tmp_path / "outside"
+    outside.write_text("")
+    linked = tmp_path / f"{scratch.PREFIX}1-link"
+    linked.mkdir()
+    (linked / scratch.LOCK).symlink_to(outside)
+    fifo = tmp_path / f"{scratch.PREFIX}2-fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / scratch.LOCK)
+    scratch.sweep(str(tmp_path))
+    assert (linked / scratch.LOCK).is_symlink() and outside.exists()  # not folders this module made: kept
+    assert (fifo / scratch.LOCK).exists()

@@ -100,7 +100,7 @@ class ArtifactStore:
     def __init__(self, directory: str | Path | None = None) -> None:
         self._finalizer: Callable[[], object] | None = None
         if directory is None:
-            self.dir = Path(tempfile.mkdtemp(prefix="waac-artifacts-", dir=scratch.folder(_scratch())))
+            self.dir = Path(tempfile.mkdtemp(prefix="waac-artifacts-", dir=scratch.folder(_ram_base())))
             self._finalizer = weakref.finalize(self, shutil.rmtree, self.dir, True)
         else:
             self.dir = Path(directory)
@@ -230,7 +230,7 @@ class ArtifactStore:
         return json.dumps({"Status": "Error", "Message": message}), True
 
 
-def _scratch() -> str | None:
+def _ram_base() -> str | None:
     """SCRATCH when it is a writable directory with SCRATCH_FREE bytes free and $TMPDIR does not name another
     place, else None (the system's default temporary directory). Checked for every store (a statvfs): many
     episodes in flight can fill a small /dev/shm, and the stores made after that go to disk."""
