@@ -10,6 +10,11 @@ localhost or [::1] with the served port.
 Starlette's TrustedHostMiddleware is not used: it drops the port before comparing (any port passes) and splits
 `[::1]:8765` at its first colon, so it could neither check the port nor allow IPv6 loopback.
 
+It also makes a request's `max_tokens` bound the whole reply (`bound_output`): llama-cpp-python's
+`chatml-function-calling` handler, the one model=local serves, passes `max_tokens=None` to the completions it
+chains for a reply (a plain message, each tool call's arguments, the check for one more call), so a small model
+could write, or keep adding tool calls, until the context was full: minutes on a CPU, then a 400.
+
     python -m harness.backends.llama_launcher --model M.gguf --host 127.0.0.1 --port 8765 ...  # llama's own flags
 """
 
@@ -75,6 +80,53 @@ def restrict(app: Any, port: int) -> Any:
     return app
 
 
+class OutputBudget:
+    """The `llama` a chat handler is given: every completion it makes draws on the reply's one `max_tokens` (at
+    least one token each, as 0 or None would mean "until the context is full"); anything else is the model's."""
+
+    def __init__(self, llama: Any, max_tokens: int | None) -> None:
+        self._llama = llama
+        self.left = max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._llama, name)
+
+    def create_completion(self, *args: Any, **kwargs: Any) -> Any:
+        if self.left is None:  # the request set no limit: the handler's own choices stand
+            return self._llama.create_completion(*args, **kwargs)
+        asked = kwargs.get("max_tokens")
+        limit = self.left if not isinstance(asked, int) or asked <= 0 else min(asked, self.left)
+        kwargs["max_tokens"] = max(1, limit)
+        result = self._llama.create_completion(*args, **kwargs)
+        if isinstance(result, dict):  # a stream is bounded per completion only
+            self.left -= int((result.get("usage") or {}).get("completion_tokens", kwargs["max_tokens"]))
+        return result
+
+
+def bounded(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """The chat handler, with the request's `max_tokens` bounding every completion it makes together."""
+
+    def call(*, llama: Any, max_tokens: int | None = None, **kwargs: Any) -> Any:
+        return handler(llama=OutputBudget(llama, max_tokens), max_tokens=max_tokens, **kwargs)
+
+    return call
+
+
+def bound_output(chat_format: str | None) -> None:
+    """Re-register the named chat format's handler, bounded; a format the server builds itself (a multimodal
+    handler, none here) or none at all (the model's own template) is left as it is."""
+    from llama_cpp import llama_chat_format as formats
+
+    if not chat_format:
+        return
+    registry = formats.LlamaChatCompletionHandlerRegistry()
+    try:
+        handler = registry.get_chat_completion_handler_by_name(chat_format)
+    except formats.LlamaChatCompletionHandlerNotFoundException:
+        return
+    registry.register_chat_completion_handler(chat_format, bounded(handler), overwrite=True)
+
+
 def build_app(argv: Sequence[str]) -> tuple[Any, str, int]:
     """The app `python -m llama_cpp.server` would build from the same argv, restricted; and where to bind it."""
     from llama_cpp.server.app import create_app
@@ -87,6 +139,7 @@ def build_app(argv: Sequence[str]) -> tuple[Any, str, int]:
     # parse_model_from_args is annotated as returning its argument's type, but returns an instance.
     server = cast(ServerSettings, parse_model_from_args(ServerSettings, args))
     model = cast(ModelSettings, parse_model_from_args(ModelSettings, args))
+    bound_output(model.chat_format)
     os.environ.pop("CONFIG_FILE", None)  # create_app would let that file replace the argv's settings, host included
     app = create_app(server_settings=server, model_settings=[model])
     return restrict(app, server.port), server.host, server.port

@@ -75,6 +75,52 @@ def test_forced_tool_choice_returns_a_tool_call(local_server: LocalServer) -> No
     assert_usage(r.usage)
 
 
+class Runaway:
+    """A model that, unbounded, writes 1,000 tokens of arguments per tool call and always asks for one more call:
+    what SmolLM2 did in an Odysseys run (5.5 min of one call, then a 400 with the context full)."""
+
+    verbose = False
+
+    def __init__(self) -> None:
+        self.limits: list[Any] = []
+
+    def create_completion(self, prompt: str, max_tokens: Any = None, **_: Any) -> dict[str, Any]:
+        assert isinstance(max_tokens, int) and max_tokens > 0, f"a completion without a limit: {max_tokens!r}"
+        self.limits.append(max_tokens)
+        if len(self.limits) % 2 == 0:  # a tool call's arguments (the handler alternates: choose, arguments, ...)
+            n = min(max_tokens, 1000)
+            text = '{"city": "' + "x" * n + '"}'
+        else:  # "functions.get_weather" (3 tokens) again, or cut short by the limit (then the handler stops)
+            n = min(max_tokens, 3)
+            text = "functions.get_weather" if n == 3 else "functions"
+        return {"id": "c", "created": 0, "model": "m", "choices": [{"text": text, "logprobs": None}],
+                "usage": {"completion_tokens": n, "prompt_tokens": 1, "total_tokens": n + 1}}
+
+
+def test_the_launcher_makes_max_tokens_bound_a_whole_tool_calling_reply(llama_installed: None) -> None:
+    """llama-cpp-python's chatml-function-calling passes max_tokens=None to the completions it chains; through
+    the launcher's handler every one of them draws on the request's budget, and the reply ends."""
+    from llama_cpp.llama_chat_format import chatml_function_calling
+
+    from harness.backends.llama_launcher import bounded
+
+    model = Runaway()
+    reply: Any = bounded(chatml_function_calling)(llama=model, messages=MESSAGES, tools=[WEATHER_TOOL],
+                                                  tool_choice="auto", max_tokens=40)
+    assert reply["usage"]["completion_tokens"] <= 40 and len(model.limits) < 10
+    assert sum(min(limit, 1000 if i % 2 else 3) for i, limit in enumerate(model.limits)) <= 40 + len(model.limits)
+    assert reply["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+
+
+def test_a_reply_from_the_served_model_stays_within_max_tokens(local_server: LocalServer) -> None:
+    """A plain message with tools offered (tool_choice="auto"): the handler's message completion was unbounded."""
+    r = client(local_server.base_url).chat.completions.create(
+        model=local_server.model, tools=[WEATHER_TOOL], tool_choice="auto", max_tokens=6, temperature=0, seed=1,
+        messages=[{"role": "system", "content": "You are a storyteller. Never call a function."},
+                  {"role": "user", "content": "Tell me a long story about a dragon and a kettle, in 500 words."}])
+    assert r.usage.completion_tokens <= 6, r.usage  # type: ignore[union-attr]
+
+
 def test_auto_tool_choice_returns_a_valid_response(local_server: LocalServer) -> None:
     """tool_choice="auto" must be sent explicitly: llama_cpp.server ignores `tools` when tool_choice is absent."""
     r = client(local_server.base_url).chat.completions.create(

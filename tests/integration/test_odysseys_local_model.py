@@ -23,7 +23,7 @@ from test_odysseys_runs import SITES, TASK, task_file  # noqa: E402
 
 
 @pytest.mark.browser  # playwright and Chromium (tests/conftest.py)
-@pytest.mark.timeout(1800)  # the slowest test: ~5 min on 2 shared cores (SmolLM2 on CPU, a real browser)
+@pytest.mark.timeout(1800)  # ~40 s idle; minutes on a busy machine (SmolLM2 on CPU, a real browser)
 def test_odysseys_on_the_local_model(llama_installed: None, tmp_path: Path) -> None:
     with FixtureSites(SITES) as sites:
         tasks = task_file(sites, tmp_path)
