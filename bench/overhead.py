@@ -8,8 +8,8 @@
    call; it now keeps each message's JSON), and what the response-cache key would cost (only with a cache on).
 2. Time to the first request: `python -m harness.cli` (a c3 run, model=openai against a loopback endpoint) from
    the process start to the first chat completion the endpoint receives; the least of LAUNCHES launches.
-3. Per-episode set-up: building the model backend and the policy through Hydra vs from the run's factories; writing
-   one transcript (JSON of its records, then the atomic write with its one fsync).
+3. Per-episode set-up: building the model backend, the policy and the user through Hydra vs from the run's
+   factories; writing one transcript (JSON of its records, then the atomic write with its one fsync).
 4. WAAC vs C3, simulated (model=sim), 50 tasks x 5 runs each on the default workers, in ROUNDS interleaved rounds:
    each run's wall time and CPU (worker processes, runner), and the ratio of each method's least wall.
 
@@ -41,7 +41,7 @@ from harness.backends.cache import cache_key
 from harness.backends.local_server import free_port
 from harness.backends.openai_compat import OpenAICompatible
 from harness.backends.sim_server import SimServer
-from harness.build import build_model, build_policy, model_factory, policy_factory
+from harness.build import build_model, build_policy, build_user, model_factory, policy_factory, user_factory
 from harness.envs.expense.domain import ExpenseDomain
 from harness.episode import Conversation, _step
 from harness.io import atomic_write
@@ -169,6 +169,13 @@ def setup(history: list[Message], steps: list[StepRecord]) -> None:
         reuse = statistics.median(_wall(make) for _ in range(10))
         line(f"{policy} policy per episode: Hydra instantiate -> the run's factory", f"{hydra:.1f} -> {reuse:.2f} ms",
              "once per run", True)
+    with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", ["experiment=c3", "user=scripted"])
+    make_user = user_factory(cfg)
+    hydra = statistics.median(_wall(lambda: build_user(cfg)) for _ in range(10))
+    reuse = statistics.median(_wall(make_user) for _ in range(10))
+    line("user=scripted per episode: Hydra instantiate -> the run's factory", f"{hydra:.1f} -> {reuse:.2f} ms",
+         "once per run", True)
 
 
 def first_request() -> None:

@@ -41,7 +41,6 @@ from harness.build import (
     build_domain,
     build_model,
     build_policy,
-    build_user,
     check_policy_model,
     describe,
     episode_seed,
@@ -49,6 +48,7 @@ from harness.build import (
     method_columns,
     model_factory,
     policy_factory,
+    user_factory,
 )
 from harness.config import register
 from harness.envs.base import Domain, EpisodeContext
@@ -86,12 +86,12 @@ def run_one(cfg: DictConfig, domain: Domain, job: Job) -> dict[str, Any]:
     seed = episode_seed(cfg.seed, task.task_id, run)
     model = _model(cfg, seed)
     budget = budget_tokens(cfg.budget.reference_tokens, cfg.budget.fraction)
-    new_policy = _factories(cfg)[1]
+    _, new_policy, new_user = _factories(cfg)
     policy = new_policy()
     context = EpisodeContext(run, Path(out_dir), **judge_context(cfg, model))
     episode, deadline = None, None
     try:
-        episode = domain.episode(task, build_user(cfg), context)
+        episode = domain.episode(task, new_user(), context)
         deadline = getattr(episode, "timeout_s", None)  # the domain's wall-clock limit for this episode, if any
         try:
             metered = PromptCacheMeter.from_config(model, cfg.get("pricing"), cfg.encoding)  # cost with/without cache
@@ -120,19 +120,19 @@ def run_one(cfg: DictConfig, domain: Domain, job: Job) -> dict[str, Any]:
             "cost_usd": sum(s.cost_usd + s.aux_cost_usd for s in result.steps) + result.user_cost_usd}
 
 
-# The run's model and policy factories and the config they are of
-_FACTORY: list[tuple[DictConfig, Callable[[int], Any], Callable[[], Any]]] = []
+# The run's model, policy and user factories and the config they are of
+_FACTORY: list[tuple[DictConfig, Callable[[int], Any], Callable[[], Any], Callable[[], Any]]] = []
 _FACTORY_LOCK = threading.Lock()
 
 
-def _factories(cfg: DictConfig) -> tuple[Callable[[int], Any], Callable[[], Any]]:
-    """The model backend's and the policy's factories, made once per config object (a run's, or a worker
-    process's): harness.build.model_factory and policy_factory, instead of Hydra walking those configs for every
-    episode. Each episode still gets a backend and a policy of its own."""
+def _factories(cfg: DictConfig) -> tuple[Callable[[int], Any], Callable[[], Any], Callable[[], Any]]:
+    """The model backend's, the policy's and the user's factories, made once per config object (a run's, or a
+    worker process's): harness.build.model_factory, policy_factory and user_factory, instead of Hydra walking those
+    configs for every episode. Each episode still gets a backend, a policy and a user of its own."""
     with _FACTORY_LOCK:
         if not _FACTORY or _FACTORY[0][0] is not cfg:
-            _FACTORY[:] = [(cfg, model_factory(cfg), policy_factory(cfg))]
-        return _FACTORY[0][1], _FACTORY[0][2]
+            _FACTORY[:] = [(cfg, model_factory(cfg), policy_factory(cfg), user_factory(cfg))]
+        return _FACTORY[0][1], _FACTORY[0][2], _FACTORY[0][3]
 
 
 def _model(cfg: DictConfig, seed: int) -> Any:

@@ -266,6 +266,30 @@ def test_the_policy_factory_builds_what_build_policy_builds_with_new_objects_all
     assert len(factory) == 6 and factory == each
 
 
+def test_the_scripted_user_is_instantiated_once_per_run_and_each_episode_still_gets_a_user_of_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """user=scripted: Hydra instantiates the user's partial once per run, each episode's user is a new object, and
+    the transcripts are those of a user instantiated per episode. user=llm (a backend of its own) and user=none
+    are built per episode (their factory calls build_user each time)."""
+    built: list[int] = []
+    real = build.build_user
+    monkeypatch.setattr(build, "build_user", lambda cfg: built.append(1) or real(cfg))
+    overrides = ("experiment=c3", "n_tasks=3", "n_runs=2", "n_workers=1")
+    runner.run(config(tmp_path / "factory", *overrides), verbose=False)
+    assert built == [1]
+    make = build.user_factory(config(tmp_path, "experiment=c3"))
+    task = build.build_domain(config(tmp_path, "experiment=c3")).tasks[0]
+    assert make() is make() and make()(task) is not make()(task)  # type: ignore[misc]
+    built.clear()
+    llm = build.user_factory(config(tmp_path, "experiment=c3", "user=llm"))
+    assert llm() is not llm() and built == [1, 1]
+    assert build.user_factory(config(tmp_path, "experiment=c1"))() is None
+    monkeypatch.setattr(runner, "user_factory", lambda cfg: lambda: real(cfg))  # as before: Hydra every episode
+    runner.run(config(tmp_path / "each", *overrides), verbose=False)
+    factory, each = records(tmp_path / "factory"), records(tmp_path / "each")
+    assert len(factory) == 6 and factory == each
+
+
 def test_a_policy_config_the_fast_path_does_not_cover_is_built_by_hydra_every_time(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A target nested in a list, or Hydra's other special keys: each policy built whole by Hydra's instantiate
