@@ -191,7 +191,7 @@ def first_request() -> None:
     line("import harness.cli (python -X importtime shows the parts)", f"{imports:.2f} s")
     line(f"process start -> first chat completion request, wall (least of {LAUNCHES})", f"{first:.2f} s",
          "goal <= 2 s (idle)", first <= 2)
-    line("  its CPU time (user + system, all threads; the vocabulary loads in a thread beside the imports)",
+    line("  its CPU time (user + system, all threads)",
          f"{cpu:.2f} s")
 
 

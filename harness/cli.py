@@ -49,7 +49,7 @@ if __name__ == "__main__":  # a Ctrl-C during the imports below (seconds) ends w
     sweep_signals() if set(MULTIRUN) & set(sys.argv[1:]) else lifecycle.command_line_signals()
     from harness import tokens
 
-    tokens.preload()  # the default vocabulary loads beside the imports below: ~1 s less to the first request
+    tokens.preload()  # the default vocabulary, ready for the first request's count (overlapping only disk waits)
 
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser

@@ -26,13 +26,15 @@ import sys
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import yaml
 from omegaconf import DictConfig
 
 from harness.io import atomic_write
+
+if TYPE_CHECKING:
+    import pandas as pd  # in annotations only: nothing heavy before a run's first request (issue 28)
 
 FILE = "manifest.json"
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,14 +16,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from harness.backends.base import InfraError
 from harness.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd  # loaded where an earlier run's table is read: not before every run's first request
 
 ROOT = Path(__file__).resolve().parents[1]
 PER_EPISODE = ("n_steps", "input_tokens", "output_tokens", "aux_input_tokens", "aux_output_tokens",
@@ -105,8 +107,13 @@ def _price(tokens: dict[str, float], backends: dict[str, Any]) -> float | None:
 
 def reference_run(experiment: str, results: Path) -> tuple[Path, pd.DataFrame] | None:
     """The newest earlier run of the experiment with episodes that were not infrastructure failures."""
+    found = list(results.rglob("episodes.parquet")) if results.exists() else []
+    if not found:
+        return None
+    import pandas as pd  # only with an earlier run to read: the estimate is worth its ~0.5 s then
+
     best: tuple[float, Path, pd.DataFrame] | None = None
-    for parquet in results.rglob("episodes.parquet") if results.exists() else []:
+    for parquet in found:
         try:
             episodes = pd.read_parquet(parquet)
         except Exception:  # a damaged folder is no reference; the tables' readers warn about it

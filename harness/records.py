@@ -17,16 +17,17 @@ import re
 from dataclasses import asdict, fields, is_dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from harness import pricing
 from harness.errors import InputError
 from harness.io import Signature, atomic_write, signature
 from harness.outcome import FAILED, EpisodeResult, StepRecord
+
+# pandas and pyarrow (~0.5 s) load where a table is built or read: a run's first request waits for neither, and its
+# episode workers write transcripts without them (issue 28)
+if TYPE_CHECKING:
+    import pandas as pd
 
 # The records' format: every transcript's episode_start says it (`format_version`), every parquet table carries it
 # in its schema metadata (PARQUET_VERSION). Version 1 is the shape since the harness began (transcripts and tables
@@ -220,6 +221,8 @@ def check_version(version: Any, where: Path | str) -> int:
 def parquet_version(path: Path) -> int:
     """A parquet table's format version from its schema metadata (a table without one: version 1); a newer one
     is refused as check_version does."""
+    import pyarrow.parquet as pq
+
     metadata = pq.read_schema(path).metadata or {}
     return check_version(metadata.get(PARQUET_VERSION), path)
 
@@ -312,6 +315,8 @@ def transcript_files(out_dir: Path) -> list[Path]:
 def build_tables(out_dir: Path, fingerprint: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Rebuild episodes.parquet and steps.parquet from every whole transcript in out_dir (damaged ones are
     skipped with a warning naming them; a resume reruns them)."""
+    import pandas as pd
+
     episodes, steps = [], []
     for path in transcript_files(out_dir):
         state, records = check_transcript(path, fingerprint)
@@ -332,6 +337,9 @@ def write_parquet(frame: pd.DataFrame, path: Path) -> None:
     """A table as parquet with its format version in the schema metadata (the columns and values exactly as
     DataFrame.to_parquet writes them), atomically: a reader never sees half a table, and a killed run leaves
     the previous one whole."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     table = pa.Table.from_pandas(frame, preserve_index=False)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                            PARQUET_VERSION: str(FORMAT_VERSION).encode()})

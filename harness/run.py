@@ -23,10 +23,9 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import hydra
-import pandas as pd
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -58,7 +57,6 @@ from harness.executors import execute, plan
 from harness.policies.budget import budget_tokens
 from harness.pricing import settings as pricing_settings
 from harness.records import build_tables, transcript_path, write_transcript
-from harness.report.console import EXIT_JUDGE, judge_lines, judge_outcome, render
 from harness.resume import (
     Job,
     check_resume,
@@ -70,6 +68,10 @@ from harness.resume import (
 from harness.spend import SPENT, snapshot, spent, written
 from harness.tokens import TokenCounter
 from harness.types import Score, Termination
+
+# The console report (harness.report: pandas, numpy) loads when the run reports, not before its first request
+if TYPE_CHECKING:
+    import pandas as pd
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 register()
@@ -265,6 +267,8 @@ def _dry_run(cfg: DictConfig, domain: Domain, backends: dict[str, Any]) -> pd.Da
         print(f"pre-flight: {line}")
     print(f"dry run: {preflight.estimate(cfg, len(jobs), backends).describe()}")
     print(f"dry run: nothing was run; drop dry_run=true to run into out_dir={out_dir}")
+    import pandas as pd
+
     return pd.DataFrame()
 
 
@@ -296,6 +300,8 @@ def _conclude(out_dir: Path, episodes: pd.DataFrame, session: Session, unfinishe
     """The console report, then the exit status: a run stopped before its end, or one where every episode was an
     infrastructure failure, exits non-zero with the reason (a stop after the last episode changes nothing)."""
     if verbose and not episodes.empty:
+        from harness.report.console import render
+
         print(render(episodes, elapsed_s=session.elapsed_s, written=session.written, record=manifest.read(out_dir),
                      out_dir=out_dir))
         print(f"\nWrote {out_dir}/episodes.parquet, steps.parquet, transcripts/ ({len(episodes)} episodes)")
@@ -341,6 +347,8 @@ JUDGE_FAILED: list[str] = []  # a multirun's jobs whose judge did not grade: the
 
 def _print_judge(episodes: pd.DataFrame, out_dir: Path) -> None:
     """The run's last lines on its judge (harness.report.console.judge_lines); on stderr when the judge failed."""
+    from harness.report.console import judge_lines, judge_outcome
+
     outcome = judge_outcome(episodes)
     for line in judge_lines(outcome, out_dir):
         print(f"\n{line}" if line.startswith(("JUDGE", "No judge")) else line,
@@ -350,6 +358,8 @@ def _print_judge(episodes: pd.DataFrame, out_dir: Path) -> None:
 def _judge_exit(cfg: DictConfig, episodes: pd.DataFrame) -> None:
     """A run whose score includes judge-graded parts its judge did not grade exits EXIT_JUDGE (not judge=none: that
     is the user's choice). A multirun's job only records it (an exit would end the sweep's other jobs)."""
+    from harness.report.console import EXIT_JUDGE, judge_outcome
+
     outcome = judge_outcome(episodes)
     if outcome is None or not outcome.failed:
         return
@@ -362,6 +372,8 @@ def _judge_exit(cfg: DictConfig, episodes: pd.DataFrame) -> None:
 def judge_status() -> int:
     """The exit status a multirun ends with: EXIT_JUDGE when a job's judge did not grade (each job said which)."""
     if JUDGE_FAILED:
+        from harness.report.console import EXIT_JUDGE
+
         print(f"\nJUDGE FAILED in {len(JUDGE_FAILED)} job(s): {', '.join(JUDGE_FAILED)}; re-grade each with make judge "
               "RUN=<its folder>", file=sys.stderr)
         return EXIT_JUDGE

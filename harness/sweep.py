@@ -33,7 +33,6 @@ from typing import Any, NamedTuple
 import yaml
 
 from harness.lifecycle import die_with_parent
-from harness.report.budget import read_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ("budget", "n_w", "ablations", "methods", "workflow", "sim_sensitivity")
@@ -129,6 +128,8 @@ def vanilla_reference(sweep_dir: Path, args: list[str]) -> int:
     rest = [a for a in args if not a.startswith("experiment=")]
     cmd = [sys.executable, "-m", "harness.cli", experiment, f"out_dir={out}", "progress=false", *rest]
     run_child(cmd, stdout=subprocess.DEVNULL)
+    from harness.report.budget import read_reference  # pandas: not for `harness.cli`, which imports this module
+
     return read_reference(out)
 
 

@@ -53,8 +53,9 @@ def _encoding(name: str) -> quicktok.Tokenizer:
 
 
 def preload(name: str = "o200k_base") -> None:
-    """Load the vocabulary in a background thread (its C code runs beside the entry point's imports), so it is
-    ready when the first request is counted; harness.cli starts it first thing."""
+    """Load the vocabulary in a background thread, so it is ready when the first request is counted; harness.cli
+    starts it first thing. quicktok's loader holds the GIL (measured: the main thread does not run while it
+    loads), so this overlaps only the entry point's waits (reading modules from a cold disk cache), not its CPU."""
     thread = threading.Thread(target=_encoding, args=(name,), name="load-vocabulary", daemon=True)
     _PRELOADS.append(thread)
     thread.start()

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _support import CONFIG_DIR
+from _support import CONFIG_DIR, ROOT
 from hydra import compose, initialize_config_dir
 
 from harness import build
@@ -345,3 +345,47 @@ def test_a_run_and_its_worker_processes_collect_cyclic_garbage_less_often_and_re
         assert gc.get_threshold()[0] == 700
     finally:
         gc.set_threshold(*before)
+
+
+FIRST_CALL = """
+import json, os, sys
+from harness.backends import openai_compat
+
+generate = openai_compat.OpenAICompatible.generate
+HEAVY = ("pandas", "numpy", "pyarrow", "scipy", "matplotlib", "torch")
+
+
+def first(self, *args, **kwargs):  # runs in the episode's worker process too (forked with this patch)
+    with open(os.environ["HEAVY_REPORT"], "a") as report:
+        report.write(json.dumps(sorted(m for m in HEAVY if m in sys.modules)) + "\\n")
+    return generate(self, *args, **kwargs)
+
+
+openai_compat.OpenAICompatible.generate = first
+from harness import cli
+
+sys.argv[1:] = json.loads(os.environ["RUN_ARGS"])
+cli.cli()
+"""
+
+
+def test_nothing_heavy_is_imported_before_a_runs_first_model_call(tmp_path: Path) -> None:
+    """`python -m harness.cli` reaches its first request without pandas, numpy or pyarrow (~0.5 s of imports, issue
+    28's time to first request): the console report and the tables load them after the episodes."""
+    import subprocess
+    import sys
+
+    from harness.backends.sim_server import SimServer
+
+    report = tmp_path / "heavy.jsonl"
+    with SimServer() as server:
+        args = ["experiment=c3", "model=openai", "model.model=sim-served", f"model.base_url={server.base_url}",
+                "model.api_key_env=null", "model.cache_dir=null", "n_tasks=2", "n_runs=1", "max_steps=2",
+                f"out_dir={tmp_path / 'out'}", "progress=false"]
+        env = {**os.environ, "HEAVY_REPORT": str(report), "RUN_ARGS": json.dumps(args)}
+        proc = subprocess.run([sys.executable, "-c", FIRST_CALL], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    calls = [json.loads(line) for line in report.read_text().splitlines()]
+    assert len(calls) == 4 and calls[0] == [], calls  # the run's tables came after: pandas was there by the end
+    assert (tmp_path / "out" / "episodes.parquet").is_file()
