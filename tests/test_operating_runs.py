@@ -15,7 +15,7 @@ from _support import CONFIG_DIR
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from harness import lifecycle, records
+from harness import lifecycle
 from harness.config import register
 from harness.errors import InputError
 from harness.records import build_tables, read_transcript
@@ -113,7 +113,9 @@ def test_episodes_parquet_is_replaced_atomically(tmp_path: Path, monkeypatch: py
         Path(target).write_bytes(b"PAR1 half")
         raise OSError("disk full")
 
-    monkeypatch.setattr(records.pq, "write_table", half_written)  # harness.records.write_parquet's writer
+    import pyarrow.parquet as pq  # harness.records.write_parquet imports its writer where it writes
+
+    monkeypatch.setattr(pq, "write_table", half_written)
     with pytest.raises(OSError):
         build_tables(tmp_path)
     assert (tmp_path / "episodes.parquet").read_bytes() == before
