@@ -9,7 +9,7 @@ trimmed token by token. Under a context budget the orchestrator evicts further w
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from harness.policies.base import (
@@ -18,9 +18,9 @@ from harness.policies.base import (
     RenderContext,
     View,
     indexed_provenance,
-    keep_pairs_indexed,
     tool_pairs,
 )
+from harness.policies.pair_scan import PairScan
 from harness.types import Message
 
 UNITS = ("pair", "round")
@@ -47,6 +47,7 @@ class LastN(ContextPolicy):
     n: int = 5
     unit: str = "pair"
     name: str = "last_n"
+    _scan: PairScan = field(default_factory=PairScan, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.n < 0:
@@ -63,8 +64,9 @@ class LastN(ContextPolicy):
                             "a view that still does not fit is sent and recorded over_budget"}
 
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
-        split = split_rounds if self.unit == "round" else split_pairs
-        evicted, kept = split(history, self.n)
-        indexed = keep_pairs_indexed(history, {p.call_id for p in kept})
+        # = split_pairs / split_rounds and keep_pairs_indexed, from what earlier steps scanned (policies/pair_scan.py)
+        scan = self._scan.update(history)
+        cut = scan.last_rounds_start(self.n) if self.unit == "round" else max(0, scan.n_pairs - self.n)
+        indexed = scan.keep_tail(history, cut)
         return View([m for _, m in indexed], provenance=indexed_provenance(history, indexed),
-                    decisions={"kept_pairs": [p.call_id for p in kept], "evicted_pairs": len(evicted)})
+                    decisions={"kept_pairs": [p.call_id for p in scan.pairs(cut)], "evicted_pairs": cut})

@@ -23,10 +23,9 @@ from harness.policies.base import (
     Summary,
     View,
     indexed_provenance,
-    keep_pairs_indexed,
     pair_messages,
 )
-from harness.policies.last_n import split_pairs
+from harness.policies.pair_scan import PairScan
 from harness.policies.summarizers import aux_label
 from harness.types import Message, Provenance, Usage
 
@@ -44,6 +43,7 @@ class LastNSummary(ContextPolicy):
     name: str = "last_n_summary"
     summary_role: str = "system"
     _cache: dict[str, Summary] = field(default_factory=dict, repr=False)
+    _scan: PairScan = field(default_factory=PairScan, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.summary_role not in ROLES:
@@ -54,11 +54,13 @@ class LastNSummary(ContextPolicy):
                 "aux_backend": aux_label(self.summarizer)}
 
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
-        evicted, kept = split_pairs(history, self.n)
-        indexed = keep_pairs_indexed(history, {p.call_id for p in kept})
+        # = split_pairs and keep_pairs_indexed, from what earlier steps scanned (policies/pair_scan.py)
+        scan = self._scan.update(history)
+        cut = max(0, scan.n_pairs - self.n)
+        indexed = scan.keep_tail(history, cut)
         messages, provenance = [m for _, m in indexed], indexed_provenance(history, indexed)
-        window = evicted[-self.w:] if self.w > 0 else []
-        decisions = {"kept_pairs": [p.call_id for p in kept], "evicted_pairs": len(evicted),
+        window = scan.pairs(max(0, cut - self.w), cut) if self.w > 0 else []
+        decisions = {"kept_pairs": [p.call_id for p in scan.pairs(cut)], "evicted_pairs": cut,
                      "summarized_pairs": [p.call_id for p in window]}
         if not window:
             return View(messages, decisions=decisions, provenance=provenance)
