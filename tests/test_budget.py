@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 from _support import ScriptedModel, calls, say, task
 from _waac import ctx
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_pair_scan import messages
 from test_policies import histories
 from test_waac_library import _checkpoints, _library_from
 from test_waac_projection import _itemizing
@@ -17,8 +18,14 @@ from test_waac_projection import _itemizing
 from harness.envs.expense.domain import ExpenseDomain
 from harness.envs.expense.waac import schemas
 from harness.episode import run_episode
-from harness.policies.base import View, tool_pairs
-from harness.policies.budget import budget_tokens, compressible_tokens, fit_to_budget
+from harness.policies.base import View, keep_pairs, tool_pairs
+from harness.policies.budget import (
+    _fewest_evictions,
+    _fewest_evictions_recounting,
+    budget_tokens,
+    compressible_tokens,
+    fit_to_budget,
+)
 from harness.report.budget import reference_tokens
 from harness.tokens import TokenCounter
 from harness.waac.lattice import Level
@@ -40,6 +47,26 @@ def test_a_fitted_view_is_within_budget_or_says_it_is_not(history: list, budget:
     if fit.over_budget:
         assert not kept  # every pair had to go and the rest still does not fit: recorded, not hidden
     assert fit.messages[:2] == list(history[:2])  # the fixed opening is never touched
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(messages(), max_size=30), st.integers(0, 3), st.data())
+def test_the_fit_evicts_the_fewest_oldest_pairs_that_make_any_view_fit(view: list, n_fixed: int,  # type: ignore[type-arg]
+                                                                         data: st.DataObject) -> None:
+    """Odd views too (repeated ids, results without or before their calls, tool messages in the fixed part): the
+    count kept up eviction by eviction stops where rebuilding and recounting the view for every k stops. The
+    budget is drawn at or next to what some eviction leaves, where a miscount by a few tokens changes the k."""
+    pairs = tool_pairs(view)
+    if not pairs:
+        return
+    j = data.draw(st.integers(0, len(pairs)))
+    left = compressible_tokens(keep_pairs(view, {p.call_id for p in pairs[j:]}), n_fixed, TOKENS)
+    budget = max(0, left + data.draw(st.sampled_from([-1, 0, 0, 1])))
+    k = _fewest_evictions(view, n_fixed, budget, TOKENS, pairs)
+    assert k == _fewest_evictions_recounting(view, n_fixed, budget, TOKENS, pairs)
+    if k > 1:  # the fewest: one pair fewer does not fit
+        fewer = keep_pairs(view, {p.call_id for p in pairs[k - 1:]})
+        assert compressible_tokens(fewer, n_fixed, TOKENS) > budget
 
 
 def test_no_budget_leaves_the_view_alone() -> None:
