@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.policies import ExtractiveSummarizer, LastN, LastNSummary, RenderContext
-from harness.policies.base import keep_pairs_indexed, tool_pairs
+from harness.policies import ExtractiveSummarizer, FullHistory, LastN, LastNSummary, RenderContext
+from harness.policies.base import keep_pairs_indexed, kept, tool_pairs
 from harness.policies.last_n import split_pairs, split_rounds
 from harness.policies.pair_scan import PairScan
 from harness.tokens import TokenCounter
@@ -55,6 +55,7 @@ def test_scan_equals_the_plain_walks_at_every_step(history: list[Message], n: in
         scan.update(view)
         pairs = tool_pairs(view)
         assert scan.pairs() == pairs and scan.n_pairs == len(pairs)
+        assert scan.call_ids() == [p.call_id for p in pairs]
         evicted, kept = split_pairs(view, n)
         cut = max(0, scan.n_pairs - n)
         assert scan.pairs(cut) == kept and scan.pairs(0, cut) == evicted
@@ -89,3 +90,13 @@ def test_c4_summarizes_the_pairs_the_plain_walk_evicts(history: list[Message], n
         assert decisions["kept_pairs"] == [p.call_id for p in kept]
         assert decisions["evicted_pairs"] == len(evicted)
         assert decisions.get("summarized_pairs", []) == [p.call_id for p in (evicted[-w:] if w > 0 else [])]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(messages(), max_size=30), st.integers(0, 30))
+def test_full_history_renders_as_the_plain_walk(history: list[Message], shorter: int) -> None:
+    policy = FullHistory()
+    for grown in [history[:k] for k in range(len(history) + 1)] + [history[:shorter]]:  # then another history
+        view = policy.render(tuple(grown), RenderContext(len(grown), TOKENS))
+        assert view.messages == grown and view.provenance == kept(range(len(grown)))
+        assert view.decisions == {"kept_pairs": [p.call_id for p in tool_pairs(grown)], "evicted_pairs": 0}

@@ -62,6 +62,10 @@ class PairScan:
     def n_pairs(self) -> int:
         return len(self._calls)
 
+    def call_ids(self) -> list[str]:
+        """[p.call_id for p in tool_pairs(history)]."""
+        return [cid for cid, _ in self._calls]
+
     def pairs(self, start: int = 0, stop: int | None = None) -> list[Pair]:
         """tool_pairs(history)[start:stop]."""
         return [Pair(cid, ci, self._results.get(cid)) for cid, ci in self._calls[start:stop]]
