@@ -6,6 +6,8 @@
    tool pair per step, as an episode grows it; median of the 10 steps ending at 50 / 150 / 300 steps, the least of
    3 replays. Beside it the floor: serializing that request body to JSON in one dumps (what the client did at every
    call; it now keeps each message's JSON), and what the response-cache key would cost (only with a cache on).
+   Beside it the context-budget fit of the full history at 300 steps under 30% and 70% budgets (the eviction
+   every policy's view goes through in a budget sweep).
 2. Time to the first request: `python -m harness.cli` (a c3 run, model=openai against a loopback endpoint) from
    the process start to the first chat completion the endpoint receives; the least of LAUNCHES launches.
 3. Per-episode set-up: building the model backend, the policy and the user through Hydra vs from the run's
@@ -47,6 +49,7 @@ from harness.episode import Conversation, _step
 from harness.io import atomic_write
 from harness.outcome import EpisodeResult, StepRecord
 from harness.policies import FullHistory, LastN, RenderContext
+from harness.policies.budget import fit_to_budget
 from harness.records import write_transcript
 from harness.run import CONFIG_DIR, run
 from harness.tokens import TokenCounter
@@ -126,6 +129,19 @@ def client_cpu() -> tuple[list[Message], list[StepRecord]]:
         proc.terminate()
         proc.wait()
     return history, steps  # the full-history replay's
+
+
+def budget_fit(history: list[Message]) -> None:
+    """policies/budget.py's fit of the 300-step full history under a budget: the oldest pairs evicted until it fits."""
+    tokens = TokenCounter()
+    view = history[:2 + 2 * max(MARKS)]
+    whole = tokens.messages(view[2:])
+    for share in (0.3, 0.7):
+        budget = int(whole * share)
+        fit = fit_to_budget(list(view), 2, budget, tokens)
+        took = cpu_ms(lambda b=budget: fit_to_budget(list(view), 2, b, tokens))
+        line(f"  budget fit, full history at {max(MARKS)} steps, budget {share:.0%} ({fit.evicted_pairs} pairs out)",
+             f"{took:.2f} ms")
 
 
 def transcript(history: list[Message], steps: list[StepRecord]) -> None:
@@ -250,6 +266,7 @@ def main() -> None:
     print(f"\n== Harness overhead (issue 28), load average {load} on {os.cpu_count()} CPUs ==")
     print(f"  {'figure':<58} {'measured':>14}   {'goal':<22}")
     history, steps = client_cpu()
+    budget_fit(history)
     first_request()
     setup(history, steps)
     waac_vs_c3(args.n_tasks, args.n_runs)
