@@ -116,3 +116,17 @@ def test_the_newest_turn_is_never_masked_even_with_more_than_n_parallel_calls() 
                  for i in range(12))]
     view = ObservationMasking(n=10).render(tuple(history), RenderContext(0, TokenCounter())).messages
     assert [m.content for m in view[3:]] == [m.content for m in history[3:]]
+
+
+def test_a_masked_result_is_one_message_for_the_episode() -> None:
+    """Its placeholder is made once and shown again (its tokens counted and its transcript entry made once), and
+    a new result object with the same text gets its own."""
+    policy, history = ObservationMasking(n=1), linear(6)
+    first = policy.render(tuple(history), CTX).messages
+    history += linear(7)[-2:]
+    again = policy.render(tuple(history), CTX).messages
+    masked = [i for i in results(first) if first[i] is not history[i]]
+    assert masked and all(again[i] is first[i] for i in masked)
+    copy = [Message(m.role, m.content, m.tool_calls, m.tool_call_id, m.name, m.is_error) for m in history]
+    fresh = policy.render(tuple(copy), CTX).messages
+    assert all(fresh[i] == first[i] and fresh[i] is not first[i] for i in masked)

@@ -10,7 +10,7 @@ which is always kept, and `keep_first` keeps the first tool result as well (set 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from harness.policies.base import ContextPolicy, RenderContext, View
@@ -51,6 +51,10 @@ class ObservationMasking(ContextPolicy):
     keep_first: bool = True
     count_chars: bool = True
     name: str = "observation_masking"
+    # id(result) -> (the result, kept alive so that its id stays its own; its placeholder message): one object per
+    # masked result for the episode: its tokens counted and its transcript entry made (episode.HistoryIndex) once,
+    # not for a new copy at every step
+    _masks: dict[int, tuple[Message, Message]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.n < 1:  # LastNObservations.validate_n
@@ -75,5 +79,11 @@ class ObservationMasking(ContextPolicy):
                                "masked_chars": sum(len(history[i].content) for i in masked)})
 
     def _mask(self, m: Message) -> Message:
+        hit = self._masks.get(id(m))
+        if hit is None:
+            hit = self._masks[id(m)] = (m, self._placeholder(m))
+        return hit[1]
+
+    def _placeholder(self, m: Message) -> Message:
         return Message("tool", placeholder(m.content, self.count_chars), tool_call_id=m.tool_call_id, name=m.name,
                        is_error=m.is_error)
