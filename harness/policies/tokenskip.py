@@ -7,7 +7,7 @@ with the reason and the way to run it, and the methods table shows the row as no
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from harness.backends.tokenskip import ADAPTATION, TokenSkipBackend
@@ -27,13 +27,14 @@ UNSUPPORTED = ("TokenSkip cannot run here: it compresses the model's own chain o
 class TokenSkip(ContextPolicy):
     key: ClassVar[str] = "tokenskip"
     name: str = "tokenskip"
+    _full: FullHistory = field(default_factory=FullHistory, init=False, repr=False, compare=False)  # its scan lasts
 
     def record(self) -> dict[str, Any]:
         return {"method": "tokenskip", "context": "full history (TokenSkip acts on generation)",
                 "adaptation": ADAPTATION}
 
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
-        return FullHistory().render(history, ctx)
+        return self._full.render(history, ctx)
 
     def check_model(self, model: Any) -> str | None:
         """Why this model cannot run TokenSkip (with how to run it), or None."""
