@@ -70,7 +70,8 @@ def main() -> None:
         results[workers] = seconds
         print(f"  c4, {n} episodes, {workers} worker(s): {seconds:6.1f} s  = {n / seconds:6.1f} episodes/s")
     print(f"  speed-up 2 workers vs 1: {results[1] / results[2]:.2f}x  (target: full default C4 < 60 s)")
-    print("\n== Per-step policy time vs history length (median of 15 renders, cold summary cache) ==")
+    print("\n== A policy's first render of a whole history vs its length (median of 15 renders, each by a fresh "
+          "policy, cold summary cache; an episode's step reads only the new messages: bench.methods) ==")
     policies: dict[str, Callable[[], object]] = {"full": FullHistory, "last_n(5)": lambda: LastN(5),
                 "last_n_summary(5,3)": lambda: LastNSummary(5, 3, ExtractiveSummarizer())}
     print(f"  {'pairs':>6} {'hist tokens':>12} " + " ".join(f"{k:>22}" for k in policies))
