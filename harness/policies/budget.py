@@ -72,18 +72,7 @@ def _fewest_evictions(view: Sequence[Message], n_fixed: int, budget: int, tokens
     if any(m.role == "tool" or m.tool_calls for m in view[:n_fixed]):
         return _fewest_evictions_recounting(view, n_fixed, budget, tokens, pairs)  # the fixed part would shift
     keep = Counter(p.call_id for p in pairs)  # an id's pairs: kept while any of them is
-    touches: dict[str | None, list[int]] = defaultdict(list)  # call id -> the messages it is in
-    shown: dict[int, int] = {}  # tokens of each message a call id touches, as the view shows it now
-    total = 0
-    for i in range(n_fixed, len(view)):
-        m = view[i]
-        ids = [m.tool_call_id] if m.role == "tool" else [c.id for c in m.tool_calls]
-        for cid in dict.fromkeys(ids):
-            touches[cid].append(i)
-        n = _shown_tokens(m, keep, tokens)
-        if ids:
-            shown[i] = n
-        total += n
+    total, touches, shown = _tally(view, n_fixed, keep, tokens)
     for k, pair in enumerate(pairs, start=1):
         keep[pair.call_id] -= 1
         if not keep[pair.call_id]:
@@ -94,6 +83,25 @@ def _fewest_evictions(view: Sequence[Message], n_fixed: int, budget: int, tokens
         if total <= budget:
             return k
     return len(pairs)
+
+
+def _tally(view: Sequence[Message], n_fixed: int, keep: Counter[str], tokens: TokenCounter
+           ) -> tuple[int, dict[str | None, list[int]], dict[int, int]]:
+    """The compressible tokens as the view shows them with the pairs `keep`; which messages each call id is in;
+    the tokens of each message a call id is in."""
+    touches: dict[str | None, list[int]] = defaultdict(list)
+    shown: dict[int, int] = {}
+    total = 0
+    for i in range(n_fixed, len(view)):
+        m = view[i]
+        ids = [m.tool_call_id] if m.role == "tool" else [c.id for c in m.tool_calls]
+        for cid in dict.fromkeys(ids):
+            touches[cid].append(i)
+        n = _shown_tokens(m, keep, tokens)
+        if ids:
+            shown[i] = n
+        total += n
+    return total, touches, shown
 
 
 def _shown_tokens(m: Message, keep: Counter[str], tokens: TokenCounter) -> int:

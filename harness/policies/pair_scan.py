@@ -24,6 +24,9 @@ class PairScan:
     """One policy's scan of its conversation; `update(history)` before the other methods, every render."""
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
         self._seen: list[Message] = []  # the scanned messages, held so that identity checks stay sound
         self._calls: list[tuple[str, int]] = []  # (call id, index of its message), in history order
         self._results: dict[str, int] = {}  # call id -> index of its result (the last one, as tool_pairs)
@@ -36,7 +39,7 @@ class PairScan:
     def update(self, history: Sequence[Message]) -> PairScan:
         n = len(self._seen)
         if len(history) < n or not all(map(operator.is_, self._seen, history)):
-            self.__init__()  # type: ignore[misc]  # another history: scanned afresh
+            self._reset()  # another history: scanned afresh
             n = 0
         for i in range(n, len(history)):
             self._add(i, history[i])
