@@ -12,15 +12,17 @@ Exit status: 0; 2 for a mistake in the command; 130 stopped (resume with the sam
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import difflib
+import os
 import signal
 import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from harness import lifecycle  # the standard library only: quick to import
 
@@ -368,5 +370,25 @@ def cli() -> None:
     sys.exit(judge_status())  # a multirun: EXIT_JUDGE when a job's judge did not grade
 
 
+def leave(code: int | str | None) -> NoReturn:
+    """Exit with `code` as SystemExit would. In a process that loaded Ray (executor=ray, the Ray sweep launcher),
+    through os._exit once the streams are flushed and the atexit handlers have run (Ray's own shutdown among
+    them): Ray 2.60's C++ teardown at interpreter exit crashed a process whose work was done (spdlog bad_alloc,
+    SIGSEGV), replacing its exit status with a crash; tests/test_ray_executor.py leaves its child the same way."""
+    if "ray" not in sys.modules:
+        raise SystemExit(code)
+    if isinstance(code, str):
+        print(code, file=sys.stderr)  # as SystemExit prints a message and exits 1
+    status = code if isinstance(code, int) else 0 if code is None else 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    cli()
+    try:
+        cli()
+    except SystemExit as exc:
+        leave(exc.code)
+    leave(0)

@@ -252,3 +252,37 @@ def test_a_removed_count_setting_says_to_use_n_tasks(tmp_path: Path, experiment:
     refused(run_experiment(experiment, override, out_dir=tmp_path / "out"),
             f"error: {override}: this setting was removed; {now}")
     assert not (tmp_path / "out").exists()
+
+
+class _Exited(Exception):
+    pass
+
+
+def _leave_recording(monkeypatch: pytest.MonkeyPatch, code: int | str | None) -> list[object]:
+    """cli.leave(code) with os._exit and the atexit handlers recorded, not run."""
+    seen: list[object] = []
+
+    def exit_now(status: int) -> None:
+        seen.append(("_exit", status))
+        raise _Exited
+
+    monkeypatch.setattr(cli.os, "_exit", exit_now)
+    monkeypatch.setattr(cli.atexit, "_run_exitfuncs", lambda: seen.append("atexit"))
+    with pytest.raises((_Exited, SystemExit)) as raised:
+        cli.leave(code)
+    if raised.type is SystemExit:
+        seen.append(("SystemExit", raised.value.code))
+    return seen
+
+
+def test_a_process_that_loaded_ray_leaves_past_its_teardown_with_its_status(monkeypatch: pytest.MonkeyPatch,
+                                                                            capsys: pytest.CaptureFixture[str]
+                                                                            ) -> None:
+    """Ray's C++ teardown at interpreter exit once crashed a finished process: with Ray loaded the command line
+    runs the atexit handlers (Ray's shutdown among them), then os._exit with the status SystemExit would give."""
+    assert _leave_recording(monkeypatch, 4) == [("SystemExit", 4)]  # without Ray: a plain exit
+    monkeypatch.setitem(sys.modules, "ray", type(sys)("ray"))
+    assert _leave_recording(monkeypatch, 4) == ["atexit", ("_exit", 4)]
+    assert _leave_recording(monkeypatch, None) == ["atexit", ("_exit", 0)]
+    assert _leave_recording(monkeypatch, "error: n_runs=0") == ["atexit", ("_exit", 1)]
+    assert capsys.readouterr().err.strip() == "error: n_runs=0"
