@@ -62,8 +62,8 @@ def test_the_fit_evicts_the_fewest_oldest_pairs_that_make_any_view_fit(view: lis
     j = data.draw(st.integers(0, len(pairs)))
     left = compressible_tokens(keep_pairs(view, {p.call_id for p in pairs[j:]}), n_fixed, TOKENS)
     budget = max(0, left + data.draw(st.sampled_from([-1, 0, 0, 1])))
-    k = _fewest_evictions(view, n_fixed, budget, TOKENS, pairs)
-    assert k == _fewest_evictions_recounting(view, n_fixed, budget, TOKENS, pairs)
+    k, used = _fewest_evictions(view, n_fixed, budget, TOKENS, pairs)
+    assert (k, used) == _fewest_evictions_recounting(view, n_fixed, budget, TOKENS, pairs)
     if k > 1:  # the fewest: one pair fewer does not fit
         fewer = keep_pairs(view, {p.call_id for p in pairs[k - 1:]})
         assert compressible_tokens(fewer, n_fixed, TOKENS) > budget

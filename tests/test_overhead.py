@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from hydra import compose, initialize_config_dir
 
 from harness import build
 from harness import run as runner
+from harness.backends.sim_server import SimServer
 from harness.records import read_transcript
 
 TIMINGS = {"policy_time_s", "model_time_s", "wall_time_s", "scoring_time_s", "aux_time_s"}
@@ -155,7 +158,6 @@ def test_a_process_keeps_a_connection_open_for_each_episode_in_flight() -> None:
     """120 threads of one process call at once, twice: the server sees 120 connections, not one per call past the
     100 the SDK would keep idle by default (with 256 episodes in flight in 2 processes every such call reconnected)."""
     from harness.backends.openai_compat import OpenAICompatible
-    from harness.backends.sim_server import SimServer
     from harness.types import Message
 
     class Counting(SimServer):
@@ -372,11 +374,6 @@ cli.cli()
 def test_nothing_heavy_is_imported_before_a_runs_first_model_call(tmp_path: Path) -> None:
     """`python -m harness.cli` reaches its first request without pandas, numpy or pyarrow (~0.5 s of imports, issue
     28's time to first request): the console report and the tables load them after the episodes."""
-    import subprocess
-    import sys
-
-    from harness.backends.sim_server import SimServer
-
     report = tmp_path / "heavy.jsonl"
     with SimServer() as server:
         args = ["experiment=c3", "model=openai", "model.model=sim-served", f"model.base_url={server.base_url}",

@@ -138,6 +138,11 @@ def keep_pairs(history: Sequence[Message], keep: set[str]) -> list[Message]:
     return [m for _, m in keep_pairs_indexed(history, keep)]
 
 
+def with_calls(m: Message, calls: tuple[ToolCall, ...]) -> Message:
+    """m with only `calls` of its tool calls, as a view shows a turn that lost some or all of them."""
+    return Message(m.role, m.content, calls, m.tool_call_id, m.name)
+
+
 def keep_pairs_indexed(history: Sequence[Message], keep: set[str]) -> list[tuple[int, Message]]:
     """As keep_pairs, each kept message with the history index it comes from (copies included)."""
     out: list[tuple[int, Message]] = []
@@ -150,7 +155,7 @@ def keep_pairs_indexed(history: Sequence[Message], keep: set[str]) -> list[tuple
             if len(calls) == len(m.tool_calls):
                 out.append((i, m))
             elif calls or m.content:
-                out.append((i, Message(m.role, m.content, calls, m.tool_call_id, m.name)))
+                out.append((i, with_calls(m, calls)))
         else:
             out.append((i, m))
     return out

@@ -32,7 +32,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness.policies.base import Pair, keep_pairs, keep_pairs_indexed, tool_pairs
+from harness.policies.base import Pair, keep_pairs, keep_pairs_indexed, tool_pairs, with_calls
 from harness.tokens import TokenCounter
 from harness.types import Message, Provenance
 
@@ -57,18 +57,17 @@ def fit_to_budget(view: list[Message], n_fixed: int, budget: int | None, tokens:
     pairs = tool_pairs(view)
     if not pairs:
         return Fit(view, used, 0, True)
-    k = _fewest_evictions(view, n_fixed, budget, tokens, pairs)
+    k, used = _fewest_evictions(view, n_fixed, budget, tokens, pairs)
     indexed = keep_pairs_indexed(view, {p.call_id for p in pairs[k:]})
-    trimmed = [m for _, m in indexed]
-    used = compressible_tokens(trimmed, n_fixed, tokens)
-    return Fit(trimmed, used, k, used > budget, tuple(i for i, _ in indexed))
+    return Fit([m for _, m in indexed], used, k, used > budget, tuple(i for i, _ in indexed))
 
 
 def _fewest_evictions(view: Sequence[Message], n_fixed: int, budget: int, tokens: TokenCounter,
-                      pairs: Sequence[Pair]) -> int:
-    """The fewest oldest pairs whose eviction makes the view fit (all of them if none does): the first k at which
-    keep_pairs_indexed(view, ids of pairs[k:]) fits, each eviction recounting only the messages it changes (a
-    recount of the whole view per k made a 30% budget ~110 ms a step at 300 steps: quadratic)."""
+                      pairs: Sequence[Pair]) -> tuple[int, int]:
+    """The fewest oldest pairs whose eviction makes the view fit (all of them if none does), and the compressible
+    tokens left: the first k at which keep_pairs_indexed(view, ids of pairs[k:]) fits, each eviction recounting
+    only the messages it changes (a recount of the whole view per k made a 30% budget ~110 ms a step at 300 steps:
+    quadratic)."""
     if any(m.role == "tool" or m.tool_calls for m in view[:n_fixed]):
         return _fewest_evictions_recounting(view, n_fixed, budget, tokens, pairs)  # the fixed part would shift
     keep = Counter(p.call_id for p in pairs)  # an id's pairs: kept while any of them is
@@ -81,8 +80,8 @@ def _fewest_evictions(view: Sequence[Message], n_fixed: int, budget: int, tokens
                 n = _shown_tokens(view[i], keep, tokens)
                 total, shown[i] = total + n - shown[i], n
         if total <= budget:
-            return k
-    return len(pairs)
+            return k, total
+    return len(pairs), total
 
 
 def _tally(view: Sequence[Message], n_fixed: int, keep: Counter[str], tokens: TokenCounter
@@ -113,17 +112,17 @@ def _shown_tokens(m: Message, keep: Counter[str], tokens: TokenCounter) -> int:
     calls = tuple(c for c in m.tool_calls if c.id in keep)
     if len(calls) == len(m.tool_calls):
         return tokens.message(m)
-    return tokens.message(Message(m.role, m.content, calls, m.tool_call_id, m.name)) if calls or m.content else 0
+    return tokens.message(with_calls(m, calls)) if calls or m.content else 0
 
 
 def _fewest_evictions_recounting(view: Sequence[Message], n_fixed: int, budget: int, tokens: TokenCounter,
-                                 pairs: Sequence[Pair]) -> int:
+                                 pairs: Sequence[Pair]) -> tuple[int, int]:
     """_fewest_evictions by rebuilding and recounting the view for each k."""
     for k in range(1, len(pairs) + 1):
-        trimmed = keep_pairs(view, {p.call_id for p in pairs[k:]})
-        if compressible_tokens(trimmed, n_fixed, tokens) <= budget:
-            return k
-    return len(pairs)
+        used = compressible_tokens(keep_pairs(view, {p.call_id for p in pairs[k:]}), n_fixed, tokens)
+        if used <= budget:
+            return k, used
+    return len(pairs), used
 
 
 def fit_provenance(view: Sequence[Message], provenance: list[Provenance] | None, fit: Fit) -> list[Provenance] | None:

@@ -66,7 +66,7 @@ class LastN(ContextPolicy):
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
         # = split_pairs / split_rounds and keep_pairs_indexed, from what earlier steps scanned (policies/pair_scan.py)
         scan = self._scan.update(history)
-        cut = scan.last_rounds_start(self.n) if self.unit == "round" else max(0, scan.n_pairs - self.n)
+        cut = scan.last_rounds_start(self.n) if self.unit == "round" else scan.last_pairs_start(self.n)
         indexed = scan.keep_tail(history, cut)
         return View([m for _, m in indexed], provenance=indexed_provenance(history, indexed),
-                    decisions={"kept_pairs": [p.call_id for p in scan.pairs(cut)], "evicted_pairs": cut})
+                    decisions={"kept_pairs": scan.call_ids(cut), "evicted_pairs": cut})

@@ -56,11 +56,11 @@ class LastNSummary(ContextPolicy):
     def render(self, history: Sequence[Message], ctx: RenderContext) -> View:
         # = split_pairs and keep_pairs_indexed, from what earlier steps scanned (policies/pair_scan.py)
         scan = self._scan.update(history)
-        cut = max(0, scan.n_pairs - self.n)
+        cut = scan.last_pairs_start(self.n)
         indexed = scan.keep_tail(history, cut)
         messages, provenance = [m for _, m in indexed], indexed_provenance(history, indexed)
         window = scan.pairs(max(0, cut - self.w), cut) if self.w > 0 else []
-        decisions = {"kept_pairs": [p.call_id for p in scan.pairs(cut)], "evicted_pairs": cut,
+        decisions = {"kept_pairs": scan.call_ids(cut), "evicted_pairs": cut,
                      "summarized_pairs": [p.call_id for p in window]}
         if not window:
             return View(messages, decisions=decisions, provenance=provenance)

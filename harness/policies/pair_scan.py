@@ -16,7 +16,7 @@ import operator
 from bisect import bisect_left
 from collections.abc import Sequence
 
-from harness.policies.base import Pair, keep_pairs_indexed
+from harness.policies.base import Pair, keep_pairs_indexed, with_calls
 from harness.types import Message
 
 
@@ -57,7 +57,7 @@ class PairScan:
                 (self._repeated if c.id in self._call_ids else self._call_ids).add(c.id)
             if not m.content:
                 return  # with all of its calls evicted it is dropped
-            m = Message(m.role, m.content, (), m.tool_call_id, m.name)  # keep_pairs_indexed's copy without calls
+            m = with_calls(m, ())  # as keep_pairs_indexed shows it with all of its calls evicted
         self._skeleton.append((i, m))
         self._skeleton_at.append(i)
 
@@ -65,13 +65,17 @@ class PairScan:
     def n_pairs(self) -> int:
         return len(self._calls)
 
-    def call_ids(self) -> list[str]:
-        """[p.call_id for p in tool_pairs(history)]."""
-        return [cid for cid, _ in self._calls]
+    def call_ids(self, start: int = 0) -> list[str]:
+        """[p.call_id for p in tool_pairs(history)[start:]]."""
+        return [cid for cid, _ in self._calls[start:]]
 
     def pairs(self, start: int = 0, stop: int | None = None) -> list[Pair]:
         """tool_pairs(history)[start:stop]."""
         return [Pair(cid, ci, self._results.get(cid)) for cid, ci in self._calls[start:stop]]
+
+    def last_pairs_start(self, n: int) -> int:
+        """Where the last n pairs begin (split_pairs' cut)."""
+        return max(0, len(self._calls) - n)
 
     def last_rounds_start(self, n: int) -> int:
         """Where the pairs of the last n assistant turns that made calls begin (split_rounds' cut)."""
