@@ -17,6 +17,8 @@ from typing import Any
 import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
+from hypothesis import given
+from hypothesis import strategies as st
 from omegaconf import DictConfig
 
 from harness.backends.openai_compat import OpenAICompatible, RetryPolicy, parse_message, to_openai
@@ -75,6 +77,25 @@ def test_duplicate_tool_call_ids_from_a_server_are_made_unique() -> None:
     first = backend._completion(raw, cached=False, retries=[], seconds=0.0)
     second = backend._completion(raw, cached=False, retries=[], seconds=0.0)
     assert first.message.tool_calls[0].id != second.message.tool_calls[0].id
+
+
+@given(st.lists(st.lists(st.sampled_from(["call_0", "call_0_1", "call_0_2", "c", "c_1", "call_1"]), min_size=1,
+                         max_size=3), max_size=40))
+def test_tool_call_ids_take_the_smallest_free_suffix(turns: list[list[str]]) -> None:
+    """Each id the server sends becomes itself or its smallest suffix not taken earlier in the episode, whatever
+    the server sends (ids that look suffixed included): the search resumes where the id's last one stopped."""
+    backend, taken, expected = OpenAICompatible(api_key_env=None), set[str](), []
+    for ids in turns:
+        for i in ids:
+            new, n = i, 0
+            while new in taken:
+                n += 1
+                new = f"{i}_{n}"
+            taken.add(new)
+            expected.append(new)
+    got = [c.id for ids in turns for c in backend._unique_ids(
+        Message("assistant", "", tuple(ToolCall(i, "f", "{}") for i in ids))).tool_calls]
+    assert got == expected
 
 
 def test_retry_delay_honours_retry_after_and_backs_off_with_bounded_jitter() -> None:
