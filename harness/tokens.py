@@ -69,6 +69,10 @@ def _finish_preloads() -> None:
 
 _PRELOADS: list[threading.Thread] = []
 os.register_at_fork(before=_finish_preloads)
+# Tool-schema counts shared by a process's counters (each episode, its backend and its cost meter make their own:
+# the schemas' JSON dump and count, ~0.15 ms, was redone three times per episode); specs hash by identity
+_TOOLS: dict[tuple[str, tuple[ToolSpec, ...]], int] = {}
+_TOOLS_LIMIT = 1_000
 
 
 class TokenCounter:
@@ -136,10 +140,16 @@ class TokenCounter:
         key = tuple(tools)
         cached = self._tools.get(key)
         if cached is None:
-            cached = (TOOLS_BLOCK if tools else 0) + sum(
-                PER_TOOL + self.text(json.dumps(t.to_openai(), sort_keys=True, separators=(",", ":")))
-                for t in tools
-            )
+            shared = (self.encoding, key)
+            cached = _TOOLS.get(shared)
+            if cached is None:
+                cached = (TOOLS_BLOCK if tools else 0) + sum(
+                    PER_TOOL + self.text(json.dumps(t.to_openai(), sort_keys=True, separators=(",", ":")))
+                    for t in tools
+                )
+                if len(_TOOLS) >= _TOOLS_LIMIT:  # a domain making new specs per episode: kept bounded
+                    _TOOLS.clear()
+                _TOOLS[shared] = cached
             self._tools[key] = cached
         return cached
 

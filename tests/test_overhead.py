@@ -122,6 +122,10 @@ def test_the_request_bytes_are_the_sdks_own_serialization_of_the_body() -> None:
         body = backend.request(history[:n], tools)
         payload = {**body, **backend.extra_body}
         assert backend.encode_body(payload) == openapi_dumps(payload)
+    other = OpenAICompatible(model="m2", api_key_env=None)  # another episode's backend: the process's tools JSON
+    body = other.request(history[:2], tools)
+    assert body["tools"] is backend.request(history[:2], tools)["tools"]
+    assert other.encode_body(body) == openapi_dumps(body)
     assert isinstance(backend.encode_body({"x": float("nan")}), dict)  # NaN: left to the SDK (which refuses it)
     assert isinstance(backend.encode_body({1: "a"}), dict)  # type: ignore[dict-item]  # JSON would rename the key: the SDK
 

@@ -128,6 +128,20 @@ def test_tools_cost_canonical_json(tok: TokenCounter) -> None:
         '"type":"function"}')
 
 
+def test_tool_counts_shared_by_a_process_counters_stay_per_encoding() -> None:
+    """Counters share tool-schema counts (one per episode, its backend and its meter): each encoding keeps its own,
+    and a new counter's count is the one it would have made itself."""
+    def fresh(encoding: str) -> int:
+        tok = TokenCounter(encoding)
+        return TOOLS_BLOCK + sum(PER_TOOL + tok.text(json.dumps(t.to_openai(), sort_keys=True, separators=(",", ":")))
+                                 for t in TOOL_SPECS)
+
+    counts = {e: fresh(e) for e in ("o200k_base", "cl100k_base")}
+    assert counts["o200k_base"] != counts["cl100k_base"]  # else this test could not tell the encodings apart
+    for encoding in ("o200k_base", "cl100k_base", "o200k_base", "cl100k_base"):
+        assert TokenCounter(encoding).tools(TOOL_SPECS) == counts[encoding]
+
+
 def test_request_is_messages_plus_tools_plus_priming(tok: TokenCounter) -> None:
     msgs = [Message("system", "You are an expense assistant."), Message("user", "hello world")]
     assert tok.request(msgs) == tok.messages(msgs) + REPLY_PRIMING

@@ -123,6 +123,8 @@ def to_openai_messages(messages: Sequence[Message], convert: Callable[[Message],
 
 _dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"), allow_nan=False)  # as the SDK's
 WIRE_CACHE_LIMIT = 100_000  # messages whose request JSON a backend keeps (one backend per episode)
+TOOLS_WIRE_LIMIT = 1_000  # tool sets whose chat dicts and JSON a process keeps (_wire_tools)
+_TOOLS_WIRE: dict[tuple[ToolSpec, ...], tuple[list[dict[str, Any]], bytes | None]] = {}
 
 
 def is_context_overflow(exc: openai.APIStatusError) -> bool:
@@ -214,7 +216,6 @@ class OpenAICompatible:
         # bodies: never edit one in place (generate_with_images replaces the one it changes).
         self._wire: dict[int, tuple[Message, dict[str, Any]]] = {}
         self._json: dict[int, tuple[Any, bytes]] = {}
-        self._tools_wire: dict[tuple[ToolSpec, ...], list[dict[str, Any]]] = {}
 
     def _api_key(self) -> str:
         if self.api_key_env is None:
@@ -272,15 +273,22 @@ class OpenAICompatible:
         return out
 
     def _wire_tools(self, tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
-        """The tools' chat dicts and their JSON, made once per tool set (specs are hashed by identity), like
-        _wire's messages: the same list at every call of the episode, never edited."""
+        """The tools' chat dicts and their JSON, made once per tool set in a process (specs are hashed by identity;
+        every episode's backend sends the domain's same specs), like _wire's messages: one list, never edited."""
         key = tuple(tools)
-        out = self._tools_wire.get(key)
-        if out is None:
-            out = self._tools_wire[key] = [t.to_openai() for t in tools]
-            with contextlib.suppress(TypeError, ValueError):
-                self._json[id(out)] = (out, _dumps(out).encode())
-        return out
+        hit = _TOOLS_WIRE.get(key)
+        if hit is None:
+            out = [t.to_openai() for t in tools]
+            try:
+                hit = (out, _dumps(out).encode())
+            except (TypeError, ValueError):  # not plain JSON: serialized by the SDK (encode_body)
+                hit = (out, None)
+            if len(_TOOLS_WIRE) >= TOOLS_WIRE_LIMIT:  # a domain making new specs per episode: kept bounded
+                _TOOLS_WIRE.clear()
+            _TOOLS_WIRE[key] = hit
+        if hit[1] is not None:
+            self._json[id(hit[0])] = (hit[0], hit[1])
+        return hit[0]
 
     def encode_body(self, payload: dict[str, Any]) -> bytes | dict[str, Any]:
         """The request body as the bytes the SDK would send (its json.dumps settings, compact, UTF-8), assembled
