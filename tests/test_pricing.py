@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import math
 import threading
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,9 @@ from typing import Any
 import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
+from hypothesis import given
+from hypothesis import settings as settings_
+from hypothesis import strategies as st
 
 from harness.backends.openai_compat import parse_usage, reports_cache
 from harness.backends.prompt_cache import PromptCacheMeter
@@ -100,6 +104,69 @@ def test_anthropic_minimum_lookback_and_expiry() -> None:
     near = req(100, 1000, 10, *([5] * 18), fill=(0, 1, 2, *range(50, 68)), bps=(20,))
     assert cache.observe(near, 2).read_tokens == 1110
     assert cache.observe(near, 2 + 301).read_tokens == 0  # 5-minute TTL
+
+
+class _PlainWalk:
+    """The prefix rule as a plain walk, every segment hashed at every request (the specification PrefixCache's
+    path memo is checked against): the longest live prefix, then the first other segment's common tokens with a
+    live sibling; then the whole request is cached at `now`."""
+
+    def __init__(self, model: Any) -> None:
+        self.model, self.root = model, ({}, math.inf)  # node: (children by segment, used_at)
+        self.used: dict[int, float] = {}
+
+    def observe(self, request: Request, now: float) -> int:
+        alive = lambda node: now - self.used.get(id(node), -math.inf) <= self.model.expiry_min * 60  # noqa: E731
+        node, matched = self.root, 0
+        for seg in request.segments:
+            child = node[0].get(seg)
+            if child is not None and alive(child):
+                node, matched = child, matched + len(seg)
+                continue
+            matched += max((_shared(seg, k) for k, c in node[0].items() if alive(c)), default=0)
+            break
+        node = self.root
+        for seg in request.segments:
+            node = node[0].setdefault(seg, ({}, -math.inf))
+            self.used[id(node)] = now
+        step = self.model.step_tokens
+        return matched // step * step if matched >= self.model.min_tokens else 0
+
+
+def _shared(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """How many leading tokens two segments share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+@settings_(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["extend", "cut", "fresh", "copy"]), st.integers(0, 7),
+                          st.floats(0, 200)), min_size=1, max_size=25))
+def test_the_path_memo_reads_what_a_plain_walk_reads(moves: list[tuple[str, int, float]]) -> None:
+    """Requests that grow, are cut back, start afresh, or repeat segments as equal copies (not the same objects):
+    the openai cache model reads what a plain walk of every segment reads, and the anthropic one what a cache
+    without the memo reads."""
+    pool = [tuple(range(k * 300, k * 300 + 150 + 97 * k)) for k in range(8)]  # segments sharing no prefix
+    pool += [pool[0][:90] + (9999,) * 400]  # shares 90 tokens with pool[0]: a partial match
+    openai_, plain = PrefixCache(cache_model("openai", min_tokens=256)), _PlainWalk(cache_model("openai",
+                                                                                                min_tokens=256))
+    anthropic, unmemoised = PrefixCache(cache_model("anthropic")), PrefixCache(cache_model("anthropic"))
+    segments: tuple[tuple[int, ...], ...] = ()
+    now = 0.0
+    for move, k, dt in moves:
+        seg = pool[k]
+        if move == "extend":
+            segments = (*segments, seg)
+        elif move == "cut":
+            segments = (*segments[: k % (len(segments) + 1)], seg)
+        elif move == "fresh":
+            segments = (pool[8], seg)
+        else:  # the same tokens, another object: equal segments must lead to the same cached prefix
+            segments = tuple(tuple(list(s)) for s in segments) + (seg,)
+        now += dt
+        request = Request(segments, (len(segments) - 1,))
+        assert openai_.observe(request, now).read_tokens == plain.observe(request, now)
+        unmemoised._last_segments, unmemoised._last_path = (), []
+        assert anthropic.observe(request, now) == unmemoised.observe(request, now)
 
 
 def test_costs_on_the_default_sheet_by_hand() -> None:
