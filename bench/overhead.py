@@ -2,12 +2,13 @@
 
 1. Client CPU per model call (thread CPU time, so the endpoint's own work does not count): the real episode step
    (`harness.episode._step`: the policy, budget fit, token counting, the OpenAI-compatible client over loopback
-   HTTP, the step record) replayed over a history of real expense-form responses (~1.4k tokens each) growing one
-   tool pair per step, as an episode grows it; median of the 10 steps ending at 50 / 150 / 300 steps, the least of
-   3 replays. Beside it the floor: serializing that request body to JSON in one dumps (what the client did at every
-   call; it now keeps each message's JSON), and what the response-cache key would cost (only with a cache on).
-   Beside it the context-budget fit of the full history at 300 steps under 30% and 70% budgets (the eviction
-   every policy's view goes through in a budget sweep).
+   HTTP wrapped in the prompt-cache meter as every run's backend is, the step record) replayed over a history of
+   real expense-form responses (~1.4k tokens each) growing one tool pair per step, as an episode grows it; median
+   of the 10 steps ending at 50 / 150 / 300 steps, the least of 3 replays. Beside it the floor: serializing that
+   request body to JSON in one dumps (what the client did at every call; it now keeps each message's JSON), and
+   what the response-cache key would cost (only with a cache on). Beside it the context-budget fit of the full
+   history at 300 steps under 30% and 70% budgets (the eviction every policy's view goes through in a budget
+   sweep).
 2. Time to the first request: `python -m harness.cli` (a c3 run, model=openai against a loopback endpoint) from
    the process start to the first chat completion the endpoint receives; the least of LAUNCHES launches.
 3. Per-episode set-up: building the model backend, the policy and the user through Hydra vs from the run's
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from bench import figures
 from bench.backends import _wait
@@ -42,6 +44,7 @@ from bench.offline import synthetic_history
 from harness.backends.cache import cache_key
 from harness.backends.local_server import free_port
 from harness.backends.openai_compat import OpenAICompatible
+from harness.backends.prompt_cache import PromptCacheMeter
 from harness.backends.sim_server import SimServer
 from harness.build import build_model, build_policy, build_user, model_factory, policy_factory, user_factory
 from harness.envs.expense.domain import ExpenseDomain
@@ -83,7 +86,11 @@ def replay(policy: str, base_url: str, history: list[Message]) -> tuple[dict[int
     domain = ExpenseDomain(n_tasks=1)
     episode: Any = domain.episode(domain.tasks[0], None)
     tools = list(episode.env.tools())
-    model: Any = OpenAICompatible(model="sim-served", base_url=base_url, api_key_env=None, context_window=2_000_000)
+    # wrapped in the prompt-cache meter as harness.run.run_one wraps every episode's backend (the config's pricing)
+    config: Any = OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "config.yaml"))
+    model: Any = PromptCacheMeter.from_config(
+        OpenAICompatible(model="sim-served", base_url=base_url, api_key_env=None, context_window=2_000_000),
+        config["pricing"])
     tokens = TokenCounter()
     convo = Conversation(LastN(5) if policy == "c3" else FullHistory(), 0, 2)
     steps: list[StepRecord] = []
