@@ -184,7 +184,7 @@ def main() -> None:
             verdict = "" if goal is None else ("met" if m["ratio"] >= goal else "NOT met")
             figures.record("scale", f"calls/s vs ideal, {concurrency} episodes in flight, {args.latency:g} s latency "
                            f"(ramp {m['ramp_s']:.2f} s, drain {m['drain_s']:.2f} s of a {m['span_s']:.1f} s span)",
-                           f"{m['ratio']:.2f}", f">= {goal}" if goal else "", None if goal is None else
+                           f"{m['ratio']:.3f}", f">= {goal}" if goal else "", None if goal is None else
                            m["ratio"] >= goal)
             # Informational, not the goal: the goal is judged on the whole span (ramp and drain included)
             figures.record("scale", f"calls/s vs ideal while all {concurrency} slots are busy (ramp and drain left "
@@ -195,7 +195,7 @@ def main() -> None:
                            m["pss_mb"] <= MEMORY_GOAL_MB if concurrency == 256 else None)
             print(f"  {concurrency:>18} {m['episodes']:>8.0f} {m['calls']:>6.0f} {m['first_request_s']:>12.1f} "
                   f"{m['span_s']:>7.1f} {m['ramp_s']:>6.2f} {m['drain_s']:>7.2f} {m['rate']:>8.1f} "
-                  f"{m['ideal']:>6.0f} {m['ratio']:>6.2f} {m['steady']:>6.2f} "
+                  f"{m['ideal']:>6.0f} {m['ratio']:>6.3f} {m['steady']:>6.2f} "
                   f"{goal if goal else '':>5} {m['pss_mb']:>11.0f} {m['rss_mb']:>9.0f}  {verdict}")
         print(f"  ratio = calls/s from the first request to the last answer / (episodes in flight / latency); "
               f"memory goal: peak PSS <= {MEMORY_GOAL_MB} MB at 256")
