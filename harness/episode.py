@@ -311,6 +311,8 @@ def _provenance_record(view: View, start: int, seen: dict[Provenance, dict[str, 
         seen = {}
     if same is None:
         same = {}
+    if len(same) > 2 * len(view.provenance) + 1_000:  # a policy making new objects every step: kept to ~a view
+        same.clear()
     out = []
     for p in view.provenance:
         # by identity first: a policy hands back the same Provenance objects step after step, and the dataclass

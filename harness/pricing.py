@@ -171,6 +171,9 @@ class Request:
         return sum(len(s) for s in self.segments)
 
 
+_BY_ID_LIMIT = 100_000  # message objects RequestTokens remembers by identity (each holds its message alive)
+
+
 class RequestTokens:
     """Serializes requests into token segments, memoising each message (messages are immutable and repeat at every
     step). Their lengths follow harness.tokens' framing rule, so `request(...).tokens == counter.request(...)`."""
@@ -198,6 +201,8 @@ class RequestTokens:
         return self._tools[key]
 
     def message(self, msg: Message) -> Segment:
+        if len(self._by_id) > _BY_ID_LIMIT:  # equal copies a policy makes at every step: kept bounded
+            self._by_id.clear()
         found = self._messages.get(msg)
         if found is not None:
             self._by_id[id(msg)] = (msg, found)

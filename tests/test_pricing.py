@@ -308,3 +308,17 @@ def test_full_history_caches_far_more_than_a_sliding_window(tmp_path: Path) -> N
     assert float(rows["cache-read share"].iloc[0].rstrip("%")) > 2 * float(rows["cache-read share"].iloc[1].rstrip("%"))
     figures = cost.figures(tmp_path, {"c2": tmp_path / "c2", "c3": tmp_path / "c3"}, tmp_path / "figures")
     assert {p.name for p in figures} == {"expense_cost.png", "expense_cost.pdf"}
+
+
+def test_request_tokens_identity_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Equal copies a policy makes at every step are remembered by identity only up to the limit (each holds its
+    message alive), and a copy still gets the first one's segment."""
+    import harness.pricing as pricing
+
+    monkeypatch.setattr(pricing, "_BY_ID_LIMIT", 50)
+    requests = RequestTokens(TokenCounter())
+    first = requests.request([Message("user", "the same words")]).segments[1]
+    for _ in range(200):
+        copy = Message("user", "the same words")
+        assert requests.request([copy]).segments[1] is first
+        assert len(requests._by_id) <= 51

@@ -251,3 +251,20 @@ def test_a_provenance_of_the_wrong_length_is_an_error_of_the_step() -> None:
     with pytest.raises(ValueError, match="provenance entries"):
         orchestrated(Short(), _pairs_history(2), None)
 
+
+
+def test_the_records_identity_memo_stays_about_one_view_and_hands_back_equal_entries() -> None:
+    """A policy that makes new Provenance objects at every step: the step record's identity memo (episode.py) does
+    not keep them all (it would hold every step's objects for the whole episode), and an equal provenance still
+    gets the entry made the first time."""
+    from harness.episode import _provenance_record
+
+    seen: dict[Provenance, dict[str, Any]] = {}
+    same: dict[int, tuple[Provenance, dict[str, Any]]] = {}
+    first = None
+    for _ in range(30):
+        view = View([Message("user", "x")] * 100, provenance=[Provenance("kept", (i,)) for i in range(100)])
+        out = _provenance_record(view, 0, seen, same)
+        first = first or out
+        assert out is not None and all(a is b for a, b in zip(out, first, strict=True))
+        assert len(same) <= 2 * 100 + 1_000 + 100
