@@ -69,8 +69,8 @@ def _finish_preloads() -> None:
 
 _PRELOADS: list[threading.Thread] = []
 os.register_at_fork(before=_finish_preloads)
-# Tool-schema counts shared by a process's counters (each episode, its backend and its cost meter make their own:
-# the schemas' JSON dump and count, ~0.15 ms, was redone three times per episode); specs hash by identity
+# Tool-schema counts, one per encoding and tool set in a process: each episode's counter and its backend's made
+# their own (the schemas' JSON dump and count, ~0.15 ms each per episode); specs hash by identity
 _TOOLS: dict[tuple[str, tuple[ToolSpec, ...]], int] = {}
 _TOOLS_LIMIT = 1_000
 
@@ -91,7 +91,6 @@ class TokenCounter:
         self._enc = _encoding(encoding)
         self._messages: dict[Message, int] = {}
         self._by_id: dict[int, tuple[Message, int]] = {}
-        self._tools: dict[tuple[ToolSpec, ...], int] = {}
 
     def text(self, text: str) -> int:
         return int(self._enc.count(text)) if text else 0
@@ -137,20 +136,16 @@ class TokenCounter:
         return total
 
     def tools(self, tools: Sequence[ToolSpec]) -> int:
-        key = tuple(tools)
-        cached = self._tools.get(key)
+        key = (self.encoding, tuple(tools))
+        cached = _TOOLS.get(key)
         if cached is None:
-            shared = (self.encoding, key)
-            cached = _TOOLS.get(shared)
-            if cached is None:
-                cached = (TOOLS_BLOCK if tools else 0) + sum(
-                    PER_TOOL + self.text(json.dumps(t.to_openai(), sort_keys=True, separators=(",", ":")))
-                    for t in tools
-                )
-                if len(_TOOLS) >= _TOOLS_LIMIT:  # a domain making new specs per episode: kept bounded
-                    _TOOLS.clear()
-                _TOOLS[shared] = cached
-            self._tools[key] = cached
+            cached = (TOOLS_BLOCK if tools else 0) + sum(
+                PER_TOOL + self.text(json.dumps(t.to_openai(), sort_keys=True, separators=(",", ":")))
+                for t in tools
+            )
+            if len(_TOOLS) >= _TOOLS_LIMIT:  # a domain making new specs per episode: kept bounded
+                _TOOLS.clear()
+            _TOOLS[key] = cached
         return cached
 
     def request(self, msgs: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
