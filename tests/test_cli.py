@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from _support import ROOT
 
 from harness import cli
@@ -41,6 +42,38 @@ def test_a_small_run_succeeds(tmp_path: Path) -> None:
     proc = run_cli("n_tasks=1", out_dir=tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "episodes.parquet").is_file()
+
+
+# python -c: the command line with every composition of the config counted (Hydra's compose API goes through the
+# same method), printed at exit
+COUNTING = """import atexit, runpy, sys
+from hydra._internal.hydra import Hydra
+calls, compose = [], Hydra.compose_config
+def counted(self, *args, **kwargs):
+    calls.append(1)
+    return compose(self, *args, **kwargs)
+Hydra.compose_config = counted
+atexit.register(lambda: print(f"compositions={len(calls)}", file=sys.stderr))
+sys.argv[0] = "harness/cli.py"
+runpy.run_module("harness.cli", run_name="__main__")
+"""
+
+
+def test_a_single_run_composes_its_config_once(tmp_path: Path) -> None:
+    """The check and the run read one composition (cli.run_once): Hydra's main composes twice and the check used
+    to a third time, ~0.12 s each before the first request (issue 28). What Hydra records is its own run's."""
+    hydra_dir = tmp_path / "hydra"
+    proc = subprocess.run([sys.executable, "-c", COUNTING, "experiment=c3", *FAST, "n_tasks=1",
+                           f"out_dir={tmp_path / 'out'}", f"hydra.run.dir={hydra_dir}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "compositions=1" in proc.stderr.splitlines(), proc.stderr
+    assert (tmp_path / "out" / "episodes.parquet").is_file()
+    record = yaml.safe_load((hydra_dir / ".hydra" / "hydra.yaml").read_text())["hydra"]
+    assert (record["mode"], record["job"]["name"], record["runtime"]["output_dir"]) == ("RUN", "run", str(hydra_dir))
+    assert record["runtime"]["choices"]["experiment"] == "c3"
+    assert yaml.safe_load((hydra_dir / ".hydra" / "overrides.yaml").read_text()) == [
+        "experiment=c3", *FAST, "n_tasks=1", f"out_dir={tmp_path / 'out'}"]
 
 
 @pytest.mark.parametrize("n", ["0", "-3", "51"])
