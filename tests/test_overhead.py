@@ -390,3 +390,19 @@ def test_nothing_heavy_is_imported_before_a_runs_first_model_call(tmp_path: Path
     calls = [json.loads(line) for line in report.read_text().splitlines()]
     assert len(calls) == 4 and calls[0] == [], calls  # the run's tables came after: pandas was there by the end
     assert (tmp_path / "out" / "episodes.parquet").is_file()
+
+
+def test_the_command_line_imports_no_policy_it_does_not_run() -> None:
+    """harness.policies names its policies lazily (PEP 562): the command line and a c3 policy's module load
+    neither LCM's (its SQLite store) nor AgentFold's (~30 ms of the time to the first request), and a name asked
+    of the package is still its class."""
+    code = ("import json, sys, harness.cli, harness.policies.last_n\n"
+            "loaded = sorted(m for m in sys.modules if m.startswith('harness.policies.'))\n"
+            "from harness.policies import LCM\n"
+            "print(json.dumps([loaded, LCM.__module__]))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    loaded, lcm = json.loads(proc.stdout)
+    assert "harness.policies.last_n" in loaded
+    assert not {"harness.policies.lcm", "harness.policies.agentfold"} & set(loaded), loaded
+    assert lcm == "harness.policies.lcm"
