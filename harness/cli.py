@@ -272,11 +272,8 @@ def check(argv: list[str]) -> str | None:
     choices. Only what Hydra would run: with flags (-m sweeps, --help, --cfg) the overrides get the syntactic
     check alone, and Hydra reports the rest. (A single run is checked by run_once, on the config it runs.)"""
     flags, overrides = split_flags(argv)
-    problem = unknown_additions(overrides) or renamed_settings(overrides) or missing_launcher(overrides)
+    problem = written_wrong(overrides) if flags else before_composing(overrides)
     if problem or flags:
-        return problem
-    problem = unread_settings(overrides)
-    if problem:
         return problem
     try:
         with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
@@ -286,10 +283,14 @@ def check(argv: list[str]) -> str | None:
     return check_run(cfg)
 
 
+def written_wrong(overrides: list[str]) -> str | None:
+    """The check every command gets, flags or not: an addition, a renamed setting or a launcher the overrides name."""
+    return unknown_additions(overrides) or renamed_settings(overrides) or missing_launcher(overrides)
+
+
 def before_composing(overrides: list[str]) -> str | None:
-    """check's part that needs no composed config."""
-    return (unknown_additions(overrides) or renamed_settings(overrides) or missing_launcher(overrides)
-            or unread_settings(overrides))
+    """A run's check before its config is composed: written_wrong, then a setting its benchmark does not read."""
+    return written_wrong(overrides) or unread_settings(overrides)
 
 
 def run_once(overrides: list[str]) -> None:
