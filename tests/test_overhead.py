@@ -398,11 +398,13 @@ def test_the_command_line_imports_no_policy_it_does_not_run() -> None:
     of the package is still its class."""
     code = ("import json, sys, harness.cli, harness.policies.last_n\n"
             "loaded = sorted(m for m in sys.modules if m.startswith('harness.policies.'))\n"
+            "import harness.policies as p\n"
             "from harness.policies import LCM\n"
-            "print(json.dumps([loaded, LCM.__module__]))")
+            "print(json.dumps([loaded, LCM.__module__, sorted(p.__all__) == sorted(p._MODULE)]))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    loaded, lcm = json.loads(proc.stdout)
+    loaded, lcm, every_name_placed = json.loads(proc.stdout)
     assert "harness.policies.last_n" in loaded
     assert not {"harness.policies.lcm", "harness.policies.agentfold"} & set(loaded), loaded
     assert lcm == "harness.policies.lcm"
+    assert every_name_placed  # __all__ (literal, for the linters) names exactly the classes _MODULE places

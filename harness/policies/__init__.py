@@ -27,6 +27,7 @@ _MODULE = {"AgentFold": "agentfold", "ContextPolicy": "base", "RenderContext": "
            "ObservationMasking": "masking", "ExtractiveSummarizer": "summarizers", "SummaryCondenser": "summary",
            "TokenSkip": "tokenskip"}
 
+# literal, for the linters and type checkers; tests/test_overhead.py checks it names what _MODULE places
 __all__ = ["LCM", "AgentFold", "ContextPolicy", "ExtractiveSummarizer", "FullHistory", "LastN", "LastNSummary",
            "ObservationMasking", "RenderContext", "Summary", "SummaryCondenser", "TokenSkip", "View"]
 
