@@ -10,7 +10,8 @@
    history at 300 steps under 30% and 70% budgets (the eviction every policy's view goes through in a budget
    sweep).
 2. Time to the first request: `python -m harness.cli` (a c3 run, model=openai against a loopback endpoint) from
-   the process start to the first chat completion the endpoint receives; the least of LAUNCHES launches.
+   the process start to the first chat completion the endpoint receives; the least of LAUNCHES launches. Beside
+   it, how many harness modules have no cached bytecode (a launch compiles those; `make` compiles them).
 3. Per-episode set-up: building the model backend, the policy and the user through Hydra vs from the run's
    factories; writing one transcript (JSON of its records, then the atomic write with its one fsync).
 4. WAAC vs C3, simulated (model=sim), 50 tasks x 5 runs each on the default workers, in ROUNDS interleaved rounds:
@@ -23,6 +24,7 @@ from one run; nothing is asserted (speed is never a test).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -216,6 +218,28 @@ def first_request() -> None:
          "goal <= 2 s (idle)", first <= 2)
     line("  its CPU time (user + system, all threads)",
          f"{cpu:.2f} s")
+    stale = _uncached_modules()
+    line("  harness modules without cached bytecode (make compiles them; a launch compiles these)",
+         f"{len(stale)}" + (f" (PYTHONDONTWRITEBYTECODE={os.environ['PYTHONDONTWRITEBYTECODE']})"
+                            if os.environ.get("PYTHONDONTWRITEBYTECODE") else ""))
+
+
+def _uncached_modules() -> list[Path]:
+    """The harness's modules whose cached bytecode is missing or not its source's (mtime and size, as Python checks
+    them): with PYTHONDONTWRITEBYTECODE set each launch compiles these again (~2 ms each); `make` compiles them."""
+    stale = []
+    for source in sorted((ROOT / "harness").rglob("*.py")):
+        try:
+            header = Path(importlib.util.cache_from_source(str(source))).read_bytes()[8:16]
+        except OSError:
+            stale.append(source)
+            continue
+        st = source.stat()
+        expected = [(int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little"),
+                    (st.st_size & 0xFFFFFFFF).to_bytes(4, "little")]
+        if header != b"".join(expected):
+            stale.append(source)
+    return stale
 
 
 def _first_request() -> tuple[float, float]:
