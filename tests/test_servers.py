@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import http.client
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from _support import ROOT
 
 from harness.backends import llama_launcher
 from harness.backends.sim_server import SimServer
@@ -59,6 +62,22 @@ def test_a_malformed_request_gets_a_400_with_a_json_error(sim: SimServer, body: 
 def test_a_good_request_is_answered(sim: SimServer) -> None:
     status, payload = post(sim, GOOD)
     assert status == 200 and payload["choices"][0]["message"]["role"] == "assistant"
+
+
+SERVING = """
+import quicktok
+from harness.backends.sim_server import SimServer
+with SimServer():
+    print(sorted(name for name, _ in quicktok._CACHE))
+"""
+
+
+def test_the_sim_server_loads_its_vocabulary_before_it_serves() -> None:
+    """Loaded by the first request instead, quicktok's loader held the server's interpreter lock ~0.6 s while every
+    other connection waited (issue 28: bench.scale's burst of 128 first requests arrived 0.65 s late)."""
+    proc = subprocess.run([sys.executable, "-c", SERVING], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["['o200k_base']"]
 
 
 def test_the_listen_backlog_takes_a_burst_of_clients() -> None:

@@ -24,9 +24,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from harness.backends.sim.model import SimModel
+from harness.tokens import TokenCounter
 from harness.types import Message, ToolCall, ToolSpec
 
 MODEL_ID = "sim-served"
+ENCODING = "o200k_base"  # the simulated agent's (SimModel's default)
 BACKLOG = 128  # socketserver's default is 5: a burst of concurrent episodes would get connection resets
 
 
@@ -75,7 +77,7 @@ def parse_request(data: bytes) -> tuple[dict[str, Any], list[Message], list[Tool
 def answer(body: dict[str, Any], messages: list[Message], tools: list[ToolSpec],
            noise: dict[str, Any] | None) -> dict[str, Any]:
     seed = int(hashlib.sha256(json.dumps(body["messages"], sort_keys=True).encode()).hexdigest()[:12], 16)
-    completion = SimModel(seed=seed, noise=noise).generate(messages, tools)
+    completion = SimModel(seed=seed, encoding=ENCODING, noise=noise).generate(messages, tools)
     msg = completion.message
     out: dict[str, Any] = {"role": "assistant", "content": msg.content or None}
     if msg.tool_calls:
@@ -105,6 +107,10 @@ class SimServer:
         return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
     def __enter__(self) -> SimServer:
+        # The simulated agent counts tokens with the vocabulary, loaded here before serving: loaded by the first
+        # request instead, quicktok's loader held this process' interpreter lock ~0.6 s while every other
+        # connection waited (bench.scale's 128 episodes: one request in, the rest 0.65 s later, issue 28)
+        TokenCounter(ENCODING)
         self.thread.start()
         return self
 
