@@ -30,6 +30,7 @@ import math
 import os
 import resource
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -229,15 +230,15 @@ def _uncached_modules() -> list[Path]:
     them): with PYTHONDONTWRITEBYTECODE set each launch compiles these again (~2 ms each); `make` compiles them."""
     stale = []
     for source in sorted((ROOT / "harness").rglob("*.py")):
+        st = source.stat()  # PEP 552's timestamp header: magic number, flags 0, source mtime and size
+        header = struct.pack("<4sIII", importlib.util.MAGIC_NUMBER, 0, int(st.st_mtime) & 0xFFFFFFFF,
+                             st.st_size & 0xFFFFFFFF)
         try:
-            header = Path(importlib.util.cache_from_source(str(source))).read_bytes()[8:16]
+            with open(importlib.util.cache_from_source(str(source)), "rb") as f:
+                fresh = f.read(16) == header
         except OSError:
-            stale.append(source)
-            continue
-        st = source.stat()
-        expected = [(int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little"),
-                    (st.st_size & 0xFFFFFFFF).to_bytes(4, "little")]
-        if header != b"".join(expected):
+            fresh = False
+        if not fresh:
             stale.append(source)
     return stale
 
