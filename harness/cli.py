@@ -21,6 +21,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, NoReturn
@@ -232,6 +233,7 @@ def _sets_a_benchmark_setting(o: Any) -> bool:
 VALUED = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
           "--experimental-rerun")
 INFO = ("--info", "-i")
+COMMANDS = {"-r": "--run", "-m": "--multirun", "-c": "--cfg", "-i": "--info", "-sc": "--shell-completion"}
 INFO_TOPICS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 
 
@@ -272,7 +274,7 @@ def check(argv: list[str]) -> str | None:
     choices. Only what Hydra would run: with flags (-m sweeps, --help, --cfg) the overrides get the syntactic
     check alone, and Hydra reports the rest. (A single run is checked by run_once, on the config it runs.)"""
     flags, overrides = split_flags(argv)
-    problem = written_wrong(overrides) if flags else before_composing(overrides)
+    problem = two_commands(flags) or (written_wrong(overrides) if flags else before_composing(overrides))
     if problem or flags:
         return problem
     try:
@@ -281,6 +283,14 @@ def check(argv: list[str]) -> str | None:
     except Exception as exc:  # Hydra raises several exception types for composition errors
         return explain(overrides, exc)
     return check_run(cfg)
+
+
+def two_commands(flags: list[str]) -> str | None:
+    """Hydra runs one of its commands; given two (e.g. `-m ... --cfg job`) it raised a ValueError traceback."""
+    given = list(dict.fromkeys(COMMANDS.get(f, f) for f in flags if f in COMMANDS or f in COMMANDS.values()))
+    if len(given) < 2:
+        return None
+    return f"error: {given[0]} and {given[1]} cannot be given together (Hydra runs one of {', '.join(COMMANDS.values())})"
 
 
 def written_wrong(overrides: list[str]) -> str | None:
@@ -299,10 +309,7 @@ def run_once(overrides: list[str]) -> None:
     learn the run mode) and the check had a third, ~0.12 s each on the way to the first request (issue 28).
     A composition error or a check_run problem exits 2 with its line, before Hydra makes the output folder."""
     task = main.__wrapped__  # the undecorated task, as hydra.main hands it over
-    calling_file, calling_module = detect_calling_file_or_module_from_task_function(task)
-    search_path = create_automatic_config_search_path(calling_file, calling_module, CONFIG_DIR)
-    hydra = run_and_report(lambda: Hydra.create_main_hydra2(task_name=detect_task_name(calling_file, calling_module),
-                                                            config_search_path=search_path))
+    hydra = main_hydra(task)
     try:
         try:  # the override Hydra's _run_app adds when the config does not set the mode
             cfg = hydra.compose_config("config", [*overrides, "hydra.mode=RUN"], run_mode=RunMode.RUN,
@@ -318,6 +325,39 @@ def run_once(overrides: list[str]) -> None:
         run_and_report(lambda: _run_job(hydra, cfg, task))
     finally:
         GlobalHydra.instance().clear()
+
+
+def main_hydra(task: Any) -> Hydra:
+    """The Hydra instance hydra.main makes for `task` (hydra._internal.utils._run_hydra)."""
+    calling_file, calling_module = detect_calling_file_or_module_from_task_function(task)
+    search_path = create_automatic_config_search_path(calling_file, calling_module, CONFIG_DIR)
+    return run_and_report(lambda: Hydra.create_main_hydra2(task_name=detect_task_name(calling_file, calling_module),
+                                                           config_search_path=search_path))
+
+
+def multirun(overrides: list[str]) -> None:
+    """`-m` with no other flag (`make sweep`), as Hydra's main runs it (_run_hydra, _run_app), but see
+    launch_jobs."""
+    task = main.__wrapped__
+    hydra = main_hydra(task)
+    try:
+        run_and_report(lambda: launch_jobs(hydra, overrides, task))
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def launch_jobs(hydra: Hydra, overrides: list[str], task: Any) -> None:
+    """Hydra's multirun, except for a Ctrl-C (SIGINT or SIGTERM to the sweep's process group) that kills a job's
+    joblib worker while the worker is still loading the job, i.e. importing the harness (a second or more on a busy
+    machine), before the job's own signal handling exists. joblib reports that as BrokenProcessPool, which Hydra
+    printed as a traceback above the sweep's resume command. That job had started nothing, so the multirun now ends
+    as one whose job stopped (KeyboardInterrupt: exit 130, quietly). With no stop requested it stays an error."""
+    try:
+        hydra.multirun(config_name="config", task_function=task, overrides=[*overrides, "hydra.mode=MULTIRUN"])
+    except BrokenProcessPool:  # (joblib's loky raises a subclass; a job's own exception comes back as itself)
+        if not lifecycle.stopping():  # this process's handler (sweep_signals) has run: the signal came first
+            raise
+        raise KeyboardInterrupt(lifecycle.stop_reason()) from None
 
 
 def _run_job(hydra: Hydra, cfg: DictConfig, task: Any) -> None:
@@ -419,10 +459,16 @@ def cli() -> None:
     if problem:
         print(problem, file=sys.stderr)
         sys.exit(2)
-    sys.argv[1:] = [*flags, *multirun_out_dirs(flags, overrides)]
+    overrides = multirun_out_dirs(flags, overrides)
+    sys.argv[1:] = [*flags, *overrides]
     try:
         # a single run exits non-zero itself (harness.run: stopped 130, cost cap 3, judge failed 4)
-        run_once(overrides) if single else main()
+        if single:
+            run_once(overrides)
+        elif flags in ([MULTIRUN[0]], [MULTIRUN[1]]):
+            multirun(overrides)
+        else:
+            main()  # Hydra's own main for its other flags (--cfg, --help, --info, -m with another flag)
     except KeyboardInterrupt:  # a multirun's job stopped outside its episode loop: its worker passed it on
         raise SystemExit(130) from None
     sys.exit(judge_status())  # a multirun: EXIT_JUDGE when a job's judge did not grade

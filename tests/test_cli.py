@@ -319,3 +319,15 @@ def test_a_process_that_loaded_ray_leaves_past_its_teardown_with_its_status(monk
     assert _leave_recording(monkeypatch, None) == ["atexit", ("_exit", 0)]
     assert _leave_recording(monkeypatch, "error: n_runs=0") == ["atexit", ("_exit", 1)]
     assert capsys.readouterr().err.strip() == "error: n_runs=0"
+
+
+def test_two_of_hydras_commands_get_one_line_not_a_traceback() -> None:
+    assert cli.check(["-m", "experiment=c4", "--cfg", "job"]) == (
+        "error: --multirun and --cfg cannot be given together (Hydra runs one of --run, --multirun, --cfg, --info, "
+        "--shell-completion)")
+    assert cli.check(["-m", "--multirun", "experiment=c4"]) is None  # the same command twice is Hydra's -m
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "-m", "experiment=c4", "-i", "config"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == "error: --multirun and --info cannot be given together (Hydra runs one of --run, " \
+        "--multirun, --cfg, --info, --shell-completion)"
