@@ -290,7 +290,8 @@ def two_commands(flags: list[str]) -> str | None:
     given = list(dict.fromkeys(COMMANDS.get(f, f) for f in flags if f in COMMANDS or f in COMMANDS.values()))
     if len(given) < 2:
         return None
-    return f"error: {given[0]} and {given[1]} cannot be given together (Hydra runs one of {', '.join(COMMANDS.values())})"
+    one_of = ", ".join(COMMANDS.values())
+    return f"error: {given[0]} and {given[1]} cannot be given together (Hydra runs one of {one_of})"
 
 
 def written_wrong(overrides: list[str]) -> str | None:
