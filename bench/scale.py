@@ -9,6 +9,9 @@ slot. Printed per concurrency:
   i.e. composing the config and forking the workers, is left out and printed apart as time to first request);
   the endpoint answers `latency` after each request arrived (its own compute inside it, as a real endpoint's);
   the ramp (until every slot has sent its first request) and the drain (the last calls' spread) are printed;
+- CPU over the run (user + system) of the harness (this process, with the bench's memory sampler, and its finished
+  worker processes) and of the endpoint, per call answered, and how busy both kept the machine: the endpoint is a
+  stand-in for a model served elsewhere, but here it shares the cores;
 - peak memory of every harness process (this one and its worker processes, not the endpoint), sampled every
   0.2 s: the sum of PSS (each shared page split between the processes sharing it, so forked workers are not
   counted twice) and, for reference, the sum of RSS.
@@ -139,8 +142,10 @@ def measure(base: str, concurrency: int, latency_s: float, server_pid: int) -> d
     with tempfile.TemporaryDirectory() as out, MemorySampler(server_pid) as memory:
         with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
             cfg = compose("config", [*overrides, f"out_dir={out}"])
-        start = time.monotonic()
+        start, endpoint_cpu, own_cpu = time.monotonic(), _cpu_s(server_pid), _own_cpu_s()
         episodes = run(cfg, verbose=False)
+        run_s = time.monotonic() - start
+        endpoint_cpu, own_cpu = _cpu_s(server_pid) - endpoint_cpu, _own_cpu_s() - own_cpu
     stats = json.loads(urllib.request.urlopen(f"{base}/stats", timeout=10).read())
     arrived, answered = sorted(stats["arrived"]), sorted(stats["answered"])
     first, last, calls = arrived[0], answered[-1], len(answered)
@@ -155,7 +160,21 @@ def measure(base: str, concurrency: int, latency_s: float, server_pid: int) -> d
     return {"episodes": len(episodes), "calls": calls, "first_request_s": first - start, "span_s": last - first,
             "rate": rate, "ideal": concurrency / latency_s, "ratio": rate * latency_s / concurrency,
             "steady": steady * latency_s / concurrency, "ramp_s": full - first, "drain_s": last - emptying,
-            "pss_mb": memory.peak_pss, "rss_mb": memory.peak_rss}
+            "pss_mb": memory.peak_pss, "rss_mb": memory.peak_rss, "run_s": run_s, "harness_cpu_s": own_cpu,
+            "endpoint_cpu_s": endpoint_cpu}
+
+
+def _cpu_s(pid: int) -> float:
+    """A live process's CPU time so far (user + system), from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s() -> float:
+    """This process's CPU time and its finished children's: the run's worker processes, which it waits for
+    (the endpoint, still running, is not among them)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def main() -> None:
@@ -193,10 +212,19 @@ def main() -> None:
                            f"{m['rss_mb']:.0f} MB)", f"{m['pss_mb']:.0f} MB",
                            f"<= {MEMORY_GOAL_MB} MB" if concurrency == 256 else "",
                            m["pss_mb"] <= MEMORY_GOAL_MB if concurrency == 256 else None)
+            busy = (m["harness_cpu_s"] + m["endpoint_cpu_s"]) / (m["run_s"] * (os.cpu_count() or 1))
+            figures.record("scale", f"CPU over the run per call answered, {concurrency} in flight: the harness "
+                           f"(runner and worker processes with their set-up, this bench's memory sampler) + the "
+                           f"stand-in endpoint on the same cores; together {busy:.0%} of the machine over the run",
+                           f"{m['harness_cpu_s'] / m['calls'] * 1000:.1f} + "
+                           f"{m['endpoint_cpu_s'] / m['calls'] * 1000:.1f} ms")
             print(f"  {concurrency:>18} {m['episodes']:>8.0f} {m['calls']:>6.0f} {m['first_request_s']:>12.1f} "
                   f"{m['span_s']:>7.1f} {m['ramp_s']:>6.2f} {m['drain_s']:>7.2f} {m['rate']:>8.1f} "
                   f"{m['ideal']:>6.0f} {m['ratio']:>6.3f} {m['steady']:>6.2f} "
                   f"{goal if goal else '':>5} {m['pss_mb']:>11.0f} {m['rss_mb']:>9.0f}  {verdict}")
+            print(f"  {'':>18} CPU: harness {m['harness_cpu_s']:.1f} s ({m['harness_cpu_s'] / m['calls'] * 1000:.1f} "
+                  f"ms per call), endpoint {m['endpoint_cpu_s']:.1f} s ({m['endpoint_cpu_s'] / m['calls'] * 1000:.1f} "
+                  f"ms per call): {busy:.0%} of {os.cpu_count()} cores over the {m['run_s']:.1f} s run")
         print(f"  ratio = calls/s from the first request to the last answer / (episodes in flight / latency); "
               f"memory goal: peak PSS <= {MEMORY_GOAL_MB} MB at 256")
         print("  ramp: from the first request to the one that fills every slot (episodes set up on 2 cores); "
