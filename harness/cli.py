@@ -5,7 +5,9 @@ a message listing the valid choices, and checks what would otherwise fail mid-ru
 an unknown key, a renamed setting such as `benchmark.limit`, a setting the chosen benchmark does not read such as
 `user=llm` on PinchBench, n_tasks/n_runs out of range, a bad tasks file, an unwritable out_dir): each exits with
 code 2 and a short `error: ...` on stderr. Then it runs the task of the Hydra app in `harness.run` on that config as
-Hydra's main would (run_once); with Hydra's flags (`-m` sweeps, --cfg, --help) it hands over to that app itself.
+Hydra's main would (run_once), and a plain `-m` sweep as Hydra's multirun would (multirun: a Ctrl-C that kills a
+job's worker while it loads the job ends it quietly); with Hydra's other flags (--cfg, --help) it hands over to
+that app itself.
 Exit status: 0; 2 for a mistake in the command; 130 stopped (resume with the same command); 3 the cost cap reached;
 4 the score includes judge-graded parts the judge did not grade (the last lines say why; `make judge RUN=` re-grades);
 1 every episode an infrastructure failure.
