@@ -8,6 +8,7 @@ import os
 import shutil
 from collections import Counter
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -37,6 +38,15 @@ def _sandbox() -> list[str]:
     return [] if done.returncode == 0 else ["bubblewrap able to create namespaces here (make sandbox-deps)"]
 
 
+def _openclaw_profile() -> list[str]:
+    """OpenClaw's captured requests, which `benchmark.agent_profile=openclaw` sends (`make openclaw-profile`)."""
+    from harness.envs.pinchbench.profile import PROFILE_FILES
+
+    folder = Path(__file__).resolve().parents[1] / ".venv" / "openclaw"  # the env config's openclaw_requests
+    missing = [name for name in PROFILE_FILES.values() if not (folder / name).is_file()]
+    return [f"OpenClaw's request profile {', '.join(missing)} (make openclaw-profile)"] if missing else []
+
+
 def _fws() -> list[str]:
     """The real fws mock server and Debian's gh, with the discovery documents fws reads (`make mock-deps`)."""
     from harness.envs.pinchbench.mocks import MockSettings, unavailable
@@ -49,6 +59,7 @@ def _fws() -> list[str]:
 REQUIREMENTS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "browser": ("a real headless Chromium driven by Playwright", _browser),
     "sandbox": ("PinchBench's bubblewrap sandbox", _sandbox),
+    "openclaw_profile": ("OpenClaw's captured request profile", _openclaw_profile),
     "needs_fws": ("the real fws mock server (npm @juppytt/fws) and gh; opt-in: deselected where it is missing",
                   _fws),
 }

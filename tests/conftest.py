@@ -13,6 +13,7 @@ Each marker's check runs once per session, and only if a selected test carries t
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,12 +21,25 @@ from _requirements import FWS_ABSENT, REQUIREMENTS, closing_lines
 from hypothesis import HealthCheck, settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
+from harness import lifecycle
+
 # Hypothesis keeps its caches in a temp dir, not in the repository; no example database and no per-example
 # deadline (timings are not part of any assertion).
 set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "harness-tests-hypothesis")
 settings.register_profile("harness", database=None, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("harness")
+
+
+@pytest.fixture
+def fresh_lifecycle() -> Iterator[None]:
+    """No stop requested and a fresh cost meter before the test, and none left for the next one after it (the run's
+    stop flag and meter are process-wide: harness.lifecycle)."""
+    lifecycle.reset()
+    try:
+        yield
+    finally:
+        lifecycle.reset()
 
 
 DESELECTED = pytest.StashKey[dict[str, str]]()  # node id -> why this conftest left it out

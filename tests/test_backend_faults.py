@@ -299,16 +299,7 @@ def test_cached_input_without_its_own_price_is_priced_as_input() -> None:
 
 
 # 7. A stopping run sends no new request.
-@pytest.fixture
-def stopping() -> Iterator[None]:
-    lifecycle.reset()
-    try:
-        yield
-    finally:
-        lifecycle.reset()
-
-
-def test_a_stopping_run_sends_no_request(stub: Any, stopping: None) -> None:
+def test_a_stopping_run_sends_no_request(stub: Any, fresh_lifecycle: None) -> None:
     server = stub(lambda *_: ok(completion_body()))
     model = backend(server.base_url)
     lifecycle.request_stop("test")
@@ -317,7 +308,7 @@ def test_a_stopping_run_sends_no_request(stub: Any, stopping: None) -> None:
     assert server.seen == []
 
 
-def test_a_stop_while_waiting_for_the_rate_limiter_sends_no_request(stub: Any, stopping: None) -> None:
+def test_a_stop_while_waiting_for_the_rate_limiter_sends_no_request(stub: Any, fresh_lifecycle: None) -> None:
     server = stub(lambda *_: ok(completion_body()))
     model = backend(server.base_url)
 
@@ -332,7 +323,7 @@ def test_a_stop_while_waiting_for_the_rate_limiter_sends_no_request(stub: Any, s
     assert server.seen == []
 
 
-def test_a_stopping_run_does_not_wait_for_the_rate_limiter(stub: Any, stopping: None) -> None:
+def test_a_stopping_run_does_not_wait_for_the_rate_limiter(stub: Any, fresh_lifecycle: None) -> None:
     server = stub(lambda *_: ok(completion_body()))
     model = backend(server.base_url)
     waited: list[int] = []
@@ -349,7 +340,7 @@ def test_a_stopping_run_does_not_wait_for_the_rate_limiter(stub: Any, stopping: 
     assert waited == [] and server.seen == []
 
 
-def test_no_new_attempt_after_a_stop_between_retries(stub: Any, stopping: None) -> None:
+def test_no_new_attempt_after_a_stop_between_retries(stub: Any, fresh_lifecycle: None) -> None:
     def fail_and_stop(*_: Any) -> Reply:
         lifecycle.request_stop("stopped during a retry")
         return error(500, "boom")

@@ -227,6 +227,7 @@ def pinch(*args: str) -> list[str]:
             f"judge.model.script={PINCH_SCRIPT}", *args]
 
 
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_n_tasks_runs_exactly_that_many_pinchbench_tasks_run_first_first(tmp_path: Path) -> None:
     """`env=pinchbench n_tasks=3` used to run every task (PinchBench read `benchmark.limit`)."""
     proc = run_experiment("pinchbench", *pinch("n_tasks=3"), out_dir=tmp_path / "out")
@@ -236,6 +237,7 @@ def test_n_tasks_runs_exactly_that_many_pinchbench_tasks_run_first_first(tmp_pat
     assert sorted(episodes.task_id) == ["task_notes_answer", "task_sales_summary", "task_sanity"]
 
 
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_n_tasks_out_of_range_on_pinchbench_is_one_line(tmp_path: Path) -> None:
     # 5 of the fixture's 6 tasks run offline (task_stock_price needs the network; the log says so first)
     for experiment, n, reason in (

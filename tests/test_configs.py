@@ -180,6 +180,7 @@ def test_every_env_config_declares_the_root_settings_it_reads(env: str) -> None:
     assert used <= set(reads), (env, used)
 
 
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 @pytest.mark.usefixtures("hydra_ctx")
 def test_pinchbench_tasks_follow_the_manifest_and_n_tasks_and_subset() -> None:
     def ids(*overrides: str) -> list[str]:

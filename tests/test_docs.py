@@ -224,7 +224,17 @@ def test_the_docs_show_run_commands_of_every_benchmark() -> None:
     assert any("env=odysseys" in argv and "browser.source=replay" in argv for _, argv in RUNS)  # a multi-line ARGS
 
 
-@pytest.mark.parametrize(("page", "argv"), RUNS, ids=[f"{p}:{' '.join(a)}" for p, a in RUNS])
+def _needs(argv: list[str]) -> list[pytest.MarkDecorator]:
+    """The requirement marker of a command's benchmark (tests/conftest.py): its pre-run check builds the benchmark,
+    which checks PinchBench's sandbox or loads Odysseys' browser driver."""
+    chosen = {a.split("=", 1)[1] for a in argv if a.startswith(("experiment=", "env="))}
+    return ([pytest.mark.sandbox] if any(c.startswith("pinchbench") for c in chosen) else []) + (
+        [pytest.mark.browser] if any(c.startswith("odysseys") for c in chosen) else []) + (
+        [pytest.mark.openclaw_profile] if any(a.startswith("benchmark.agent_profile=openclaw") for a in argv) else [])
+
+
+@pytest.mark.parametrize(("page", "argv"), [pytest.param(p, a, marks=_needs(a), id=f"{p}:{' '.join(a)}")
+                                            for p, a in RUNS])
 def test_every_run_command_passes_the_pre_run_check(page: str, argv: list[str], tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.cli import check

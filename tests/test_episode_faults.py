@@ -56,11 +56,8 @@ def run(model: Replies, user: bool = True, max_unusable: int = 3):  # type: igno
 
 
 @pytest.fixture(autouse=True)
-def fresh_run_state():  # type: ignore[no-untyped-def]
-    lifecycle.reset()
+def fresh_run_state(fresh_lifecycle: None) -> None:
     episode_module.reset_warnings()
-    yield
-    lifecycle.reset()
 
 
 def test_truncated_replies_in_a_row_end_the_episode_with_their_own_termination() -> None:

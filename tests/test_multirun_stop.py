@@ -9,7 +9,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -17,6 +16,8 @@ import pytest
 from hydra.core.global_hydra import GlobalHydra
 
 from harness import cli, lifecycle
+
+pytestmark = pytest.mark.usefixtures("fresh_lifecycle")  # tests/conftest.py
 
 
 def _load_slowly(marker: str) -> None:
@@ -72,13 +73,6 @@ def loky_workers() -> list[int]:
         if parent == me and b"popen_loky" in cmdline:
             pids.append(int(stat.parent.name))
     return pids
-
-
-@pytest.fixture(autouse=True)
-def _no_stop_before_or_after() -> Iterator[None]:
-    lifecycle.reset()
-    yield
-    lifecycle.reset()
 
 
 def test_a_ctrl_c_while_a_job_loads_ends_the_multirun_as_a_stop(tmp_path: Path) -> None:

@@ -51,6 +51,7 @@ def test_settings_and_exports() -> None:
     assert parse_exports(text) == {"GOOGLE_WORKSPACE_CLI_TOKEN": "fake", "HTTPS_PROXY": "http://localhost:4101"}
 
 
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_each_missing_piece_is_named(tmp_path: Path) -> None:
     settings = _stub(tmp_path)
     assert unavailable(("npm:@juppytt/fws", "cli:gh"), settings) == ("" if shutil.which("gh") else

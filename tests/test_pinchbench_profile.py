@@ -104,6 +104,7 @@ def test_an_unknown_profile_name_is_refused_and_harness_needs_no_file(tmp_path: 
 
 
 # ---- the request -----------------------------------------------------------------------------------------------
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_the_openclaw_profile_request_carries_the_captured_prompt_and_tools(tmp_path: Path) -> None:
     write_profile(tmp_path / "profiles")
     d = domain(tmp_path / "profiles")
@@ -116,6 +117,7 @@ def test_the_openclaw_profile_request_carries_the_captured_prompt_and_tools(tmp_
     assert "ls" not in {t.name for t in sent}  # OpenClaw has no ls: the harness's own tools are not added
 
 
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_the_harness_profile_is_unchanged_by_default(tmp_path: Path) -> None:
     d = PinchBenchDomain(path=str(V2), ids=["task_sanity"])
     episode = d.episode(d.tasks[0], None)
@@ -123,6 +125,7 @@ def test_the_harness_profile_is_unchanged_by_default(tmp_path: Path) -> None:
     assert {t.name for t in episode.env.tools()} == {"read", "write", "edit", "exec", "ls"}
 
 
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_implemented_tools_run_with_openclaws_arguments(tmp_path: Path) -> None:
     write_profile(tmp_path / "profiles")
     d = domain(tmp_path / "profiles", ids=("task_notes_answer",))
@@ -147,6 +150,7 @@ def test_implemented_tools_run_with_openclaws_arguments(tmp_path: Path) -> None:
     ([{"oldText": "x", "newText": "1"}, {"oldText": "q", "newText": "2"}], "Could not find edits[1]"),
     ([{"oldText": "x", "newText": "1"}, {"oldText": "y", "newText": "2"}], "Found 2 occurrences of edits[1]"),
     ([], "at least one replacement")])
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_a_bad_multi_edit_changes_nothing(tmp_path: Path, edits: list[Any], error: str) -> None:
     write_profile(tmp_path / "profiles")
     d = domain(tmp_path / "profiles")
@@ -157,6 +161,7 @@ def test_a_bad_multi_edit_changes_nothing(tmp_path: Path, edits: list[Any], erro
     assert (episode.env.segments[0].workspace / "f.txt").read_text() == "x y z y"
 
 
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_tools_the_harness_cannot_run_answer_not_available(tmp_path: Path) -> None:
     write_profile(tmp_path / "profiles")
     d = domain(tmp_path / "profiles")
@@ -169,6 +174,7 @@ def test_tools_the_harness_cannot_run_answer_not_available(tmp_path: Path) -> No
     assert unknown.is_error and "not one of the offered tools" in unknown.content
 
 
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_a_network_task_reaches_the_workspace_tools_web_search(tmp_path: Path) -> None:
     """With the task's web tools in the workspace tools (here answered "unavailable offline"), OpenClaw's
     web_search goes to them, not to the not-available answer."""
@@ -181,6 +187,7 @@ def test_a_network_task_reaches_the_workspace_tools_web_search(tmp_path: Path) -
 
 
 # ---- the recorded columns -------------------------------------------------------------------------------------
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_each_episode_records_its_profile_and_request_overhead(tmp_path: Path) -> None:
     write_profile(tmp_path / "profiles")
     d = domain(tmp_path / "profiles")
@@ -194,6 +201,7 @@ def test_each_episode_records_its_profile_and_request_overhead(tmp_path: Path) -
     assert columns["system_prompt_tokens"] + columns["tool_schema_tokens"] == expected
 
 
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_the_run_table_has_the_profile_columns(tmp_path: Path) -> None:
     write_profile(tmp_path / "profiles")
     ours = run(config(tmp_path / "a", "benchmark.ids=[task_sanity]"), verbose=False)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from harness.envs.pinchbench.grading import run_grade
 from harness.envs.pinchbench.transcript import dumps, to_openclaw
 from harness.types import Message, ToolCall
@@ -49,6 +51,7 @@ def test_the_session_shape_and_chain() -> None:
     assert all(json.loads(row) for row in dumps(lines).splitlines())
 
 
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_a_grader_reads_it_in_its_sandbox(tmp_path: Path) -> None:
     result = run_grade(GRADER, to_openclaw(HISTORY), tmp_path, timeout_s=30)
     assert result.error is None and result.scores == {"wrote_hello": 1.0, "one_error": 1.0}

@@ -211,6 +211,7 @@ def test_html_helpers() -> None:
 
 
 # ---- generate_image --------------------------------------------------------------------------------------------
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_generate_image_writes_a_png_into_the_workspace(fake: Fake, settings: NetworkSettings,
                                                         tmp_path: Path) -> None:
     ws = tmp_path / "ws"
@@ -278,6 +279,7 @@ def test_2_0_0_flags_come_from_the_data_file(clone: Path) -> None:
     assert load_benchmark(clone).by_id("task_weather").offline_reason == "live web (a live URL)"
 
 
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_left_out_tasks_are_named_and_network_brings_them_back(clone: Path, settings: NetworkSettings,
                                                                fake: Fake) -> None:
     offline = PinchBenchDomain(path=str(clone))
@@ -302,6 +304,7 @@ def test_left_out_tasks_are_named_and_network_brings_them_back(clone: Path, sett
     assert [t.name for t in offline_episode.env.tools()] == ["read", "write", "edit", "exec", "ls"]
 
 
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_exec_gets_the_network_only_for_a_task_that_needs_it(clone: Path, settings: NetworkSettings) -> None:
     domain = PinchBenchDomain(path=str(clone), network=as_network({**_plain(settings), "exec": True}))
     by_id = {t.task_id: t for t in domain.tasks}

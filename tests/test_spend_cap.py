@@ -10,7 +10,6 @@ import json
 import multiprocessing as mp
 import threading
 import time
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,8 @@ from harness.errors import InputError
 from harness.run import run
 from harness.tokens import TokenCounter
 from harness.types import Message
+
+pytestmark = pytest.mark.usefixtures("fresh_lifecycle")  # tests/conftest.py
 
 register()
 PRICE = {"input": 1.0, "output": 1.0}  # USD per 1M tokens
@@ -75,13 +76,6 @@ class Billing(SimServer):
                     self._send(200, payload)
 
         return Handler
-
-
-@pytest.fixture(autouse=True)
-def fresh_meter() -> Iterator[None]:
-    lifecycle.reset()
-    yield
-    lifecycle.reset()
 
 
 def backend(url: str, max_output: int = 200) -> OpenAICompatible:
@@ -256,6 +250,7 @@ def pinchbench(out: Path, url: str, *extra: str) -> DictConfig:
 
 
 @pytest.mark.slow
+@pytest.mark.sandbox  # a PinchBench run: bubblewrap (tests/conftest.py)
 def test_judge_calls_are_metered_and_stop_the_run_at_the_cap(tmp_path: Path) -> None:
     """The agent is free; the judge is not. Its calls reserve on the same meter: the run stops (exit 3, resumable)
     when the next judge prompt does not fit, the bill stays within the cap, and the ledger holds the judge's spend."""

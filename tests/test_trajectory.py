@@ -31,7 +31,8 @@ from harness.report.trajectory import STATUSES, find_runs, load_episode, load_ru
 from harness.tokens import TokenCounter
 from harness.types import Message
 
-pytestmark = pytest.mark.slow  # its fixture runs every policy on every benchmark (~15 s)
+# its fixture runs every policy on every benchmark (~15 s): PinchBench in bubblewrap, Odysseys with its browser driver
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.browser]
 
 LEVELS = {"EXACT", "SUMMARY", "POINTER", "DROP"}
 

@@ -401,6 +401,8 @@ def episode_data(blobs: dict[str, str], summary: dict[str, Any]) -> dict[str, An
     return view.unpack_episode(blobs[summary["blob"]])
 
 
+@pytest.mark.sandbox  # every benchmark's runs (tests/_runs.py): PinchBench in bubblewrap
+@pytest.mark.browser  # and Odysseys with its browser driver
 @pytest.mark.slow  # its fixture runs every policy on every benchmark (~80 s)
 def test_every_run_is_in_the_report(every: dict[str, Path], every_report: Report) -> None:
     """Every policy and benchmark loads, and each episode's embedded data is load_episode's, unchanged."""

@@ -79,6 +79,7 @@ def waac_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFra
     return out, run(config(out, long_script(tmp)), verbose=False).set_index("task_id")
 
 
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_waac_runs_on_pinchbench_and_not_every_field_is_exact(waac_run: tuple[Path, pd.DataFrame]) -> None:
     out, episodes = waac_run
     assert set(episodes.experiment) == {"waac"} and episodes.loc["task_sales_summary", "score"] == pytest.approx(0.85)
@@ -86,6 +87,7 @@ def test_waac_runs_on_pinchbench_and_not_every_field_is_exact(waac_run: tuple[Pa
     assert seen["exact"] > 0 and seen["summary"] + seen["pointer"] + seen["drop"] > 0, seen
 
 
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_the_waac_config_takes_schemas_and_library_from_the_env_block(tmp_path: Path) -> None:
     cfg = config(tmp_path, JUDGE_SCRIPT)
     policy = build_policy(cfg)
@@ -153,6 +155,7 @@ def test_rules_keep_unconsumed_reads_exact_and_written_files_recoverable() -> No
 
 
 # ---- the dev split and its library -------------------------------------------------------------------------
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_the_dev_split_builds_a_library_from_verified_episodes(tmp_path: Path) -> None:
     evaluation, development = compose_split("pinchbench", [f"benchmark.path={V2}", "n_runs=1"])
     library = build(development, build_domain(evaluation))
@@ -160,6 +163,7 @@ def test_the_dev_split_builds_a_library_from_verified_episodes(tmp_path: Path) -
     assert library.meta["split"] == "benchmarks/pinchbench/dev" and library.meta["simulated"] is True
 
 
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_a_dev_split_that_overlaps_the_evaluation_tasks_is_refused_in_one_line(
         capsys: pytest.CaptureFixture[str]) -> None:
     evaluation, development = compose_split("pinchbench", [f"benchmark.path={DEV}"])  # evaluating on dev tasks
