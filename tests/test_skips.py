@@ -24,7 +24,8 @@ def test_the_browser_marker_names_the_package_and_the_binary(monkeypatch: pytest
                         real_access(path, mode, **kw))
     assert check() == ["the playwright package (make setup-browser)",
                        "Chromium at /usr/bin/chromium (make browser-deps)"]
-    monkeypatch.setattr(importlib.util, "find_spec", real_find)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "playwright" else
+                        real_find(name, *a))  # playwright there (installed or not on this machine)
     assert check() == ["Chromium at /usr/bin/chromium (make browser-deps)"]
 
 
