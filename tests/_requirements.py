@@ -39,12 +39,14 @@ def _sandbox() -> list[str]:
 
 
 def _openclaw_profile() -> list[str]:
-    """OpenClaw's captured requests, which `benchmark.agent_profile=openclaw` sends (`make openclaw-profile`)."""
-    from harness.envs.pinchbench.profile import PROFILE_FILES
+    """OpenClaw's captured requests, which `benchmark.agent_profile=openclaw` sends, where PinchBench reads them by
+    default (relative to the repository, from which the tests run)."""
+    from harness.envs.pinchbench.domain import PinchBenchDomain
+    from harness.envs.pinchbench.profile import MAKE_TARGET, PROFILE_FILES
 
-    folder = Path(__file__).resolve().parents[1] / ".venv" / "openclaw"  # the env config's openclaw_requests
+    folder = Path(__file__).resolve().parents[1] / PinchBenchDomain.openclaw_requests
     missing = [name for name in PROFILE_FILES.values() if not (folder / name).is_file()]
-    return [f"OpenClaw's request profile {', '.join(missing)} (make openclaw-profile)"] if missing else []
+    return [f"OpenClaw's request profile {', '.join(missing)} ({MAKE_TARGET})"] if missing else []
 
 
 def _fws() -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 from _requirements import FWS_ABSENT, REQUIREMENTS, closing_lines
@@ -36,6 +37,19 @@ def test_the_sandbox_marker_checks_that_bubblewrap_can_create_namespaces(monkeyp
     assert REQUIREMENTS["sandbox"][1]() == ["bubblewrap (make sandbox-deps)"]
     monkeypatch.setattr(shutil, "which", lambda name: "/bin/false")  # found, but cannot run anything
     assert REQUIREMENTS["sandbox"][1]() == ["bubblewrap able to create namespaces here (make sandbox-deps)"]
+
+
+def test_the_openclaw_profile_marker_names_each_missing_request_file(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    from harness.envs.pinchbench.domain import PinchBenchDomain
+
+    monkeypatch.setattr(PinchBenchDomain, "openclaw_requests", str(tmp_path))  # PinchBench's default folder
+    check = REQUIREMENTS["openclaw_profile"][1]
+    assert check() == ["OpenClaw's request profile request-full.json, request-coding.json (make openclaw-profile)"]
+    (tmp_path / "request-full.json").write_text("{}")
+    assert check() == ["OpenClaw's request profile request-coding.json (make openclaw-profile)"]
+    (tmp_path / "request-coding.json").write_text("{}")
+    assert check() == []
 
 
 def test_the_closing_line_says_no_test_skipped_or_lists_the_reasons() -> None:
