@@ -32,6 +32,11 @@ from harness.spend import SPENT
 
 RunOne = Callable[[DictConfig, Domain, Job], dict[str, Any]]  # one episode: run it, write it, its summary row
 _WORKER: dict[str, Any] = {}
+# A hybrid run with n_workers=0 forks this many processes per CPU while each still gets at least HYBRID_MIN_THREADS
+# episode threads. One per CPU left a core idle while a wave of answers queued on the other process's interpreter
+# lock; two per CPU measured better at 128 and 256 in flight, four per CPU no better than two (docs/speed.md).
+HYBRID_PER_CPU = 2
+HYBRID_MIN_THREADS = 16
 
 
 def plan(cfg: DictConfig, jobs: list[Job], spends: bool) -> str:
@@ -57,7 +62,7 @@ def execute(cfg: DictConfig, domain: Domain, jobs: list[Job], how: str, one: Run
         yield from _ray(cfg, domain, jobs, one)
         return
     if how == "hybrid":
-        yield from _hybrid(cfg, jobs, workers, one)
+        yield from _hybrid(cfg, jobs, hybrid_processes(cfg), one)
         return
     if how == "threads":
         yield from _threaded(cfg, domain, jobs, one)
@@ -66,6 +71,15 @@ def execute(cfg: DictConfig, domain: Domain, jobs: list[Job], how: str, one: Run
         yield from (one(cfg, domain, job) for job in jobs)
         return
     yield from _pooled(cfg, jobs, workers, one)
+
+
+def hybrid_processes(cfg: DictConfig) -> int:
+    """The worker processes of a hybrid run: n_workers when set; else one per CPU, or HYBRID_PER_CPU per CPU when
+    `concurrency` gives each of them HYBRID_MIN_THREADS threads or more."""
+    if cfg.n_workers:
+        return int(cfg.n_workers)
+    cpus = os.cpu_count() or 1
+    return max(cpus, min(HYBRID_PER_CPU * cpus, cfg.concurrency // HYBRID_MIN_THREADS))
 
 
 def _pooled(cfg: DictConfig, jobs: list[Job], workers: int, one: RunOne) -> Iterator[dict[str, Any]]:

@@ -15,7 +15,7 @@ from _support import CONFIG_DIR
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from harness import lifecycle
+from harness import executors, lifecycle
 from harness.config import register
 from harness.errors import InputError
 from harness.records import build_tables, read_transcript
@@ -206,6 +206,20 @@ def test_runs_that_spend_money_never_use_the_unstoppable_process_pool(tmp_path: 
     assert plan(config(tmp_path, "n_workers=2"), jobs, spends=False) == "processes"  # the free simulated agent
     assert plan(config(tmp_path, "n_workers=2", "user=llm"), jobs, spends=True) == "hybrid"
     assert plan(config(tmp_path, "n_workers=1", "user=llm"), jobs, spends=True) == "threads"
+
+
+def test_a_hybrid_run_forks_two_processes_per_cpu_when_each_keeps_enough_threads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One process per CPU left a core idle while answers queued on the other's interpreter lock (docs/speed.md)."""
+    monkeypatch.setattr(executors.os, "cpu_count", lambda: 2)
+    seen: list[int] = []
+    monkeypatch.setattr(executors, "_hybrid", lambda cfg, jobs, procs, one: iter(seen.append(procs) or ()))
+    for concurrency, procs in ((8, 2), (32, 2), (64, 4), (128, 4), (256, 4)):
+        cfg = config(tmp_path, "user=llm", f"concurrency={concurrency}")
+        assert executors.hybrid_processes(cfg) == procs, concurrency
+        list(executors.execute(cfg, None, [], "hybrid", lambda *a: {}))  # type: ignore[arg-type]
+        assert seen.pop() == procs, concurrency
+    assert executors.hybrid_processes(config(tmp_path, "user=llm", "concurrency=256", "n_workers=3")) == 3
 
 
 def test_operational_knobs_do_not_change_the_fingerprint(tmp_path: Path) -> None:
