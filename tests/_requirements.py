@@ -49,6 +49,20 @@ def _openclaw_profile() -> list[str]:
     return [f"OpenClaw's request profile {', '.join(missing)} ({MAKE_TARGET})"] if missing else []
 
 
+def _ray() -> list[str]:
+    """Hydra's Ray launcher and Ray itself (`make setup-ray`, the `ray` extra)."""
+    wanted = (("ray", "ray"), ("hydra_plugins.hydra_ray_launcher", "hydra-ray-launcher"))
+    missing = [package for module, package in wanted if not _importable(module)]
+    return [f"{' and '.join(missing)} (make setup-ray)"] if missing else []
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
 def _fws() -> list[str]:
     """The real fws mock server and Debian's gh, with the discovery documents fws reads (`make mock-deps`)."""
     from harness.envs.pinchbench.mocks import MockSettings, unavailable
@@ -62,6 +76,7 @@ REQUIREMENTS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "browser": ("a real headless Chromium driven by Playwright", _browser),
     "sandbox": ("PinchBench's bubblewrap sandbox", _sandbox),
     "openclaw_profile": ("OpenClaw's captured request profile", _openclaw_profile),
+    "ray": ("Hydra's Ray launcher and Ray", _ray),
     "needs_fws": ("the real fws mock server (npm @juppytt/fws) and gh; opt-in: deselected where it is missing",
                   _fws),
 }

@@ -52,6 +52,25 @@ def test_the_openclaw_profile_marker_names_each_missing_request_file(monkeypatch
     assert check() == []
 
 
+def test_the_ray_marker_names_ray_and_hydras_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    check = REQUIREMENTS["ray"][1]
+    absent: set[str] = set()
+
+    def find(name: str, *a: object) -> object:
+        if name in absent:
+            return None
+        if name.startswith("hydra_plugins.hydra_ray_launcher") and "ray" in absent:
+            raise ModuleNotFoundError(name)  # as a plugin whose dependency is missing may
+        return object()  # present, installed here or not
+
+    monkeypatch.setattr(importlib.util, "find_spec", find)
+    assert check() == []
+    absent.add("hydra_plugins.hydra_ray_launcher")
+    assert check() == ["hydra-ray-launcher (make setup-ray)"]
+    absent.add("ray")
+    assert check() == ["ray and hydra-ray-launcher (make setup-ray)"]
+
+
 def test_the_closing_line_says_no_test_skipped_or_lists_the_reasons() -> None:
     assert closing_lines([], [], {}, "") == ["no test skipped"]
     reports = [skipped("a", "missing Chromium"), skipped("b", "missing Chromium"), skipped("c", "no cgroup")]

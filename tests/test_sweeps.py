@@ -28,6 +28,7 @@ def test_two_job_sweep_with_the_joblib_launcher_merges_its_results(tmp_path: Pat
     assert (tmp_path / "0" / "transcripts").is_dir() and (tmp_path / "1" / "episodes.parquet").exists()
 
 
+@pytest.mark.ray
 def test_two_job_sweep_on_a_local_ray_instance(tmp_path: Path) -> None:
     merged = multirun(tmp_path, "hydra/launcher=ray", "+hydra.launcher.ray.init.num_cpus=2",
                       "out_dir=${hydra:runtime.output_dir}", "n_workers=1", "progress=false",
@@ -72,6 +73,7 @@ def test_methods_sweep_feeds_the_comparison_table(tmp_path: Path) -> None:
     assert set(table.simulated.iloc[:3]) == {"yes"}
 
 
+@pytest.mark.ray
 def test_every_sweep_composes_with_the_ray_launcher_and_joblib_keeps_two_jobs() -> None:
     """`make sweep SWEEP=<any> ARGS='hydra/launcher=ray'`: the sweep configs set nothing Ray's launcher lacks."""
     from harness.sweep import SWEEPS, joblib_jobs
