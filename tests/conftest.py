@@ -15,6 +15,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _requirements import FWS_ABSENT, REQUIREMENTS, closing_lines
@@ -82,6 +83,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_deselected(items: list[pytest.Item]) -> None:
     if items:
         items[0].config.stash[LEFT_OUT].extend(item.nodeid for item in items)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In a pytest-xdist worker (`make test` runs two): hand what it left out to the controller, which prints the
+    closing line but collects nothing itself."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["left_out"] = session.config.stash[LEFT_OUT]
+        output["deselected"] = session.config.stash[DESELECTED]
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: absent without it
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """In the xdist controller: what a worker left out. Every worker collects every test, so each reports the same
+    node ids; they are kept once."""
+    output, config = getattr(node, "workeroutput", {}), node.config
+    known = config.stash[LEFT_OUT]
+    known.extend(n for n in output.get("left_out", []) if n not in known)
+    config.stash[DESELECTED].update(output.get("deselected", {}))
 
 
 # ---- the closing line -------------------------------------------------------------------------------------------

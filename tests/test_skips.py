@@ -83,3 +83,19 @@ def test_the_closing_line_says_what_was_deselected_and_why() -> None:
     assert lines == ["no test skipped",
                      f"deselected: 1 {FWS_ABSENT}; 2 by -m 'not slow'"]
     assert FWS_ABSENT.startswith("needs @juppytt/fws (not on this machine's registry")
+
+
+
+def test_under_xdist_the_closing_line_still_says_what_the_workers_deselected() -> None:
+    """`make test` runs pytest-xdist workers: they collect and deselect; the controller, which collects nothing,
+    prints the closing line from what they report (tests/conftest.py)."""
+    import subprocess
+    import sys
+
+    here = Path(__file__).resolve().parent
+    done = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-p", "xdist", "-p", "no:cacheprovider",
+                           str(here / "test_pinchbench_mocks.py"), "-k", "not real_fws"], cwd=here.parent,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    deselected = [line for line in done.stdout.splitlines() if line.startswith("deselected: ")]
+    assert deselected == ["deselected: 1 by -m/-k/--deselect"], done.stdout[-2000:]
