@@ -167,20 +167,24 @@ readme-results: $(STAMP) ## Regenerate the docs' result tables from the default 
 # these installed no test is skipped; the closing line of every run says whether any was, and why (tests/conftest.py).
 TEST_DEPS := $(STAMP) bytecode $(METHODS_STAMP) $(BROWSER_STAMP) $(RAY_STAMP) sandbox-deps browser-deps tex-deps mock-deps \
 	openclaw-profile
-test: $(TEST_DEPS) $(LOCAL_STAMP) ## Run every test, the local-model integration tests included (offline)
-	$(PY) -m pytest
+# Two pytest-xdist workers, each taking whole test files (module fixtures run once): `make test` on a fresh clone took
+# 754 s of tests instead of 1,255-1,360 s (docs/testing.md). TEST_WORKERS=0 runs them in this process, one by one.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+test: $(TEST_DEPS) $(LOCAL_STAMP) ## Run every test, the local-model integration tests included (offline; TEST_WORKERS=2)
+	$(PYTEST)
 
 test-unit: $(TEST_DEPS) ## Run the tests without the real-server integration tests
-	$(PY) -m pytest -m "not integration"
+	$(PYTEST) -m "not integration"
 
 # The unit tests: no real model server, browser or sandbox, no end-to-end runs (markers: tests/conftest.py and
 # pyproject.toml); ~2-3 min on 2 cores. The closing line says what was skipped or left out, as for `make test`.
 FAST := not integration and not slow and not browser and not sandbox
 test-fast: $(TEST_DEPS) ## Run the unit tests only (no real server, browser or sandbox; a few minutes)
-	$(PY) -m pytest -m "$(FAST)"
+	$(PYTEST) -m "$(FAST)"
 
 test-integration: $(LOCAL_STAMP) bytecode $(BROWSER_STAMP) browser-deps ## Run the integration tests (real llama.cpp server, fault proxy) only
-	$(PY) -m pytest -m integration
+	$(PYTEST) -m integration
 
 serve-local: $(LOCAL_STAMP) ## Serve SmolLM2-135M as an OpenAI-compatible API on 127.0.0.1:PORT (default 8765)
 	$(PY) -m harness.backends.local_server --port $(PORT)
