@@ -203,7 +203,7 @@ def main() -> None:
             verdict = "" if goal is None else ("met" if m["ratio"] >= goal else "NOT met")
             figures.record("scale", f"calls/s vs ideal, {concurrency} episodes in flight, {args.latency:g} s latency "
                            f"(ramp {m['ramp_s']:.2f} s, drain {m['drain_s']:.2f} s of a {m['span_s']:.1f} s span)",
-                           f"{m['ratio']:.3f}", f">= {goal}" if goal else "", None if goal is None else
+                           f"{m['ratio']:.4f}", f">= {goal}" if goal else "", None if goal is None else
                            m["ratio"] >= goal)
             # Informational, not the goal: the goal is judged on the whole span (ramp and drain included)
             figures.record("scale", f"calls/s vs ideal while all {concurrency} slots are busy (ramp and drain left "
@@ -220,7 +220,7 @@ def main() -> None:
                            f"{m['endpoint_cpu_s'] / m['calls'] * 1000:.1f} ms")
             print(f"  {concurrency:>18} {m['episodes']:>8.0f} {m['calls']:>6.0f} {m['first_request_s']:>12.1f} "
                   f"{m['span_s']:>7.1f} {m['ramp_s']:>6.2f} {m['drain_s']:>7.2f} {m['rate']:>8.1f} "
-                  f"{m['ideal']:>6.0f} {m['ratio']:>6.3f} {m['steady']:>6.2f} "
+                  f"{m['ideal']:>6.0f} {m['ratio']:>6.4f} {m['steady']:>6.2f} "
                   f"{goal if goal else '':>5} {m['pss_mb']:>11.0f} {m['rss_mb']:>9.0f}  {verdict}")
             print(f"  {'':>18} CPU: harness {m['harness_cpu_s']:.1f} s ({m['harness_cpu_s'] / m['calls'] * 1000:.1f} "
                   f"ms per call), endpoint {m['endpoint_cpu_s']:.1f} s ({m['endpoint_cpu_s'] / m['calls'] * 1000:.1f} "
