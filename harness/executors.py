@@ -32,9 +32,10 @@ from harness.spend import SPENT
 
 RunOne = Callable[[DictConfig, Domain, Job], dict[str, Any]]  # one episode: run it, write it, its summary row
 _WORKER: dict[str, Any] = {}
-# A hybrid run with n_workers=0 forks this many processes per CPU while each still gets at least HYBRID_MIN_THREADS
-# episode threads. One per CPU left a core idle while a wave of answers queued on the other process's interpreter
-# lock; two per CPU measured better at 128 and 256 in flight, four per CPU no better than two (docs/speed.md).
+# A hybrid run with n_workers=0 forks this many processes per CPU when each still gets at least HYBRID_MIN_THREADS
+# episode threads (else one per CPU). One per CPU left a core idle while a wave of answers queued on the other
+# process's interpreter lock; two per CPU measured better at 128 in flight and no worse at 256, four per CPU no
+# better at 256 (docs/speed.md).
 HYBRID_PER_CPU = 2
 HYBRID_MIN_THREADS = 16
 
@@ -74,12 +75,20 @@ def execute(cfg: DictConfig, domain: Domain, jobs: list[Job], how: str, one: Run
 
 
 def hybrid_processes(cfg: DictConfig) -> int:
-    """The worker processes of a hybrid run: n_workers when set; else one per CPU, or HYBRID_PER_CPU per CPU when
-    `concurrency` gives each of them HYBRID_MIN_THREADS threads or more."""
+    """The worker processes of a hybrid run: n_workers when set; else HYBRID_PER_CPU per CPU when `concurrency`
+    gives each of them HYBRID_MIN_THREADS threads or more, else one per CPU. `_hybrid` forks fewer where there are
+    fewer jobs, threads or calls allowed in flight than processes."""
     if cfg.n_workers:
         return int(cfg.n_workers)
     cpus = os.cpu_count() or 1
-    return max(cpus, min(HYBRID_PER_CPU * cpus, cfg.concurrency // HYBRID_MIN_THREADS))
+    many = HYBRID_PER_CPU * cpus
+    return many if cfg.concurrency >= many * HYBRID_MIN_THREADS else cpus
+
+
+def share(total: int, parts: int, index: int) -> int:
+    """Part `index`'s whole share of `total` split into `parts`: the shares differ by at most one and add up to
+    `total` exactly (a rounded even split gave 2 processes 5 threads each for concurrency=9)."""
+    return total // parts + (index < total % parts)
 
 
 def _pooled(cfg: DictConfig, jobs: list[Job], workers: int, one: RunOne) -> Iterator[dict[str, Any]]:
@@ -157,14 +166,16 @@ def _hybrid(cfg: DictConfig, jobs: list[Job], procs: int, one: RunOne) -> Iterat
     ledger (harness.lifecycle.CostMeter), inherited at the fork."""
     ctx = mp.get_context("fork")
     todo, done = ctx.Queue(), ctx.Queue()
-    per_proc = -(-cfg.concurrency // procs)
+    # each process gets at least one job, one thread and one call in flight: the shares then add up exactly
+    procs = max(1, min(procs, len(jobs), cfg.concurrency, *_in_flight_bounds(cfg)))
     for job in jobs:
         todo.put(job)
-    for _ in range(procs * per_proc):
+    for _ in range(cfg.concurrency):
         todo.put(None)  # one stop sign per thread
     yaml = OmegaConf.to_yaml(cfg, resolve=True)
-    workers = [ctx.Process(target=_hybrid_worker, args=(yaml, procs, per_proc, todo, done, os.getpid(), one))
-               for _ in range(procs)]
+    workers = [ctx.Process(target=_hybrid_worker, args=(yaml, procs, i, share(cfg.concurrency, procs, i), todo, done,
+                                                        os.getpid(), one))
+               for i in range(procs)]
     for w in workers:
         w.start()
     try:
@@ -224,11 +235,11 @@ def _next_result(done: Any, workers: list[Any]) -> dict[str, Any]:
                 raise RuntimeError(f"all episode worker processes exited (codes {codes}) before finishing") from None
 
 
-def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any, parent: int,
+def _hybrid_worker(cfg_yaml: str, procs: int, index: int, threads: int, todo: Any, done: Any, parent: int,
                    one: RunOne) -> None:
     lifecycle.die_with_parent(parent)
     lifecycle.worker_signals()
-    cfg = _share_limits(_load(cfg_yaml), procs)  # METER comes from the parent by the fork: the same cap and ledger
+    cfg = share_limits(_load(cfg_yaml), procs, index)  # METER comes from the parent by the fork: one cap and ledger
     domain = build_domain(cfg)
 
     def loop() -> None:
@@ -250,15 +261,28 @@ def _hybrid_worker(cfg_yaml: str, procs: int, threads: int, todo: Any, done: Any
     done.put({})
 
 
-def _share_limits(cfg: DictConfig, parts: int) -> DictConfig:
-    """Each of `parts` worker processes gets its share of every endpoint's limits (rpm, tpm, calls in flight)."""
-    for backend in (cfg.model, cfg.user.get("backend"), (cfg.summarizer or {}).get("backend")):
-        limits = backend.get("rate_limit") if backend is not None else None
-        for key in ("rpm", "tpm", "max_in_flight"):
-            if limits and limits.get(key):
+def _rate_limits(cfg: DictConfig) -> list[DictConfig]:
+    """The rate-limit settings of every endpoint a run calls (the agent's model, an LLM user, a summarizer)."""
+    backends = (cfg.model, cfg.user.get("backend"), (cfg.summarizer or {}).get("backend"))
+    return [limits for b in backends if b is not None and (limits := b.get("rate_limit"))]
+
+
+def _in_flight_bounds(cfg: DictConfig) -> list[int]:
+    return [int(limits.max_in_flight) for limits in _rate_limits(cfg) if limits.get("max_in_flight")]
+
+
+def share_limits(cfg: DictConfig, parts: int, index: int) -> DictConfig:
+    """Worker process `index` of `parts` gets its share of every endpoint's limits: rpm and tpm evenly, calls in
+    flight (and where the adaptive limit starts) as whole shares that add up to the run's where each process can
+    have one (`_hybrid` forks no more processes than the smallest max_in_flight); a part never gets less than one."""
+    for limits in _rate_limits(cfg):
+        for key in ("rpm", "tpm"):
+            if limits.get(key):
                 limits[key] = limits[key] / parts
-        if limits and limits.get("max_in_flight"):
-            limits["max_in_flight"] = max(1, round(limits["max_in_flight"]))  # calls in flight: a whole number
+        if limits.get("max_in_flight"):
+            limits["max_in_flight"] = max(1, share(int(limits["max_in_flight"]), parts, index))
+        if limits.get("start_in_flight"):
+            limits["start_in_flight"] = max(1, share(int(limits["start_in_flight"]), parts, index))
     return cfg
 
 
@@ -324,7 +348,8 @@ def _ray_drive(ray: Any, cfg: DictConfig, domain: Domain, jobs: list[Job], one: 
                settings: dict[str, Any]) -> Iterator[dict[str, Any]]:
     cpus = float(settings.get("num_cpus", 1))
     slots = max(1, min(len(jobs), int(ray.cluster_resources().get("CPU", 1) / cpus)))
-    shared = _share_limits(_load(OmegaConf.to_yaml(cfg, resolve=True)), slots)  # a copy: the run's own cfg stays
+    # every task gets the same copy (the run's own cfg stays): the smallest share, slots - 1's
+    shared = share_limits(_load(OmegaConf.to_yaml(cfg, resolve=True)), slots, slots - 1)
     yaml = OmegaConf.to_yaml(shared)
     remote = ray.remote(_ray_episode).options(num_cpus=cpus, max_retries=int(settings.get("max_retries", 3)),
                                               name="harness_episode")

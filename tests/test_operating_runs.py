@@ -214,12 +214,34 @@ def test_a_hybrid_run_forks_two_processes_per_cpu_when_each_keeps_enough_threads
     monkeypatch.setattr(executors.os, "cpu_count", lambda: 2)
     seen: list[int] = []
     monkeypatch.setattr(executors, "_hybrid", lambda cfg, jobs, procs, one: iter(seen.append(procs) or ()))
-    for concurrency, procs in ((8, 2), (32, 2), (64, 4), (128, 4), (256, 4)):
+    for concurrency, procs in ((8, 2), (32, 2), (63, 2), (64, 4), (128, 4), (256, 4)):
         cfg = config(tmp_path, "user=llm", f"concurrency={concurrency}")
         assert executors.hybrid_processes(cfg) == procs, concurrency
         list(executors.execute(cfg, None, [], "hybrid", lambda *a: {}))  # type: ignore[arg-type]
         assert seen.pop() == procs, concurrency
     assert executors.hybrid_processes(config(tmp_path, "user=llm", "concurrency=256", "n_workers=3")) == 3
+
+
+def test_the_worker_processes_shares_of_threads_and_limits_add_up_to_the_runs(tmp_path: Path) -> None:
+    assert [executors.share(9, 2, i) for i in range(2)] == [5, 4]  # a rounded split gave 5 + 5 threads
+    cfg = config(tmp_path, "model=openai", "model.rate_limit.rpm=60", "model.rate_limit.max_in_flight=6",
+                 "+model.rate_limit.start_in_flight=2")
+    shares = [executors.share_limits(cfg.copy(), 4, i).model.rate_limit for i in range(4)]
+    assert [s.max_in_flight for s in shares] == [2, 2, 1, 1]  # 6 in all (a rounded split: 4 x 2 = 8)
+    assert [s.start_in_flight for s in shares] == [1, 1, 1, 1]  # each process needs one to start
+    assert [s.rpm for s in shares] == [15.0] * 4
+
+
+def test_a_hybrid_run_never_has_more_calls_in_flight_than_max_in_flight(tmp_path: Path) -> None:
+    """4 processes asked for, 3 calls allowed in flight: it forks 3 with one each (split 4 ways, each got one: 4)."""
+    with RecordingEndpoint(latency_s=0.05) as endpoint:
+        cfg = config(tmp_path, *served(endpoint.base_url, tmp_path, "n_workers=4", "concurrency=16", "n_tasks=12",
+                                       "max_steps=4", "model.rate_limit.max_in_flight=3", "model.cache_dir=null"))
+        assert plan(cfg, [(i, 0, "x", "") for i in range(12)], spends=True) == "hybrid"
+        run(cfg, verbose=False)
+        calls = [(s.at, s.answered_at) for s in endpoint.posts() if s.answered_at is not None]
+    overlaps = [sum(a <= t < b for a, b in calls) for t, _ in calls]  # in flight at each arrival, itself included
+    assert len(calls) >= 12 and 2 <= max(overlaps) <= 3, max(overlaps)
 
 
 def test_operational_knobs_do_not_change_the_fingerprint(tmp_path: Path) -> None:
