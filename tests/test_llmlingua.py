@@ -194,3 +194,33 @@ def test_llmlingua1_on_smollm2_keeps_protected_pairs_digits_and_punctuation(smol
     assert lingua.in_order(out, protected(src))
     assert [c for c in out if c in '{}[]:,"'] == [c for c in src if c in '{}[]:,"']
     assert view.messages[4:] == h[4:]
+
+
+def test_two_processes_wanting_the_same_checkpoint_convert_it_once(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make test`'s two workers (or a run's processes) on an empty cache: one converts, the other waits for it,
+    and neither replaces the checkpoint under the other (flock; a thread's open file is locked apart too)."""
+    import threading
+    import time
+
+    from harness.policies import lingua_models
+
+    monkeypatch.setattr(lingua_models, "CACHE_ROOT", tmp_path / "cache")
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"weights")
+    made: list[Path] = []
+
+    def convert(_gguf: Path, out: Path) -> None:
+        made.append(out)
+        time.sleep(0.3)  # both callers are past their first look at the cache by now
+        out.mkdir(parents=True)
+        (out / "config.json").write_text("{}")
+
+    monkeypatch.setattr(lingua_models, "_convert", convert)
+    got: list[Path] = []
+    callers = [threading.Thread(target=lambda: got.append(lingua_models.hf_dir_from_gguf(gguf))) for _ in range(2)]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join()
+    assert len(made) == 1 and got == [made[0], made[0]]

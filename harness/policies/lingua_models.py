@@ -17,6 +17,7 @@ Three things stand between `llmlingua` 0.2.2 and an offline run here, each solve
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import importlib.util
 import os
@@ -64,6 +65,17 @@ def hf_dir_from_gguf(gguf: Path) -> Path:
     out = CACHE_ROOT / f"{gguf.stem}-{digest}"
     if (out / "config.json").exists():
         return out
+    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+    with open(CACHE_ROOT / f".{out.name}.lock", "w") as lock:
+        # one process converts; another (a second worker, a parallel test process) waits and finds it made, instead
+        # of replacing the checkpoint under a process that is loading it
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "config.json").exists():
+            _convert(gguf, out)
+    return out
+
+
+def _convert(gguf: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -76,9 +88,8 @@ def hf_dir_from_gguf(gguf: Path) -> Path:
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     plain.save_pretrained(str(tmp))
     tokenizer.save_pretrained(str(tmp))
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)  # atomic: a concurrent worker sees either nothing or the whole checkpoint
-    return out
+    shutil.rmtree(out, ignore_errors=True)  # a damaged one (no config.json)
+    tmp.rename(out)  # atomic: a reader sees either nothing or the whole checkpoint
 
 
 def resolve_model(compressor: str, model_path: str | None) -> Path:
