@@ -170,7 +170,7 @@ TEST_DEPS := $(STAMP) bytecode $(METHODS_STAMP) $(BROWSER_STAMP) $(RAY_STAMP) sa
 # Two pytest-xdist workers, each taking whole test files (module fixtures run once): `make test` on a fresh clone took
 # 754 s of tests instead of 1,255-1,360 s (docs/testing.md). TEST_WORKERS=0 runs them in this process, one by one.
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+PYTEST := $(PY) -m pytest $(if $(filter-out 0,$(strip $(TEST_WORKERS))),-n $(TEST_WORKERS) --dist loadfile)
 test: $(TEST_DEPS) $(LOCAL_STAMP) ## Run every test, the local-model integration tests included (offline; TEST_WORKERS=2)
 	$(PYTEST)
 
