@@ -57,17 +57,16 @@ def test_the_ray_marker_names_ray_and_hydras_launcher(monkeypatch: pytest.Monkey
     absent: set[str] = set()
 
     def find(name: str, *a: object) -> object:
-        if name in absent:
-            return None
-        if name.startswith("hydra_plugins.hydra_ray_launcher") and "ray" in absent:
-            raise ModuleNotFoundError(name)  # as a plugin whose dependency is missing may
-        return object()  # present, installed here or not
+        if name.startswith("hydra_plugins.") and "hydra_plugins" in absent:
+            raise ModuleNotFoundError(name)  # find_spec of a submodule whose parent package is missing
+        return None if name in absent else object()  # else present, installed here or not
 
     monkeypatch.setattr(importlib.util, "find_spec", find)
     assert check() == []
     absent.add("hydra_plugins.hydra_ray_launcher")
     assert check() == ["hydra-ray-launcher (make setup-ray)"]
-    absent.add("ray")
+    absent.clear()
+    absent.update({"ray", "hydra_plugins"})  # no hydra_plugins namespace at all
     assert check() == ["ray and hydra-ray-launcher (make setup-ray)"]
 
 
@@ -83,7 +82,6 @@ def test_the_closing_line_says_what_was_deselected_and_why() -> None:
     assert lines == ["no test skipped",
                      f"deselected: 1 {FWS_ABSENT}; 2 by -m 'not slow'"]
     assert FWS_ABSENT.startswith("needs @juppytt/fws (not on this machine's registry")
-
 
 
 def test_under_xdist_the_closing_line_still_says_what_the_workers_deselected() -> None:
