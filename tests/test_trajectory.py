@@ -31,8 +31,16 @@ from harness.report.trajectory import STATUSES, find_runs, load_episode, load_ru
 from harness.tokens import TokenCounter
 from harness.types import Message
 
-# its fixture runs every policy on every benchmark (~15 s): PinchBench in bubblewrap, Odysseys with its browser driver
-pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.browser]
+# `runs` runs every policy on every benchmark (~15 s): PinchBench in bubblewrap, Odysseys with its browser driver.
+# Only the tests using it need those (EVERY); the scripted expense episodes at the end need neither.
+EVERY = (pytest.mark.slow, pytest.mark.sandbox, pytest.mark.browser)
+
+
+def every_benchmark(test: Any) -> Any:
+    """The marks of a test on the every-policy, every-benchmark runs."""
+    for mark in EVERY:
+        test = mark(test)
+    return test
 
 LEVELS = {"EXACT", "SUMMARY", "POINTER", "DROP"}
 
@@ -77,7 +85,7 @@ def as_text(m: dict[str, Any]) -> str:
 
 
 # ---- every policy, every benchmark ----------------------------------------------------------------------------
-@pytest.mark.slow
+@every_benchmark
 def test_every_policy_and_benchmark_has_a_run_that_loads(runs: dict[str, Path]) -> None:
     assert {f"expense/{e}" for e in EXPENSE} <= set(runs)
     others = {f"{b}/{p}" for b in ("pinchbench", "pinchbench_workflow", "odysseys") for p in ("full", "waac")}
@@ -90,7 +98,7 @@ def test_every_policy_and_benchmark_has_a_run_that_loads(runs: dict[str, Path]) 
     assert sorted(find_runs(next(iter(runs.values())).parents[1])) == sorted(runs.values())
 
 
-@pytest.mark.slow
+@every_benchmark
 @pytest.mark.parametrize("mode", ["recorded", "inferred"])
 @pytest.mark.parametrize("key", keys())
 def test_every_step_accounts_for_every_history_message_once(runs: dict[str, Path], key: str, mode: str,
@@ -129,7 +137,7 @@ def as_text_of(m: dict[str, Any]) -> str:
 
 
 # ---- what each mechanism shows -----------------------------------------------------------------------------------
-@pytest.mark.slow
+@every_benchmark
 def test_c3_at_a_late_step_drops_old_pairs_and_keeps_the_last_five(runs: dict[str, Path]) -> None:
     ep = episode(runs, "expense/c3")
     step = ep["steps"][-1]
@@ -142,7 +150,7 @@ def test_c3_at_a_late_step_drops_old_pairs_and_keeps_the_last_five(runs: dict[st
     assert 0 in {s["ref"] for s in step["shown"]} and 1 in {s["ref"] for s in step["shown"]}  # the opening stays
 
 
-@pytest.mark.slow
+@every_benchmark
 def test_c4_shows_the_summary_its_policy_recorded_with_the_messages_it_summarizes(runs: dict[str, Path]) -> None:
     ep = episode(runs, "expense/c4")
     step = ep["steps"][-1]
@@ -159,7 +167,7 @@ def test_c4_shows_the_summary_its_policy_recorded_with_the_messages_it_summarize
     assert into == sources  # each listed once, with the view message it went into
 
 
-@pytest.mark.slow
+@every_benchmark
 def test_c4_inferred_shows_an_inserted_summary_of_the_dropped_pairs(inferred: dict[str, Path]) -> None:
     runs = inferred
     ep = episode(runs, "expense/c4")
@@ -174,7 +182,7 @@ def test_c4_inferred_shows_an_inserted_summary_of_the_dropped_pairs(inferred: di
     assert all("in decisions.summarized_pairs" in dropped[c] for c in calls)
 
 
-@pytest.mark.slow
+@every_benchmark
 def test_masking_shows_old_results_masked_in_place(runs: dict[str, Path]) -> None:
     ep = episode(runs, "expense/masking")
     step = ep["steps"][-1]
@@ -185,7 +193,7 @@ def test_masking_shows_old_results_masked_in_place(runs: dict[str, Path]) -> Non
         assert original["role"] == "tool" and len(s["text"]) < len(original["text"])
 
 
-@pytest.mark.slow
+@every_benchmark
 def test_llmlingua_compresses_summary_lcm_agentfold_summarize_and_mem0_inserts_as_recorded(
         runs: dict[str, Path]) -> None:
     statuses = {key: {s["status"] for st in episode(runs, key)["steps"] for s in st["shown"]}
@@ -196,7 +204,7 @@ def test_llmlingua_compresses_summary_lcm_agentfold_summarize_and_mem0_inserts_a
     assert (first["ref"], first["status"], first["note"]) == (0, "inserted", "as the policy recorded it")
 
 
-@pytest.mark.slow
+@every_benchmark
 def test_llmlingua_compresses_and_summary_lcm_agentfold_mem0_insert_inferred(inferred: dict[str, Path]) -> None:
     runs = inferred
     statuses = {key: {s["status"] for st in episode(runs, key)["steps"] for s in st["shown"]}
@@ -208,7 +216,7 @@ def test_llmlingua_compresses_and_summary_lcm_agentfold_mem0_insert_inferred(inf
                                                     "expense/mem0"))
 
 
-@pytest.mark.slow
+@every_benchmark
 @pytest.mark.parametrize("key", ["expense/waac", "odysseys/waac", "pinchbench_workflow/waac"])
 def test_waac_exposes_each_fields_level_and_why(runs: dict[str, Path], key: str) -> None:
     ep = episode(runs, key)
@@ -227,7 +235,7 @@ def test_waac_exposes_each_fields_level_and_why(runs: dict[str, Path], key: str)
     assert all(s["fields"] == [] for s in episode(runs, full)["steps"])  # a message-level policy has none
 
 
-@pytest.mark.slow
+@every_benchmark
 @pytest.mark.parametrize("key", ["pinchbench/full", "pinchbench/waac"])
 def test_a_new_session_drops_the_earlier_conversation(runs: dict[str, Path], key: str) -> None:
     """task_second_brain's third prompt opens a fresh conversation (and, for WAAC, a fresh policy: the fields of
@@ -242,7 +250,7 @@ def test_a_new_session_drops_the_earlier_conversation(runs: dict[str, Path], key
     assert (key == "pinchbench/waac") == any(step["fields"] for step in ep["steps"])
 
 
-@pytest.mark.slow
+@every_benchmark
 def test_pinchbench_and_odysseys_explain_each_criterion_and_rubric_item(runs: dict[str, Path]) -> None:
     pinch = {e["task_id"]: e for e in load_run(runs["pinchbench/full"])["episodes"]}
     lines = pinch["task_sales_summary"]["explanation"]
