@@ -98,13 +98,14 @@ def test_the_judge_prompt_reads_only_regular_files_and_never_blocks(hostile: Pat
     for name in ("note.md", "pipe.csv", "passwd.md", "host.md", "etc/", "sock.md", "zero.md"):
         assert f"### File: {name}" not in files, name  # not regular files: never opened
     assert "root:" not in prompt.user and "secret-host" not in prompt.user
-    # the 10 GB sparse file is text to upstream (NUL bytes are UTF-8): it comes first in name order, so it is cut
-    # to what fits, and zz_big.txt after it is left out; the cut line counts both and what was not shown
-    head = "### File: answer.md\nthe answer is 42\n\n\n### File: sparse.bin\n"
+    # the 10 GB sparse file is text to upstream (NUL bytes are UTF-8), as is zz_big.txt (50 MB): past the cap the
+    # smallest files are kept whole (answer.md), the next smallest is cut to what fits (zz_big.txt), the sparse
+    # file is left out; all in name order, and the cut line counts both and what was not shown
+    head = "### File: answer.md\nthe answer is 42\n\n\n### File: zz_big.txt\n"
     assert files.startswith(head) and len(prompt.user) <= PROMPT_MAX_CHARS
-    nuls = files[len(head):].split("\n\n[...")[0]
-    assert set(nuls) == {"\0"} and files == f"{head}{nuls}\n\n{prompt.cut}"
-    assert prompt.cut == CUT_LINE.format(files=2, size=(10 << 30) - len(nuls) + BIG)
+    shown = files[len(head):].split("\n\n[...")[0]
+    assert set(shown) == {"a"} and files == f"{head}{shown}\n\n{prompt.cut}"
+    assert prompt.cut == CUT_LINE.format(files=2, size=(10 << 30) + BIG - len(shown))
 
 
 def test_the_graders_copy_leaves_out_what_cannot_be_copied_and_says_so(hostile: Path) -> None:
@@ -148,6 +149,26 @@ def test_20000_small_files_make_a_capped_prompt_that_says_what_it_left_out(tmp_p
     assert blocks[-1] == CUT_LINE.format(files=20_000 - len(whole), size=cut_bytes) == prompt.cut
 
 
+def test_the_largest_real_task_is_judged_whole_and_past_the_cap_the_agents_report_is_kept(tmp_path: Path) -> None:
+    """PinchBench 2.0.0's largest judge prompts (task_log_hdfs_*: the task's 290,677-byte input log and the agent's
+    report) are sent whole by the default cap, as upstream sends them; past a cap, the report (smaller, but after
+    the log in name order) is kept whole and the log is cut, not the other way round."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "hdfs_datanode.log").write_text("2008-11-09 20:35:18 INFO dfs.DataNode: block\n" * 6_460)  # 290,700 B
+    (ws / "hdfs_failure_report.md").write_text("# Failures\n" + "- a failed block replication\n" * 300)
+    whole = judge_prompt(sales_task(), [], ws, 2)
+    assert whole.cut is None and "hdfs_failure_report.md" in whole.user and len(whole.user) > 290_700
+    capped = judge_prompt(sales_task(), [], ws, 2, max_chars=100_000)
+    files = capped.user.split("## Workspace Files Created by Agent\n")[1].split("\n\n## Grading Rubric")[0]
+    report = (ws / "hdfs_failure_report.md").read_text()
+    assert f"### File: hdfs_failure_report.md\n{report}" in files and len(capped.user) <= 100_000
+    log = files.split("### File: hdfs_datanode.log\n")[1].split("\n\n### File:")[0]
+    assert 0 < len(log) < 290_700 and (ws / "hdfs_datanode.log").read_text().startswith(log)
+    assert files.index("hdfs_datanode.log") < files.index("hdfs_failure_report.md")  # upstream's order
+    assert capped.cut == CUT_LINE.format(files=1, size=290_700 - len(log))
+
+
 def test_reading_stops_after_its_byte_budget_of_binary_files(tmp_path: Path) -> None:
     """Binary files are read only until they fail to decode (one chunk each), and in all at most `max_bytes`
     (READ_MAX_BYTES in a run): a text file after that many binary ones is listed unread, counted as not shown."""
@@ -185,12 +206,12 @@ def test_below_the_cap_the_prompt_is_upstreams_and_the_cap_is_checked(tmp_path: 
 
 def test_a_summary_too_long_by_itself_is_cut_by_lines_and_said(tmp_path: Path) -> None:
     transcript = [{"type": "message", "message": {"role": "user", "content": f"turn {i} " + "u" * 1000}}
-                  for i in range(400)]  # user turns are shown whole (upstream): 400 kB of summary
+                  for i in range(800)]  # user turns are shown whole (upstream): 800 kB of summary
     prompt = judge_prompt(sales_task(), transcript, tmp_path / "none", 2)
     summary = prompt.user.split("## Agent Transcript (summarized)\n")[1].split("\n\n## Grading Rubric")[0]
     lines = summary.split("\n")
     assert len(prompt.user) <= PROMPT_MAX_CHARS and lines[0].startswith("User: turn 0 ")
-    assert lines[-1] == prompt.cut and prompt.cut.startswith(f"[... {400 - (len(lines) - 1)} transcript lines / ")
+    assert lines[-1] == prompt.cut and prompt.cut.startswith(f"[... {800 - (len(lines) - 1)} transcript lines / ")
 
 
 # ---- item 1: a grading step that stalls is given up at the deadline -------------------------------------------

@@ -90,6 +90,7 @@ def test_table1_scores_categories_and_overall_as_upstream_leaving_ungraded_tasks
     assert ours["Code"] == "n/a" and ours["Res"] == "–"  # ran but never graded / no task of the category
     assert (ours["Tasks"], ours["Tasks not graded"], ours["Episodes not graded"]) == ("4", "1", "3")
     assert (ours["Parts not graded"], ours["Grading errors (episodes)"], ours["Runs"]) == ("3", "1", "2")
+    assert ours["Judge prompts cut (episodes)"] == "–"  # runs before the column existed: unknown, not 0
     assert (ours["Input (M)"], ours["Output (M)"], ours["Aux in+out (M)"]) == ("6.000", "0.400", "0.060")
     assert ours["Time (s)"] == "60.0" and ours["Run"] == "c2/x" and ours["Task version"] == "2"
     theirs = t["Vanilla paper"]
@@ -409,3 +410,12 @@ def test_a_score_that_is_not_a_number_skips_the_run_and_a_damaged_folder_is_warn
     assert any(m.startswith(f"skipping {bad}: score not a number") for m in caplog.messages)
     assert sum(str(damaged) in m for m in caplog.messages) == 1
     assert list(_csv(tmp_path / "t", "pinchbench_table1").columns) == ["Vanilla ours", "Vanilla paper"]
+
+
+def test_table1_counts_the_episodes_whose_judge_prompt_the_cap_cut() -> None:
+    frame = _singles()
+    frame["judge_prompt_truncated"] = [False, True, None, True, False, False, False, False]
+    ours = pt.table1(frame, PAPER, {"c2": "c2/x"})["Vanilla ours"]
+    assert ours["Judge prompts cut (episodes)"] == "2"
+    assert pt.table1(frame.assign(judge_prompt_truncated=False), PAPER, {"c2": "c2/x"})["Vanilla ours"][
+        "Judge prompts cut (episodes)"] == "0"

@@ -393,12 +393,16 @@ def _provenance1(mine: pd.DataFrame, tasks: pd.DataFrame, universe: set[str],
     errors = mine.grading_error.notna() & (mine.grading_error.astype(str) != "") if "grading_error" in mine \
         else pd.Series(False, index=mine.index)
     parts = int(mine.not_graded_parts.fillna(0).sum()) if "not_graded_parts" in mine else None
+    # a judge prompt the cap cut (judge.py: past 500,000 characters, no real task) is not upstream's prompt
+    cut = int(mine.judge_prompt_truncated.fillna(False).astype(bool).sum()) if "judge_prompt_truncated" in mine \
+        else None
     run = {"Tasks run (of the paper's)": cover["Overall"].shown()} if cover else {}
     return {**run, "Tasks": str(len(tasks)), "Tasks not graded": str(int(tasks.score.isna().sum())),
             "Tasks absent (run by another column)": str(len(universe - set(mine.task_id))),
             "Episodes not graded": str(int(mine.score.isna().sum())),
             "Parts not graded": "–" if parts is None else str(parts),
             "Grading errors (episodes)": str(int(errors.sum())),
+            "Judge prompts cut (episodes)": "–" if cut is None else str(cut),
             "Runs": str(len(mine.groupby(_RUN))), **_who(mine)}
 
 

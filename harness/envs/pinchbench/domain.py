@@ -64,7 +64,7 @@ class Sandboxing:
     grade_deadline_s: float | None = 900.0  # a task's whole grading (grader + judge; scoring.Deadline); None: none
     grade_copy_file_mb: int = 256  # the grader's copy of the workspace leaves out a bigger file (grading.py) ...
     grade_copy_total_mb: int = 1024  # ... and the files past this total
-    judge_prompt_max_chars: int = 200_000  # the judge prompt's cap, cut lines said in it (judge.py; ours)
+    judge_prompt_max_chars: int = 500_000  # the judge prompt's cap, cut lines said in it (judge.py; ours)
 
     def __post_init__(self) -> None:
         if self.enforce not in ("auto", "checked"):

@@ -8,10 +8,12 @@ system message `_JUDGE_SYSTEM_MSG` of 2.0.0's direct-API judge.
   text, tool results, user turns), `## Workspace Files Created by Agent` (left out when there is no file, each
   file whole) and `## Grading Rubric`, the grader rules, the paragraph saying the agent's tool use is no
   violation, and the rule that the total is the criteria's mean. Ours: the prompt is capped at `max_chars`
-  (benchmark.sandbox.judge_prompt_max_chars, default 200,000): files are shown whole in upstream's order until
-  the next would pass the cap, that one is cut, and one line `[... N files / M bytes not shown: the judge
-  prompt's cap]` ends the section (upstream 2.0.0 has no cap: commit d928518 removed the 3,000-character cut per
-  file; 20,000 small files made a 60 MB prompt). A summary too long by itself is cut the same way.
+  (benchmark.sandbox.judge_prompt_max_chars, default 500,000: every real 2.0.0 prompt is whole under it): past
+  it the smallest files are kept whole (an agent's report before the big input log it was given), the next
+  smallest is cut, the rest are left out, all shown in upstream's order, and one line `[... N files / M bytes not
+  shown: the judge prompt's cap]` ends the section (upstream 2.0.0 has no cap: commit d928518 removed the
+  3,000-character cut per file; 20,000 small files made a 60 MB prompt). A summary too long by itself is cut by
+  lines.
 - 1.x: tool calls (arguments whole), tool results and user turns only; no workspace files; no mean rule.
 
 Outcomes, scored as upstream scores them (scoring.py turns a missing score into 0):
@@ -72,7 +74,10 @@ SKIP_NAMES = frozenset({"BOOTSTRAP.md", "SOUL.md", "USER.md", "IDENTITY.md", "HE
 SKIP_DIRS = frozenset({".git", ".openclaw", "__pycache__", "node_modules", "skills"})
 # Ours: upstream 2.0.0 sends every workspace file whole (d928518 "keep full workspace file context" removed the
 # content[:3000] cut per file), so a workspace of 20,000 files made a 60 MB prompt. Benchmark.sandbox sets it.
-PROMPT_MAX_CHARS = 200_000
+# Big enough for every real 2.0.0 prompt whole: the largest, task_log_hdfs_* (a 290,677-byte log), is 293,566
+# characters before the agent's own files (108,537 o200k tokens); 500,000 characters is about what upstream's judge
+# (Claude Haiku 4.5, a 200k-token context) can take of such text, and a bigger prompt would fail there anyway.
+PROMPT_MAX_CHARS = 500_000
 CUT_LINE = "[... {files} files / {size} bytes not shown: the judge prompt's cap]"
 _CUT_ROOM = 200  # characters kept free for the cut lines
 _CHUNK = 1 << 16
@@ -249,20 +254,19 @@ class _File:
 
 
 def read_files(workspace: Path, room: int, max_bytes: int = READ_MAX_BYTES) -> list[_File]:
-    """The candidate files read in order until `room` characters of text are in hand (each at most that much)
-    or `max_bytes` were read; a binary or unreadable file is dropped, as upstream drops it; the rest are listed
-    unread."""
+    """Every candidate file, each read up to `room` characters, until `max_bytes` were read in all; a binary or
+    unreadable file is dropped, as upstream drops it; those past the byte budget are listed unread. Each is read
+    whatever came before it: when the cap cuts, the smallest files are the ones kept whole (_compose)."""
     out: list[_File] = []
     budget = max_bytes
     for rel, size in _candidates(workspace):
         if room <= 0 or budget <= 0:
             out.append(_File(rel, size, None))
             continue
-        read = read_text(workspace, rel, room)
+        read = read_text(workspace, rel, min(room, budget))
         budget -= len(read[0].encode()) if read else min(size, _CHUNK)  # a binary file fails in its first chunk
         if read is not None:
             out.append(_File(rel, size, *read))
-            room -= len(read[0])
     return out
 
 
@@ -273,26 +277,45 @@ def _fit(entries: list[_File], room: int) -> FilesText:
 
 
 def _compose(entries: list[_File], room: int) -> FilesText:
-    """Files whole while they fit, the next one cut, the rest counted in one cut line (a file not read counts its
-    size as the file system gives it)."""
+    """Within `room` characters: files whole, smallest first, while they fit (the agent's report before a big input
+    log it was given: upstream shows every file whole, so what the cap cuts is ours to choose, and it cuts the
+    least), the smallest one left cut to the room there is, the rest counted in one cut line (a file not read
+    counts its size as the file system gives it); the files shown in upstream's order."""
+    sep = len("\n\n")  # between blocks: counted for each, and given back once (the first block has none)
+    room += sep
+    shown: dict[int, str] = {}
+    for i in sorted((i for i, e in enumerate(entries) if e.text is not None), key=lambda i: _length(entries[i])):
+        entry, text = entries[i], entries[i].text or ""
+        fits = room - sep - len(_header(entry))
+        if fits <= 0:
+            break
+        shown[i] = text if entry.whole and len(text) <= fits else text[:fits]
+        room -= sep + len(_header(entry)) + len(shown[i])
+        if len(shown[i]) < len(text) or not entry.whole:
+            break  # the one cut: every file after it in size order is longer
     parts: list[str] = []
     left, left_bytes = 0, 0
-    for entry in entries:
-        header = ("\n\n" if parts else "") + f"### File: {entry.rel.as_posix()}\n"
-        fits = room - len(header)
-        if entry.text is None or fits <= 0:
+    for i, entry in enumerate(entries):
+        if i not in shown:
             left, left_bytes = left + 1, left_bytes + entry.size
             continue
-        text = entry.text
-        if not entry.whole or len(text) > fits:  # cut: the head is shown, the rest counted as left out
-            text = text[:fits]
+        text = shown[i]
+        if not entry.whole or len(text) < len(entry.text or ""):  # cut: the head is shown, the rest left out
             left, left_bytes = left + 1, left_bytes + max(0, entry.size - len(text.encode()))
-        parts.append(header + text)
-        room -= len(header) + len(text)
+        parts.append(("\n\n" if parts else "") + _header(entry) + text)
     if not left:
         return FilesText("".join(parts))
     note = CUT_LINE.format(files=left, size=left_bytes)
     return FilesText("".join(parts) + ("\n\n" if parts else "") + note, note)
+
+
+def _header(entry: _File) -> str:
+    return f"### File: {entry.rel.as_posix()}\n"
+
+
+def _length(entry: _File) -> tuple[bool, int, str]:
+    """A file's place in the cut's order: whole ones by length, then those read only in part by size; then path."""
+    return (not entry.whole, len(entry.text or "") if entry.whole else entry.size, entry.rel.as_posix())
 
 
 def read_text(workspace: Path, rel: Path, max_chars: int) -> tuple[str, bool] | None:
