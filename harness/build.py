@@ -17,7 +17,7 @@ from omegaconf.errors import InterpolationKeyError
 from harness.backends.base import LLMBackend
 from harness.backends.judge_backend import host
 from harness.envs.base import Domain, UserModel
-from harness.errors import InputError
+from harness.errors import InputError, one_line
 from harness.policies.base import ContextPolicy, method_record
 from harness.types import Task
 
@@ -115,11 +115,21 @@ def _nests_a_target(value: Any) -> bool:
 def build_model(cfg: DictConfig, seed: int) -> LLMBackend:
     """The model backend; a backend refusing its settings (e.g. model.failures of model=sim_llmlike) comes out as
     one InputError line, not Hydra's wrapper."""
+    backend: LLMBackend = instantiate_backend(cfg.model, "model", seed=seed)
+    return backend
+
+
+def instantiate_backend(node: Any, key: str, **kwargs: Any) -> Any:
+    """instantiate(node, **kwargs), a constructor's refusal (its InputError, or a ValueError such as an unknown
+    encoding) as one InputError line naming the config block `key`, never Hydra's five-line wrapper."""
     try:
-        return instantiate(cfg.model, seed=seed)
+        return instantiate(node, **kwargs)
     except InstantiationException as exc:
-        if isinstance(exc.__cause__, InputError):
-            raise InputError(str(exc.__cause__)) from None
+        cause = exc.__cause__
+        if isinstance(cause, InputError):
+            raise InputError(str(cause)) from None
+        if isinstance(cause, ValueError):
+            raise InputError(f"{key}: {one_line(cause)}") from None
         raise
 
 
@@ -128,20 +138,16 @@ def model_factory(cfg: DictConfig) -> Callable[[int], LLMBackend]:
     episode calls it with its seed for a backend of its own (a backend holds per-episode state: SimModel's random
     streams, the tool-call ids seen), without walking the config through `instantiate` again. The config's mappings
     are shared by the backends it makes, as read-only settings; a refusal comes out as build_model's does."""
-    try:
-        made = instantiate(cfg.model, _partial_=True)
-    except InstantiationException as exc:
-        if isinstance(exc.__cause__, InputError):
-            raise InputError(str(exc.__cause__)) from None
-        raise
+    made = instantiate_backend(cfg.model, "model", _partial_=True)
 
     def build(seed: int) -> LLMBackend:
         try:
-            return made(seed=seed)
-        except InstantiationException as exc:
-            if isinstance(exc.__cause__, InputError):
-                raise InputError(str(exc.__cause__)) from None
+            backend: LLMBackend = made(seed=seed)
+            return backend
+        except InputError:
             raise
+        except ValueError as exc:
+            raise InputError(f"model: {one_line(exc)}") from None
 
     return build
 

@@ -76,6 +76,7 @@ from omegaconf.errors import ValidationError
 from harness.build import build_domain, check_policy_model
 from harness.config import BENCHMARK_SETTINGS, RENAMED, RunConfig
 from harness.errors import InputError
+from harness.resume import check_shape
 from harness.run import CONFIG_DIR, judge_status, main
 from harness.sweep import installed, missing_launcher
 
@@ -405,8 +406,10 @@ def _targets(node: Any) -> Iterator[str]:
 def check_run(cfg: DictConfig) -> str | None:
     """The run's shape and output, checked before Hydra creates the out_dir: a zero n_tasks or n_runs used to end
     in a traceback and an empty episodes.parquet, an unwritable out_dir in a traceback from deep in Hydra."""
-    if cfg.n_runs < 1:
-        return f"error: n_runs={cfg.n_runs} is out of range (valid: 1 or more)"
+    try:
+        check_shape(cfg)  # the run's own settings (n_runs, out_dir, max_steps, budget, ...)
+    except InputError as exc:
+        return f"error: {exc}"
     missing = missing_extra(cfg)
     if missing:
         return missing

@@ -41,6 +41,8 @@ class RunConfig:
     pricing: Any = None  # price sheet and prompt-cache model the episodes are priced with (harness.pricing)
 
 
+EXECUTORS = ("auto", "ray")  # RunConfig.executor's values (harness.executors.plan)
+
 # Root settings that only some benchmarks read. Each env config lists those its benchmark reads (`env.reads`); the
 # command line may not override any other (harness.cli), so e.g. `user=llm` on PinchBench, which has no user model,
 # is refused instead of silently ignored. The rest of RunConfig applies to every benchmark.

@@ -11,3 +11,17 @@ def one_line(value: object) -> str:
     """`value` (an exception, a reply, any object) as one line for an error message: its text with every run of
     white space (newlines included) folded to one space; its type's name when that text is empty."""
     return " ".join(str(value).split()) or type(value).__name__
+
+
+def whole_number(key: str, value: object, low: int = 0) -> int:
+    """A setting that must be a whole number >= low (a bool is not one), else an InputError naming key and value."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise InputError(f"{key}={value!r} is not a whole number >= {low}")
+    return value
+
+
+def share(key: str, value: object) -> float:
+    """A setting that must be a number in (0, 1] (a budget tier), else an InputError naming key and value."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise InputError(f"{key}={value!r} is not a number in (0, 1]")
+    return float(value)

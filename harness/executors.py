@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness import lifecycle
 from harness.build import build_domain
+from harness.config import EXECUTORS
 from harness.envs.base import Domain
 from harness.errors import InputError
 from harness.records import State, check_transcript, transcript_path
@@ -47,7 +48,7 @@ def plan(cfg: DictConfig, jobs: list[Job], spends: bool) -> str:
     if cfg.get("executor", "auto") == "ray":
         return "ray"
     if cfg.get("executor", "auto") != "auto":
-        raise InputError(f"executor={cfg.executor} is not an executor (valid: auto, ray)")
+        raise InputError(f"executor={cfg.executor} is not an executor (valid: {', '.join(EXECUTORS)})")
     workers = cfg.n_workers or os.cpu_count() or 1
     threaded = cfg.model.get("executor") == "thread"
     if threaded or spends:

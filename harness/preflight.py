@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from harness.backends.base import InfraError
+from harness.build import instantiate_backend
 from harness.errors import InputError
 
 if TYPE_CHECKING:
@@ -35,10 +35,12 @@ PER_EPISODE = ("n_steps", "input_tokens", "output_tokens", "aux_input_tokens", "
 def real_backends(cfg: DictConfig, seed: int) -> dict[str, Any]:
     """Role -> live backend, for the config's backends that call an endpoint (they have `preflight`)."""
     judge = cfg.get("judge") or {}
-    blocks = {"agent": cfg.model, "user": (cfg.user or {}).get("backend"),
-              "summarizer": (cfg.summarizer or {}).get("backend"),
-              "judge": None if judge.get("use_agent") or not _judges(cfg) else judge.get("model")}
-    backends = {role: instantiate(b, seed=seed) for role, b in blocks.items() if b is not None and b.get("_target_")}
+    blocks = {"model": cfg.model, "user.backend": (cfg.user or {}).get("backend"),
+              "summarizer.backend": (cfg.summarizer or {}).get("backend"),
+              "judge.model": None if judge.get("use_agent") or not _judges(cfg) else judge.get("model")}
+    roles = dict(zip(blocks, ("agent", "user", "summarizer", "judge"), strict=True))
+    backends = {roles[key]: instantiate_backend(b, key, seed=seed) for key, b in blocks.items()
+                if b is not None and b.get("_target_")}
     return {role: b for role, b in backends.items() if callable(getattr(b, "preflight", None))}
 
 

@@ -15,9 +15,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from harness.config import EXECUTORS
 from harness.envs.base import Domain
-from harness.errors import InputError
+from harness.errors import InputError, share, whole_number
 from harness.records import State, transcript_files, transcript_path, transcript_state
+from harness.tokens import ENCODINGS
 
 log = logging.getLogger("harness.run")
 Job = tuple[int, int, str, str]  # task index, run, out_dir, configuration fingerprint
@@ -117,7 +119,25 @@ def prepare_out_dir(value: str) -> Path:
 
 
 def check_shape(cfg: DictConfig) -> None:
+    """The run's own settings, before anything is built or written: one InputError line naming the first bad one
+    (the schema checks their types; these are the values a type lets through)."""
     if not isinstance(cfg.n_runs, int) or cfg.n_runs < 1:
         raise InputError(f"n_runs={cfg.n_runs} is out of range (valid: 1 or more)")
     if not isinstance(cfg.max_unusable_replies, int) or cfg.max_unusable_replies < 0:
         raise InputError(f"max_unusable_replies={cfg.max_unusable_replies} must be 0 (never stop) or more")
+    if not OmegaConf.is_interpolation(cfg, "out_dir") and not str(cfg.out_dir or "").strip():  # the working dir
+        raise InputError("out_dir is empty: name the run's folder (out_dir=results/<name>)")
+    whole_number("max_steps", cfg.max_steps, 1)
+    whole_number("n_workers", cfg.n_workers, 0)  # 0: as many as the machine's CPUs
+    whole_number("concurrency", cfg.concurrency, 1)
+    if cfg.encoding not in ENCODINGS:
+        raise InputError(f"encoding={cfg.encoding} is not an encoding (valid: {', '.join(ENCODINGS)})")
+    if cfg.get("executor", "auto") not in EXECUTORS:
+        raise InputError(f"executor={cfg.executor} is not an executor (valid: {', '.join(EXECUTORS)})")
+    budget = cfg.get("budget") or {}
+    if budget.get("reference_tokens") is not None:
+        whole_number("budget.reference_tokens", budget.get("reference_tokens"), 1)
+    if budget.get("fraction") is not None:
+        share("budget.fraction", budget.get("fraction"))
+    if (cfg.get("model") or {}).get("context_window") is not None:
+        whole_number("model.context_window", cfg.model.context_window, 1)

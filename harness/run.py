@@ -188,9 +188,9 @@ def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
             preflight.check_cap_fits_a_call(cfg.max_cost_usd, backends)
         if jobs and backends and cfg.preflight:
             _preflight(cfg, backends, len(jobs), verbose)
+        how = plan(cfg, jobs, bool(backends))  # a refusal here leaves the out_dir's config and manifest as they were
         (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         manifest.begin(out_dir, cfg, print_, [t.task_id for t in domain.tasks], **manifest.domain_record(domain))
-        how = plan(cfg, jobs, bool(backends))
         if jobs:
             _share_models(cfg, how)
         lifecycle.METER.reset(cfg.max_cost_usd, spent(out_dir, print_), ledger=out_dir / SPENT)

@@ -143,7 +143,8 @@ def test_a_bad_tasks_file_names_file_and_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("override", "reason"), [
-    ("policy.n=-1", "policy.n must be >= 0, got -1"),
+    ("policy.n=-1", "policy.n=-1 is not a whole number >= 0"),
+    ("policy.n=five", "policy.n='five' is not a whole number >= 0"),
     ("policy.unit=turn", "policy.unit='turn' must be one of pair, round")])
 def test_a_setting_the_policy_refuses_is_one_line_before_anything_is_written(tmp_path: Path, override: str,
                                                                              reason: str) -> None:
@@ -333,3 +334,24 @@ def test_two_of_hydras_commands_get_one_line_not_a_traceback() -> None:
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip() == "error: --multirun and --info cannot be given together (Hydra runs one of --run, " \
         "--multirun, --cfg, --info, --shell-completion)"
+
+
+@pytest.mark.parametrize(("override", "reason"), [
+    ("out_dir=", "out_dir is empty"),  # it would be the working directory: Hydra wrote .hydra/ and run.log there
+    ("encoding=o300k", "encoding=o300k is not an encoding (valid: o200k_base, cl100k_base)"),
+    ("budget.fraction=abc", "budget.fraction='abc' is not a number in (0, 1]"),
+    ("n_workers=-3", "n_workers=-3 is not a whole number >= 0")])
+def test_a_bad_run_setting_is_one_line_and_nothing_is_written_anywhere(tmp_path: Path, override: str,
+                                                                       reason: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "experiment=c3", *FAST, f"out_dir={tmp_path / 'out'}",
+                           override], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    refused(proc, reason)
+    assert list(tmp_path.iterdir()) == []  # neither the out_dir nor anything in the working directory
+
+
+def test_a_model_backend_refusing_its_settings_is_one_line(tmp_path: Path) -> None:
+    script = tmp_path / "empty.json"
+    script.write_text("\n")
+    refused(run_cli("model=scripted", f"model.script={script}", out_dir=tmp_path / "out"),
+            f"model.script={script}: not a readable script")
+    assert not (tmp_path / "out" / "manifest.json").exists()  # refused before the run began (Hydra's .hydra/ aside)

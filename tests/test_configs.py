@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from harness.envs.expense.domain import ExpenseDomain
 from harness.envs.expense.user import ScriptedUser
 from harness.errors import InputError
 from harness.policies import ExtractiveSummarizer, FullHistory, LastN, LastNSummary
+from harness.resume import check_shape
 
 register()
 EXPERIMENTS = ("c1", "c2", "c3", "c4")
@@ -205,3 +207,39 @@ def test_odysseys_takes_the_first_n_tasks_and_refuses_more_than_it_has() -> None
     with pytest.raises(InputError, match=r"n_tasks=3 is out of range: 2 Odysseys tasks are selected after the "
                                          r"filters \(valid: 1..2, or n_tasks=null for all\)"):
         build.build_domain(load(*dev, "n_tasks=3"))
+
+
+@pytest.mark.usefixtures("hydra_ctx")
+@pytest.mark.parametrize(("override", "reason"), [
+    ("max_steps=0", "max_steps=0 is not a whole number >= 1"),
+    ("n_workers=-1", "n_workers=-1 is not a whole number >= 0"),
+    ("concurrency=0", "concurrency=0 is not a whole number >= 1"),
+    ("encoding=o300k", "encoding=o300k is not an encoding"),
+    ("executor=turbo", "executor=turbo is not an executor (valid: auto, ray)"),
+    ("budget.fraction=2", "budget.fraction=2 is not a number in (0, 1]"),
+    ("budget.fraction=0", "budget.fraction=0 is not a number in (0, 1]"),
+    ("budget.fraction=true", "budget.fraction=True is not a number in (0, 1]"),
+    ("budget.reference_tokens=-5", "budget.reference_tokens=-5 is not a whole number >= 1"),
+    ("model.context_window=-1", "model.context_window=-1 is not a whole number >= 1")])
+def test_a_run_setting_out_of_range_is_refused_by_name(override: str, reason: str) -> None:
+    with pytest.raises(InputError) as err:
+        check_shape(load(override))
+    assert str(err.value).startswith(reason)
+
+
+@pytest.mark.usefixtures("hydra_ctx")
+def test_the_run_settings_in_range_pass_and_an_empty_out_dir_does_not() -> None:
+    check_shape(load("budget.fraction=0.3", "budget.reference_tokens=5000", "n_workers=0", "max_steps=1"))
+    with pytest.raises(InputError, match="out_dir is empty"):
+        check_shape(load(out_dir=""))
+
+
+@pytest.mark.usefixtures("hydra_ctx")
+@pytest.mark.parametrize(("experiment", "override", "reason"), [
+    ("c4", "policy.w=-1", "policy.w=-1 is not a whole number >= 0"),
+    ("c4", "policy.n=five", "policy.n='five' is not a whole number >= 0"),
+    ("masking", "policy.polling=0", "policy.polling=0 is not a whole number >= 1")])
+def test_a_pair_policy_refuses_a_count_that_is_not_a_whole_number(experiment: str, override: str,
+                                                                   reason: str) -> None:
+    with pytest.raises(InputError, match=re.escape(reason)):
+        build.build_policy(load(f"experiment={experiment}", override))

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from harness.errors import whole_number
 from harness.policies.base import (
     ContextPolicy,
     Pair,
@@ -50,8 +51,7 @@ class LastN(ContextPolicy):
     _scan: PairScan = field(default_factory=PairScan, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.n < 0:
-            raise ValueError(f"policy.n must be >= 0, got {self.n}")
+        whole_number("policy.n", self.n, 0)
         if self.unit not in UNITS:
             raise ValueError(f"policy.unit={self.unit!r} must be one of {', '.join(UNITS)}")
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from harness.errors import whole_number
 from harness.policies.base import (
     ContextPolicy,
     Pair,
@@ -46,6 +47,8 @@ class LastNSummary(ContextPolicy):
     _scan: PairScan = field(default_factory=PairScan, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        whole_number("policy.n", self.n, 0)
+        whole_number("policy.w", self.w, 0)
         if self.summary_role not in ROLES:
             raise ValueError(f"policy.summary_role={self.summary_role!r} must be one of {', '.join(ROLES)}")
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from harness.errors import whole_number
 from harness.policies.base import ContextPolicy, RenderContext, View
 from harness.types import Message, Provenance
 
@@ -57,10 +58,8 @@ class ObservationMasking(ContextPolicy):
     _masks: dict[int, tuple[Message, Message]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.n < 1:  # LastNObservations.validate_n
-            raise ValueError(f"policy.n must be a positive integer, got {self.n}")
-        if self.polling < 1:
-            raise ValueError(f"policy.polling must be >= 1, got {self.polling}")
+        whole_number("policy.n", self.n, 1)  # LastNObservations.validate_n
+        whole_number("policy.polling", self.polling, 1)
 
     def record(self) -> dict[str, Any]:
         return {"method": "observation_masking", "n": self.n, "polling": self.polling,
