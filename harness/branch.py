@@ -545,10 +545,15 @@ def _names_dropped(rec: Recorded, j: int, fact: str) -> bool:
 def attribute(run_dir: Path, out: Path | None = None) -> pd.DataFrame:
     """Branch every failed episode at its failure step with what the policy had dropped restored; the table."""
     run_dir = Path(run_dir)
+    if not (run_dir / "transcripts").is_dir():
+        raise InputError(f"{run_dir}: not a run folder (no transcripts/)")
     rows = []
     for path in sorted((run_dir / "transcripts").glob("*__run*.jsonl")):
         state, records = check_transcript(path)
-        if state != State.COMPLETE or isinstance(records, str) or records[-1].get("completed"):
+        if isinstance(records, str):  # damaged: a resume reruns it; it cannot be branched
+            log.warning("skipping %s: %s", path, records)
+            continue
+        if state != State.COMPLETE or records[-1].get("completed"):
             continue
         rec = load(run_dir, path.stem)
         if not rec.steps:

@@ -57,6 +57,7 @@ if __name__ == "__main__":  # a Ctrl-C during the imports below (seconds) ends w
 
     tokens.preload()  # the default vocabulary, ready for the first request's count (overlapping only disk waits)
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra._internal.callbacks import Callbacks
 from hydra._internal.hydra import Hydra
@@ -75,7 +76,7 @@ from omegaconf.errors import ValidationError
 
 from harness.build import build_domain, check_policy_model
 from harness.config import BENCHMARK_SETTINGS, RENAMED, RunConfig
-from harness.errors import InputError
+from harness.errors import InputError, one_line
 from harness.resume import check_shape
 from harness.run import CONFIG_DIR, judge_status, main
 from harness.sweep import installed, missing_launcher
@@ -272,12 +273,33 @@ def multirun_out_dirs(flags: list[str], overrides: list[str]) -> list[str]:
     return [*rest, "out_dir=${hydra:runtime.output_dir}"]
 
 
+def bad_config_file(flags: list[str]) -> str | None:
+    """The first YAML file of a `--config-dir` that is not UTF-8 or not YAML, named with its line: Hydra's loader
+    ends in a traceback on either."""
+    given = [v for f, v in zip(flags, flags[1:], strict=False) if f in ("--config-dir", "-cd")]
+    given += [f.split("=", 1)[1] for f in flags if f.startswith(("--config-dir=", "-cd="))]
+    for folder in given:
+        for path in sorted(Path(folder).rglob("*.yaml")) if Path(folder).is_dir() else []:
+            try:
+                yaml.safe_load(path.read_bytes().decode())
+            except UnicodeDecodeError:
+                return f"error: {path}: not UTF-8 text"
+            except yaml.YAMLError as exc:
+                mark = getattr(exc, "problem_mark", None)
+                where = f":{mark.line + 1}" if mark is not None else ""
+                return f"error: {path}{where}: not valid YAML ({getattr(exc, 'problem', None) or one_line(exc)})"
+            except OSError as exc:
+                return f"error: {path}: cannot be read ({exc.strerror})"
+    return None
+
+
 def check(argv: list[str]) -> str | None:
     """None when the run can start; otherwise a message naming what is wrong and, where there are any, the valid
     choices. Only what Hydra would run: with flags (-m sweeps, --help, --cfg) the overrides get the syntactic
     check alone, and Hydra reports the rest. (A single run is checked by run_once, on the config it runs.)"""
     flags, overrides = split_flags(argv)
-    problem = two_commands(flags) or (written_wrong(overrides) if flags else before_composing(overrides))
+    problem = two_commands(flags) or bad_config_file(flags) or (
+        written_wrong(overrides) if flags else before_composing(overrides))
     if problem or flags:
         return problem
     try:

@@ -18,6 +18,7 @@ Jobs run in parallel through Hydra's joblib launcher; add `hydra/launcher=ray` (
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib.util
 import os
 import re
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> Path:
     if not argv or argv[0] not in SWEEPS:
         sys.exit(f"usage: make sweep SWEEP=<{'|'.join(SWEEPS)}> [ARGS='overrides']")
     sweep, args = argv[0], argv[1:]
-    problem = missing_launcher(args)
+    problem = missing_launcher(args) or unknown_choice(sweep, args)
     if problem:
         sys.exit(problem)
     given = [a.split("=", 1)[1] for a in args if a.startswith("hydra.sweep.dir=")]
@@ -154,6 +155,22 @@ def main(argv: list[str] | None = None) -> Path:
     except subprocess.CalledProcessError as exc:
         sys.exit(f"error: the {sweep} sweep stopped (exit status {exc.returncode}; the reason is above); finished "
                  f"episodes are kept, and once it is fixed this resumes it: {resume_command(sweep, sweep_dir, args)}")
+
+
+def unknown_choice(sweep: str, args: list[str]) -> str | None:
+    """A swept or given config-group value with no configs/<group>/<value>.yaml, said before any job (the budget
+    sweep's reference run) starts: Hydra would say it only when the job reaches it, in its 20-line list."""
+    groups = {p.name for p in (ROOT / "configs").iterdir() if p.is_dir()}
+    named = {**{k: v for k, v in swept(sweep, args).items() if k in groups},
+             **{k: v.split(",") for k, _, v in (a.partition("=") for a in args) if k in groups and v}}
+    for key, values in named.items():
+        valid = sorted(p.stem for p in (ROOT / "configs" / key).glob("*.yaml"))
+        for value in (v.strip() for v in values):
+            if value and value not in valid:
+                near = difflib.get_close_matches(value, valid, n=1)
+                hint = f"; did you mean {key}={near[0]}?" if near else ""
+                return f"error: {key}={value}: no configs/{key}/{value}.yaml (valid: {', '.join(valid)}){hint}"
+    return None
 
 
 def resume_command(sweep: str, sweep_dir: Path, args: list[str]) -> str:

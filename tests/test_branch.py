@@ -204,6 +204,14 @@ def test_bad_input_is_one_line(c3: Path, argv: list[str], says: str, capsys: pyt
     assert says in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+def test_attribute_on_a_folder_that_is_not_a_run_is_one_line_and_creates_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert branch.main(["--attribute", str(tmp_path / "nonexistent")]) == 2
+    err = capsys.readouterr().err
+    assert "nonexistent: not a run folder (no transcripts/)" in err and err.count("\n") == 1
+    assert not (tmp_path / "nonexistent").exists()
+
+
 # ---- the viewer: each step's `make branch` command, and a branch beside its original --------------------------
 def test_the_viewer_gives_each_step_the_branch_command_that_restores_its_dropped_messages(c3: Path) -> None:
     k = branch.failure_step(branch.load(c3, EPISODE))[0]

@@ -355,3 +355,15 @@ def test_a_model_backend_refusing_its_settings_is_one_line(tmp_path: Path) -> No
     refused(run_cli("model=scripted", f"model.script={script}", out_dir=tmp_path / "out"),
             f"model.script={script}: not a readable script")
     assert not (tmp_path / "out" / "manifest.json").exists()  # refused before the run began (Hydra's .hydra/ aside)
+
+
+@pytest.mark.parametrize(("content", "reason"), [
+    (b"name: [unclosed\n", "garb.yaml:2: not valid YAML (expected"),
+    (b"\xff\xfe name: x\n", "garb.yaml: not UTF-8 text")])
+def test_a_bad_yaml_file_in_a_config_dir_is_one_line(tmp_path: Path, content: bytes, reason: str) -> None:
+    (tmp_path / "cd" / "experiment").mkdir(parents=True)
+    (tmp_path / "cd" / "experiment" / "garb.yaml").write_bytes(content)
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "--config-dir", str(tmp_path / "cd"), "experiment=garb",
+                           *FAST, f"out_dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    refused(proc, reason)
+    assert not (tmp_path / "out").exists()

@@ -16,7 +16,8 @@ import pytest
 import yaml
 from fixtures.make_results import episodes, run_manifest, write_run
 
-from harness.report import budget, expense_tables, output, plots, reader, runs, tables
+from harness.errors import InputError
+from harness.report import budget, cli, expense_tables, output, plots, reader, runs, tables
 from harness.report.sweep import merge
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "results"
@@ -294,8 +295,17 @@ def test_damaged_or_empty_run_folders_are_skipped_with_a_warning(tmp_path: Path,
     caplog.clear()
     assert tables.main(["--results", str(root), "--out", str(tmp_path / "p"), "--run", f"c4={damaged[2]}"])
     assert "C4 ours" in _md(tmp_path / "p") and any(str(damaged[2]) in m for m in caplog.messages)
-    with pytest.raises(SystemExit, match=str(damaged[0])):
+    with pytest.raises(InputError, match=str(damaged[0])):
         budget.main([str(damaged[0])])
+    assert cli.run(budget.main, [str(damaged[0])]) == cli.EXIT_INPUT  # one `error:` line, exit 2
+    c4 = root / "c4" / "2026-01-01_00-00-00"
+    with pytest.raises(InputError, match=f"no budget reference from {c4}: .*Vanilla"):
+        budget.main([str(c4)])
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(InputError, match="afile is an existing file"):
+        tables.main(["--results", str(root), "--out", str(tmp_path / "afile")])
+    with pytest.raises(InputError, match="--run takes EXPERIMENT=RUN_DIR, not 'c3'"):
+        tables.main(["--results", str(root), "--run", "c3"])
 
 
 def test_a_sweep_merge_skips_a_damaged_job_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -84,3 +84,14 @@ def test_every_sweep_composes_with_the_ray_launcher_and_joblib_keeps_two_jobs() 
         assert proc.returncode == 0 and "hydra_ray_launcher" in proc.stdout, (sweep, proc.stderr[-400:])
     assert joblib_jobs("methods", ["n_tasks=1"]) == ["hydra.launcher.n_jobs=2"]
     assert joblib_jobs("methods", ["hydra/launcher=ray"]) == [] == joblib_jobs("budget", ["hydra.launcher.n_jobs=4"])
+
+
+def test_an_unknown_method_is_refused_before_any_job_or_reference_run() -> None:
+    from harness.sweep import SWEEPS, unknown_choice
+
+    assert all(unknown_choice(s, []) is None for s in SWEEPS)  # every sweep's own values exist
+    said = unknown_choice("budget", ["n_tasks=1", "policy=full,nope"])
+    assert said is not None and said.startswith("error: policy=nope: no configs/policy/nope.yaml (valid: agentfold")
+    said = unknown_choice("methods", ["experiment=c3,waak"])
+    assert said is not None and said.endswith("did you mean experiment=waac?")
+    assert unknown_choice("methods", ["model=sim_llmlke"]) is not None  # a group given, not swept

@@ -202,6 +202,24 @@ def test_replaying_logged_changes_gives_every_fields_full_decision(tmp_path) -> 
     main([str(path), "--step", str(len(ends) - 1), "--level", "summary"])
 
 
+def test_explain_on_a_bad_transcript_is_one_line_naming_it(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from harness.waac.explain import main
+
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text('{"type": "step", "step": 0, "decisions": {"fields": {}}}\n{"type": "st')
+    binary = tmp_path / "bin.jsonl"
+    binary.write_bytes(b"\xff\xfe")
+    plain = tmp_path / "c3.jsonl"
+    plain.write_text('{"type": "step", "step": 0, "decisions": {"kept_pairs": []}}\n')
+    for path, reason in ((cut, f"{cut}:2: not a transcript record"), (binary, f"{binary}: not UTF-8 text"),
+                         (plain, f"{plain} has no field decisions"),
+                         (tmp_path / "none.jsonl", f"{tmp_path / 'none.jsonl'}: cannot be read (No such file")):
+        with pytest.raises(SystemExit) as stop:
+            main([str(path), "--step", "3"])
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and err.startswith(f"error: {reason}") and err.count("\n") == 1, err
+
+
 def _long_session(steps: int) -> list[list[Message]]:
     """History prefixes of a long itemization (as bench/waac.py replays): new lines, lookups, saves, an error a
     retry answers, deletions, user turns; earlier grid versions become pointers, older ones summaries or drops."""

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import methods
+from harness.errors import InputError
 from harness.report import cli
 from harness.report.reader import EPISODES, read_frame
 
@@ -29,8 +30,11 @@ def read_reference(run_dir: Path) -> int:
     """The reference from a run folder; a damaged or empty one stops with a message naming it."""
     episodes = read_frame(run_dir / EPISODES)
     if episodes is None:
-        raise SystemExit(f"no budget reference: {run_dir} has no readable episodes (see the warning above)")
-    return reference_tokens(episodes)
+        raise InputError(f"no budget reference: {run_dir} has no readable episodes (see the warning above)")
+    try:
+        return reference_tokens(episodes)
+    except ValueError as exc:  # not a Vanilla run, or none of its episodes
+        raise InputError(f"no budget reference from {run_dir}: {exc}") from None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -35,8 +35,11 @@ def parser(description: str | None, results: bool = True, out: bool = True, pins
 
 
 def out_dir(args: argparse.Namespace, default: str) -> Path:
-    """--out, else results/<default> (tables, figures)."""
-    return Path(args.out) if args.out is not None else Path(args.results) / default
+    """--out, else results/<default> (tables, figures); one that is not a folder is an InputError naming it."""
+    out = Path(args.out) if args.out is not None else Path(args.results) / default
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is an existing file, not a folder for the outputs")
+    return out
 
 
 def pins_of(args: list[str]) -> dict[str, Path]:
@@ -44,7 +47,7 @@ def pins_of(args: list[str]) -> dict[str, Path]:
     pairs = [r.split("=", 1) for r in args]
     bad = [r for r, p in zip(args, pairs, strict=True) if len(p) != 2]
     if bad:
-        raise SystemExit(f"--run takes EXPERIMENT=RUN_DIR, not {bad[0]!r}")
+        raise InputError(f"--run takes EXPERIMENT=RUN_DIR, not {bad[0]!r}")
     return {k: Path(v) for k, v in pairs}
 
 

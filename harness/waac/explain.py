@@ -10,20 +10,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
+
+from harness.errors import InputError, one_line
 
 
 def decisions_at(transcript: Path, step: int) -> dict[str, dict[str, Any]]:
     """Every field's decision in force at `step` (field id -> level, d, rho, why)."""
     state: dict[str, dict[str, Any]] = {}
-    for line in transcript.read_text().splitlines():
-        record = json.loads(line)
-        if record.get("type") != "step" or record["step"] > step:
+    try:
+        lines = transcript.read_text().splitlines()
+    except OSError as exc:
+        raise InputError(f"{transcript}: cannot be read ({exc.strerror or one_line(exc)})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{transcript}: not UTF-8 text (not a transcript)") from None
+    for number, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{transcript}:{number}: not a transcript record ({exc.msg})") from None
+        if not isinstance(record, dict) or record.get("type") != "step" or record.get("step", 0) > step:
             continue
-        fields = record.get("decisions", {}).get("fields")
+        fields = (record.get("decisions") or {}).get("fields")
         if fields is None:
-            raise ValueError(f"{transcript} has no field decisions (not a WAAC run, or log_fields=false)")
+            raise InputError(f"{transcript} has no field decisions (not a WAAC run, or log_fields=false)")
         state.update(fields)
     return state
 
@@ -34,7 +46,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--step", type=int, required=True)
     parser.add_argument("--level", choices=("exact", "summary", "pointer", "drop"), default=None)
     args = parser.parse_args(argv)
-    for fid, d in sorted(decisions_at(args.transcript, args.step).items()):
+    try:
+        decisions = decisions_at(args.transcript, args.step)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    for fid, d in sorted(decisions.items()):
         if args.level in (None, d["level"]):
             why = ", ".join(d["why"]) or "no obligation reaches it"
             print(f"{d['level']:>7}  {fid:<48} d={d['d']} rho={d['rho']}  <- {why}")
