@@ -312,6 +312,21 @@ def transcript_files(out_dir: Path) -> list[Path]:
     return paths
 
 
+def remove_interrupted_writes(out_dir: Path) -> list[Path]:
+    """The temp files a killed write left (io.atomic_write's `.<transcript>.<random>.tmp`, write_parquet's
+    `.<table>.tmp`): never read, but they piled up with every SIGKILL. Only with the out_dir's run lock held: no
+    other writer can be in the middle of one. Returns those removed."""
+    stale = [p for p in (out_dir / "transcripts").glob(".*.jsonl.*.tmp") if NAME.match(p.name[1:].split(".jsonl")[0]
+                                                                                  + ".jsonl")]
+    stale += [p for p in (out_dir / f".{t}.tmp" for t in ("episodes.parquet", "steps.parquet")) if p.exists()]
+    removed = []
+    for path in stale:
+        if path.is_file() and not path.is_symlink():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
 def build_tables(out_dir: Path, fingerprint: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Rebuild episodes.parquet and steps.parquet from every whole transcript in out_dir (damaged ones are
     skipped with a warning naming them; a resume reruns them)."""

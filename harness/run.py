@@ -56,7 +56,7 @@ from harness.errors import InputError
 from harness.executors import execute, plan
 from harness.policies.budget import budget_tokens
 from harness.pricing import settings as pricing_settings
-from harness.records import build_tables, transcript_path, write_transcript
+from harness.records import build_tables, remove_interrupted_writes, transcript_path, write_transcript
 from harness.resume import (
     Job,
     check_resume,
@@ -183,6 +183,7 @@ def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
     with lifecycle.signals_stop_the_run(), lifecycle.RunLock(out_dir):
         print_ = fingerprint(cfg)
         check_resume(out_dir, print_)
+        remove_interrupted_writes(out_dir)  # a killed run's half-written temp files (the lock is ours)
         jobs = pending(cfg, domain, out_dir, print_)
         if jobs:
             preflight.check_cap_fits_a_call(cfg.max_cost_usd, backends)

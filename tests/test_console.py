@@ -120,3 +120,14 @@ def test_after_the_whole_task_set_the_console_says_comparable_and_labels_a_self_
     assert "146 not named (the run's manifest does not record what it left out)" in old
     assert "PinchBench judge: not recorded; step cap (max_steps): not recorded; time limit per episode (s): " \
            "not recorded" in old
+
+
+def test_a_resume_removes_the_temp_files_a_killed_write_left_and_nothing_else(tmp_path: Path) -> None:
+    runner.run(config(tmp_path), verbose=False)
+    name = next((tmp_path / "transcripts").glob("*.jsonl")).name
+    stale = [tmp_path / "transcripts" / f".{name}.uugecp8l.tmp", tmp_path / ".steps.parquet.tmp"]
+    kept = [tmp_path / "transcripts" / ".notes.tmp", tmp_path / "transcripts" / f".{name}.x.tmp.bak"]
+    for path in stale + kept:
+        path.write_text("half a write")
+    runner.run(config(tmp_path), verbose=False)
+    assert not any(p.exists() for p in stale) and all(p.exists() for p in kept)
