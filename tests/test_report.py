@@ -306,6 +306,8 @@ def test_damaged_or_empty_run_folders_are_skipped_with_a_warning(tmp_path: Path,
         tables.main(["--results", str(root), "--out", str(tmp_path / "afile")])
     with pytest.raises(InputError, match="--run takes EXPERIMENT=RUN_DIR, not 'c3'"):
         tables.main(["--results", str(root), "--run", "c3"])
+    with pytest.raises(InputError, match=f"--run c3={tmp_path / 'nope'}: no such run folder"):
+        tables.main(["--results", str(root), "--run", f"c3={tmp_path / 'nope'}"])
 
 
 def test_a_sweep_merge_skips_a_damaged_job_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

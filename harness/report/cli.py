@@ -48,6 +48,9 @@ def pins_of(args: list[str]) -> dict[str, Path]:
     bad = [r for r, p in zip(args, pairs, strict=True) if len(p) != 2]
     if bad:
         raise InputError(f"--run takes EXPERIMENT=RUN_DIR, not {bad[0]!r}")
+    missing = [f"{k}={v}" for k, v in pairs if not Path(v).is_dir()]
+    if missing:  # a folder named by hand is never silently left out of the tables
+        raise InputError(f"--run {missing[0]}: no such run folder")
     return {k: Path(v) for k, v in pairs}
 
 
