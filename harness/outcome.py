@@ -11,6 +11,7 @@ from typing import Any
 
 from harness.types import Message, Score, Termination, Usage
 
+FIELD_LOG = "fields"  # decisions key of a field-level policy's per-field log (WAAC): in transcripts, not in tables
 FAILED = ("infra_error", "error")  # terminations a resume reruns by default: the episode did not really run
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from harness import pricing
 from harness.errors import InputError
 from harness.io import Signature, atomic_write, signature
-from harness.outcome import FAILED, EpisodeResult, StepRecord
+from harness.outcome import FAILED, FIELD_LOG, EpisodeResult, StepRecord
 
 # pandas and pyarrow (~0.5 s) load where a table is built or read: a run's first request waits for neither, and its
 # episode workers write transcripts without them (issue 28)
@@ -370,6 +370,9 @@ def write_parquet(frame: pd.DataFrame, path: Path) -> None:
 def _flat_step(r: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in r.items() if k not in ("type", "view", "decisions", "info")}
     out["events"] = ";".join(r.get("info", {}).get("events", []))
-    out["decisions"] = json.dumps(r.get("decisions", {}), sort_keys=True)
+    # the per-field log (WAAC's `fields`) stays in the transcript, where harness.waac.explain and the viewer read
+    # it: copied into every row it was most of the table's bytes and of building it, and no table reads it
+    out["decisions"] = json.dumps({k: v for k, v in r.get("decisions", {}).items() if k != FIELD_LOG},
+                                  sort_keys=True)
     out.update(pricing.step_columns(r.get("info", {}).get("prompt_cache")))
     return out

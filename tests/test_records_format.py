@@ -293,3 +293,16 @@ def test_a_version_1_transcript_with_inline_views_reads_the_same(masked: Path, t
     assert isinstance(new, reader.Transcript) and isinstance(v1, reader.Transcript) and v1.version == 1
     assert v1.steps == new.steps and v1.messages == new.messages
     assert path.stat().st_size > masked.stat().st_size  # what version 2 saves
+
+
+def test_the_per_field_log_stays_in_the_transcript_and_out_of_the_steps_table(tmp_path: Path) -> None:
+    path = run_folder(tmp_path)
+    records = read_transcript(path)
+    log = {"call_001/Form.Name": {"level": "drop", "d": "drop", "rho": None, "why": []}}
+    for r in records:
+        if r["type"] == "step":
+            r["decisions"] = {"levels": {"exact": 1}, "fields": log}  # as WAAC logs them
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    _, steps = build_tables(tmp_path)
+    assert [json.loads(d) for d in steps.decisions] == [{"levels": {"exact": 1}}] * len(steps)
+    assert all(r["decisions"]["fields"] == log for r in read_transcript(path) if r["type"] == "step")

@@ -210,3 +210,33 @@ def test_a_per_episode_store_goes_to_ram_scratch_only_when_it_is_usable(
     assert store.dir.parent.parent == (scratch if where == "scratch" else system)  # in this process's folder there
     assert store.dir.parent.name.startswith(f"harness-scratch-{os.getpid()}-")  # (harness.scratch)
     store.close()
+
+
+def test_a_per_episode_store_writes_its_files_in_place_and_a_failed_write_leaves_none(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's own temporary directory is read by no other store: a file is written under its final name
+    (no temporary file and rename); bytes already there under that name are kept and must pass the checksum;
+    a write that fails (a full disk) leaves no file behind."""
+    import errno
+
+    from harness.waac import artifacts
+
+    store = artifacts.ArtifactStore()
+    a = store.put("e/f", "e/f", 0, '{"x": 1}')
+    assert sorted(p.name for p in store.dir.iterdir()) == [a.sha256]
+    assert store.problem(a.ref, '{"x": 1}', "e/f", 0) is None
+    sha = artifacts.checksum('{"y": 2}')
+    (store.dir / sha).write_text("something else")  # there before the put: not overwritten, caught by its check
+    b = store.put("e/g", "e/g", 0, '{"y": 2}')
+    assert (store.dir / sha).read_text() == "something else"
+    assert "checksum mismatch" in (store.problem(b.ref, '{"y": 2}', "e/g", 0) or "")
+
+    def full(fd: int, data: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(artifacts.os, "write", full)
+    with pytest.raises(OSError):
+        store.put("e/h", "e/h", 0, '{"z": 3}')
+    assert not (store.dir / artifacts.checksum('{"z": 3}')).exists()
+    assert not [p for p in store.dir.iterdir() if p.name.endswith(".tmp")]
+    store.close()

@@ -378,3 +378,19 @@ def test_a_summary_or_pointer_longer_than_its_field_is_shown_exact() -> None:
     policy.render(long, ctx())
     out = Projector(ctx().tokens, policy.store).project(long, policy.graph, {"s/Results": Level.POINTER}, {})
     assert out.applied["s/Results"] == Level.POINTER
+
+
+def test_a_json_fields_original_tokens_are_those_of_its_span_as_shown() -> None:
+    """level_tokens counts a JSON value's original text, the span the model was shown (here spaced as json.dumps
+    would not write it), not a re-serialization of the parsed value; a string field: its value."""
+    raw = '[ {"Code" :  "A-1",   "Rate" :  2.50 } ,  {"Code" :  "B-2",   "Rate" :  3.00 } ]'
+    h = opening() + exchange("s", "search", {}, '{"Status": "Success", "Results": ' + raw + "}")
+    policy = WAAC(toy_schemas())
+    policy.render(h, ctx())
+    tokens = ctx().tokens
+    out = Projector(tokens, policy.store).project(h, policy.graph, {"s/Results": Level.DROP}, {})
+    shown = policy.graph.fields["s/Results"]
+    assert tokens.text(raw) != tokens.text(shown.text)  # the two texts count differently: the test can tell
+    assert out.level_tokens["drop"] == tokens.text(raw)
+    status = policy.graph.fields["s/Status"]
+    assert status.tokens == tokens.text("Success")

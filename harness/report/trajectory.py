@@ -37,6 +37,7 @@ import yaml
 
 from harness.backends.sim.reporting import EVENT
 from harness.errors import InputError
+from harness.outcome import FIELD_LOG
 from harness.records import NAME, transcript_files
 from harness.report import names, sim_failures
 from harness.report.reader import Transcript, details, manifest_of, read_transcript, view_provenance
@@ -323,7 +324,7 @@ def _step(rec: dict[str, Any], k: int, history: list[dict[str, Any]], replies: l
           fields: list[dict[str, Any]]) -> dict[str, Any]:
     n = replies[k] if k < len(replies) else len(history)  # the step's reply is appended right after its call
     start = max(0, n - int(rec.get("n_history_messages", n)))  # where its conversation (session) begins
-    decisions = {key: v for key, v in (rec.get("decisions") or {}).items() if key != "fields"}
+    decisions = {key: v for key, v in (rec.get("decisions") or {}).items() if key != FIELD_LOG}
     provenance = view_provenance(rec)
     if provenance is None:  # a transcript from before policies recorded it: inferred from the text
         shown = _shown(rec.get("view") or [], history, start, n, method, decisions, fields)
@@ -506,7 +507,7 @@ def _field_states(steps: list[dict[str, Any]], history: list[dict[str, Any]],
     session: int | None = None
     out: list[list[dict[str, Any]]] = []
     for k, rec in enumerate(steps):
-        logged = (rec.get("decisions") or {}).get("fields")
+        logged = (rec.get("decisions") or {}).get(FIELD_LOG)
         if not isinstance(logged, dict):
             out.append([])
             continue

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import InputError, one_line
+from harness.outcome import FIELD_LOG
 
 
 def decisions_at(transcript: Path, step: int) -> dict[str, dict[str, Any]]:
@@ -33,7 +34,7 @@ def decisions_at(transcript: Path, step: int) -> dict[str, dict[str, Any]]:
             raise InputError(f"{transcript}:{number}: not a transcript record ({exc.msg})") from None
         if not isinstance(record, dict) or record.get("type") != "step" or record.get("step", 0) > step:
             continue
-        fields = (record.get("decisions") or {}).get("fields")
+        fields = (record.get("decisions") or {}).get(FIELD_LOG)
         if fields is None:
             raise InputError(f"{transcript} has no field decisions (not a WAAC run, or log_fields=false)")
         state.update(fields)

@@ -25,6 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
+from harness.outcome import FIELD_LOG
 from harness.policies.base import ContextPolicy, RenderContext, View
 from harness.policies.summarizers import aux_label, is_llm
 from harness.types import Message, Provenance, ProvenanceKind, ToolCall, ToolSpec
@@ -343,7 +344,7 @@ class WAAC(ContextPolicy):
         if out.promoted_why:  # why each pointer could not stand (missing/changed artifact, no span, ...)
             decisions["promoted_why"] = out.promoted_why
         if self.log_fields:
-            decisions["fields"] = self._changed_fields(out, req, logged)
+            decisions[FIELD_LOG] = self._changed_fields(out, req, logged)
         return decisions
 
     def _changed_fields(self, out: Projection, req: Requirements | None, logged: set[str]) -> dict[str, dict[str, Any]]:

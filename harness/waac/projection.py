@@ -171,7 +171,7 @@ class Projector:
         for fid, lv in applied.items():
             old = self._applied.get(fid)
             if old != lv:
-                self._count(g.fields[fid], old, lv)
+                self._count(g.fields[fid], old, lv, history)
                 self._applied[fid] = lv
                 changed.add(fid)
         _keep(self._pointers, ev.id, shown.refs if shown else None)
@@ -189,14 +189,13 @@ class Projector:
         self._deltas[i] = self.tokens.message(msg) - self.tokens.message(history[i])
         self._delta += self._deltas[i]
 
-    def _count(self, f: Field, old: Level | None, new: Level) -> None:
-        if f.tokens is None:
-            f.tokens = self.tokens.text(f.text)
+    def _count(self, f: Field, old: Level | None, new: Level, history: Sequence[Message]) -> None:
+        tokens = self._field_tokens(f, history)
         if old is not None:
             self._counts[old.value] -= 1
-            self._level_tokens[old.value] -= f.tokens
+            self._level_tokens[old.value] -= tokens
         self._counts[new.value] += 1
-        self._level_tokens[new.value] += f.tokens
+        self._level_tokens[new.value] += tokens
 
     def _projection(self, start: int, changed: set[str]) -> Projection:
         delta = self._delta - sum(self._deltas.get(i, 0) for i in range(start))
@@ -237,12 +236,12 @@ class Projector:
                 out.rollbacks.append(f.id)
                 return _Rep(Level.EXACT)
             shown = f"[$summary of {f.path}: {text}]"
-            if not self._shorter(shown, f):
+            if not self._shorter(shown, f, history):
                 return _Rep(Level.EXACT)
             return _Rep(level, {"$summary": text, "$source": f.id}, shown)
         if level == Level.POINTER:
             original = original_text(f, history)
-            if not self._shorter(f"[$pointer {ref_of(f.id, f.version)} sha256={'0' * 16}]", f):
+            if not self._shorter(f"[$pointer {ref_of(f.id, f.version)} sha256={'0' * 16}]", f, history):
                 return _Rep(Level.EXACT)
             art = self.store.put(f.id, f.identity or f.id, f.version, original) if original is not None else None
             why = self._problem(art.ref, f, history) if art else "no located span of the original message"
@@ -254,18 +253,25 @@ class Projector:
             return _Rep(level, rep, f"[$pointer {art.ref} sha256={art.sha256[:16]}]", art.ref)
         return _Rep(level)
 
-    def _shorter(self, shown: str, f: Field) -> bool:
+    def _shorter(self, shown: str, f: Field, history: Sequence[Message]) -> bool:
         """A SUMMARY or POINTER is shown only if it is shorter than the field itself: a reference to one page
         element or a summary of a short line costs more than the line. EXACT serves any requirement (A.1), so
         keeping the field whole never weakens d; it is logged as the applied level."""
         if not self.exact_when_longer:
             return True
-        if f.tokens is None:
-            f.tokens = self.tokens.text(f.text)
         n = self._shown_tokens.get(shown)
         if n is None:
             n = self._shown_tokens[shown] = self.tokens.text(shown)
-        return n < f.tokens
+        return n < self._field_tokens(f, history)
+
+    def _field_tokens(self, f: Field, history: Sequence[Message]) -> int:
+        """The field's original tokens, counted once: of its text (a string: its value); a JSON value's is its
+        span of the message it was read from when located (the text it was parsed from: not serialized again)."""
+        if f.tokens is None:
+            located = not isinstance(f.value, str) and f.msg_index < len(history)
+            original = original_text(f, history) if located else None
+            f.tokens = self.tokens.text(f.text if original is None else original)
+        return f.tokens
 
     def _summary(self, f: Field, required: frozenset[str], history: Sequence[Message]) -> str | None:
         """Summarized and checked once per (field, required facts): an LLM is not asked again every step."""
