@@ -42,11 +42,14 @@ def test_c4_episode_end_to_end_with_api_usage(local_server: LocalServer, tmp_pat
 
 
 def test_faults_between_client_and_real_server_are_retried(local_server: LocalServer, tmp_path: Path) -> None:
-    faults = [Fault("429", retry_after=1.0), Fault("500"), Fault("stall", seconds=12.0)]
+    faults = [Fault("429", retry_after=1.0), Fault("500"), Fault("stall", seconds=21.0)]
     with FaultProxy(local_server.base_url, faults) as proxy:
-        # preflight=false: the pre-flight request would meet the first faults instead of the episode's call
+        # preflight=false: the pre-flight request would meet the first faults instead of the episode's call.
+        # A short reply and a 20 s timeout: a real request that times out keeps the one-slot server busy, so each
+        # retry would queue behind the last and time out too (seen with a 10 s timeout on a loaded machine).
         episodes = run(local_cfg(proxy.base_url, local_server.model, tmp_path / "r", "max_steps=1", "preflight=false",
-                                 "model.timeout_s=10", "model.retry.base_delay_s=0.5"), verbose=False)
+                                 "model.timeout_s=20", "model.max_output_tokens=16", "model.retry.base_delay_s=0.5"),
+                       verbose=False)
         log = proxy.log
     row = episodes.iloc[0]
     # Three injected faults, three retries; a loaded machine can make the real server itself exceed the
