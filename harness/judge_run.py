@@ -44,6 +44,7 @@ from harness.errors import InputError, one_line
 from harness.records import build_tables
 from harness.regrade import Regraded, can_regrade, regrade_run
 from harness.report.console import EXIT_JUDGE, judge_lines, judge_outcome
+from harness.resume import read_marker
 
 ROOT = Path(__file__).resolve().parents[1]
 JUDGE_CONFIGS = ROOT / "configs" / "judge"
@@ -224,8 +225,7 @@ def run_config(run_dir: Path, overrides: Sequence[str]) -> DictConfig:
 def judge_folder(run_dir: Path, overrides: Sequence[str]) -> tuple[Regraded, list[str], bool]:
     """Re-grade one run folder under its lock; (what was done, the judge's closing lines, whether parts remain)."""
     cfg = run_config(run_dir, overrides)
-    marker = run_dir / "fingerprint.txt"
-    print_ = marker.read_text().strip() if marker.is_file() else None
+    print_ = read_marker(run_dir)
     with lifecycle.signals_stop_the_run(), lifecycle.RunLock(run_dir):
         lifecycle.METER.join(cfg.get("max_cost_usd"), run_dir / "spent_usd.txt")  # the judge's calls: the run's cap
         domain = build_domain(cfg)

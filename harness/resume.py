@@ -10,6 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,8 @@ from harness.tokens import ENCODINGS
 
 log = logging.getLogger("harness.run")
 Job = tuple[int, int, str, str]  # task index, run, out_dir, configuration fingerprint
+MARKER = "fingerprint.txt"  # the out_dir's configuration fingerprint (check_resume)
+FINGERPRINT = re.compile(r"[0-9a-f]{16}")  # as `fingerprint` writes it
 
 
 def pending(cfg: DictConfig, domain: Domain, out_dir: Path, print_: str | None = None) -> list[Job]:
@@ -86,8 +91,8 @@ def _without_knobs(block: Any) -> Any:
 def check_resume(out_dir: Path, print_: str) -> None:
     """Refuse to mix episodes of different configurations in one out_dir: the marker file, and (should the
     marker be missing) the fingerprint every transcript carries."""
-    marker = out_dir / "fingerprint.txt"
-    found = marker.read_text().strip() if marker.exists() else None
+    marker = out_dir / MARKER
+    found = read_marker(out_dir)
     if found is None:
         found = next((f for f in map(_transcript_fingerprint, transcript_files(out_dir))
                       if f not in (print_, "unreadable")), None)  # an unreadable one is damaged: rerun
@@ -95,6 +100,30 @@ def check_resume(out_dir: Path, print_: str) -> None:
         raise InputError(f"{out_dir} holds episodes of a different configuration (fingerprint {found} != {print_}); "
                          "choose another out_dir")
     marker.write_text(print_ + "\n")
+
+
+def read_marker(out_dir: Path) -> str | None:
+    """The fingerprint out_dir's marker file holds (None: no marker). Anything else at that name, e.g. a FIFO (whose
+    reading would wait for a writer forever), a folder or a file the harness did not write, is one InputError
+    line naming it: the folder's configuration cannot be told from it."""
+    marker = out_dir / MARKER
+    try:
+        fd = os.open(marker, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise InputError(f"{marker}: cannot be read ({exc.strerror}); remove it or choose another out_dir") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(f"{marker} is not a file; remove it or choose another out_dir")
+        text = os.read(fd, 256).decode("ascii", "replace").strip()
+    finally:
+        os.close(fd)
+    if not FINGERPRINT.fullmatch(text):
+        raise InputError(f"{marker} does not hold a fingerprint the harness wrote (16 hex digits); remove it if "
+                         "the folder's transcripts are of this configuration (they carry theirs), else choose another "
+                         "out_dir")
+    return text
 
 
 def _transcript_fingerprint(path: Path) -> str:

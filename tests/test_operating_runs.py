@@ -99,6 +99,25 @@ def test_a_missing_marker_does_not_let_another_configuration_in(tmp_path: Path) 
         run(config(tmp_path, "max_steps=7"))
 
 
+@pytest.mark.timeout(60)  # a FIFO read as the marker waited for a writer forever
+@pytest.mark.parametrize("shape", ["fifo", "folder", "binary", "other text"])
+def test_a_marker_the_harness_did_not_write_is_one_line_naming_it_and_nothing_is_lost(tmp_path: Path,
+                                                                                    shape: str) -> None:
+    run(config(tmp_path))
+    marker = tmp_path / "fingerprint.txt"
+    transcripts = {p: p.read_bytes() for p in (tmp_path / "transcripts").glob("*.jsonl")}
+    marker.unlink()
+    if shape == "fifo":
+        os.mkfifo(marker)
+    elif shape == "folder":
+        marker.mkdir()
+    else:
+        marker.write_bytes(b"\xff\xfe\x00garbled" if shape == "binary" else b"same config, trust me\n")
+    with pytest.raises(InputError, match=f"^{marker} (is not a file|does not hold a fingerprint)"):
+        run(config(tmp_path))
+    assert {p: p.read_bytes() for p in (tmp_path / "transcripts").glob("*.jsonl")} == transcripts
+
+
 def test_transcripts_carry_their_configuration_fingerprint(tmp_path: Path) -> None:
     run(config(tmp_path))
     marker = (tmp_path / "fingerprint.txt").read_text().strip()
