@@ -36,7 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.build import build_domain, build_model, build_policy, build_user, episode_seed, judge_context
 from harness.envs.base import Domain, EpisodeContext
 from harness.episode import run_episode
-from harness.errors import InputError
+from harness.errors import InputError, refuse
 from harness.run import CONFIG_DIR
 from harness.tokens import TokenCounter
 from harness.types import Task
@@ -138,9 +138,9 @@ def main(argv: list[str] | None = None) -> None:
         evaluation, development = compose_split(args.env, args.overrides)
         library = build(development, evaluation_domain(evaluation))
     except InputError as exc:
-        sys.exit(f"error: {exc}")
+        refuse(f"error: {exc}")
     except HydraException as exc:  # a bad override: Hydra's reason, one line, no traceback
-        sys.exit(f"error: {str(exc).strip().splitlines()[0]}")
+        refuse(f"error: {str(exc).strip().splitlines()[0]}")
     out = args.out or str(development.env.waac.library_path)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     library.save(out)

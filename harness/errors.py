@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+from typing import NoReturn
+
+EXIT_INPUT = 2  # bad input, said in one line (as argparse exits on a bad option)
+
 
 class InputError(ValueError):
     """A bad input (config value, task file, out_dir); the message names the file, key or value and why."""
@@ -11,6 +16,12 @@ def one_line(value: object) -> str:
     """`value` (an exception, a reply, any object) as one line for an error message: its text with every run of
     white space (newlines included) folded to one space; its type's name when that text is empty."""
     return " ".join(str(value).split()) or type(value).__name__
+
+
+def refuse(message: str) -> NoReturn:
+    """Stop an entry point on bad input: `message` (one line) on stderr, exit status EXIT_INPUT."""
+    print(message, file=sys.stderr)
+    raise SystemExit(EXIT_INPUT)
 
 
 def whole_number(key: str, value: object, low: int = 0) -> int:

@@ -52,7 +52,7 @@ from harness.build import (
 from harness.config import register
 from harness.envs.base import Domain, EpisodeContext
 from harness.episode import EpisodeResult, run_episode
-from harness.errors import InputError
+from harness.errors import EXIT_INPUT, InputError
 from harness.executors import execute, plan
 from harness.policies.budget import budget_tokens
 from harness.pricing import settings as pricing_settings
@@ -77,7 +77,7 @@ CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 register()
 
 log = logging.getLogger("harness.run")
-EXIT_INTERRUPTED, EXIT_COST_CAP, EXIT_INPUT = 130, 3, 2
+EXIT_INTERRUPTED, EXIT_COST_CAP = 130, 3
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # a full disk (or quota): recorded as an episode's infra_error, never a crash
 
 

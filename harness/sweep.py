@@ -33,6 +33,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from harness.errors import InputError, refuse
 from harness.lifecycle import die_with_parent
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,16 +138,18 @@ def vanilla_reference(sweep_dir: Path, args: list[str]) -> int:
 def main(argv: list[str] | None = None) -> Path:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in SWEEPS:
-        sys.exit(f"usage: make sweep SWEEP=<{'|'.join(SWEEPS)}> [ARGS='overrides']")
+        refuse(f"usage: make sweep SWEEP=<{'|'.join(SWEEPS)}> [ARGS='overrides']")
     sweep, args = argv[0], argv[1:]
     problem = missing_launcher(args) or unknown_choice(sweep, args)
     if problem:
-        sys.exit(problem)
+        refuse(problem)
     given = [a.split("=", 1)[1] for a in args if a.startswith("hydra.sweep.dir=")]
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     sweep_dir = Path(given[-1]) if given else ROOT / "results" / "sweeps" / sweep / stamp
     try:
         return _sweep(sweep, sweep_dir, args)
+    except InputError as exc:  # e.g. a bad `sweep:` list in configs/model/sim_llmlike.yaml
+        refuse(f"error: {exc}")
     except (Stopped, KeyboardInterrupt) as exc:  # (a KeyboardInterrupt: a signal outside a child, e.g. at start)
         why = str(exc) if isinstance(exc, Stopped) else "SIGINT received"
         print(f"\nStopped ({why}): every whole transcript is kept. To finish the sweep:\n  "
@@ -253,11 +256,11 @@ def axes(path: Path | None = None) -> list[Axis]:
         for key, values in ((body or {}).get("sweep") or {}).items():
             where = f"{path.name}: failures.{block}.sweep.{key}"
             if key not in body:
-                sys.exit(f"error: {where} names no parameter of failures.{block} (its keys: {', '.join(body)})")
+                raise InputError(f"{where} names no parameter of failures.{block} (its keys: {', '.join(body)})")
             if not isinstance(values, list) or not values:
-                sys.exit(f"error: {where} must be a non-empty list of values, not {values!r}")
+                raise InputError(f"{where} must be a non-empty list of values, not {values!r}")
             if key in {a.key for a in found}:
-                sys.exit(f"error: {where}: another block already sweeps a parameter named {key!r} (one folder each)")
+                raise InputError(f"{where}: another block already sweeps a parameter named {key!r} (one folder each)")
             found.append(Axis(block, key, values))
     return found
 
@@ -280,8 +283,8 @@ def sensitivity(sweep_dir: Path, args: list[str]) -> Path:
     job gets its number and folder again, and run.py reruns only its missing or damaged episodes."""
     other = [a.split("=", 1)[1] for a in args if a.split("=", 1)[0] == "model" and "=" in a]
     if other and other[-1] != "sim_llmlike":
-        sys.exit(f"error: SWEEP=sim_sensitivity sweeps the failure model of model=sim_llmlike "
-                 f"(configs/model/sim_llmlike.yaml); ARGS name model={other[-1]}")
+        refuse(f"error: SWEEP=sim_sensitivity sweeps the failure model of model=sim_llmlike "
+               f"(configs/model/sim_llmlike.yaml); ARGS name model={other[-1]}")
     found = axes()
     mine = {a.override: a for a in found}
     chosen = {a.split("=", 1)[0]: a for a in args if a.split("=", 1)[0] in mine}  # ARGS pick an axis's values

@@ -3,6 +3,7 @@ configs/model/sim_llmlike.yaml's `sweep:` lists, C2 / C3 / C4 per value, the oth
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from _support import ROOT
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from harness import sweep
+from harness.errors import InputError
 
 MODEL = yaml.safe_load(sweep.SIM_MODEL.read_text())["failures"]
 LISTED = [(block, key, values) for block, body in MODEL.items() for key, values in body.get("sweep", {}).items()]
@@ -31,7 +33,7 @@ def test_a_block_that_gains_a_sweep_list_is_swept_and_a_bad_list_is_one_clear_er
     assert sweep.axes(path)[-1] == ("stale_confusion", "enabled", [True, False])
     raw["failures"]["stale_confusion"]["sweep"] = {"enabeld": [True]}
     path.write_text(yaml.safe_dump(raw))
-    with pytest.raises(SystemExit, match=r"failures\.stale_confusion\.sweep\.enabeld names no parameter"):
+    with pytest.raises(InputError, match=r"failures\.stale_confusion\.sweep\.enabeld names no parameter"):
         sweep.axes(path)
 
 
@@ -49,9 +51,12 @@ def test_make_sweep_installs_no_methods_extra_for_it(tmp_path: Path) -> None:
     assert "-e '.[dev]'" in steps and "-e '.[methods]'" not in steps and "harness.sweep sim_sensitivity" in steps
 
 
-def test_another_model_is_one_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="sweeps the failure model of model=sim_llmlike.*ARGS name model=openai"):
+def test_another_model_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
         sweep.main(["sim_sensitivity", "model=openai", "n_tasks=1", f"hydra.sweep.dir={tmp_path}"])
+    assert stop.value.code == 2  # bad input, as every command says it
+    assert re.fullmatch(r"error: SWEEP=sim_sensitivity sweeps the failure model of model=sim_llmlike .*ARGS name "
+                        r"model=openai\n", capsys.readouterr().err)
 
 
 def test_args_pass_through_and_an_axis_named_in_args_takes_its_values_there_only(

@@ -86,6 +86,16 @@ def test_every_sweep_composes_with_the_ray_launcher_and_joblib_keeps_two_jobs() 
     assert joblib_jobs("methods", ["hydra/launcher=ray"]) == [] == joblib_jobs("budget", ["hydra.launcher.n_jobs=4"])
 
 
+@pytest.mark.parametrize("argv", [["nope"], ["methods", "experiment=c3,waak"]])
+def test_a_bad_sweep_or_method_exits_2_with_one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from harness import sweep
+
+    with pytest.raises(SystemExit) as stop:
+        sweep.main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and err.startswith(("usage: make sweep", "error: "))
+
+
 def test_an_unknown_method_is_refused_before_any_job_or_reference_run() -> None:
     from harness.sweep import SWEEPS, unknown_choice
 

@@ -177,9 +177,11 @@ def test_the_committed_library_comes_from_the_dev_split_disjoint_from_evaluation
 
 @pytest.mark.parametrize(("args", "says"), [(["--env", "expnese"], "valid: expense, odysseys, pinchbench"),
                                             (["--env", "expense", "n_taks=3"], "n_taks")])
-def test_make_library_with_a_bad_env_or_override_is_one_line(args: list[str], says: str) -> None:
-    """`make library ENV=<typo>` used to end in Hydra's traceback; now one line naming the valid envs or the key."""
+def test_make_library_with_a_bad_env_or_override_is_one_line(args: list[str], says: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """`make library ENV=<typo>` used to end in Hydra's traceback; now one line naming the valid envs or the key,
+    exit status 2 (bad input, as every command says it)."""
     with pytest.raises(SystemExit) as stop:
         build_library(args)
-    message = str(stop.value.code)
-    assert message.startswith("error: ") and says in message and "\n" not in message
+    message = capsys.readouterr().err
+    assert stop.value.code == 2 and message.startswith("error: ") and says in message and message.count("\n") == 1

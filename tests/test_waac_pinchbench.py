@@ -171,7 +171,8 @@ def test_a_dev_split_that_overlaps_the_evaluation_tasks_is_refused_in_one_line(
         check_disjoint(build_domain(evaluation), build_domain(development), "x")
     with pytest.raises(SystemExit) as stop:
         main(["--env", "pinchbench", f"benchmark.path={DEV}", "--out", "/dev/null"])
-    assert "overlaps the evaluation tasks" in str(stop.value) and len(str(stop.value).splitlines()) == 1
+    said = capsys.readouterr().err
+    assert stop.value.code == 2 and "overlaps the evaluation tasks" in said and len(said.splitlines()) == 1
 
 
 @pytest.mark.parametrize("env", ["pinchbench", "pinchbench_workflow", "odysseys", "expense"])

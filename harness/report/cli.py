@@ -10,11 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.errors import InputError
+from harness.errors import EXIT_INPUT, InputError
 from harness.report import reader
 
 ROOT = Path(__file__).resolve().parents[2]
-EXIT_INPUT = 2  # bad input, said in one line (as argparse exits on a bad option)
 
 
 def parser(description: str | None, results: bool = True, out: bool = True, pins: bool = True,
