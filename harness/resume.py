@@ -103,7 +103,8 @@ def check_resume(out_dir: Path, print_: str) -> None:
 
 
 def read_marker(out_dir: Path) -> str | None:
-    """The fingerprint out_dir's marker file holds (None: no marker). Anything else at that name, e.g. a FIFO (whose
+    """The fingerprint out_dir's marker file holds (None: no marker, or an empty one, as a write killed after its
+    open leaves it: the transcripts' fingerprints then tell). Anything else at that name, e.g. a FIFO (whose
     reading would wait for a writer forever), a folder or a file the harness did not write, is one InputError
     line naming it: the folder's configuration cannot be told from it."""
     marker = out_dir / MARKER
@@ -119,6 +120,8 @@ def read_marker(out_dir: Path) -> str | None:
         text = os.read(fd, 256).decode("ascii", "replace").strip()
     finally:
         os.close(fd)
+    if not text:
+        return None
     if not FINGERPRINT.fullmatch(text):
         raise InputError(f"{marker} does not hold a fingerprint the harness wrote (16 hex digits); remove it if "
                          "the folder's transcripts are of this configuration (they carry theirs), else choose another "

@@ -118,6 +118,18 @@ def test_a_marker_the_harness_did_not_write_is_one_line_naming_it_and_nothing_is
     assert {p: p.read_bytes() for p in (tmp_path / "transcripts").glob("*.jsonl")} == transcripts
 
 
+def test_an_empty_marker_a_killed_write_left_is_no_marker(tmp_path: Path) -> None:
+    run(config(tmp_path))
+    marker = tmp_path / "fingerprint.txt"
+    written = marker.read_text()
+    marker.write_text("")
+    run(config(tmp_path))  # the transcripts' fingerprints tell: the same configuration, nothing to rerun
+    assert marker.read_text() == written
+    marker.write_text("")
+    with pytest.raises(InputError, match="different configuration"):
+        run(config(tmp_path, "max_steps=7"))
+
+
 def test_transcripts_carry_their_configuration_fingerprint(tmp_path: Path) -> None:
     run(config(tmp_path))
     marker = (tmp_path / "fingerprint.txt").read_text().strip()
