@@ -17,7 +17,7 @@ from harness.envs.expense.tasks import folio_of
 from harness.envs.expense.waac import schemas
 from harness.policies.base import Summary, View
 from harness.types import Message, Task, ToolCall, Usage
-from harness.waac.artifacts import checksum
+from harness.waac.artifacts import checksum, ref_of
 from harness.waac.extract import AuxUse, Extracted, Part
 from harness.waac.graph import Field
 from harness.waac.lattice import Level
@@ -394,3 +394,19 @@ def test_a_json_fields_original_tokens_are_those_of_its_span_as_shown() -> None:
     assert out.level_tokens["drop"] == tokens.text(raw)
     status = policy.graph.fields["s/Status"]
     assert status.tokens == tokens.text("Success")
+
+
+def test_a_pointer_must_beat_the_field_as_a_rebuilt_message_shows_it_not_its_indented_span() -> None:
+    """The model sees an EXACT field of a compacted JSON message as json.dumps writes it; an indented original's
+    span counts more. A pointer longer than the compact field is not chosen because the span was long."""
+    content = json.dumps({"Status": "Success", "Results": [{"Code": "A-0", "Rate": 0}]}, indent=2)
+    h = opening() + exchange("s", "search", {}, content)
+    policy = WAAC(toy_schemas())
+    policy.render(h, ctx())
+    tokens = ctx().tokens
+    f = policy.graph.fields["s/Results"]
+    pointer = tokens.text(f"[$pointer {ref_of(f.id, f.version)} sha256={'0' * 16}]")
+    assert tokens.text(f.text) <= pointer < tokens.text(content[f.span[0]:f.span[1]])  # the case the test needs
+    out = Projector(tokens, policy.store).project(h, policy.graph, {"s/Results": Level.POINTER}, {})
+    assert out.applied["s/Results"] == Level.EXACT
+    assert json.loads(out.messages[-1].content)["Results"] == [{"Code": "A-0", "Rate": 0}]

@@ -62,6 +62,7 @@ class Field:
     superseded: bool = False
     consumed: bool = False  # bound by a data edge into a successful operation
     tokens: int | None = None  # of its original text, counted when first needed
+    text_tokens: int | None = None  # of .text: what a rebuilt JSON message shows of it EXACT
     span: tuple[int, int] | None = None  # its original text: history[msg_index].content[span[0]:span[1]]
     item_key: str | None = None  # a named-list item: the key holding its name (ToolSchema.item_name)
     _text: str | None = None

@@ -262,7 +262,16 @@ class Projector:
         n = self._shown_tokens.get(shown)
         if n is None:
             n = self._shown_tokens[shown] = self.tokens.text(shown)
-        return n < self._field_tokens(f, history)
+        return n < self._exact_tokens(f, history)
+
+    def _exact_tokens(self, f: Field, history: Sequence[Message]) -> int:
+        """The tokens the field costs shown EXACT in a message that compacts something: its .text (a JSON
+        message is rebuilt compact, so an indented original's span would overstate it); a string's is its value."""
+        if isinstance(f.value, str):
+            return self._field_tokens(f, history)
+        if f.text_tokens is None:
+            f.text_tokens = self.tokens.text(f.text)
+        return f.text_tokens
 
     def _field_tokens(self, f: Field, history: Sequence[Message]) -> int:
         """The field's original tokens, counted once: of its text (a string: its value); a JSON value's is its
