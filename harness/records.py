@@ -372,7 +372,9 @@ def _flat_step(r: dict[str, Any]) -> dict[str, Any]:
     out["events"] = ";".join(r.get("info", {}).get("events", []))
     # the per-field log (WAAC's `fields`) stays in the transcript, where harness.waac.explain and the viewer read
     # it: copied into every row it was most of the table's bytes and of building it, and no table reads it
-    out["decisions"] = json.dumps({k: v for k, v in r.get("decisions", {}).items() if k != FIELD_LOG},
-                                  sort_keys=True)
+    decisions = r.get("decisions", {})
+    if isinstance(decisions, dict):
+        decisions = {k: v for k, v in decisions.items() if k != FIELD_LOG}
+    out["decisions"] = json.dumps(decisions, sort_keys=True)  # anything else as it was written (null: "null")
     out.update(pricing.step_columns(r.get("info", {}).get("prompt_cache")))
     return out

@@ -306,3 +306,17 @@ def test_the_per_field_log_stays_in_the_transcript_and_out_of_the_steps_table(tm
     _, steps = build_tables(tmp_path)
     assert [json.loads(d) for d in steps.decisions] == [{"levels": {"exact": 1}}] * len(steps)
     assert all(r["decisions"]["fields"] == log for r in read_transcript(path) if r["type"] == "step")
+
+
+@pytest.mark.parametrize("decisions", [None, ["exact"], "n/a"])
+def test_a_step_whose_decisions_are_not_a_table_is_tabled_as_written(tmp_path: Path, decisions: Any) -> None:
+    """Only a table of decisions has a per-field log to leave out; anything else (a hand-edited or older
+    transcript) is written to the steps table as it stands, not a crash of the whole build."""
+    path = run_folder(tmp_path)
+    records = read_transcript(path)
+    for r in records:
+        if r["type"] == "step":
+            r["decisions"] = decisions
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    _, steps = build_tables(tmp_path)
+    assert len(steps) and [json.loads(d) for d in steps.decisions] == [decisions] * len(steps)
