@@ -105,3 +105,38 @@ def test_an_unknown_method_is_refused_before_any_job_or_reference_run() -> None:
     said = unknown_choice("methods", ["experiment=c3,waak"])
     assert said is not None and said.endswith("did you mean experiment=waac?")
     assert unknown_choice("methods", ["model=sim_llmlke"]) is not None  # a group given, not swept
+
+
+def test_an_unreadable_budget_reference_is_a_stopped_sweep_with_its_resume_command(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The reference run's output unreadable is not bad input (exit 2, nothing to resume) but a failed sweep."""
+    from harness import sweep
+    from harness.errors import InputError
+
+    def unreadable(sweep_dir: Path, args: list[str]) -> int:
+        raise InputError(f"no budget reference: {sweep_dir / 'vanilla_reference'} has no readable episodes")
+
+    monkeypatch.setattr(sweep, "vanilla_reference", unreadable)
+    with pytest.raises(SystemExit) as stop:
+        sweep.main(["budget", "n_tasks=1", f"hydra.sweep.dir={tmp_path}"])
+    assert stop.value.code != 2 and "no readable episodes" in str(stop.value.code)
+    assert f"hydra.sweep.dir={tmp_path}" in str(stop.value.code)  # the command that resumes it
+
+
+def test_a_bad_sensitivity_list_exits_2_before_any_run(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness import sweep
+    from harness.errors import InputError
+
+    def bad() -> list[sweep.Axis]:
+        raise InputError("configs/model/sim_llmlike.yaml: failures.x.sweep.y must be a non-empty list of values")
+
+    def no_run(*args: object) -> None:
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr(sweep, "axes", bad)
+    monkeypatch.setattr(sweep, "_run_axis", no_run)
+    with pytest.raises(SystemExit) as stop:
+        sweep.main(["sim_sensitivity", f"hydra.sweep.dir={tmp_path}"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and "must be a non-empty list" in err
