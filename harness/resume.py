@@ -117,12 +117,13 @@ def read_marker(out_dir: Path) -> str | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise InputError(f"{marker} is not a file; remove it or choose another out_dir")
-        text = os.read(fd, 256).decode("ascii", "replace").strip()
+        data = os.read(fd, 257)  # the harness writes 17 bytes: more than 256 is not its marker
     finally:
         os.close(fd)
+    text = data.decode("ascii", "replace").strip()
     if not text:
         return None
-    if not FINGERPRINT.fullmatch(text):
+    if len(data) > 256 or not FINGERPRINT.fullmatch(text):
         raise InputError(f"{marker} does not hold a fingerprint the harness wrote (16 hex digits); remove it if "
                          "the folder's transcripts are of this configuration (they carry theirs), else choose another "
                          "out_dir")

@@ -100,14 +100,17 @@ def test_a_missing_marker_does_not_let_another_configuration_in(tmp_path: Path) 
 
 
 @pytest.mark.timeout(60)  # a FIFO read as the marker waited for a writer forever
-@pytest.mark.parametrize("shape", ["fifo", "folder", "binary", "other text"])
+@pytest.mark.parametrize("shape", ["fifo", "folder", "binary", "other text", "fingerprint and more"])
 def test_a_marker_the_harness_did_not_write_is_one_line_naming_it_and_nothing_is_lost(tmp_path: Path,
                                                                                     shape: str) -> None:
     run(config(tmp_path))
     marker = tmp_path / "fingerprint.txt"
     transcripts = {p: p.read_bytes() for p in (tmp_path / "transcripts").glob("*.jsonl")}
+    written = marker.read_bytes()
     marker.unlink()
-    if shape == "fifo":
+    if shape == "fingerprint and more":  # the right fingerprint, then more than any marker the harness writes
+        marker.write_bytes(written + b" " * 300 + b"and another configuration")
+    elif shape == "fifo":
         os.mkfifo(marker)
     elif shape == "folder":
         marker.mkdir()
