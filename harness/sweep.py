@@ -148,6 +148,8 @@ def main(argv: list[str] | None = None) -> Path:
     sweep_dir = Path(given[-1]) if given else ROOT / "results" / "sweeps" / sweep / stamp
     try:
         return _sweep(sweep, sweep_dir, args)
+    except InputError as exc:  # the budget reference's run is not Vanilla or names no episode (a failed reference
+        refuse(f"error: {exc}")  # run exits non-zero itself, below): the ARGS are to change, not to resume
     except (Stopped, KeyboardInterrupt) as exc:  # (a KeyboardInterrupt: a signal outside a child, e.g. at start)
         why = str(exc) if isinstance(exc, Stopped) else "SIGINT received"
         print(f"\nStopped ({why}): every whole transcript is kept. To finish the sweep:\n  "
@@ -156,9 +158,6 @@ def main(argv: list[str] | None = None) -> Path:
     except subprocess.CalledProcessError as exc:
         sys.exit(f"error: the {sweep} sweep stopped (exit status {exc.returncode}; the reason is above); finished "
                  f"episodes are kept, and once it is fixed this resumes it: {resume_command(sweep, sweep_dir, args)}")
-    except InputError as exc:  # a run's output unreadable (the budget reference): a failed sweep, not bad input
-        sys.exit(f"error: the {sweep} sweep stopped: {exc}; finished episodes are kept, and once it is fixed this "
-                 f"resumes it: {resume_command(sweep, sweep_dir, args)}")
 
 
 def unknown_choice(sweep: str, args: list[str]) -> str | None:
@@ -286,10 +285,7 @@ def sensitivity(sweep_dir: Path, args: list[str]) -> Path:
     if other and other[-1] != "sim_llmlike":
         refuse(f"error: SWEEP=sim_sensitivity sweeps the failure model of model=sim_llmlike "
                f"(configs/model/sim_llmlike.yaml); ARGS name model={other[-1]}")
-    try:
-        found = axes()
-    except InputError as exc:  # a bad `sweep:` list in configs/model/sim_llmlike.yaml: said before anything runs
-        refuse(f"error: {exc}")
+    found = axes()  # a bad `sweep:` list in configs/model/sim_llmlike.yaml: an InputError before anything runs
     mine = {a.override: a for a in found}
     chosen = {a.split("=", 1)[0]: a for a in args if a.split("=", 1)[0] in mine}  # ARGS pick an axis's values
     rest = [a for a in args if a.split("=", 1)[0] not in mine]

@@ -107,20 +107,16 @@ def test_an_unknown_method_is_refused_before_any_job_or_reference_run() -> None:
     assert unknown_choice("methods", ["model=sim_llmlke"]) is not None  # a group given, not swept
 
 
-def test_an_unreadable_budget_reference_is_a_stopped_sweep_with_its_resume_command(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The reference run's output unreadable is not bad input (exit 2, nothing to resume) but a failed sweep."""
+def test_a_budget_reference_that_is_not_vanilla_exits_2_with_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """ARGS naming a compressing experiment make the reference run a C3 one: bad input (its ARGS are to change), not
+    a stopped sweep whose resume command would only repeat it."""
     from harness import sweep
-    from harness.errors import InputError
 
-    def unreadable(sweep_dir: Path, args: list[str]) -> int:
-        raise InputError(f"no budget reference: {sweep_dir / 'vanilla_reference'} has no readable episodes")
-
-    monkeypatch.setattr(sweep, "vanilla_reference", unreadable)
     with pytest.raises(SystemExit) as stop:
-        sweep.main(["budget", "n_tasks=1", f"hydra.sweep.dir={tmp_path}"])
-    assert stop.value.code != 2 and "no readable episodes" in str(stop.value.code)
-    assert f"hydra.sweep.dir={tmp_path}" in str(stop.value.code)  # the command that resumes it
+        sweep.main(["budget", "experiment=c3", "n_tasks=1", "n_runs=1", f"hydra.sweep.dir={tmp_path}"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and "Vanilla" in err, err
 
 
 def test_a_bad_sensitivity_list_exits_2_before_any_run(
