@@ -83,6 +83,17 @@ def test_step_log_table_reads_levels_as_waac_writes_them() -> None:
         f"{100 * lib[k] / lib.sum():.0f}" for k in ("exact", "similarity", "none"))
 
 
+def test_a_step_without_a_decision_table_is_left_out_of_the_waac_tables() -> None:
+    """A null or unreadable decisions cell (a hand-edited transcript, tabled as written by harness.records) has
+    nothing to count: both tables read as if the step were not there, instead of failing on it."""
+    steps = _steps()
+    whole = (wt.step_log_table(steps), wt.firing_table(steps))
+    bad = [None, reader.Unreadable("null", ValueError("not a table"))]
+    extra = steps.iloc[:2].assign(decisions=bad, step=[998, 999])
+    with_bad = pd.concat([extra, steps], ignore_index=True)
+    assert wt.step_log_table(with_bad).equals(whole[0]) and wt.firing_table(with_bad).equals(whole[1])
+
+
 def test_make_tables_writes_the_firing_table_from_a_real_waac_run(tmp_path: Path) -> None:
     episodes = pd.read_parquet(FIXTURE / "episodes.parquet")
     run = tmp_path / "results" / "waac" / "2026-01-01_00-00-00"

@@ -58,12 +58,18 @@ def ablation_table(episodes: pd.DataFrame, paper: dict[str, Any],
     return pd.DataFrame(rows).T.rename_axis("Experiment").rename(index=display)  # names: harness.report.names
 
 
+def _logged(steps: pd.DataFrame) -> Any:
+    """Steps grouped by experiment, only those whose decisions are a table (a null or unreadable cell, e.g. of a
+    hand-edited transcript, has nothing to count: left out, as harness.report.plots does)."""
+    return steps[steps.decisions.map(lambda x: isinstance(x, dict))].groupby("experiment")
+
+
 def step_log_table(steps: pd.DataFrame, sources: dict[str, str] | None = None) -> pd.DataFrame:
     """What WAAC's per-step decisions logged, averaged over steps (sums where noted): one column per experiment
     (named as in every table, harness.report.names), one row per quantity; `sources` (experiment -> run folder)
     fills the "run" row."""
     columns = {}
-    for name, g in steps.groupby("experiment"):
+    for name, g in _logged(steps):
         d = list(g.decisions)  # decoded by harness.report.reader
         if not d or "levels" not in d[0]:
             continue
@@ -96,7 +102,7 @@ def firing_table(steps: pd.DataFrame, sources: dict[str, str] | None = None) -> 
     back at that step's projection, so a fallback that holds is counted again at every later step); pointer
     recalls (the recall tool's calls, a running count per episode: its last value); budget-unsatisfiable steps."""
     columns = {}
-    for name, g in steps.groupby("experiment"):
+    for name, g in _logged(steps):
         d = list(g.decisions)
         if not d or "library" not in d[0]:
             continue
