@@ -269,8 +269,9 @@ class Projector:
         message is rebuilt compact, so an indented original's span would overstate it); a string's is its value."""
         if isinstance(f.value, str):
             return self._field_tokens(f, history)
-        if f.text_tokens is None:  # a compact original (json.dumps wrote it) is counted once, for both
-            same = f.msg_index < len(history) and original_text(f, history) == f.text
+        if f.text_tokens is None:  # a compact original (json.dumps wrote it), or none, is counted once, for both
+            original = original_text(f, history) if f.msg_index < len(history) else None
+            same = original is None or original == f.text
             f.text_tokens = self._field_tokens(f, history) if same else self.tokens.text(f.text)
         return f.text_tokens
 
