@@ -128,11 +128,35 @@ def vanilla_reference(sweep_dir: Path, args: list[str]) -> int:
     out = sweep_dir / "vanilla_reference"
     experiment = next((a for a in args if a.startswith("experiment=")), "experiment=c2")
     rest = [a for a in args if not a.startswith("experiment=")]
+    _refuse_unless_vanilla([experiment, *rest])
     cmd = [sys.executable, "-m", "harness.cli", experiment, f"out_dir={out}", "progress=false", *rest]
     run_child(cmd, stdout=subprocess.DEVNULL)
     from harness.report.budget import read_reference  # pandas: not for `harness.cli`, which imports this module
 
     return read_reference(out)
+
+
+def _refuse_unless_vanilla(overrides: list[str]) -> None:
+    """A reference run whose policy is not Vanilla gives no reference (harness.report.budget): said before it
+    runs, since on a real endpoint the whole run is paid for. A config that does not compose is left to the run,
+    which names what is wrong with it."""
+    from hydra import compose, initialize_config_dir  # Hydra: only for the budget sweep
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from harness.config import register
+    from harness.methods import method
+
+    register()  # the root schema the configs extend
+    try:
+        with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
+            target = compose("config", overrides).policy.get("_target_")
+    except (HydraException, OmegaConfBaseException):
+        return
+    vanilla = method("vanilla").policy_class
+    if target != vanilla:
+        raise InputError(f"the budget reference run must be Vanilla (full history, {vanilla}); "
+                         f"{overrides[0]} runs {target}: name experiment=c2 or the benchmark's own")
 
 
 def main(argv: list[str] | None = None) -> Path:

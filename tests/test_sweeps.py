@@ -109,14 +109,16 @@ def test_an_unknown_method_is_refused_before_any_job_or_reference_run() -> None:
 
 def test_a_budget_reference_that_is_not_vanilla_exits_2_with_one_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """ARGS naming a compressing experiment make the reference run a C3 one: bad input (its ARGS are to change), not
-    a stopped sweep whose resume command would only repeat it."""
+    """ARGS naming a compressing experiment would make the reference run a C3 one: bad input (its ARGS are to
+    change), not a stopped sweep whose resume command would only repeat it; said before that run (on a real endpoint
+    it is paid for), so no reference run is made."""
     from harness import sweep
 
     with pytest.raises(SystemExit) as stop:
         sweep.main(["budget", "experiment=c3", "n_tasks=1", "n_runs=1", f"hydra.sweep.dir={tmp_path}"])
     err = capsys.readouterr().err
-    assert stop.value.code == 2 and err.count("\n") == 1 and "Vanilla" in err, err
+    assert stop.value.code == 2 and err.count("\n") == 1 and "Vanilla" in err and "experiment=c3" in err, err
+    assert not (tmp_path / "vanilla_reference").exists()
 
 
 def test_a_bad_sensitivity_list_exits_2_before_any_run(
