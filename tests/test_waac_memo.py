@@ -240,3 +240,26 @@ def test_a_per_episode_store_writes_its_files_in_place_and_a_failed_write_leaves
     assert not (store.dir / artifacts.checksum('{"z": 3}')).exists()
     assert not [p for p in store.dir.iterdir() if p.name.endswith(".tmp")]
     store.close()
+
+
+def test_two_stores_of_one_shared_directory_writing_equal_bytes_at_once_both_succeed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Episodes of a threaded run share `artifact_dir` and write equal bytes at once. Here the second store's whole
+    put runs between the first's write and its rename (as another thread may): each has a temporary file of its own,
+    so neither rename loses its file; both stores verify, and no temporary file is left."""
+    from harness.waac import artifacts
+
+    first, second = artifacts.ArtifactStore(tmp_path), artifacts.ArtifactStore(tmp_path)
+    replace, nested = artifacts.os.replace, []
+
+    def interleaved(src: str, dst: str) -> None:
+        if not nested:
+            nested.append(second.put("e/g", "e/g", 0, '{"x": 1}'))
+        replace(src, dst)
+
+    monkeypatch.setattr(artifacts.os, "replace", interleaved)
+    a = first.put("e/f", "e/f", 0, '{"x": 1}')
+    assert nested and nested[0].sha256 == a.sha256
+    assert first.problem(a.ref, '{"x": 1}', "e/f", 0) is None
+    assert second.problem(nested[0].ref, '{"x": 1}', "e/g", 0) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == [a.sha256]

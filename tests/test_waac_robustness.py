@@ -136,6 +136,22 @@ def test_keys_and_names_survive_projection() -> None:
     assert [p.path for p in split.fields] == ["Form.Grids.G", "Form.Grids.G#2"]
 
 
+def test_an_item_named_like_a_duplicates_suffix_keeps_its_own_field() -> None:
+    """Items `A`, `A`, `A#2`: three fields with three paths (the duplicate's suffix skips the name an item has), so
+    a compacted view shows all three items, each once."""
+    from harness.waac.projection import Projector
+
+    grids = [{"Name": "A", "Rows": [1]}, {"Name": "A", "Rows": [2]}, {"Name": "A#2", "Rows": [3]}]
+    res = {"Status": "Success", "Message": "opened", "Form": {"FormName": "F", "Grids": grids}}
+    h = opening() + exchange("s", "form_open_menu_item", {"name": "x"}, json.dumps(res))
+    policy = WAAC(schemas())
+    policy.render(h, ctx())
+    fields = policy.graph.events["s"].fields
+    assert len(fields) == len(set(fields)) == 5
+    out = Projector(ctx().tokens, policy.store).project(h, policy.graph, {"s/Message": Level.DROP}, {})
+    assert json.loads(out.messages[-1].content)["Form"]["Grids"] == grids
+
+
 def test_grid_rows_bind_only_to_that_grid_and_that_row() -> None:
     tr = EnvTrajectory(task(0))
     tr.call("form_find_menu_item", {"menuItemFilter": "expense reports"})

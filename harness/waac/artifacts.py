@@ -134,11 +134,22 @@ class ArtifactStore:
             if self._finalizer is not None:
                 self._write_own(target, data)
             elif not os.path.exists(target):  # content-addressed: equal bytes share one file
-                tmp = os.path.join(self._dirname, f".{sha}.{os.getpid()}.tmp")
-                _write(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666), data)  # os calls: per new pointer
-                os.replace(tmp, target)  # whole or absent, also for a reader of a shared directory
-                self._clock = max(self._clock, os.stat(target).st_ctime_ns)  # a reading of the filesystem's clock
+                self._write_shared(target, sha, data)
         return self._items[ref]
+
+    def _write_shared(self, target: str, sha: str, data: bytes) -> None:
+        """A file of a shared directory, which other stores (other threads and processes) write too: through a
+        temporary file of this writer's own (mkstemp: unique per call, not only per process, since the episodes of
+        a threaded run write equal bytes at once; mode 0600, read by this user's runs), renamed whole over it."""
+        fd, tmp = tempfile.mkstemp(prefix=f".{sha}.", suffix=".tmp", dir=self._dirname)
+        try:
+            _write(fd, data)
+            os.replace(tmp, target)  # whole or absent, also for a reader of a shared directory
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self._clock = max(self._clock, os.stat(target).st_ctime_ns)  # a reading of the filesystem's clock
 
     def _write_own(self, target: str, data: bytes) -> None:
         """A file of this store's own temporary directory, which no other store reads: written in place (one

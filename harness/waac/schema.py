@@ -317,12 +317,21 @@ def _container_fields(key: str, value: dict[str, Any], spans: dict[str, tuple[in
 
 
 def unique(parts: list[ResultField]) -> list[ResultField]:
-    """Two items with one name (or keys that spell the same path) keep distinct paths: `path#2`, ..."""
-    seen: dict[str, int] = {}
+    """Two items with one name (or keys that spell the same path) keep distinct paths: `path#2`, ... A suffix never
+    takes a path an item already has (items `A`, `A`, `A#2`: `A`, `A#3`, `A#2`): one path, one field."""
+    taken = {p.path for p in parts}
+    seen: set[str] = set()
     out = []
     for p in parts:
-        seen[p.path] = seen.get(p.path, 0) + 1
-        out.append(p if seen[p.path] == 1 else p._replace(path=f"{p.path}#{seen[p.path]}"))
+        if p.path not in seen:
+            seen.add(p.path)
+            out.append(p)
+            continue
+        n = 2
+        while f"{p.path}#{n}" in taken:
+            n += 1
+        taken.add(f"{p.path}#{n}")
+        out.append(p._replace(path=f"{p.path}#{n}"))
     return out
 
 
