@@ -152,6 +152,26 @@ def test_an_item_named_like_a_duplicates_suffix_keeps_its_own_field() -> None:
     assert json.loads(out.messages[-1].content)["Form"]["Grids"] == grids
 
 
+def test_a_lone_surrogate_escape_in_a_result_is_counted_and_shown_escaped() -> None:
+    """`"\\ud83d"` (a string cut inside an emoji, as JavaScript writes it) decodes to a lone surrogate, which is not
+    UTF-8: it is counted as U+FFFD (as tiktoken does), and a compacted message shows it escaped, as the original
+    did, so the view can be sent as a UTF-8 request body."""
+    from harness.tokens import TokenCounter
+
+    assert TokenCounter().text("Launch \ud83d") == TokenCounter().text("Launch \ufffd")
+    body = {"Status": "Success", "Path": "/p.xlsx", "Body": "long text " * 50, "Title": "Launch \ud83d"}
+    h = opening("Write it to /p.xlsx") + exchange("w", "write_workbook", {}, json.dumps(body))
+    h += exchange("s", "search", {}, '{"Status": "Success", "Results": []}')
+    h += exchange("v", "validate_workbook", {"path": "/p.xlsx"}, '{"Status": "Success", "Report": "ok"}')
+    for incremental in (True, False):
+        view = WAAC(toy_schemas(), incremental=incremental).render(h, ctx())
+        compacted = json.loads(view.messages[3].content)
+        assert compacted["$compacted"] is True and compacted.get("Title") == "Launch \ud83d"
+        assert "Body" not in compacted
+        for m in view.messages:
+            m.content.encode()  # no lone surrogate in the view
+
+
 def test_grid_rows_bind_only_to_that_grid_and_that_row() -> None:
     tr = EnvTrajectory(task(0))
     tr.call("form_find_menu_item", {"menuItemFilter": "expense reports"})

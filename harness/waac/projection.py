@@ -356,7 +356,18 @@ def _json_content(g: TraceGraph, ev: Event, content: str, reps: dict[str, _Rep],
         if rep.level != Level.DROP:
             _place(payload, ev, f.loc, f.value if rep.level == Level.EXACT else _named(f, rep.json))
     payload[COMPACTED] = True
-    return json.dumps(payload, ensure_ascii=False), {fid: rep.level for fid, rep in reps.items()}
+    text = json.dumps(payload, ensure_ascii=False)
+    if not text.isascii() and not _utf8(text):  # a lone surrogate (a "\ud83d" of the original, decoded): escaped
+        text = json.dumps(payload)  # again, as the original had it (a request's JSON body is UTF-8)
+    return text, {fid: rep.level for fid, rep in reps.items()}
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _text_content(g: TraceGraph, ev: Event, content: str, reps: dict[str, _Rep],
