@@ -410,3 +410,25 @@ def test_a_pointer_must_beat_the_field_as_a_rebuilt_message_shows_it_not_its_ind
     out = Projector(tokens, policy.store).project(h, policy.graph, {"s/Results": Level.POINTER}, {})
     assert out.applied["s/Results"] == Level.EXACT
     assert json.loads(out.messages[-1].content)["Results"] == [{"Code": "A-0", "Rate": 0}]
+
+
+def test_a_pointer_in_a_json_result_is_sized_as_the_json_it_is_shown_as() -> None:
+    """A rebuilt JSON result shows a pointer as `{"$pointer": ..., "sha256": <its digest>}`: it is used only when
+    that is shorter than the field's own JSON (a string: quoted), not when the shorter bracket form with a zero
+    digest would be (string fields of 21-31 tokens became pointers that made their message longer)."""
+    from harness.envs.pinchbench.waac import schemas as pinchbench_schemas
+
+    tokens = ctx().tokens
+    words = ["the", "sensor", "calibration", "offset", "was", "measured", "twice", "and", "logged"]
+    pointed = 0
+    for n in range(1, 40):
+        value = " ".join(words[i % len(words)] for i in range(n))
+        h = opening("x") + exchange("a", "read", {"path": "c.json"}, json.dumps({"notes": value, "k": 1}))
+        policy = WAAC(pinchbench_schemas())
+        policy.render(h, ctx())
+        out = Projector(tokens, policy.store).project(h, policy.graph, {"a/notes": Level.POINTER}, {})
+        if out.applied["a/notes"] == Level.POINTER:
+            pointed += 1
+            shown = json.loads(out.messages[-1].content)["notes"]
+            assert tokens.text(json.dumps(shown)) < tokens.text(json.dumps(value)), n
+    assert pointed > 0

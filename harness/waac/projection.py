@@ -27,7 +27,7 @@ from typing import Any
 
 from harness.tokens import TokenCounter
 from harness.types import Message
-from harness.waac.artifacts import ArtifactStore, ref_of
+from harness.waac.artifacts import ArtifactStore, checksum, ref_of
 from harness.waac.extract import AuxUse
 from harness.waac.graph import Event, Field, TraceGraph
 from harness.waac.lattice import LEVELS, Level
@@ -114,6 +114,7 @@ class Projector:
         self._summaries: dict[tuple[str, frozenset[str]], str | None] = {}  # checked text, None = rollback
         self._shown_tokens: dict[str, int] = {}  # a stand-in's text -> its tokens (by self.tokens, set once)
         self._checked: dict[str, str | None] = {}  # pointer ref -> its verification in the current call
+        self._digests: dict[str, str] = {}  # pointer ref -> the checksum of its field's original text
         self._reset(None)
 
     def _reset(self, g: TraceGraph | None) -> None:
@@ -217,7 +218,8 @@ class Projector:
             return hit  # the same fallbacks hold again
         out = Projection([], {})  # this event's fallbacks
         original = history[ev.msg_index]
-        reps = {fid: self._represent(g.fields[fid], lv, facts.get(fid, frozenset()), history, out)
+        as_json = ev.scaffold is not None  # a JSON result is rebuilt as JSON: its stand-ins are shown as JSON
+        reps = {fid: self._represent(g.fields[fid], lv, facts.get(fid, frozenset()), history, out, as_json)
                 for fid, lv in zip(ev.fields, wanted, strict=True)}
         build = _text_content if ev.scaffold is None else _json_content
         content, applied = build(g, ev, original.content, reps, out)
@@ -229,19 +231,23 @@ class Projector:
         return hit
 
     def _represent(self, f: Field, level: Level, required: frozenset[str], history: Sequence[Message],
-                   out: Projection) -> _Rep:
+                   out: Projection, as_json: bool = False) -> _Rep:
         if level == Level.SUMMARY:
             text = self._summary(f, required, history)
             if text is None:
                 out.rollbacks.append(f.id)
                 return _Rep(Level.EXACT)
-            shown = f"[$summary of {f.path}: {text}]"
-            if not self._shorter(shown, f, history):
+            rep, shown = {"$summary": text, "$source": f.id}, f"[$summary of {f.path}: {text}]"
+            if not self._shorter(_standin(f, rep, shown, as_json), f, history, as_json):
                 return _Rep(Level.EXACT)
-            return _Rep(level, {"$summary": text, "$source": f.id}, shown)
+            return _Rep(level, rep, shown)
         if level == Level.POINTER:
             original = original_text(f, history)
-            if not self._shorter(f"[$pointer {ref_of(f.id, f.version)} sha256={'0' * 16}]", f, history):
+            ref = ref_of(f.id, f.version)
+            digest = self._digest(ref, original)[:16]  # sized as shown: its real digest, not a stand-in's zeros
+            standin = {"$pointer": ref, "sha256": digest}
+            if not self._shorter(_standin(f, standin, f"[$pointer {ref} sha256={digest}]", as_json), f, history,
+                                 as_json):
                 return _Rep(Level.EXACT)
             art = self.store.put(f.id, f.identity or f.id, f.version, original) if original is not None else None
             why = self._problem(art.ref, f, history) if art else "no located span of the original message"
@@ -253,7 +259,15 @@ class Projector:
             return _Rep(level, rep, f"[$pointer {art.ref} sha256={art.sha256[:16]}]", art.ref)
         return _Rep(level)
 
-    def _shorter(self, shown: str, f: Field, history: Sequence[Message]) -> bool:
+    def _digest(self, ref: str, original: str | None) -> str:
+        """The checksum a pointer to `ref` shows (once per reference; no span: a placeholder of its length)."""
+        if original is None:
+            return "0" * 64
+        if ref not in self._digests:
+            self._digests[ref] = checksum(original)
+        return self._digests[ref]
+
+    def _shorter(self, shown: str, f: Field, history: Sequence[Message], as_json: bool = False) -> bool:
         """A SUMMARY or POINTER is shown only if it is shorter than the field itself: a reference to one page
         element or a summary of a short line costs more than the line. EXACT serves any requirement (A.1), so
         keeping the field whole never weakens d; it is logged as the applied level."""
@@ -262,13 +276,18 @@ class Projector:
         n = self._shown_tokens.get(shown)
         if n is None:
             n = self._shown_tokens[shown] = self.tokens.text(shown)
-        return n < self._exact_tokens(f, history)
+        return n < self._exact_tokens(f, history, as_json)
 
-    def _exact_tokens(self, f: Field, history: Sequence[Message]) -> int:
+    def _exact_tokens(self, f: Field, history: Sequence[Message], as_json: bool = False) -> int:
         """The tokens the field costs shown EXACT in a message that compacts something: its .text (a JSON
-        message is rebuilt compact, so an indented original's span would overstate it); a string's is its value."""
+        message is rebuilt compact, so an indented original's span would overstate it); a string's is its value
+        (in a rebuilt JSON message: its JSON string, quoted and escaped)."""
         if isinstance(f.value, str):
-            return self._field_tokens(f, history)
+            if not as_json:
+                return self._field_tokens(f, history)
+            if f.text_tokens is None:
+                f.text_tokens = self.tokens.text(json.dumps(f.value, ensure_ascii=False))
+            return f.text_tokens
         if f.text_tokens is None:  # a compact original (json.dumps wrote it), or none, is counted once, for both
             original = original_text(f, history) if f.msg_index < len(history) else None
             same = original is None or original == f.text
@@ -392,6 +411,11 @@ def _text_content(g: TraceGraph, ev: Event, content: str, reps: dict[str, _Rep],
         text += [content[end:start], rep_text]
         end = stop
     return "".join([*text, content[end:]]), applied
+
+
+def _standin(f: Field, rep: dict[str, Any], text: str, as_json: bool) -> str:
+    """A SUMMARY's or POINTER's stand-in as the message will show it: its JSON in a rebuilt JSON result, else text."""
+    return json.dumps(_named(f, rep), ensure_ascii=False) if as_json else text
 
 
 def _named(f: Field, rep: dict[str, Any]) -> dict[str, Any]:
