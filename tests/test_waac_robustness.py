@@ -172,6 +172,21 @@ def test_a_lone_surrogate_escape_in_a_result_is_counted_and_shown_escaped() -> N
             m.content.encode()  # no lone surrogate in the view
 
 
+def test_a_container_with_no_part_is_a_field_and_stays_in_a_compacted_view() -> None:
+    """A form with only its name and caption and no grids has no part to be shown by: it is a field of its own, so
+    dropping a sibling does not drop it unseen."""
+    from harness.waac.projection import Projector
+
+    res = {"Status": "Success", "Message": "saved",
+           "Form": {"FormName": "TrvExpenses", "Caption": "Expense report 42", "Grids": []}}
+    h = opening() + exchange("s", "form_click_control", {"controlName": "x"}, json.dumps(res))
+    policy = WAAC(schemas())
+    policy.render(h, ctx())
+    assert "s/Form" in policy.graph.events["s"].fields
+    out = Projector(ctx().tokens, policy.store).project(h, policy.graph, {"s/Message": Level.DROP}, {})
+    assert json.loads(out.messages[-1].content)["Form"] == res["Form"]
+
+
 def test_grid_rows_bind_only_to_that_grid_and_that_row() -> None:
     tr = EnvTrajectory(task(0))
     tr.call("form_find_menu_item", {"menuItemFilter": "expense reports"})

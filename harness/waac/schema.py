@@ -237,10 +237,12 @@ def _split(content: str, schema: ToolSchema | None, payload: dict[str, Any],
     parts: list[ResultField] = []
     scaffold: dict[str, Any] = {}
     for key, value in payload.items():
-        if key in containers and isinstance(value, dict):
+        inside = (_container_fields(key, value, inner(key), partial(items, key), schema)
+                  if key in containers and isinstance(value, dict) else [])
+        if inside:
             scaffold[key] = {k: v for k, v in value.items() if not isinstance(v, (list, dict))}
-            parts += _container_fields(key, value, inner(key), partial(items, key), schema)
-        else:
+            parts += inside
+        else:  # a member, or a container with no part (scalars only, empty lists): one field, never lost unseen
             parts.append(ResultField(key, (key,), value, span(key)))
     return Split(scaffold, unique(parts), payload)
 
