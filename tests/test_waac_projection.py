@@ -432,3 +432,25 @@ def test_a_pointer_in_a_json_result_is_sized_as_the_json_it_is_shown_as() -> Non
             shown = json.loads(out.messages[-1].content)["notes"]
             assert tokens.text(json.dumps(shown)) < tokens.text(json.dumps(value)), n
     assert pointed > 0
+
+
+def test_an_exact_number_is_shown_as_written_in_a_rebuilt_json_result() -> None:
+    """EXACT is the original value: a number with more digits than a float keeps, or 1e999, is shown by its span in
+    a compacted JSON result (json.dumps wrote 1.7000000001234568e+18, 0.1 and Infinity, which is not JSON)."""
+    from harness.envs.pinchbench.waac import schemas as pinchbench_schemas
+
+    raw = ('{\n  "notes": "' + "calibration run with the new sensor; " * 12 + '",\n'
+           '  "offset_ns": 1700000000123456789.25,\n  "ratio": 0.1000000000000000055511151231257827,\n'
+           '  "limit": 1e999,\n  "plain": 2.5\n}')
+    h = opening("Tune the pipeline.")
+    h += exchange("w", "write", {"path": "calib.json", "content": raw}, f"Successfully wrote {len(raw)} bytes")
+    h += exchange("a", "read", {"path": "calib.json"}, raw)
+    h += exchange("b", "exec", {"command": "python tune.py"}, "done")
+    h += exchange("c", "exec", {"command": "python check.py"}, "ok")
+    policy = WAAC(pinchbench_schemas())
+    shown = policy.render(h, ctx()).messages[5].content
+    applied = policy.last[2].applied
+    assert applied["a/notes"] != Level.EXACT and applied["a/offset_ns"] == Level.EXACT and "$compacted" in shown
+    for literal in ('"offset_ns": 1700000000123456789.25', '"ratio": 0.1000000000000000055511151231257827',
+                    '"limit": 1e999', '"plain": 2.5'):
+        assert literal in shown, shown

@@ -65,6 +65,7 @@ class Field:
     text_tokens: int | None = None  # of .text: what a rebuilt JSON message shows of it EXACT
     span: tuple[int, int] | None = None  # its original text: history[msg_index].content[span[0]:span[1]]
     item_key: str | None = None  # a named-list item: the key holding its name (ToolSchema.item_name)
+    literal: bool | None = None  # a JSON value whose number literals json.dumps would not write back: shown by span
     _text: str | None = None
 
     @property

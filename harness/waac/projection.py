@@ -370,15 +370,54 @@ def _json_content(g: TraceGraph, ev: Event, content: str, reps: dict[str, _Rep],
                   out: Projection) -> tuple[str, dict[str, Level]]:  # same signature as _text_content
     """A JSON result rebuilt from its fields' representations, each where it sat, marked compacted."""
     payload: dict[str, Any] = {}
+    spliced: dict[str, str] = {}  # a placeholder's JSON -> the original span shown in its place
     for fid, rep in reps.items():
         f = g.fields[fid]
-        if rep.level != Level.DROP:
-            _place(payload, ev, f.loc, f.value if rep.level == Level.EXACT else _named(f, rep.json))
+        if rep.level == Level.DROP:
+            continue
+        if rep.level == Level.EXACT and _literal(f, content):  # EXACT: 1e999 or 20 digits are not re-serialized
+            rep_value: Any = f"\x00{fid}\x00{len(spliced)}"
+            spliced[json.dumps(rep_value)] = content[f.span[0]:f.span[1]] if f.span else ""
+        else:
+            rep_value = f.value if rep.level == Level.EXACT else _named(f, rep.json)
+        _place(payload, ev, f.loc, rep_value)
     payload[COMPACTED] = True
     text = json.dumps(payload, ensure_ascii=False)
     if not text.isascii() and not _utf8(text):  # a lone surrogate (a "\ud83d" of the original, decoded): escaped
         text = json.dumps(payload)  # again, as the original had it (a request's JSON body is UTF-8)
+    for placeholder, original in spliced.items():
+        text = text.replace(placeholder, original, 1)
     return text, {fid: rep.level for fid, rep in reps.items()}
+
+
+def _literal(f: Field, content: str) -> bool:
+    """Whether the field's value, parsed from its span, holds a number json.dumps would write otherwise (more digits
+    than a float keeps, 1e999, NaN): then its EXACT form is its span. Decided once per field."""
+    if f.literal is None:
+        f.literal = False
+        if f.span is not None and not isinstance(f.value, str) and _has_float(f.value):
+            changed: list[bool] = []
+
+            def number(text: str) -> float:
+                value = float(text)
+                changed.append(json.dumps(value) != text)
+                return value
+
+            try:
+                json.loads(content[f.span[0]:f.span[1]], parse_float=number,
+                           parse_constant=lambda _: changed.append(True))  # NaN, Infinity
+            except ValueError:
+                return False
+            f.literal = any(changed)
+    return f.literal
+
+
+def _has_float(value: Any) -> bool:
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        return any(_has_float(v) for v in value.values())
+    return isinstance(value, list) and any(_has_float(v) for v in value)
 
 
 def _utf8(text: str) -> bool:
