@@ -187,6 +187,17 @@ def test_a_container_with_no_part_is_a_field_and_stays_in_a_compacted_view() -> 
     assert json.loads(out.messages[-1].content)["Form"] == res["Form"]
 
 
+def test_a_results_own_compacted_member_is_not_overwritten_by_the_marker() -> None:
+    from harness.waac.projection import Projector
+
+    res = {"Status": "Success", "Message": "m", "$compacted": "no"}
+    h = opening() + exchange("s", "form_click_control", {"controlName": "x"}, json.dumps(res))
+    policy = WAAC(schemas())
+    policy.render(h, ctx())
+    out = Projector(ctx().tokens, policy.store).project(h, policy.graph, {"s/Message": Level.DROP}, {})
+    assert json.loads(out.messages[-1].content) == {"Status": "Success", "$compacted": "no"}
+
+
 def test_grid_rows_bind_only_to_that_grid_and_that_row() -> None:
     tr = EnvTrajectory(task(0))
     tr.call("form_find_menu_item", {"menuItemFilter": "expense reports"})

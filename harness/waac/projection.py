@@ -381,7 +381,7 @@ def _json_content(g: TraceGraph, ev: Event, content: str, reps: dict[str, _Rep],
         else:
             rep_value = f.value if rep.level == Level.EXACT else _named(f, rep.json)
         _place(payload, ev, f.loc, rep_value)
-    payload[COMPACTED] = True
+    payload.setdefault(COMPACTED, True)  # a result's own "$compacted" member (shown EXACT) is not overwritten
     text = json.dumps(payload, ensure_ascii=False)
     if not text.isascii() and not _utf8(text):  # a lone surrogate (a "\ud83d" of the original, decoded): escaped
         text = json.dumps(payload)  # again, as the original had it (a request's JSON body is UTF-8)
