@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 Signature = tuple[int, int, int, int]  # st_ino, st_size, st_mtime_ns, st_ctime_ns: a file's version
@@ -31,3 +34,51 @@ def atomic_write(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def walk(top: str | Path) -> Iterator[tuple[str, list[str], list[str]]]:
+    """os.walk(top) (top-down, `dirnames` prunable in place, symlinked directories listed but not entered,
+    unreadable ones skipped) with a stack instead of recursion: an agent's `mkdir -p a/a/.../a` 1,500 deep passes
+    Python's recursion limit, where os.walk of Python 3.11 raises RecursionError."""
+    stack = [str(top)]
+    while stack:
+        path = stack.pop()
+        try:
+            with os.scandir(path) as listing:
+                entries = list(listing)
+        except OSError:
+            continue
+        dirs: list[str] = []
+        files: list[str] = []
+        links: set[str] = set()
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+                if is_dir and entry.is_symlink():
+                    links.add(entry.name)
+            except OSError:
+                is_dir = False
+            (dirs if is_dir else files).append(entry.name)
+        yield path, dirs, files
+        stack.extend(os.path.join(path, d) for d in reversed(dirs) if d not in links)
+
+
+def remove_tree(path: str | Path, ignore_errors: bool = False) -> None:
+    """shutil.rmtree; a tree deeper than Python's recursion limit (an agent's `mkdir -p` 1,500 deep) is finished
+    by coreutils' rm, which does not recurse (and does not leave the file system: a mount inside stays)."""
+    try:
+        shutil.rmtree(path, ignore_errors=ignore_errors)
+    except RecursionError:
+        done = subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True, text=True)
+        if done.returncode and not ignore_errors:
+            raise OSError(f"cannot remove {path}: {done.stderr.strip()[-300:]}") from None
+
+
+def is_utf8(text: str) -> bool:
+    """Whether text can be written as UTF-8: not if it holds a lone surrogate (a JSON "\\ud83d" escape decoded, a
+    file name's undecodable byte as os.listdir gives it)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

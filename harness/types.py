@@ -31,6 +31,8 @@ class ToolCall:
             value = json.loads(self.arguments) if self.arguments.strip() else {}
         except json.JSONDecodeError as exc:
             raise ValueError(f"arguments are not valid JSON ({exc.msg} at char {exc.pos})") from exc
+        except RecursionError:  # nested deeper than the parser goes: malformed, as any other bad JSON
+            raise ValueError("arguments are nested too deeply to read") from None
         if not isinstance(value, dict):
             raise ValueError("arguments must be a JSON object")
         return value

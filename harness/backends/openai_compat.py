@@ -122,6 +122,17 @@ def to_openai_messages(messages: Sequence[Message], convert: Callable[[Message],
 
 
 _dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"), allow_nan=False)  # as the SDK's
+
+
+def _encoded(value: Any) -> bytes:
+    """_dumps as UTF-8; text holding a lone surrogate (an undecodable file name a tool listed, a cut emoji) is not
+    UTF-8, so it is escaped (`\\udcff`), as JavaScript's JSON.stringify writes it, instead of failing the call."""
+    try:
+        return _dumps(value).encode()
+    except UnicodeEncodeError:
+        return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode()
+
+
 WIRE_CACHE_LIMIT = 100_000  # messages whose request JSON a backend keeps (one backend per episode)
 TOOLS_WIRE_LIMIT = 1_000  # tool sets whose chat dicts and JSON a process keeps (_wire_tools)
 _TOOLS_WIRE: dict[tuple[ToolSpec, ...], tuple[list[dict[str, Any]], bytes | None]] = {}
@@ -269,7 +280,7 @@ class OpenAICompatible:
             self._json.clear()
         self._wire[id(m)] = (m, out)
         with contextlib.suppress(TypeError, ValueError):  # not plain JSON: serialized by the SDK (encode_body)
-            self._json[id(out)] = (out, _dumps(out).encode())
+            self._json[id(out)] = (out, _encoded(out))
         return out
 
     def _wire_tools(self, tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
@@ -280,7 +291,7 @@ class OpenAICompatible:
         if hit is None:
             out = [t.to_openai() for t in tools]
             try:
-                hit = (out, _dumps(out).encode())
+                hit = (out, _encoded(out))
             except (TypeError, ValueError):  # not plain JSON: serialized by the SDK (encode_body)
                 hit = (out, None)
             if len(_TOOLS_WIRE) >= TOOLS_WIRE_LIMIT:  # a domain making new specs per episode: kept bounded
@@ -303,18 +314,18 @@ class OpenAICompatible:
                     return payload
                 if len(pieces) > 1:
                     pieces.append(b",")
-                pieces += (_dumps(key).encode(), b":")
+                pieces += (_encoded(key), b":")
                 if key == "messages" and isinstance(value, list):
                     known = self._json
                     pieces.append(b"[")
                     for i, d in enumerate(value):
                         hit = known.get(id(d))
                         pieces += (b"," if i else b"", hit[1] if hit is not None and hit[0] is d
-                                   else _dumps(d).encode())
+                                   else _encoded(d))
                     pieces.append(b"]")
                 else:
                     hit = self._json.get(id(value))  # the tools' list (_wire_tools)
-                    pieces.append(hit[1] if hit is not None and hit[0] is value else _dumps(value).encode())
+                    pieces.append(hit[1] if hit is not None and hit[0] is value else _encoded(value))
         except (TypeError, ValueError):
             return payload
         pieces.append(b"}")

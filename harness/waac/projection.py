@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.io import is_utf8
 from harness.tokens import TokenCounter
 from harness.types import Message
 from harness.waac.artifacts import ArtifactStore, checksum, ref_of
@@ -383,7 +384,7 @@ def _json_content(g: TraceGraph, ev: Event, content: str, reps: dict[str, _Rep],
         _place(payload, ev, f.loc, rep_value)
     payload.setdefault(COMPACTED, True)  # a result's own "$compacted" member (shown EXACT) is not overwritten
     text = json.dumps(payload, ensure_ascii=False)
-    if not text.isascii() and not _utf8(text):  # a lone surrogate (a "\ud83d" of the original, decoded): escaped
+    if not text.isascii() and not is_utf8(text):  # a lone surrogate (a "\ud83d" of the original, decoded): escaped
         text = json.dumps(payload)  # again, as the original had it (a request's JSON body is UTF-8)
     for placeholder, original in spliced.items():
         text = text.replace(placeholder, original, 1)
@@ -418,14 +419,6 @@ def _has_float(value: Any) -> bool:
     if isinstance(value, dict):
         return any(_has_float(v) for v in value.values())
     return isinstance(value, list) and any(_has_float(v) for v in value)
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _text_content(g: TraceGraph, ev: Event, content: str, reps: dict[str, _Rep],

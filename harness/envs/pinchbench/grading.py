@@ -122,6 +122,9 @@ def run_grade(grade_source: str, transcript: list[dict[str, Any]], workspace: Pa
             grader_dir, ws_copy = _stage(root, grade_source, payload, copy)
         except OSError as exc:
             return GradeResult(None, f"cannot copy workspace {workspace} for grading: {exc}")
+        except RecursionError:  # shutil.copytree recurses per directory level
+            return GradeResult(None, f"cannot copy workspace {workspace} for grading: its folders nest deeper "
+                                     "than the copy can follow")
         python, binds = python_for_sandbox()
         sandbox = Sandbox(ws_copy, timeout_s=timeout_s, max_output_bytes=max_output_bytes, memory_mb=memory_mb,
                           max_processes=max_processes, read_only=True,

@@ -53,6 +53,7 @@ from harness.backends.judge_backend import host
 from harness.backends.judging import JudgeBase, JudgeCache, Unusable, ask, check_attempts, content_key
 from harness.envs.pinchbench.tasks import PinchTask
 from harness.errors import InputError, one_line
+from harness.io import walk
 from harness.types import Usage
 
 log = logging.getLogger("harness.envs.pinchbench.judge")
@@ -372,7 +373,7 @@ def _candidates(workspace: Path) -> list[tuple[Path, int]]:
     if not workspace.is_dir() or workspace.is_symlink():
         return []
     found: list[tuple[Path, int]] = []
-    for top, dirs, files in os.walk(workspace):  # does not descend into symlinked directories
+    for top, dirs, files in walk(workspace):  # does not descend into symlinked directories
         dirs[:] = [d for d in dirs if not _skipped(d)]
         base = Path(top).relative_to(workspace)
         for name in files:
@@ -427,7 +428,7 @@ def parse_text(text: str) -> dict[str, Any]:
 def _loads(text: str) -> dict[str, Any] | None:
     try:
         value = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # nested deeper than the parser goes: not a verdict either
         return None
     return value if isinstance(value, dict) else None
 

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import IO
 
 from harness.backends.base import InfraError
+from harness.io import remove_tree, walk
 
 SANDBOX_UID = 65534  # "nobody": owns the workspace while a root harness runs commands in it
 WORKSPACE_MOUNT = "/workspace"
@@ -266,7 +267,7 @@ class Sandbox:
 def _chown_tree(root: Path, uid: int) -> None:
     """Give the sandbox uid the workspace; lchown so that a symlink's target outside is never touched."""
     os.chown(root, uid, uid, follow_symlinks=False)
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in walk(root):
         for name in dirnames + filenames:
             os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
 
@@ -595,7 +596,7 @@ def _release(root: Path, image: Path, state: dict[str, bool], keep: bool) -> Non
             _run(["cp", "-a", "--", f"{root}/.", str(copy)])
         except OSError as exc:
             failure = exc
-            shutil.rmtree(copy, ignore_errors=True)
+            remove_tree(copy, ignore_errors=True)
     _unmount(root)
     state["mounted"] = False
     image.unlink(missing_ok=True)
@@ -618,11 +619,11 @@ def free_workspace(root: Path) -> None:
     for mount in _mounts_under(root):  # deepest first: a chain's segments are mounted inside its folder
         _unmount(mount)
     if root.exists() or root.is_symlink():
-        shutil.rmtree(root) if root.is_dir() and not root.is_symlink() else root.unlink()
+        remove_tree(root) if root.is_dir() and not root.is_symlink() else root.unlink()
     (root.parent / f"{root.name}.img").unlink(missing_ok=True)
     if root.parent.is_dir():
         for stale in root.parent.glob(f".{root.name}.keep-*"):
-            shutil.rmtree(stale, ignore_errors=True)
+            remove_tree(stale, ignore_errors=True)
 
 
 def _mounts_under(root: Path) -> list[Path]:
@@ -657,7 +658,7 @@ def _run(argv: list[str]) -> None:
 def _usage(root: Path) -> int:
     """Bytes a folder's files take on disk (allocated blocks; links not followed)."""
     total = 0
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in walk(root):
         for name in dirnames + filenames:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512

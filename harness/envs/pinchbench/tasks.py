@@ -21,6 +21,7 @@ overrides the rule per task id; the reason is kept in `offline_reason` so a resu
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -318,8 +319,8 @@ def _criteria(text: str) -> tuple[str, ...]:
 
 
 def _timeout(raw: object) -> float:
-    if isinstance(raw, bool) or not isinstance(raw, int | float) or raw <= 0:
-        raise ValueError(f"timeout_seconds must be a positive number, got {raw!r}")
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw) or raw <= 0:
+        raise ValueError(f"timeout_seconds must be a positive number, got {raw!r}")  # (.nan: no time limit)
     return float(raw)
 
 
@@ -332,8 +333,8 @@ def _weights(raw: object) -> tuple[tuple[str, float], ...]:
     out = []
     for key in ("automated", "llm_judge"):
         value = raw.get(key, 0.5)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise ValueError(f"grading_weights.{key} must be a number >= 0, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"grading_weights.{key} must be a number >= 0, got {value!r}")  # (.nan: a NaN score)
         out.append((key, float(value)))
     return tuple(out)
 

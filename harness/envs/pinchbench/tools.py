@@ -10,6 +10,7 @@ answer for real (benchmark.network), `unavailable` ones with a tool error.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -113,7 +114,7 @@ class WorkspaceTools:
             return ToolResult(handler(args))
         except _Failed as exc:
             return ToolResult(exc.output, True)
-        except (ToolError, WebError, ValueError, TypeError, OSError) as exc:
+        except (ToolError, WebError, ValueError, TypeError, OSError, ArithmeticError) as exc:  # 1e400: Overflow
             return ToolResult(f"{call.name}: {exc}", True)
 
     # ---- paths ---------------------------------------------------------------------------------------------
@@ -196,7 +197,7 @@ class WorkspaceTools:
     def _exec(self, args: dict[str, Any]) -> str:
         command = _required(args, "command")
         timeout = min(float(args.get("timeout") or self.max_exec_timeout_s), self.max_exec_timeout_s)
-        if timeout <= 0:
+        if not math.isfinite(timeout) or timeout <= 0:  # (a NaN would pass `<= 0` and never time out)
             raise ToolError("timeout must be a positive number of seconds")
         workdir = args.get("workdir")
         if workdir is not None:
@@ -232,7 +233,7 @@ def _required(args: dict[str, Any], key: str, allow_empty: bool = False) -> str:
 def _positive(value: Any, name: str, default: int) -> int:
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) < 1:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or int(value) < 1:
         raise ToolError(f"{name} must be a positive integer")
     return int(value)
 

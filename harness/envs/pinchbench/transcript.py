@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from harness.io import is_utf8
 from harness.types import Message
 
 VERSION = 3
@@ -38,7 +39,16 @@ def to_openclaw(history: Sequence[Message], usage: Sequence[dict[str, Any]] = ()
 
 
 def dumps(lines: Sequence[dict[str, Any]]) -> str:
-    return "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+    return "".join(_line(line) + "\n" for line in lines)
+
+
+def _line(line: dict[str, Any]) -> str:
+    """One JSONL line, UTF-8 as OpenClaw writes it; a lone surrogate (an undecodable file name `ls` listed) is
+    escaped, as JSON.stringify writes it, since the file is UTF-8."""
+    text = json.dumps(line, ensure_ascii=False)
+    if not text.isascii() and not is_utf8(text):
+        text = json.dumps(line)
+    return text
 
 
 def _message(m: Message, usage: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -60,7 +70,7 @@ def _arguments(raw: str) -> dict[str, Any]:
     """The call's arguments as an object; text that is not a JSON object is kept whole under `_raw`."""
     try:
         value = json.loads(raw) if raw.strip() else {}
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # (nested deeper than the parser goes)
         return {"_raw": raw}
     return value if isinstance(value, dict) else {"_raw": raw}
 

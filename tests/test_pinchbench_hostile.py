@@ -1,0 +1,114 @@
+"""What a clumsy or hostile agent (or judge) does by accident, each of which used to end the run or the episode
+with a traceback, or lift a time limit: folders nested deeper than Python recurses, arguments or a verdict nested
+deeper than the JSON parser goes, NaN and 1e999 as numbers, and file names that are not UTF-8."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.backends import openai_compat
+from harness.envs.pinchbench import judge, transcript
+from harness.envs.pinchbench.sandbox import Sandbox, free_workspace
+from harness.envs.pinchbench.tools import WorkspaceTools
+from harness.io import remove_tree, walk
+from harness.types import ToolCall
+
+DEEP = 1_500  # levels: past Python's default recursion limit (1,000)
+
+
+@pytest.fixture(autouse=True)
+def _removed_after(tmp_path: Path) -> Iterator[None]:
+    """Whatever a test leaves (a failing one: a deep tree) goes with coreutils' rm: pytest's clean-up of old
+    temporary folders uses shutil.rmtree, which raises RecursionError on a deep tree in a later session."""
+    yield
+    subprocess.run(["rm", "-rf", "--", str(tmp_path)], check=False)
+
+
+def _deep(root: Path) -> Path:
+    """DEEP nested folders under root (removed after each test: `_removed_after`)."""
+    path = root
+    for _ in range(DEEP):  # (os.makedirs recurses too)
+        path = path / "a"
+        os.mkdir(path)
+    (path / "leaf.txt").write_text("x")
+    return path
+
+
+def test_a_tree_deeper_than_python_recurses_is_walked_listed_and_removed(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    _deep(ws)
+    assert sum(1 for _ in walk(ws)) == DEEP + 1
+    assert [p for p, _ in judge._candidates(ws)] == [Path(*["a"] * DEEP, "leaf.txt")]
+    free_workspace(ws)  # what a resume does first: it raised RecursionError, so the run could never finish
+    assert not ws.exists()
+    other = tmp_path / "other"
+    other.mkdir()
+    _deep(other)
+    remove_tree(other)
+    assert not other.exists()
+
+
+def test_walk_lists_a_symlinked_folder_without_entering_it(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "f").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "d")
+    assert sorted((os.path.relpath(p, tmp_path), sorted(d), sorted(f)) for p, d, f in walk(tmp_path)) == \
+        sorted((os.path.relpath(p, tmp_path), sorted(d), sorted(f)) for p, d, f in os.walk(tmp_path))
+
+
+def test_arguments_or_a_verdict_nested_deeper_than_the_parser_goes_are_malformed() -> None:
+    nested = '{"path": ' + "[" * 1_200
+    with pytest.raises(ValueError, match="nested too deeply"):
+        ToolCall("c", "read", nested).parsed_arguments()
+    assert transcript._arguments(nested) == {"_raw": nested}
+    assert judge._loads("[" * 1_200) is None
+
+
+def test_a_lone_surrogate_is_written_escaped_to_the_session_and_the_request() -> None:
+    name = "\udcff.txt"  # os.listdir's str for the byte 0xff, as `ls` lists it
+    text = transcript.dumps([{"role": "toolResult", "content": [{"type": "text", "text": name}]}])
+    assert json.loads(text)["content"][0]["text"] == name and text.encode()
+    body = openai_compat._encoded({"role": "tool", "content": f"{name} é"})
+    assert json.loads(body)["content"] == f"{name} é"
+
+
+@pytest.mark.sandbox
+def test_nan_and_huge_numbers_are_tool_errors_not_tracebacks_or_no_time_limit(tmp_path: Path) -> None:
+    tools = WorkspaceTools(tmp_path, Sandbox(tmp_path, timeout_s=5, max_output_bytes=4096, memory_mb=256,
+                                             max_processes=32))
+    (tmp_path / "f.txt").write_text("one\ntwo\n")
+    for name, raw in (("exec", '{"command": "sleep 30", "timeout": NaN}'), ("ls", '{"limit": 1e999}'),
+                      ("read", '{"path": "f.txt", "limit": 1e999}'), ("read", '{"path": "f.txt", "offset": NaN}'),
+                      ("exec", '{"command": "true", "timeout": 1' + "0" * 400 + "}")):
+        result = tools.execute(ToolCall("c", name, raw))
+        assert result.is_error, (name, raw, result.content)
+    assert not tools.execute(ToolCall("c", "read", '{"path": "f.txt"}')).is_error
+
+
+@pytest.mark.sandbox
+def test_a_workspace_too_deep_to_copy_is_a_grading_error_not_a_crash(tmp_path: Path) -> None:
+    from harness.envs.pinchbench.grading import run_grade
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    _deep(ws)
+    result = run_grade("def grade(transcript, workspace_path):\n    return {'ok': 1.0}\n", [], ws)
+    assert result.score is None and "nest deeper" in (result.error or ""), result
+
+
+def test_a_task_files_nan_timeout_or_weight_is_refused() -> None:
+    from harness.envs.pinchbench.tasks import _timeout, _weights
+
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="timeout_seconds"):
+            _timeout(bad)
+        with pytest.raises(ValueError, match="grading_weights.automated"):
+            _weights({"automated": bad})
+    assert _timeout(5) == 5.0
