@@ -227,6 +227,26 @@ def test_the_meter_prices_each_call_and_expires_on_modelled_time() -> None:
     assert meter.context_window == 100_000  # everything else is the backend's
 
 
+class _Measured(_Fixed):
+    """A real endpoint's backend: its modeled_time_s is the measured latency of the call alone."""
+
+    simulated = False
+
+
+def test_a_real_endpoints_cache_expires_on_the_wall_clock_between_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Twenty minutes of tools or user turns pass between two calls that each took 0.5 s: the entry has expired
+    (it was kept alive, since the clock advanced by the calls' latency only)."""
+    from harness.backends import prompt_cache
+
+    starts = iter([1_000.0, 1_000.0 + 1_200.0])
+    monkeypatch.setattr(prompt_cache, "time", type("Clock", (), {"monotonic": staticmethod(lambda: next(starts))}))
+    meter = PromptCacheMeter.from_config(_Measured(0.5), {"cache": "openai"})
+    history = [Message("system", "rules " * 1200), Message("user", "go")]
+    meter.generate(history, [])
+    entry = meter.generate([*history, Message("assistant", "ok"), Message("user", "more")], []).info["prompt_cache"]
+    assert entry["at_s"] == 1_200.0 and entry["read"] == 0
+
+
 class _CachingEndpoint:
     """A loopback OpenAI-compatible endpoint (the sim agent's answers) that reports its own prompt-cache counts,
     OpenAI-style or LiteLLM's Anthropic-style: a fixed rule a test can check, unlike the harness's model."""

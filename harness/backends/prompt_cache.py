@@ -43,6 +43,9 @@ class PromptCacheMeter:
         self.cache = PrefixCache(model)
         self.clock_s = 0.0  # the modelled time of the next call, seconds from the episode's first
         self._last: tuple[float, float] | None = None  # the last call's wall start and modelled seconds
+        # only a simulated backend models time: a real endpoint's modeled_time_s is its measured latency, which
+        # leaves out the time between calls (tools, the user model) that the cache's idle expiry counts
+        self._modelled = bool(getattr(inner, "simulated", False))
 
     @classmethod
     def from_config(cls, inner: Any, pricing: Mapping[str, Any] | None, encoding: str = "o200k_base"
@@ -55,13 +58,14 @@ class PromptCacheMeter:
 
     def generate(self, messages: Sequence[Message], tools: Sequence[ToolSpec], **params: Any) -> Completion:
         started = time.monotonic()
-        if self._last is not None and self._last[1] <= 0:  # a real endpoint: real time passed
+        if self._last is not None and (not self._modelled or self._last[1] <= 0):  # real time passed
             self.clock_s += started - self._last[0]
         request, now = self.requests.request(messages, tools), self.clock_s
         completion = self.inner.generate(messages, tools, **params)
         modelled = self.cache.observe(request, now)  # after the call: a failed call reached no cache
         self._last = (started, completion.modeled_time_s)
-        self.clock_s += max(completion.modeled_time_s, 0.0)
+        if self._modelled:
+            self.clock_s += max(completion.modeled_time_s, 0.0)
         info = {**completion.info, "prompt_cache": self._record(completion, modelled, request.tokens, now)}
         return dataclasses.replace(completion, info=info)
 
