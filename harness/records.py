@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import stat
 from dataclasses import asdict, fields, is_dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -40,7 +42,7 @@ VERSION_KEY = "format_version"
 VIEW_MESSAGE = "view_message"
 PARQUET_VERSION = b"harness.format_version"
 EPISODE_KEYS = ("experiment", "policy", "model", "simulated", "task_id", "run", "budget_fraction")
-NAME = re.compile(r"^(?P<task_id>[A-Za-z0-9][A-Za-z0-9._-]*)__run(?P<run>\d+)\.jsonl$")
+NAME = re.compile(r"^(?P<task_id>[A-Za-z0-9][A-Za-z0-9._-]*)__run(?P<run>0|[1-9]\d*)\.jsonl$")  # run00: foreign
 log = logging.getLogger("harness.records")
 
 
@@ -195,7 +197,16 @@ def replace_episode_end(path: Path, records: list[dict[str, Any]], end: dict[str
 
 
 def read_transcript(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """Its records; a path that is not a regular file (a FIFO would block the open forever) is an OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        with open(fd, closefd=False) as f:
+            text = f.read()
+    finally:
+        os.close(fd)
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def check_version(version: Any, where: Path | str) -> int:
@@ -291,6 +302,9 @@ def _shape_problem(records: list[dict[str, Any]], name: re.Match[str] | None, fi
         return f"holds task {start.get('task_id')} run {start.get('run')}, not those of its file name"
     if fingerprint is not None and start.get("fingerprint") != fingerprint:
         return f"written by another configuration (fingerprint {start.get('fingerprint')} != {fingerprint})"
+    steps = [r.get("step") for r in records if r.get("type") == "step"]
+    if not all(isinstance(a, int) and isinstance(b, int) and a < b for a, b in zip(steps, steps[1:], strict=False)):
+        return "its step records are not in order, each once (a line repeated or moved)"
     return None
 
 
@@ -369,12 +383,14 @@ def write_parquet(frame: pd.DataFrame, path: Path) -> None:
 
 def _flat_step(r: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in r.items() if k not in ("type", "view", "decisions", "info")}
-    out["events"] = ";".join(r.get("info", {}).get("events", []))
+    info = r.get("info")
+    info = info if isinstance(info, dict) else {}  # (null in a hand-edited transcript)
+    out["events"] = ";".join(info.get("events", []))
     # the per-field log (WAAC's `fields`) stays in the transcript, where harness.waac.explain and the viewer read
     # it: copied into every row it was most of the table's bytes and of building it, and no table reads it
     decisions = r.get("decisions", {})
     if isinstance(decisions, dict):
         decisions = {k: v for k, v in decisions.items() if k != FIELD_LOG}
     out["decisions"] = json.dumps(decisions, sort_keys=True)  # anything else as it was written (null: "null")
-    out.update(pricing.step_columns(r.get("info", {}).get("prompt_cache")))
+    out.update(pricing.step_columns(info.get("prompt_cache")))
     return out

@@ -320,3 +320,43 @@ def test_a_step_whose_decisions_are_not_a_table_is_tabled_as_written(tmp_path: P
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     _, steps = build_tables(tmp_path)
     assert len(steps) and [json.loads(d) for d in steps.decisions] == [decisions] * len(steps)
+
+
+# ---- transcripts a clumsy hand (or a hostile agent) left in out_dir ---------------------------------------------
+def test_a_fifo_at_a_transcripts_path_is_damaged_not_a_run_that_hangs(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    path = run_folder(tmp_path)
+    path.unlink()
+    os.mkfifo(path)
+    probe = ("from pathlib import Path; from harness.records import check_transcript; "
+             f"print(check_transcript(Path({str(path)!r}))[0].name)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "DAMAGED", done.stderr
+
+
+def test_a_copy_under_a_non_canonical_run_number_is_not_a_second_episode(tmp_path: Path) -> None:
+    path = run_folder(tmp_path)
+    path.with_name(path.name.replace("__run0.", "__run00.")).write_text(path.read_text())
+    episodes, _ = build_tables(tmp_path)
+    assert len(episodes) == 1
+
+
+def test_a_repeated_step_line_makes_the_transcript_damaged(tmp_path: Path) -> None:
+    path = run_folder(tmp_path)
+    lines = path.read_text().splitlines(keepends=True)
+    step = next(i for i, line in enumerate(lines) if json.loads(line).get("type") == "step")
+    path.write_text("".join([*lines[:step + 1], lines[step], *lines[step + 1:]]))
+    state, why = check_transcript(path)
+    assert state.name == "DAMAGED" and "in order" in str(why)
+
+
+def test_a_step_whose_info_is_null_is_tabled(tmp_path: Path) -> None:
+    path = run_folder(tmp_path)
+    records = read_transcript(path)
+    path.write_text("".join(json.dumps({**r, "info": None} if r.get("type") == "step" else r) + "\n"
+                            for r in records))
+    episodes, _ = build_tables(tmp_path)
+    assert len(episodes) == 1 and len(pd.read_parquet(tmp_path / "steps.parquet")) >= 1
