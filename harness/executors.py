@@ -177,9 +177,9 @@ def _hybrid(cfg: DictConfig, jobs: list[Job], procs: int, one: RunOne) -> Iterat
     workers = [ctx.Process(target=_hybrid_worker, args=(yaml, procs, i, share(cfg.concurrency, procs, i), todo, done,
                                                         os.getpid(), one))
                for i in range(procs)]
-    for w in workers:
-        w.start()
     try:
+        for w in workers:  # in the try: a signal while they start stops those already started
+            w.start()
         remaining = len(jobs)
         while remaining:
             row = _next_result(done, workers)
@@ -188,6 +188,7 @@ def _hybrid(cfg: DictConfig, jobs: list[Job], procs: int, one: RunOne) -> Iterat
             remaining -= 1
             yield row
     finally:  # on a stop or a crash: stop every worker at once (in-flight requests finish; no new one is sent)
+        workers = [w for w in workers if w.pid is not None]  # (started)
         for w in workers:
             w.terminate() if w.is_alive() else None
         todo.cancel_join_thread()  # jobs nobody will read must not keep this process from exiting

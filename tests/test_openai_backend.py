@@ -319,3 +319,29 @@ def test_a_multimodal_backend_sends_images_after_the_last_messages_text(monkeypa
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "high"}}]
     with pytest.raises(ValueError, match="multimodal"):
         OpenAICompatible(model="m", api_key_env=None).generate_with_images([Message("user", "x")], [])
+
+
+def test_a_stop_while_the_worker_processes_start_stops_those_already_started(
+        server: SimServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signal can arrive between two workers' start: the first, already running jobs, is stopped with the run,
+    not left to run every job after it."""
+    import multiprocessing.context as mp_context
+
+    import psutil
+
+    start, started = mp_context.ForkProcess.start, []
+
+    def second_is_interrupted(self: mp_context.ForkProcess) -> None:
+        if started:
+            raise KeyboardInterrupt
+        start(self)
+        started.append(self)
+
+    monkeypatch.setattr(mp_context.ForkProcess, "start", second_is_interrupted)
+    import contextlib
+
+    with contextlib.suppress(KeyboardInterrupt, SystemExit):  # (the runner says it stopped, and how to resume)
+        run(openai_cfg(server.base_url, tmp_path / "h", "n_tasks=20", "concurrency=8", "n_workers=2"), verbose=False)
+    assert started, "the run did not start its workers in processes"
+    pid = started[0].pid
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

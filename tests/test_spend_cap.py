@@ -279,3 +279,16 @@ def test_a_later_command_joins_a_run_folders_ledger_and_its_cap(tmp_path: Path) 
     with pytest.raises(lifecycle.Interrupted, match="max_cost_usd=0.57 "):
         lifecycle.METER.reserve(UNIT, "another judge call")
     assert float(ledger.read_text()) == 0.5625
+
+
+def test_the_worst_case_of_a_call_covers_writing_its_whole_prompt_to_the_cache() -> None:
+    """Anthropic bills cache writes at 1.25x the input price: a call that writes its whole prompt and uses its whole
+    output limit costs no more than the reservation made for it."""
+    from harness.backends.openai_compat import parse_usage
+
+    price = {"input": 3.0, "output": 15.0, "cached_input": 0.3, "cache_write": 3.75}
+    model = OpenAICompatible(model="claude", base_url="http://127.0.0.1:9/v1", api_key_env=None,
+                             prices={"claude": price})
+    usage, _ = parse_usage({"prompt_tokens": 100_000, "completion_tokens": 1_000,
+                            "cache_creation_input_tokens": 100_000})
+    assert usage is not None and model.cost(usage) == pytest.approx(model.worst_case_usd(100_000, 1_000)) == 0.39

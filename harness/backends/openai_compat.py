@@ -441,8 +441,10 @@ class OpenAICompatible:
         return max(limits, default=self.max_output_tokens)
 
     def worst_case_usd(self, input_tokens: int, max_output: int) -> float:
-        """The most a call can cost: every input token at the uncached price, the whole output limit used."""
-        return self.cost(Usage(input_tokens, max_output))
+        """The most a call can cost: every input token at the dearer of the uncached price and the cache-write price
+        (Anthropic-style writes are billed above input: 1.25x), the whole output limit used."""
+        return max(self.cost(Usage(input_tokens, max_output)),
+                   self.cost(Usage(input_tokens, max_output, cache_write_tokens=input_tokens)))
 
     def _call(self, body: dict[str, Any]) -> dict[str, Any]:
         try:
