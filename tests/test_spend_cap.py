@@ -292,3 +292,12 @@ def test_the_worst_case_of_a_call_covers_writing_its_whole_prompt_to_the_cache()
     usage, _ = parse_usage({"prompt_tokens": 100_000, "completion_tokens": 1_000,
                             "cache_creation_input_tokens": 100_000})
     assert usage is not None and model.cost(usage) == pytest.approx(model.worst_case_usd(100_000, 1_000)) == 0.39
+
+
+@pytest.mark.parametrize("price", [{"input": 1.0}, {"input": 1.0, "output": "2"}, {"input": 1.0, "output": -1},
+                                   {"input": 1.0, "output": 2.0, "cache_read": 0.1}, 3.0])
+def test_a_price_entry_without_its_numbers_is_refused_naming_it(price: Any) -> None:
+    with pytest.raises(ValueError, match=r"model\.prices\.m="):
+        OpenAICompatible(model="m", base_url="http://127.0.0.1:9/v1", api_key_env=None, prices={"m": price})
+    OpenAICompatible(model="m", base_url="http://127.0.0.1:9/v1", api_key_env=None,
+                     prices={"m": {"input": 1, "output": 2.0, "cached_input": 0.1, "cache_write": 1.25}})

@@ -213,6 +213,7 @@ class OpenAICompatible:
         self.name = self.name or self.model
         self.simulated = self.simulated or self.model == SIM_SERVED
         self.retry_policy = RetryPolicy(**self.retry)
+        _check_prices(self.prices)
         self.cache = ResponseCache(self.cache_dir) if self.cache_dir else None
         self.limiter = shared_limiter((self.base_url, self.model), self.rate_limit.get("rpm"),
                                       self.rate_limit.get("tpm"), float(self.rate_limit.get("burst", 1.0)))
@@ -539,6 +540,22 @@ class OpenAICompatible:
         cached_price = price.get("cached_input", price["input"])
         return ((usage.input_tokens - cached - written) * price["input"] + cached * cached_price
                 + written * price.get("cache_write", price["input"]) + usage.output_tokens * price["output"]) / 1e6
+
+
+PRICE_KEYS = ("input", "output", "cached_input", "cache_write")  # USD per 1M tokens; the first two required
+
+
+def _check_prices(prices: Any) -> None:
+    """Each price a mapping of PRICE_KEYS to numbers >= 0, input and output given: a ValueError naming the entry
+    (build_model says it in one line) instead of a KeyError at the first call or cost."""
+    for model, price in dict(prices or {}).items():
+        entry = dict(price) if hasattr(price, "items") else None
+        bad = entry is None or not {"input", "output"} <= set(entry) or any(
+            k not in PRICE_KEYS or isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+            or v < 0 for k, v in entry.items())
+        if bad:
+            raise ValueError(f"model.prices.{model}={price!r}: give input and output (and optionally cached_input, "
+                             "cache_write) in USD per 1M tokens, numbers >= 0")
 
 
 def _as_count(value: Any) -> int | None:
