@@ -27,6 +27,7 @@ result), so the 20-block lookback is an approximation that only matters past 20 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import zlib
@@ -112,7 +113,12 @@ def cache_model(kind: str | None, expiry_min: float | None = None, min_tokens: i
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
             raise InputError(f"{key}={value!r} must be a positive number")
     base = CacheModel(kind)  # type: ignore[arg-type]
-    return CacheModel(base.kind, float(expiry_min or base.expiry_min), int(min_tokens or base.min_tokens))
+    expiry = float(expiry_min or base.expiry_min)
+    # Anthropic's cache lives 5 minutes (writes at 1.25x input) or, asked for, 1 hour (writes at 2x): past 5 minutes
+    # an entry is one of the 1-hour kind
+    writes = 2.0 if base.kind == "anthropic" and expiry > base.expiry_min else base.write_multiplier
+    return dataclasses.replace(base, expiry_min=expiry, min_tokens=int(min_tokens or base.min_tokens),
+                               write_multiplier=writes)
 
 
 PRICING_KEYS = ("sheet", "cache", "expiry_min", "min_tokens")

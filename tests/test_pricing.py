@@ -342,3 +342,11 @@ def test_request_tokens_identity_memo_is_bounded(monkeypatch: pytest.MonkeyPatch
         copy = Message("user", "the same words")
         assert requests.request([copy]).segments[1] is first
         assert len(requests._by_id) <= 51
+
+
+def test_an_anthropic_cache_kept_past_five_minutes_is_the_one_hour_kind_with_writes_at_twice_input() -> None:
+    from harness.pricing import cache_model
+
+    assert cache_model("anthropic").write_multiplier == 1.25
+    assert cache_model("anthropic", 60).write_multiplier == 2.0 and cache_model("anthropic", 60).expiry_min == 60
+    assert cache_model("openai", 60).write_multiplier == cache_model("openai").write_multiplier
