@@ -96,6 +96,8 @@ def check_resume(out_dir: Path, print_: str) -> None:
     if found is None:
         found = next((f for f in map(_transcript_fingerprint, transcript_files(out_dir))
                       if f not in (print_, "unreadable")), None)  # an unreadable one is damaged: rerun
+    if found is not None and found != print_ and not transcript_files(out_dir):
+        found = None  # a marker but no episode (a session refused at its pre-flight): nothing of it to mix with
     if found is not None and found != print_:
         raise InputError(f"{out_dir} holds episodes of a different configuration (fingerprint {found} != {print_}); "
                          "choose another out_dir")

@@ -99,6 +99,16 @@ def test_a_missing_marker_does_not_let_another_configuration_in(tmp_path: Path) 
         run(config(tmp_path, "max_steps=7"))
 
 
+def test_a_marker_without_episodes_does_not_keep_another_configuration_out(tmp_path: Path) -> None:
+    """A session refused before its first episode (a pre-flight that failed) leaves only its marker: the corrected
+    configuration runs there, as nothing of the first is in the folder to mix with."""
+    run(config(tmp_path))
+    for transcript in (tmp_path / "transcripts").glob("*.jsonl"):
+        transcript.unlink()
+    run(config(tmp_path, "max_steps=7"))
+    assert len(list((tmp_path / "transcripts").glob("*.jsonl"))) == 3
+
+
 @pytest.mark.timeout(60)  # a FIFO read as the marker waited for a writer forever
 @pytest.mark.parametrize("shape", ["fifo", "folder", "binary", "other text", "fingerprint and more"])
 def test_a_marker_the_harness_did_not_write_is_one_line_naming_it_and_nothing_is_lost(tmp_path: Path,
