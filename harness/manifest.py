@@ -59,7 +59,7 @@ def begin(out_dir: Path, cfg: DictConfig, fingerprint: str, task_ids: list[str],
         "backend": str(cfg.model.name), "model": str(cfg.model.get("model") or cfg.model.name),
         "simulated": str(cfg.model.name) == "sim" or bool(cfg.model.get("simulated", False)),
         "status": "running", "episodes": old.get("episodes", {"done": 0, "by_termination": {}}),
-        "started": [*old.get("started", []), now], "ended": None,
+        "started": [*_started(old), now], "ended": None,
         "git": git_state(), "python": platform.python_version(), "packages": versions(),
         "command": [_program(), *sys.argv[1:]], "overrides": overrides(out_dir),
         "host": socket.gethostname(),
@@ -172,6 +172,12 @@ def overrides(out_dir: Path) -> list[str] | None:
         return [str(o) for o in yaml.safe_load(path.read_text()) or []] if path.exists() else None
     except (OSError, yaml.YAMLError):
         return None
+
+
+def _started(old: dict[str, Any]) -> list[Any]:
+    """The earlier sessions' start times; a damaged entry (null, a string split into letters) starts afresh."""
+    started = old.get("started")
+    return [t for t in started if isinstance(t, str)] if isinstance(started, list) else []
 
 
 def _existing(out_dir: Path) -> dict[str, Any]:

@@ -218,7 +218,7 @@ def check_version(version: Any, where: Path | str) -> int:
         version = version.decode(errors="replace")
     try:
         number = int(version)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # (Infinity)
         number = -1
     if number < 1 or str(number) != str(version).strip():
         raise InputError(f"{where}: format_version {version!r} is not a version number (this harness reads "

@@ -90,6 +90,15 @@ def test_a_resumed_run_keeps_its_first_start_and_runs_again(tmp_path: Path) -> N
     assert done["status"] == "complete" and done["episodes"] == {"done": 4, "by_termination": {"user_stop": 4}}
 
 
+@pytest.mark.parametrize("started", [None, "2026-12-01T10:00:00", 3])
+def test_a_damaged_list_of_starts_starts_afresh(tmp_path: Path, started: object) -> None:
+    first = _run(tmp_path, _episodes("user_stop"), interrupted=True)
+    (tmp_path / manifest.FILE).write_text(json.dumps({**first, "started": started}))
+    manifest.begin(tmp_path, _cfg(), "abc123", TASKS)  # type: ignore[arg-type]
+    resumed = manifest.read(tmp_path)
+    assert resumed is not None and len(resumed["started"]) == 1  # type: ignore[arg-type]
+
+
 def test_episodes_beyond_the_expected_ones_do_not_make_a_run_complete(tmp_path: Path) -> None:
     """A folder that once ran other tasks: only this run's tasks x runs count as done."""
     other = _episodes(*["user_stop"] * 4).assign(task_id="hotel-009")

@@ -113,7 +113,7 @@ def test_a_newer_version_is_refused_with_one_line_naming_the_file_and_the_versio
     assert err == [f"error: {caught.value}"]
 
 
-@pytest.mark.parametrize("version", ["two", "1.5", 0, True])
+@pytest.mark.parametrize("version", ["two", "1.5", 0, True, float("inf")])
 def test_a_version_that_is_not_a_version_number_is_refused(tmp_path: Path, version: Any) -> None:
     path = run_folder(tmp_path)
     rewrite(path, {"format_version": version})
