@@ -321,6 +321,7 @@ def test_a_multimodal_backend_sends_images_after_the_last_messages_text(monkeypa
         OpenAICompatible(model="m", api_key_env=None).generate_with_images([Message("user", "x")], [])
 
 
+@pytest.mark.usefixtures("fresh_lifecycle")  # the interruption sets the process-wide stop flag
 def test_a_stop_while_the_worker_processes_start_stops_those_already_started(
         server: SimServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A signal can arrive between two workers' start: the first, already running jobs, is stopped with the run,

@@ -200,6 +200,8 @@ def test_usage_details_of_openai_litellm_and_openrouter() -> None:
     assert parse_usage(openrouter)[0] == Usage(2000, 5, 0, 0, 100)
     assert all(map(reports_cache, (openai, litellm, openrouter)))
     assert not reports_cache({"prompt_tokens": 2000, "completion_tokens": 5})  # silent: modelled
+    # an endpoint that says its prompt had no tokens did not count it: counted locally and flagged, never billed 0
+    assert parse_usage({"prompt_tokens": 0, "completion_tokens": 0}) == (None, {"prompt_tokens": "0"})
 
 
 class _Fixed:

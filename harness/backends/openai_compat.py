@@ -605,7 +605,9 @@ def parse_usage(usage: Any) -> tuple[Usage | None, dict[str, str]]:
         written = count(prompt_details, "cache_write_tokens", "prompt_tokens_details.cache_write_tokens")
     reasoning = count(details("completion_tokens_details"), "reasoning_tokens",
                       "completion_tokens_details.reasoning_tokens")
-    if prompt is None or completion is None:  # absent or not a count: both counted locally, never a silent 0
+    if prompt == 0:  # every request has input tokens: an endpoint that says 0 did not count them
+        invalid["prompt_tokens"] = "0"
+    if prompt is None or completion is None or prompt == 0:  # both counted locally, never a silent 0
         return None, invalid
     return Usage(prompt, completion, cached or 0, reasoning or 0, written or 0), invalid
 
