@@ -461,6 +461,9 @@ def check_out_dir(out_dir: Path) -> str | None:
     again: the default out_dir has a timestamp, and Hydra's run may resolve it a second later."""
     if out_dir.exists() and not out_dir.is_dir():
         return f"error: out_dir={out_dir} is an existing file, not a directory"
+    transcripts = out_dir / "transcripts"  # (the transcripts' folder: a file there would fail the first write)
+    if (transcripts.exists() or transcripts.is_symlink()) and not transcripts.is_dir():
+        return f"error: {transcripts} is a file, not the transcripts' folder; remove it or choose another out_dir"
     made = [p for p in (out_dir, *out_dir.parents) if not p.exists()]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

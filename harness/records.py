@@ -244,6 +244,8 @@ def check_transcript(path: Path, fingerprint: str | None = None) -> tuple[State,
     before = _signature(path)
     if before is None:
         return State.MISSING, "no transcript"
+    if path.is_dir():  # a rerun could not write its transcript there
+        raise InputError(f"{path} is a folder, not a transcript; remove it (or choose another out_dir)")
     name = NAME.match(path.name)
     problem: str | None
     try:

@@ -109,6 +109,21 @@ def test_a_marker_without_episodes_does_not_keep_another_configuration_out(tmp_p
     assert len(list((tmp_path / "transcripts").glob("*.jsonl"))) == 3
 
 
+def test_a_folder_at_a_transcripts_path_or_a_file_for_the_transcripts_folder_is_one_line(tmp_path: Path) -> None:
+    from harness.cli import check_out_dir
+
+    run(config(tmp_path))
+    path = next((tmp_path / "transcripts").glob("*.jsonl"))
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(InputError, match=f"^{path} is a folder, not a transcript"):
+        run(config(tmp_path))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "transcripts").write_text("")
+    assert "is a file, not the transcripts' folder" in (check_out_dir(other) or "")
+
+
 @pytest.mark.timeout(60)  # a FIFO read as the marker waited for a writer forever
 @pytest.mark.parametrize("shape", ["fifo", "folder", "binary", "other text", "fingerprint and more"])
 def test_a_marker_the_harness_did_not_write_is_one_line_naming_it_and_nothing_is_lost(tmp_path: Path,
