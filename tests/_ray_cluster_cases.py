@@ -101,14 +101,25 @@ def test_a_worker_killed_mid_episode_its_episode_reruns_and_nothing_is_duplicate
     killed: list[int] = []
     with RecordingEndpoint(latency_s=0.1) as server:
 
-        def kill_one() -> None:  # once episodes are under way, SIGKILL one worker in the middle of its episode
+        def kill_one() -> None:
+            # Deterministic: once episodes are under way, hold every answer (freeze) until a request is seen held;
+            # its episode is then mid-way by construction. SIGKILL every worker running an episode (the held one
+            # among them; one whose episode just ended only has its Ray task retried and skipped), then deliver
+            # again. A kill timed by polling alone could land after an episode's last call.
             deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and not killed:
-                workers = episode_workers(cluster)
-                if workers and len(server.posts()) >= 4:
-                    os.kill(workers[0], signal.SIGKILL)
-                    killed.append(workers[0])
-                time.sleep(0.05)
+            while time.monotonic() < deadline and len(server.posts()) < 4:
+                time.sleep(0.02)
+            server.freeze()
+            try:
+                held: list[object] = []
+                while time.monotonic() < deadline and not held:
+                    time.sleep(0.5)  # past latency_s: an answer that was on its way has been marked answered
+                    held = [s for s in server.posts() if s.answered_at is None]
+                for pid in episode_workers(cluster) if held else []:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            finally:
+                server.thaw()
 
         killer = threading.Thread(target=kill_one, daemon=True)
         killer.start()
