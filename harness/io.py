@@ -1,5 +1,5 @@
 """Atomic file writes (a reader, or a resumed run, sees a whole file or none, never a partial one), and a file's
-version as stat gives it (what a memo of a file's content is keyed on)."""
+version as stat gives it (what a memo of a file's content is keyed on); trees walked and removed without recursion."""
 
 from __future__ import annotations
 
@@ -72,13 +72,3 @@ def remove_tree(path: str | Path, ignore_errors: bool = False) -> None:
         done = subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True, text=True)
         if done.returncode and not ignore_errors:
             raise OSError(f"cannot remove {path}: {done.stderr.strip()[-300:]}") from None
-
-
-def is_utf8(text: str) -> bool:
-    """Whether text can be written as UTF-8: not if it holds a lone surrogate (a JSON "\\ud83d" escape decoded, a
-    file name's undecodable byte as os.listdir gives it)."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 
 import quicktok
 
+from harness.text import utf8_replaced
 from harness.types import Message, ToolSpec, image_caption
 
 PER_MESSAGE = 3
@@ -98,13 +99,13 @@ class TokenCounter:
         try:
             return int(self._enc.count(text))
         except TypeError:  # not UTF-8: a lone surrogate (a JSON "\ud83d" decoded); as tiktoken, counted as U+FFFD
-            return int(self._enc.count(_utf8(text)))
+            return int(self._enc.count(utf8_replaced(text)))
 
     def encode(self, text: str) -> list[int]:
         try:
             return list(self._enc.encode(text))
         except TypeError:
-            return list(self._enc.encode(_utf8(text)))
+            return list(self._enc.encode(utf8_replaced(text)))
 
     def decode(self, tokens: Sequence[int]) -> str:
         return str(self._enc.decode(list(tokens)))
@@ -159,11 +160,6 @@ class TokenCounter:
     def request(self, msgs: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> int:
         """Input tokens of one model call: messages + tool definitions + reply priming."""
         return self.messages(msgs) + self.tools(tools) + REPLY_PRIMING
-
-
-def _utf8(text: str) -> str:
-    """Each lone surrogate replaced by U+FFFD (what tiktoken's encode does with them): the BPE takes UTF-8 text only."""
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def image_tokens(width: int, height: int) -> int:

@@ -301,3 +301,13 @@ def test_a_sweep_stops_once_the_context_is_back_under_the_threshold() -> None:
             assert raw_outside_tail, "some old raw messages stay: the sweep stopped under the threshold"
             return
     raise AssertionError("the threshold was never passed")
+
+
+def test_a_summary_holding_a_lone_surrogate_is_stored_and_shown() -> None:
+    """A model's summary cut inside an emoji (a JSON "\\ud83d" decoded) cannot go into SQLite as it is: stored with
+    U+FFFD in its place (it was a UnicodeEncodeError that ended the episode)."""
+    llm = FakeLLM(["Clicked C0-C1 \ud83d. " + FOOTER + "click results"])
+    policy = LCM(context_tokens=4000, context_threshold=0.01, fresh_tail_count=4, summarizer=llm)
+    view = policy.render(pairs(6), RenderContext(0, TOKENS))
+    assert policy.store.summaries()[0].content.startswith("Clicked C0-C1 \ufffd. ")
+    assert any("Clicked C0-C1 \ufffd. " in m.content for m in view.messages)

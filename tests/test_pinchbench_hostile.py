@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_pinchbench_runs import POLICIES, SCRIPT, config
 
 from harness.backends import openai_compat
 from harness.envs.pinchbench import judge, transcript
@@ -112,3 +113,86 @@ def test_a_task_files_nan_timeout_or_weight_is_refused() -> None:
         with pytest.raises(ValueError, match="grading_weights.automated"):
             _weights({"automated": bad})
     assert _timeout(5) == 5.0
+
+
+# ---- lone surrogates: an undecodable file name `ls` lists, a cut emoji in a model's reply -----------------------
+def test_a_pointer_to_text_holding_a_lone_surrogate_is_stored_and_recalled_exactly() -> None:
+    """The artifact store keeps the field's text with its lone surrogate (its 3 bytes): the checksum used to raise
+    UnicodeEncodeError, which ended the episode."""
+    from _waac import ctx, exchange, opening
+
+    from harness.envs.pinchbench.waac import schemas
+    from harness.waac.lattice import Level
+    from harness.waac.policy import WAAC
+    from harness.waac.projection import Projector
+
+    body = "line of output text here\n" * 60 + "bad-\udcff.txt\n"
+    h = opening("Summarize a.txt into b.txt") + exchange("r", "read", {"path": "a.txt"}, body)
+    h += exchange("w", "write", {"path": "b.txt", "content": "summary"}, "Successfully wrote 7 bytes to b.txt")
+    policy = WAAC(schemas())
+    policy.render(h, ctx())
+    (fid,) = policy.graph.events["r"].fields
+    out = Projector(ctx().tokens, policy.store).project(h, policy.graph, {fid: Level.POINTER}, {})
+    assert out.messages[3].content.startswith("[$pointer ")
+    ref = out.messages[3].content.split()[1]
+    text, failed = policy.call_tool(ToolCall("c", "waac_recall", json.dumps({"ref": ref})))
+    assert not failed and json.loads(text)["Content"] == body
+
+
+def test_text_with_a_lone_surrogate_is_encoded_where_it_leaves_the_process() -> None:
+    from harness.report import view
+    from harness.text import json_text, utf8_replaced
+
+    cut = "Launch \ud83d"  # a JSON "\ud83d" (a string cut inside an emoji) decoded
+    assert json_text({"t": cut}) == '{"t": "Launch \\ud83d"}' and json_text({"t": "é"}) == '{"t": "é"}'
+    assert utf8_replaced(cut) == "Launch \ufffd" and utf8_replaced("é") == "é"
+    assert view.unpack(view.pack({"t": cut})) == {"t": cut}
+    assert json.loads(view.script_json({"t": cut})) == {"t": cut}
+    lines = "\n".join(f"line {i} {cut}" for i in range(50))
+    kept, note = judge._cut_lines(lines, 100)
+    assert note is not None and "bytes not shown" in kept
+
+
+def test_an_odysseys_episode_whose_answer_holds_a_lone_surrogate_is_written(tmp_path: Path) -> None:
+    from harness.envs.odysseys.layout import STEPS_FILE, write_episode
+    from harness.types import Message
+
+    history = [Message("system", "s"), Message("user", "task"), Message("assistant", "Done \ud83d")]
+    folder = write_episode(tmp_path / "ep", history)
+    assert "Done \\ud83d" in (folder / STEPS_FILE).read_text()
+
+
+HOSTILE = [  # the notes task's script, by a clumsy agent: files named with the byte 0xff, listed; cut emoji
+    {"tool_calls": [{"name": "exec", "arguments": {"command": "for i in $(seq 1 40); do touch \"$(printf "
+                                                              "'bad\\377%02d-a-long-file-name.txt' $i)\"; done"}}]},
+    {"tool_calls": [{"name": "ls", "arguments": {"path": "."}}]},
+    {"content": "Reading \ud83d", "tool_calls": [{"name": "read", "arguments": {"path": "notes.md"}}]},
+    *({"tool_calls": [{"name": "exec", "arguments": {"command": f"echo step {i} \ud83d"}}]} for i in range(6)),
+    {"tool_calls": [{"name": "write", "arguments": {"path": "answer.txt",
+                                                    "content": "The beta release is on June 1, 2024.\n"}}]},
+    {"content": "Saved \ud83d: the beta release is June 1, 2024."}]
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_policy_runs_and_is_viewed_with_undecodable_names_and_cut_emoji(policy: str, tmp_path: Path) -> None:
+    """LCM (SQLite), mem0 and LLMLingua (Hugging Face tokenizers) raised on a lone surrogate, and the viewer on any
+    transcript holding one: the episode ended in an error, the report was not written."""
+    from harness.report import view
+    from harness.run import run
+
+    conversations = json.loads(SCRIPT.read_text())["conversations"]
+    for c in conversations:
+        if "system" not in c and c["match"].startswith("What is the date of the beta release?"):
+            c["replies"] = HOSTILE
+    script = tmp_path / "hostile.json"
+    script.write_text(json.dumps({"conversations": conversations}))
+    out = tmp_path / "run"
+    episodes = run(config(out, f"policy={policy}", "benchmark.ids=[task_notes_answer]", f"model.script={script}"),
+                   verbose=False)
+    assert episodes.termination.tolist() == ["agent_final"], episodes.error.tolist()
+    assert episodes.score.tolist() == [1.0] and episodes.n_steps.tolist() == [len(HOSTILE)]
+    assert view.write_report([out], tmp_path / "report.html")[0].is_file()
+    _, blobs = view.report_data(view.collect([out]))
+    assert [b for b in blobs.values() if "bad\\udcff01" in json.dumps(view.unpack_episode(b))]  # as listed

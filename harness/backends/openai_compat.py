@@ -29,7 +29,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import math
@@ -49,6 +48,7 @@ from harness.backends.base import ContextWindowExceeded, InfraError
 from harness.backends.cache import ResponseCache, cache_key, completion_problem
 from harness.backends.ratelimit import held_slot, shared_gate, shared_limiter
 from harness.errors import InputError
+from harness.text import json_text
 from harness.tokens import TokenCounter, image_tokens
 from harness.types import Completion, ImagePart, Message, ToolCall, ToolSpec, Usage, image_caption
 
@@ -121,16 +121,10 @@ def to_openai_messages(messages: Sequence[Message], convert: Callable[[Message],
     return out + carried
 
 
-_dumps = functools.partial(json.dumps, ensure_ascii=False, separators=(",", ":"), allow_nan=False)  # as the SDK's
-
-
 def _encoded(value: Any) -> bytes:
-    """_dumps as UTF-8; text holding a lone surrogate (an undecodable file name a tool listed, a cut emoji) is not
-    UTF-8, so it is escaped (`\\udcff`), as JavaScript's JSON.stringify writes it, instead of failing the call."""
-    try:
-        return _dumps(value).encode()
-    except UnicodeEncodeError:
-        return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode()
+    """JSON as the SDK writes it, UTF-8; text holding a lone surrogate (an undecodable file name a tool listed, a cut
+    emoji) is escaped (io.json_text) instead of failing the call."""
+    return json_text(value, separators=(",", ":"), allow_nan=False).encode()
 
 
 WIRE_CACHE_LIMIT = 100_000  # messages whose request JSON a backend keeps (one backend per episode)

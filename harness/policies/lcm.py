@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 from harness.policies.base import ContextPolicy, RenderContext, View, kept
 from harness.policies.lcm_store import Item, LcmStore, SummaryRow, message_id, summary_id
 from harness.policies.summarizers import aux_label, is_llm
+from harness.text import utf8_replaced
 from harness.tokens import TokenCounter
 from harness.types import Message, Provenance, ToolCall, ToolSpec, Usage
 
@@ -415,6 +416,7 @@ class LCM(ContextPolicy):
         job = self._leaf_job(history, seqs, ctx.tokens)
         job.previous = "\n\n".join(previous)
         content, level = self._escalate(job, ctx, aux)
+        content = utf8_replaced(content)  # stored in SQLite, which takes UTF-8 only (a model's cut emoji raised)
         source_tokens = sum(ctx.tokens.message(history[s]) for s in seqs)
         row = SummaryRow(summary_id("leaf", 0, seqs[0], seqs[-1], content), "leaf", 0, content,
                          ctx.tokens.text(content), source_tokens, 0, seqs[0], seqs[-1], level, ctx.step)
@@ -427,6 +429,7 @@ class LCM(ContextPolicy):
         depth = rows[0].depth + 1
         job = self._condensed_job(rows, depth)
         content, level = self._escalate(job, ctx, aux)
+        content = utf8_replaced(content)  # stored in SQLite, which takes UTF-8 only (a model's cut emoji raised)
         row = SummaryRow(summary_id("condensed", depth, rows[0].earliest_seq, rows[-1].latest_seq, content),
                          "condensed", depth, content, ctx.tokens.text(content), sum(r.token_count for r in rows),
                          sum(r.descendant_count + 1 for r in rows), rows[0].earliest_seq, rows[-1].latest_seq,

@@ -21,6 +21,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+from harness.text import utf8_replaced
 from harness.types import Message
 
 SCHEMA = """
@@ -77,7 +78,8 @@ class LcmStore:
     # ---- messages -------------------------------------------------------------------------------------
     def add_message(self, seq: int, message: Message, token_count: int) -> None:
         self.db.execute("INSERT INTO messages VALUES (?, ?, ?, ?, ?)",
-                        (seq, message.role, message.content, json.dumps(message.to_dict()), token_count))
+                        (seq, message.role, utf8_replaced(message.content),  # searched; SQLite takes UTF-8 only
+                         json.dumps(message.to_dict()), token_count))  # the record: exact (ASCII-escaped JSON)
 
     def close(self) -> None:
         self.db.close()

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 
 from harness.policies.base import ContextPolicy, RenderContext, View
 from harness.policies.lingua_models import BACKENDS, SMOLLM2_GGUF, load_compressor, resolve_model
+from harness.text import utf8_replaced
 from harness.types import Message, Provenance, Usage
 
 FORCED_TOKENS = ("{", "}", "[", "]", ":", ",", '"')
@@ -166,8 +167,9 @@ class LLMLinguaPolicy(ContextPolicy):
         todo = [i for i, (s, protected) in enumerate(spans) if not protected and re.search(r"\w", s)]
         if not todo:
             return content
-        res = pc.compress_prompt([spans[i][0].strip() for i in todo], rate=self.rate, use_context_level_filter=False,
-                                 force_tokens=list(FORCED_TOKENS), force_reserve_digit=True)
+        res = pc.compress_prompt([utf8_replaced(spans[i][0].strip()) for i in todo], rate=self.rate,
+                                 use_context_level_filter=False, force_tokens=list(FORCED_TOKENS),
+                                 force_reserve_digit=True)
         parts = [s for s, _ in spans]
         for i, text in zip(todo, res["compressed_prompt_list"], strict=True):
             raw = spans[i][0]
@@ -178,9 +180,10 @@ class LLMLinguaPolicy(ContextPolicy):
     def _lingua1(self, pc: Any, content: str) -> str | None:
         """llmlingua's LLMLingua-1 compress_prompt on the message, then the protected spans it dropped put back in
         place; None if its output cannot be aligned to the message's tokens."""
-        res = pc.compress_prompt([content], rate=self.rate, iterative_size=self.iterative_size,
+        safe = utf8_replaced(content)  # the tokenizer takes UTF-8 only; one character for one, so keep indexes content
+        res = pc.compress_prompt([safe], rate=self.rate, iterative_size=self.iterative_size,
                                  use_context_level_filter=False)
-        keep = aligned_chars(content, str(res["compressed_prompt"]), pc.tokenizer)
+        keep = aligned_chars(safe, str(res["compressed_prompt"]), pc.tokenizer)
         if keep is None:
             return None
         for pattern in (p for p in (self._pairs, _FORCED_1) if p):

@@ -55,6 +55,7 @@ import numpy as np
 from harness import lifecycle, minilm, scratch
 from harness.policies.base import ContextPolicy, RenderContext, View
 from harness.policies.summarizers import aux_label, is_llm
+from harness.text import utf8_replaced
 from harness.tokens import TokenCounter
 from harness.types import Message, Provenance, Usage
 
@@ -341,14 +342,15 @@ class Mem0Memory(ContextPolicy):
         m = history[i]
         meta = {"first_index": i, "last_index": i, "source": _source(history, i)}
         role = "user" if m.role == "user" else "assistant"
-        result = self._memory.add([{"role": role, "content": p} for p in pieces], run_id=self._run_id,
+        # mem0 embeds the text with a Hugging Face tokenizer, which takes UTF-8 only (a lone surrogate raised)
+        result = self._memory.add([{"role": role, "content": utf8_replaced(p)} for p in pieces], run_id=self._run_id,
                                   metadata=meta, infer=False)
         self._per_index[i] += len(result["results"])
         return len(result["results"])
 
     def _add_inferred(self, history: Sequence[Message], start: int) -> int:
         msgs = [{"role": "user" if history[i].role == "user" else "assistant",
-                 "content": _plain(history, i)[:MAX_INFER_CHARS]} for i in range(start, len(history))]
+                 "content": utf8_replaced(_plain(history, i)[:MAX_INFER_CHARS])} for i in range(start, len(history))]
         t0 = time.perf_counter()
         result = self._memory.add(msgs, run_id=self._run_id, infer=True,
                                   metadata={"first_index": start, "last_index": len(history) - 1, "source": "step"})
@@ -366,7 +368,7 @@ class Mem0Memory(ContextPolicy):
             return []
         # memories that came only from messages still in the view are skipped below: fetch that many more
         limit = self.top_k + sum(n for i, n in self._per_index.items() if i in visible)
-        hits = self._memory.search(query, top_k=limit, threshold=self.threshold,
+        hits = self._memory.search(utf8_replaced(query), top_k=limit, threshold=self.threshold,
                                    filters={SCOPE: self._run_id})["results"]
         kept, seen = [], set()
         for h in hits:

@@ -31,6 +31,7 @@ from typing import Any
 from harness.errors import InputError
 from harness.report import cli, trajectory
 from harness.report.runs import reported
+from harness.text import json_text
 
 ASSETS = Path(__file__).with_name("view_assets")
 # No fetch, frame, font or image from anywhere: the report is offline by construction (inline code only).
@@ -43,7 +44,7 @@ _SCRIPT_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
 # ---- packing ---------------------------------------------------------------------------------------------------
 def pack(obj: Any) -> str:
     """JSON -> gzip (mtime 0, so the same data gives the same file) -> base64: what the page's inflate() reads."""
-    raw = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    raw = json_text(obj, separators=(",", ":")).encode()  # a lone surrogate (a cut emoji an agent wrote) escaped
     return base64.b64encode(gzip.compress(raw, compresslevel=9, mtime=0)).decode("ascii")
 
 
@@ -54,7 +55,7 @@ def unpack(text: str) -> Any:
 
 def script_json(obj: Any) -> str:
     """JSON safe inside a <script> element: no `</script>`, `<!--` or line separators can appear in it."""
-    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    text = json_text(obj, separators=(",", ":"))
     return text.translate(_SCRIPT_ESCAPES)
 
 

@@ -69,7 +69,13 @@ RECALL_SCHEMA = ToolSchema(RECALL_TOOL, "recall", "recall", (
 
 
 def checksum(data: str | bytes) -> str:
-    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+    return hashlib.sha256(stored_bytes(data) if isinstance(data, str) else data).hexdigest()
+
+
+def stored_bytes(text: str) -> bytes:
+    """A field's original text as the store keeps it: UTF-8, a lone surrogate (an undecodable file name a listing
+    showed, a cut emoji) kept as its 3 bytes (surrogatepass), so a recall gives back exactly the text it had."""
+    return text.encode("utf-8", "surrogatepass")
 
 
 def ref_of(field_id: str, version: int) -> str:
@@ -122,13 +128,14 @@ class ArtifactStore:
     def path(self, ref: str) -> Path:
         return self.dir / self._items[ref].sha256
 
-    def put(self, field_id: str, identity: str, version: int, original: str) -> Artifact:
+    def put(self, field_id: str, identity: str, version: int, original: str, sha256: str | None = None) -> Artifact:
         """Record a field's original bytes once. A later put of the same reference changes nothing: a file
-        that went missing or changed is detected by `problem`, never silently rewritten."""
+        that went missing or changed is detected by `problem`, never silently rewritten. `sha256`: the caller's
+        checksum(original), not computed again (a wrong one fails every check, so the field is shown whole)."""
         ref = ref_of(field_id, version)
         if ref not in self._items:
-            data = original.encode()
-            sha = checksum(data)
+            data = stored_bytes(original)
+            sha = sha256 or checksum(data)
             target = os.path.join(self._dirname, sha)
             self._items[ref] = Artifact(ref, field_id, identity, version, sha, target)
             if self._finalizer is not None:
@@ -245,7 +252,7 @@ class ArtifactStore:
         if why is not None:
             return self._fail(f"{RECALL_TOOL}: {why}; the field is shown in full instead")
         assert a is not None
-        text = (self.dir / a.sha256).read_bytes().decode()
+        text = (self.dir / a.sha256).read_bytes().decode("utf-8", "surrogatepass")
         head = json.dumps({"Status": "Success", "Ref": ref, "Version": a.version, "Sha256": a.sha256})
         return f"{head[:-1]}, \"Content\": {text if _is_json(text) else json.dumps(text, ensure_ascii=False)}}}", False
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.io import is_utf8
+from harness.text import json_text
 from harness.tokens import TokenCounter
 from harness.types import Message
 from harness.waac.artifacts import ArtifactStore, checksum, ref_of
@@ -245,12 +245,14 @@ class Projector:
         if level == Level.POINTER:
             original = original_text(f, history)
             ref = ref_of(f.id, f.version)
-            digest = self._digest(ref, original)[:16]  # sized as shown: its real digest, not a stand-in's zeros
+            sha = self._digest(ref, original)
+            digest = sha[:16]  # sized as shown: its real digest, not a stand-in's zeros
             standin = {"$pointer": ref, "sha256": digest}
             if not self._shorter(_standin(f, standin, f"[$pointer {ref} sha256={digest}]", as_json), f, history,
                                  as_json):
                 return _Rep(Level.EXACT)
-            art = self.store.put(f.id, f.identity or f.id, f.version, original) if original is not None else None
+            art = (self.store.put(f.id, f.identity or f.id, f.version, original, sha) if original is not None
+                   else None)
             why = self._problem(art.ref, f, history) if art else "no located span of the original message"
             if art is None or why is not None:
                 out.promotions.append(f.id)
@@ -383,9 +385,7 @@ def _json_content(g: TraceGraph, ev: Event, content: str, reps: dict[str, _Rep],
             rep_value = f.value if rep.level == Level.EXACT else _named(f, rep.json)
         _place(payload, ev, f.loc, rep_value)
     payload.setdefault(COMPACTED, True)  # a result's own "$compacted" member (shown EXACT) is not overwritten
-    text = json.dumps(payload, ensure_ascii=False)
-    if not text.isascii() and not is_utf8(text):  # a lone surrogate (a "\ud83d" of the original, decoded): escaped
-        text = json.dumps(payload)  # again, as the original had it (a request's JSON body is UTF-8)
+    text = json_text(payload)  # a lone surrogate (a "\ud83d" of the original, decoded) escaped, as the original had it
     for placeholder, original in spliced.items():
         text = text.replace(placeholder, original, 1)
     return text, {fid: rep.level for fid, rep in reps.items()}

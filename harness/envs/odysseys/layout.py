@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.io import atomic_write
+from harness.text import json_text
 from harness.types import Message, ToolCall
 
 EPISODES_DIR = "odysseys"
@@ -120,7 +121,7 @@ def write_episode(folder: Path, history: Sequence[Message], screenshots: Mapping
     of the episode replaces both (an unfinished rerun removes an older result.txt)."""
     folder = Path(folder)
     rows = [_with_local_screenshot(folder, row) for row in layout_rows(history, screenshots, urls)]
-    atomic_write(folder / STEPS_FILE, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    atomic_write(folder / STEPS_FILE, "".join(json_text(row) + "\n" for row in rows))
     if complete:
         atomic_write(folder / RESULT_FILE, "0\n")  # last: a folder with result.txt is whole (module docstring)
     else:

@@ -185,7 +185,8 @@ def _cut_lines(summary: str, room: int) -> tuple[str, str | None]:
             break
         kept.append(line)
         used += len(line) + 1
-    note = (f"[... {len(lines) - len(kept)} transcript lines / {len(summary.encode()) - used} bytes not shown: "
+    size = len(summary.encode(errors="surrogatepass"))  # a lone surrogate (an agent's cut emoji): its 3 bytes
+    note = (f"[... {len(lines) - len(kept)} transcript lines / {size - used} bytes not shown: "
             "the judge prompt's cap]")
     return "\n".join([*kept, note]), note
 

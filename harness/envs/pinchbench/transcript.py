@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from harness.io import is_utf8
+from harness.text import json_text
 from harness.types import Message
 
 VERSION = 3
@@ -45,10 +45,7 @@ def dumps(lines: Sequence[dict[str, Any]]) -> str:
 def _line(line: dict[str, Any]) -> str:
     """One JSONL line, UTF-8 as OpenClaw writes it; a lone surrogate (an undecodable file name `ls` listed) is
     escaped, as JSON.stringify writes it, since the file is UTF-8."""
-    text = json.dumps(line, ensure_ascii=False)
-    if not text.isascii() and not is_utf8(text):
-        text = json.dumps(line)
-    return text
+    return json_text(line)
 
 
 def _message(m: Message, usage: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -1,0 +1,33 @@
+"""Text as UTF-8: a Python str may hold a lone surrogate (a JSON "\\ud83d" escape decoded, a cut emoji a model wrote,
+a file name's undecodable byte as os.listdir gives it), which UTF-8 cannot encode. These helpers write such text
+anyway, where it leaves the process (a request body, a JSON file) or enters a library that takes UTF-8 only."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def is_utf8(text: str) -> bool:
+    """Whether text can be written as UTF-8: not if it holds a lone surrogate (a JSON "\\ud83d" escape decoded, a
+    file name's undecodable byte as os.listdir gives it)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def utf8_replaced(text: str) -> str:
+    """Each lone surrogate replaced by U+FFFD (as tiktoken's encode does), one character for one: for a library that
+    takes UTF-8 text only (a Hugging Face tokenizer, SQLite), where a lone surrogate would raise."""
+    return text if text.isascii() or is_utf8(text) else text.encode("utf-16", "surrogatepass").decode("utf-16",
+                                                                                                       "replace")
+
+
+def json_text(value: Any, **options: Any) -> str:
+    """json.dumps as UTF-8 text (ensure_ascii=False); text holding a lone surrogate cannot be UTF-8, so then the whole
+    value is written with \\u escapes (a lone surrogate as `\\udcff`, as JavaScript's JSON.stringify writes it)
+    instead of failing where it is encoded. Lossless either way: json.loads gives the value back."""
+    text = json.dumps(value, ensure_ascii=False, **options)
+    return text if text.isascii() or is_utf8(text) else json.dumps(value, ensure_ascii=True, **options)
