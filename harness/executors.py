@@ -13,10 +13,12 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import signal
 import threading
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,21 @@ _WORKER: dict[str, Any] = {}
 # better at 256 (docs/speed.md).
 HYBRID_PER_CPU = 2
 HYBRID_MIN_THREADS = 16
+
+
+def worker_died(status: int | None) -> str:
+    """The stop reason when an episode worker process died under the run (the episode it ran has no result)."""
+    how = f"was killed by {_signal_name(-status)}" if status and status < 0 else (
+        f"exited with status {status}" if status else "was killed")
+    oom = " (the out-of-memory killer sends SIGKILL)" if status in (None, -signal.SIGKILL) else ""
+    return f"an episode worker process {how}{oom}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def plan(cfg: DictConfig, jobs: list[Job], spends: bool) -> str:
@@ -100,8 +117,13 @@ def _pooled(cfg: DictConfig, jobs: list[Job], workers: int, one: RunOne) -> Iter
     pool = ProcessPoolExecutor(workers, mp.get_context("fork"), _init_worker, (yaml, os.getpid(), one))
     try:
         yield from pool.map(_work, jobs, chunksize=max(1, len(jobs) // (workers * 8)))
+    except BrokenProcessPool:  # a worker was killed (the out-of-memory killer's SIGKILL): stop, as on a signal
+        raise lifecycle.Interrupted(worker_died(None)) from None
     except BaseException:
         processes = list((pool._processes or {}).values())  # the pool has no public way to signal them
+        # queued jobs cancelled and a stop sign sent to each worker: an idle one (waiting for a job, where its
+        # SIGTERM's flag is never read) exits at once instead of being waited for, then killed, as if blocked
+        pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:
             process.terminate() if process.is_alive() else None
         # a worker blocked in a read never sees its SIGTERM's flag: after the grace it is killed, not waited for
@@ -232,6 +254,9 @@ def _next_result(done: Any, workers: list[Any]) -> dict[str, Any]:
         try:
             return dict(done.get(timeout=5))
         except queue.Empty:
+            died = [w.exitcode for w in workers if w.exitcode]  # (a worker that crashed said so: "crash")
+            if died:  # its episode in flight has no result: stop, as on a signal (the resume reruns it)
+                raise lifecycle.Interrupted(worker_died(died[0])) from None
             if not any(w.is_alive() for w in workers):
                 codes = [w.exitcode for w in workers]
                 raise RuntimeError(f"all episode worker processes exited (codes {codes}) before finishing") from None

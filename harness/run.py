@@ -248,8 +248,10 @@ def _drive(cfg: DictConfig, domain: Domain, jobs: list[Job], how: str, out_dir: 
                 # totals over the episodes this bar counted (the table shows per-run means): named so
                 bar.set_postfix(completed=f"{done}/{n}", total_in_tok=f"{tokens:,}", total_cost=f"${cost:,.2f}")
                 bar.update()
-        except (KeyboardInterrupt, lifecycle.Interrupted):
-            lifecycle.request_stop("interrupted")
+        except KeyboardInterrupt:
+            lifecycle.request_stop("interrupted")  # (a signal's handler has already given its reason)
+        except lifecycle.Interrupted as exc:  # e.g. a worker process's own stop (the disk full): its reason
+            lifecycle.request_stop(str(exc) or "interrupted")
 
 
 def _preflight(cfg: DictConfig, backends: dict[str, Any], n_episodes: int, verbose: bool) -> None:

@@ -103,3 +103,28 @@ def test_atomic_write_on_a_full_disk_leaves_no_temp_file(small_disk: Path) -> No
         atomic_write(target, "x" * (4 << 20))
     assert caught.value.errno == errno.ENOSPC
     assert list(target.parent.iterdir()) == []
+
+
+
+def test_a_worker_processs_own_stop_reason_reaches_the_runners_stop_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker process that met a full disk stops its episodes with Interrupted("the disk is full: ..."); the
+    runner's stop line used to say "Stopped (interrupted)" instead. (A run of real workers cannot show it reliably:
+    on the same full disk the tables fail next, and that one line names the full disk too.)"""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from harness import lifecycle, run
+
+    def stopped_worker(*_: object) -> Iterator[dict[str, object]]:
+        raise lifecycle.Interrupted("the disk is full: [Errno 28] No space left on device")
+        yield {}
+
+    monkeypatch.setattr(run, "execute", stopped_worker)
+    lifecycle.reset()
+    cfg = OmegaConf.create({"n_runs": 1, "name": "c3", "model": {"name": "sim"}, "progress": False})
+    try:
+        run._drive(cfg, SimpleNamespace(tasks=[object()]), [], "processes", Path("."))  # type: ignore[arg-type]
+        assert lifecycle.stop_reason() == "the disk is full: [Errno 28] No space left on device"
+    finally:
+        lifecycle.reset()

@@ -190,10 +190,10 @@ def ctrl_c_twice(cmd: list[str], out: Path, at_least: int) -> tuple[int, str, st
     return 130 if proc.returncode == -signal.SIGINT else proc.returncode, stdout, stderr
 
 
-def stopped_count_and_resume(err: str) -> tuple[int, list[str]]:
+def stopped_count_and_resume(err: str, reason: str = "SIGINT received") -> tuple[int, list[str]]:
     """The stop message's count of new episodes and the command it prints to resume."""
     lines = err.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith("Stopped (SIGINT received) after "))
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"Stopped ({reason}") and " after " in line)
     return int(lines[at].split(" after ", 1)[1].split()[0]), shlex.split(lines[at + 1])
 
 
@@ -244,3 +244,36 @@ def test_ctrl_c_stops_a_process_pool_without_running_its_queued_chunks(tmp_path:
     code, _, stderr = ctrl_c_twice(cmd, out, at_least=3)
     count, _ = stopped_count_and_resume(stderr)
     assert code == 130 and count == len(identities(out)) < 3 + 10, stderr[-2000:]
+    # the idle workers (waiting for a job, where a SIGTERM's flag is never read) were released, not waited for
+    # for the whole grace and then reported as blocked
+    assert "still running" not in stderr, stderr[-2000:]
+
+
+def episode_workers(runner: int) -> list[int]:
+    """The runner's forked episode workers (the same command line; not multiprocessing's resource tracker)."""
+    own = Path(f"/proc/{runner}/cmdline").read_bytes()
+    return [pid for pid in children(runner) if Path(f"/proc/{pid}/cmdline").read_bytes() == own]
+
+
+@pytest.mark.parametrize("executor", ["processes", "hybrid"])
+def test_a_killed_worker_process_stops_the_run_in_one_line_and_the_resume_finishes(tmp_path: Path,
+                                                                                   executor: str) -> None:
+    """A worker SIGKILLed (as the out-of-memory killer does) used to end the run with a traceback
+    (BrokenProcessPool; "all episode worker processes exited")."""
+    out = tmp_path / "out"
+    with RecordingEndpoint(latency_s=0.05) as endpoint:
+        cmd = (command(endpoint.base_url, tmp_path, "n_workers=2", "concurrency=8", n_tasks=12)
+               if executor == "hybrid" else
+               [sys.executable, "-m", "harness.cli", "experiment=c3", "n_tasks=30", "n_runs=1", "n_workers=2",
+                f"out_dir={out}", "progress=false"])
+        proc = start(cmd)
+        wait_for(lambda: (out / "transcripts").is_dir() and len(list((out / "transcripts").glob("*.jsonl"))) >= 2)
+        os.kill(episode_workers(proc.pid)[0], signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
+        count, resume = stopped_count_and_resume(err, "an episode worker process was killed")
+        assert count == len(identities(out)), err[-2000:]
+        done = subprocess.run(resume, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+    episodes = pd.read_parquet(out / "episodes.parquet")
+    assert len(episodes) == len(transcript_files(out)) and not episodes.duplicated(["task_id", "run"]).any()
