@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import stat
@@ -349,6 +350,7 @@ def build_tables(out_dir: Path, fingerprint: str | None = None) -> tuple[pd.Data
     import pandas as pd
 
     episodes, steps = [], []
+    sources: tuple[list[Path], list[Path]] = ([], [])  # each table row's transcript
     for path in transcript_files(out_dir):
         state, records = check_transcript(path, fingerprint)
         if isinstance(records, str):
@@ -358,10 +360,44 @@ def build_tables(out_dir: Path, fingerprint: str | None = None) -> tuple[pd.Data
         keys = {k: end.get(k) for k in EPISODE_KEYS}
         episodes.append({k: v for k, v in end.items() if k != "type"})
         steps += [{**keys, **_flat_step(r)} for r in records if r.get("type") == "step"]
+        sources[0].append(path)
+        sources[1].extend([path] * (len(steps) - len(sources[1])))
     ep, st = pd.DataFrame(episodes), pd.DataFrame(steps)
-    write_parquet(ep, out_dir / "episodes.parquet")
-    write_parquet(st, out_dir / "steps.parquet")
+    for frame, rows, name in ((ep, sources[0], "episodes.parquet"), (st, sources[1], "steps.parquet")):
+        try:
+            write_parquet(frame, out_dir / name)
+        except (TypeError, ValueError) as exc:  # pyarrow's ArrowTypeError / ArrowInvalid: a value of another type
+            raise InputError(_mixed_types(frame, rows) or f"{out_dir / name}: cannot be written ({exc})") from None
     return ep, st
+
+
+def _mixed_types(frame: pd.DataFrame, rows: list[Path]) -> str | None:
+    """Where a table column mixes value types (a hand-edited `"input_tokens": "12"` among numbers), which parquet
+    cannot store: the transcript and key of the first value of the column's rarest type, as one line."""
+    import pyarrow as pa
+
+    for column in frame.columns:
+        try:
+            pa.array(frame[column], from_pandas=True)
+            continue
+        except (TypeError, ValueError):
+            pass
+        kinds: dict[type, list[int]] = {}
+        for i, value in enumerate(frame[column]):
+            if value is not None and not (isinstance(value, float) and math.isnan(value)):  # (NaN: missing)
+                kinds.setdefault(type(value), []).append(i)
+        if len(kinds) < 2:
+            continue
+        # the rarest type is taken for the edit; between equally common ones, the one met later
+        rare = min(kinds, key=lambda k: (len(kinds[k]), -kinds[k][0]))
+        common = max(kinds, key=lambda k: (len(kinds[k]), -kinds[k][0]))
+        at = kinds[rare][0]
+        step = frame["step"].iloc[at] if "step" in frame.columns else None
+        where = f"step {step}: " if step is not None and step == step else ""
+        return (f"{rows[at]}: {where}{column} is {frame[column].iloc[at]!r} ({rare.__name__}), where the other "
+                f"records have {common.__name__} values; correct or remove that transcript, then rerun the same "
+                "command")
+    return None
 
 
 def write_parquet(frame: pd.DataFrame, path: Path) -> None:

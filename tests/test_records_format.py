@@ -323,6 +323,26 @@ def test_a_step_whose_decisions_are_not_a_table_is_tabled_as_written(tmp_path: P
 
 
 # ---- transcripts a clumsy hand (or a hostile agent) left in out_dir ---------------------------------------------
+@pytest.mark.parametrize(("kind", "key"), [("step", "input_tokens"), ("episode_end", "n_steps")])
+def test_a_hand_edited_value_of_another_type_is_one_line_naming_its_transcript_and_key(tmp_path: Path, kind: str,
+                                                                                       key: str) -> None:
+    """`"input_tokens": "12"` among numbers cannot go into a parquet column: it was pyarrow's traceback, naming
+    neither the file nor the record."""
+    path = run_folder(tmp_path)
+    records = read_transcript(path)
+    other = transcript_path(tmp_path, "hotel-other", 0)
+    for r in records:
+        r["task_id"] = "hotel-other" if r["type"] == "episode_start" else r.get("task_id")
+        if r["type"] == kind:
+            r[key] = str(r[key])
+    other.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(InputError) as caught:
+        build_tables(tmp_path)
+    message = str(caught.value)
+    assert message.startswith(f"{other}: ") and f"{key} is '" in message and "\n" not in message
+    assert ("step 0: " in message) == (kind == "step")
+
+
 def test_a_fifo_at_a_transcripts_path_is_damaged_not_a_run_that_hangs(tmp_path: Path) -> None:
     import os
     import subprocess
