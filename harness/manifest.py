@@ -104,7 +104,9 @@ def read(run_dir: Path) -> dict[str, Any] | None:
 
 
 def counts(episodes: pd.DataFrame, manifest: dict[str, Any]) -> dict[str, Any]:
-    """Episodes done (of the expected task x run pairs; all of them if none are known) and terminations."""
+    """Episodes done of the expected task x run pairs (all of them if none are known) and their terminations;
+    `others`: the folder's episodes outside them (a config since shrunk: n_runs=5, then 3), which neither make the
+    run complete nor keep it partial."""
     if episodes.empty:
         return {"done": 0, "by_termination": {}}
     ids = manifest.get("tasks", {}).get("ids")
@@ -112,15 +114,19 @@ def counts(episodes: pd.DataFrame, manifest: dict[str, Any]) -> dict[str, Any]:
     done = episodes
     if ids is not None and runs is not None:
         done = episodes[episodes.task_id.isin(ids) & (episodes.run < runs)]
-    by_term = episodes.termination.value_counts()
-    return {"done": int(len(done.drop_duplicates(["task_id", "run"]))),
-            "by_termination": {str(k): int(v) for k, v in sorted(by_term.items())}}
+    by_term = done.termination.value_counts()
+    out = {"done": int(len(done.drop_duplicates(["task_id", "run"]))),
+           "by_termination": {str(k): int(v) for k, v in sorted(by_term.items())}}
+    if len(done) < len(episodes):
+        out["others"] = len(episodes) - len(done)
+    return out
 
 
 def status(episodes: dict[str, Any], expected: int | None, interrupted: bool = False) -> str:
     terms: dict[str, int] = episodes.get("by_termination", {})
     total = sum(terms.values())
-    if (total == 0 and not interrupted) or (total and terms.get("infra_error", 0) == total):
+    if (total == 0 and not interrupted and not episodes.get("others")) or (
+            total and terms.get("infra_error", 0) == total):
         return "failed"  # stopped before its first episode (a signal, the cost cap) is partial: resumable
     failures = sum(terms.get(t, 0) for t in FAILURES)
     if interrupted or failures or expected is None or episodes.get("done", 0) < expected:

@@ -106,6 +106,15 @@ def test_episodes_beyond_the_expected_ones_do_not_make_a_run_complete(tmp_path: 
     assert m["status"] == "partial" and m["episodes"]["done"] == 0  # type: ignore[index]
 
 
+def test_failures_outside_the_expected_episodes_do_not_keep_a_run_partial(tmp_path: Path) -> None:
+    """n_runs=3 once (run 2 met an infra_error), then n_runs=2: the expected four are whole, so the run is complete;
+    it used to stay partial for good, counting the failure of an episode the config no longer asks for."""
+    extra = _episodes("infra_error", "user_stop").assign(run=2)
+    m = _run(tmp_path, pd.concat([_episodes(*["user_stop"] * 4), extra], ignore_index=True))
+    assert m["status"] == "complete"
+    assert m["episodes"] == {"done": 4, "by_termination": {"user_stop": 4}, "others": 2}
+
+
 def test_read_warns_naming_a_missing_or_unreadable_manifest(tmp_path: Path,
                                                             caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)

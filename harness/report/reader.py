@@ -162,7 +162,7 @@ MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
     "started": (list,), "ended": (str, type(None)), "episodes": (dict,), "git": (dict,), "tasks": (dict,),
     "coverage": (dict,), "limits": (dict,), "provenance": (dict,)}
 INNER_TYPES: dict[tuple[str, str], type] = {("episodes", "done"): int, ("episodes", "by_termination"): dict,
-                                            ("git", "revision"): str}
+                                            ("episodes", "others"): int, ("git", "revision"): str}
 JSON_NAMES = {str: "a string", bool: "true/false", int: "an integer", list: "a list", dict: "an object",
               float: "a number", type(None): "null"}
 
