@@ -5,10 +5,12 @@ endpoint. The exec sandbox's network switch is tested in test_pinchbench_sandbox
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -72,6 +74,16 @@ class Fake:
                     return self._send(302, "text/plain", "", {"Location": "/page.html"})
                 if url.path == "/loop":
                     return self._send(302, "text/plain", "", {"Location": "/loop"})
+                if url.path == "/drip":  # a byte every 50 ms for a minute: each read is quick, the whole is not
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain")
+                    self.end_headers()
+                    with contextlib.suppress(OSError):
+                        for _ in range(1200):
+                            self.wfile.write(b"x")
+                            self.wfile.flush()
+                            time.sleep(0.05)
+                    return None
                 status, ctype, body = routes.get(url.path, lambda _: (404, "text/plain", "no"))(self)
                 self._send(status, ctype, body)
 
@@ -186,6 +198,27 @@ def test_web_fetch_caps_size_and_chars(web: WebTools, fake: Fake) -> None:
     assert len(small["text"]) == 100  # OpenClaw's minimum maxChars
     full = json.loads(web.web_fetch({"url": f"{fake.url}/big.txt", "maxChars": 10**9}))
     assert len(full["text"]) == 50_000  # clamped to max_chars_cap
+
+
+def test_web_fetch_of_a_server_that_drips_ends_at_its_timeout(fake: Fake, settings: NetworkSettings,
+                                                               tmp_path: Path) -> None:
+    """httpx's timeout is per read: a body dripping a byte every 50 ms never tripped it, and the episode waited."""
+    from dataclasses import replace
+
+    web = WebTools(replace(settings, fetch=replace(settings.fetch, timeout_s=1)), lambda p: tmp_path / p)
+    outcome: list[BaseException | str] = []
+
+    def fetch() -> None:
+        try:
+            outcome.append(web.web_fetch({"url": f"{fake.url}/drip"}))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=fetch, daemon=True)
+    worker.start()
+    worker.join(30)  # the drip lasts a minute
+    assert not worker.is_alive() and outcome, "web_fetch was still reading the drip after 30 s"
+    assert isinstance(outcome[0], WebError) and "within 1 s" in str(outcome[0])
 
 
 def test_web_fetch_refusals(web: WebTools, fake: Fake, settings: NetworkSettings) -> None:

@@ -5,10 +5,11 @@
   the Brave Search API (GET <base_url>?q=&count=, header X-Subscription-Token; results {title, url, description,
   published, siteName}) — openclaw src/agents/tools/web-search.ts; docs/tools/web.md.
 - `web_fetch{url, extractMode: markdown|text, maxChars}`: a plain HTTP(S) GET (no JavaScript) with a body-size cap, a
-  timeout and at most `max_redirects` redirects, each hop re-checked; HTML becomes coarse markdown or text the way
-  OpenClaw's own fallback renderer does it (title, links, headings, list items, block breaks; script/style dropped)
-  — openclaw src/agents/tools/web-fetch.ts, web-fetch-utils.ts. Hosts that resolve to a private, loopback,
-  link-local or reserved address are refused (OpenClaw's SSRF guard); `allow_loopback` (tests) lets 127.0.0.1 in.
+  timeout for the whole fetch (not per read) and at most `max_redirects` redirects, each hop re-checked; HTML
+  becomes coarse markdown or text the way OpenClaw's own fallback renderer does it (title, links, headings, list
+  items, block breaks; script/style dropped) — openclaw src/agents/tools/web-fetch.ts, web-fetch-utils.ts. Hosts
+  that resolve to a private, loopback, link-local or reserved address are refused (OpenClaw's SSRF guard);
+  `allow_loopback` (tests) lets 127.0.0.1 in.
 - `generate_image{prompt, path}`: the name and arguments task_image_gen's check reads; the picture comes from an
   OpenAI-compatible `/v1/images/generations` endpoint (openai client) and is written into the workspace as PNG.
   (OpenClaw's own built-in is `image_generate{prompt, filename, ...}`; upstream's task names `generate_image`.)
@@ -303,6 +304,8 @@ def fetch(url: str, cfg: FetchSettings, allow_loopback: bool) -> tuple[int, str,
     """(status, final url, content type, body text, body cut at the cap), following at most `max_redirects`
     redirects, each target checked. Environment proxies are not used: the guard must see the real destination."""
     current = url
+    deadline = time.monotonic() + cfg.timeout_s  # the whole fetch, as OpenClaw's abort signal: httpx's timeout is
+    # per read, so a server dripping a byte a second would hold the episode for good
     with httpx.Client(follow_redirects=False, trust_env=False, timeout=cfg.timeout_s) as client:
         for _ in range(cfg.max_redirects + 1):
             check_url(current, allow_loopback)
@@ -313,7 +316,7 @@ def fetch(url: str, cfg: FetchSettings, allow_loopback: bool) -> tuple[int, str,
                     if res.is_redirect and "location" in res.headers:
                         current = urljoin(current, res.headers["location"])
                         continue
-                    body, cut = _read_capped(res, cfg.max_response_bytes)
+                    body, cut = _read_capped(res, cfg.max_response_bytes, deadline, cfg.timeout_s)
                     text = body.decode(res.encoding or "utf-8", errors="replace")
                     return res.status_code, current, res.headers.get("content-type", ""), text, cut
             except httpx.HTTPError as exc:
@@ -321,12 +324,14 @@ def fetch(url: str, cfg: FetchSettings, allow_loopback: bool) -> tuple[int, str,
     raise WebError(f"Web fetch failed: more than {cfg.max_redirects} redirects")
 
 
-def _read_capped(res: httpx.Response, cap: int) -> tuple[bytes, bool]:
+def _read_capped(res: httpx.Response, cap: int, deadline: float, timeout_s: float) -> tuple[bytes, bool]:
     buf = bytearray()
     for chunk in res.iter_bytes():
         buf += chunk
         if len(buf) > cap:
             return bytes(buf[:cap]), True
+        if time.monotonic() > deadline:
+            raise WebError(f"Web fetch failed: no whole response within {timeout_s:g} s")
     return bytes(buf), False
 
 
