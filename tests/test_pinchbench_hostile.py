@@ -167,10 +167,25 @@ HOSTILE = [  # the notes task's script, by a clumsy agent: files named with the 
                                                               "'bad\\377%02d-a-long-file-name.txt' $i)\"; done"}}]},
     {"tool_calls": [{"name": "ls", "arguments": {"path": "."}}]},
     {"content": "Reading \ud83d", "tool_calls": [{"name": "read", "arguments": {"path": "notes.md"}}]},
+    {"tool_calls": [{"name": "read", "arguments": '{"path": "notes.md"'}]},  # sent as is: malformed JSON
+    {"tool_calls": [{"name": "read", "arguments": '["notes.md"]'}, {"name": "no_such_tool", "arguments": ""}]},
+    {"tool_calls": [{"name": "exec", "arguments": {"command": "printf 'a\\000b\\n'"}}]},  # a NUL in the output
     *({"tool_calls": [{"name": "exec", "arguments": {"command": f"echo step {i} \ud83d"}}]} for i in range(6)),
     {"tool_calls": [{"name": "write", "arguments": {"path": "answer.txt",
                                                     "content": "The beta release is on June 1, 2024.\n"}}]},
     {"content": "Saved \ud83d: the beta release is June 1, 2024."}]
+
+
+def test_a_scripts_string_arguments_are_sent_as_that_raw_text(tmp_path: Path) -> None:
+    """So a script can play a model whose arguments are not JSON (an object's arguments are JSON-encoded)."""
+    from harness.backends.scripted import ScriptedBackend
+    from harness.types import Message
+
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"conversations": [{"match": "go", "replies": [{"tool_calls": [
+        {"name": "read", "arguments": '{"path": "a'}, {"name": "read", "arguments": {"path": "a"}}]}]}]}))
+    calls = ScriptedBackend(str(path)).generate([Message("user", "go")], []).message.tool_calls
+    assert [c.arguments for c in calls] == ['{"path": "a', '{"path": "a"}']
 
 
 @pytest.mark.slow
@@ -193,6 +208,7 @@ def test_every_policy_runs_and_is_viewed_with_undecodable_names_and_cut_emoji(po
                    verbose=False)
     assert episodes.termination.tolist() == ["agent_final"], episodes.error.tolist()
     assert episodes.score.tolist() == [1.0] and episodes.n_steps.tolist() == [len(HOSTILE)]
+    assert episodes.malformed_tool_calls.tolist() == [3]  # every policy's view carried them back as tool errors
     assert view.write_report([out], tmp_path / "report.html")[0].is_file()
     _, blobs = view.report_data(view.collect([out]))
     assert [b for b in blobs.values() if "bad\\udcff01" in json.dumps(view.unpack_episode(b))]  # as listed

@@ -5,8 +5,9 @@ The script is `{"conversations": [{"match": str, "system": str (optional), "repl
 A request belongs to the first conversation whose `match` occurs in the request's first user message (and whose
 `system`, if given, occurs in its system message); its k-th request gets the k-th reply, counted by this backend
 (not by what the request shows, which a context policy may have pruned). A reply is `{"content": str,
-"tool_calls": [{"name": str, "arguments": {...}}]}`; a request with no matching conversation, or past the last
-reply, gets a final "(script exhausted)" message so the episode ends rather than looping.
+"tool_calls": [{"name": str, "arguments": {...}}]}`, where arguments given as a string are sent as that raw text
+(a model's malformed JSON, as a real endpoint may return it); a request with no matching conversation, or past the
+last reply, gets a final "(script exhausted)" message so the episode ends rather than looping.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class ScriptedBackend:
 
 
 def _message(reply: dict[str, Any], n: int) -> Message:
-    calls = tuple(ToolCall(f"call_{n}_{i}", c["name"], json.dumps(c.get("arguments", {})))
+    calls = tuple(ToolCall(f"call_{n}_{i}", c["name"], args if isinstance(args := c.get("arguments", {}), str)
+                           else json.dumps(args))
                   for i, c in enumerate(reply.get("tool_calls", [])))
     return Message("assistant", reply.get("content", ""), calls)
