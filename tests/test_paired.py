@@ -138,6 +138,23 @@ def test_an_unknown_price_leaves_the_cost_row_out_with_a_note() -> None:
     assert f"NOTE: no {cached} row for any comparison: the price of a model is unknown (cost NaN)" in notes
 
 
+def test_costs_priced_on_different_sheets_are_not_compared() -> None:
+    """A run priced on gpt-5.4-mini beside one priced on claude-sonnet-4.5: their difference is the sheets', not
+    the methods' (the cost table warns of it; the paired table compared them as an effect)."""
+    priced = {"cost_usd_cache": [1.0, 2.0, 3.0, 4.0], "cost_usd_no_cache": [2.0, 3.0, 4.0, 5.0],
+              "cache_model": "openai"}
+    c2 = episodes("c2").assign(price_sheet="gpt-5.4-mini", **priced)
+    c3 = episodes("c3").assign(price_sheet="claude-sonnet-4.5", **priced)
+    cached = "Cost with prompt caching (USD, price sheet)"
+    table, _, notes = paired.paired_table(pd.concat([c2, c3], ignore_index=True), "expense")
+    assert cached not in set(table.index.get_level_values("Metric"))
+    assert (f"NOTE: no {cached} row for any comparison: priced on different sheets or cache models "
+            "(claude-sonnet-4.5, cache openai vs gpt-5.4-mini, cache openai)") in notes
+    same, _, _ = paired.paired_table(pd.concat([c2, c3.assign(price_sheet="gpt-5.4-mini")], ignore_index=True),
+                                     "expense")
+    assert cached in set(same.index.get_level_values("Metric"))
+
+
 def test_make_tables_writes_the_paired_files(tmp_path: Path) -> None:
     written = {p.name for p in tables.main(["--results", str(FIXTURE), "--out", str(tmp_path)])}
     assert {"expense_paired.md", "expense_paired.csv", "expense_paired.tex", "expense_paired_tasks.csv"} <= written

@@ -72,6 +72,7 @@ METRICS = (
     Metric("Cost without caching (USD, price sheet)", "cost_usd_no_cache", 4),
 )
 COSTS = ("cost_usd", "cost_usd_cache", "cost_usd_no_cache")
+SHEET_COSTS = ("cost_usd_cache", "cost_usd_no_cache")  # priced on the run's price sheet and cache model
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,11 @@ def pair_up(episodes: pd.DataFrame, first: str, second: str, benchmark: str | No
         return Pairing(first, second, [], pd.DataFrame(), not_compared=why)
     pairs, seeds = match(episode_values(a), episode_values(b))
     found, tasks, missing = [], [], {}
+    sheets = [_pricing(e) for e in (a, b)]
     for metric in METRICS:
+        if metric.column in SHEET_COSTS and None not in sheets and sheets[0] != sheets[1]:
+            missing[metric.label] = f"priced on different sheets or cache models ({sheets[0]} vs {sheets[1]})"
+            continue  # a difference of two price sheets is no effect of the method
         result = compare(pairs, metric, resamples, seed)
         if result is not None:
             found.append(result)
@@ -225,6 +230,15 @@ def pair_up(episodes: pd.DataFrame, first: str, second: str, benchmark: str | No
                                      else "the price of a model is unknown (cost NaN)")
     frame = pd.concat(tasks, ignore_index=True) if tasks else pd.DataFrame()
     return Pairing(first, second, found, frame, seeds_differ=seeds, missing=missing)
+
+
+def _pricing(episodes: pd.DataFrame) -> str | None:
+    """The price sheet(s) and cache model(s) an experiment's price-sheet costs were computed with (None: not
+    recorded, a run from before them)."""
+    if "price_sheet" not in episodes:
+        return None
+    models = "/".join(sorted(set(episodes.cache_model.dropna().astype(str)))) if "cache_model" in episodes else ""
+    return "/".join(sorted(set(episodes.price_sheet.dropna().astype(str)))) + (f", cache {models}" if models else "")
 
 
 def coverage_note(episodes: pd.DataFrame, names: list[str], benchmark: str | None = None) -> list[str]:
