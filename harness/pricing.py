@@ -360,6 +360,7 @@ def episode_columns(entries: Sequence[dict[str, Any] | None], aux_tokens: Sequen
         "cache_read_tokens": sum(int(e.get("read", 0)) for e in found),
         "cache_write_tokens": sum(int(e.get("write", 0)) for e in found),
         "modelled_cache_read_tokens": sum(int(e.get("modelled_read", 0)) for e in found),
+        "modelled_cache_write_tokens": sum(int(e.get("modelled_write", 0)) for e in found),
         "cache_source": sources[0] if len(sources) == 1 else ("mixed" if sources else None),
         "price_sheet": found[0].get("sheet") if found else None,
         "cache_model": found[0].get("cache") if found else None,

@@ -306,6 +306,8 @@ def test_an_endpoints_reported_cache_counts_are_measured(tmp_path: Path, style: 
     assert steps.cost_usd_cache.tolist() == pytest.approx(expect)
     episodes = pd.read_parquet(tmp_path / "r" / "episodes.parquet")
     assert episodes.cache_source.tolist() == ["measured"]
+    for kind in ("read", "write"):  # the model's counts beside the endpoint's, per episode as per step
+        assert episodes[f"modelled_cache_{kind}_tokens"].tolist() == [steps[f"modelled_cache_{kind}_tokens"].sum()]
 
 
 def test_full_history_caches_far_more_than_a_sliding_window(tmp_path: Path) -> None:
