@@ -454,3 +454,28 @@ def test_an_exact_number_is_shown_as_written_in_a_rebuilt_json_result() -> None:
     for literal in ('"offset_ns": 1700000000123456789.25', '"ratio": 0.1000000000000000055511151231257827',
                     '"limit": 1e999', '"plain": 2.5'):
         assert literal in shown, shown
+
+
+def test_a_summary_in_a_json_result_is_sized_as_the_json_it_is_shown_as() -> None:
+    """As the pointer above: a rebuilt JSON result shows a summary as `{"$summary": ..., "$source": ...}`, so it is
+    used only when that JSON is shorter than the field's own, not when the shorter bracket form would be."""
+    from harness.envs.pinchbench.waac import schemas as pinchbench_schemas
+
+    tokens = ctx().tokens
+    words = ["the", "sensor", "calibration", "offset", "was", "measured", "twice", "and", "logged"]
+    summarized = exact = 0
+    for n in range(2, 40):
+        value = " ".join(words[i % len(words)] for i in range(n))
+        half = " ".join(value.split()[: max(1, n // 3)])  # a verbatim quote: traceable to the field
+        h = opening("x") + exchange("a", "read", {"path": "c.json"}, json.dumps({"notes": value, "k": 1}))
+        policy = WAAC(pinchbench_schemas())
+        policy.render(h, ctx())
+        projector = Projector(tokens, policy.store, lambda f, required, half=half: [half])
+        out = projector.project(h, policy.graph, {"a/notes": Level.SUMMARY}, {})
+        if out.applied["a/notes"] == Level.SUMMARY:
+            summarized += 1
+            shown = json.loads(out.messages[-1].content)["notes"]
+            assert tokens.text(json.dumps(shown)) < tokens.text(json.dumps(value)), n
+        else:
+            exact += 1
+    assert summarized > 0 and exact > 0
