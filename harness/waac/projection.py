@@ -104,7 +104,9 @@ class Projector:
     (`dirty`), new events, and events whose pointers no longer verify (every live pointer is verified at every
     call, cheaply: harness.waac.artifacts). Fields per level, their tokens and the view's token difference to
     the history are kept as running counts; the fallbacks (rollbacks, promotions, unplaced parts) are those of
-    the events' current projections, as a full walk reports them."""
+    the events' current projections, as a full walk reports them, with one difference: a pointer promoted to EXACT
+    (its file missing or changed) stays EXACT until its event is re-projected for another reason, even if the file
+    verifies again meanwhile; a full walk would show the pointer. The safe direction: the field is shown whole."""
 
     def __init__(self, tokens: TokenCounter, store: ArtifactStore, summarizer: Summarizer = fact_summary,
                  exact_when_longer: bool = True) -> None:
