@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -404,6 +405,48 @@ def test_a_page_that_stops_answering_raises_browser_crashed(tmp_path: Path) -> N
         page = call(tools, "goto", url=s.url("h", "/freeze.html"))
         with pytest.raises(BrowserCrashed, match="hung"):
             call(tools, "click", element=number(page, 'button "Freeze"'))
+
+
+def restless_site(tmp_path: Path) -> Path:
+    """A page that reloads itself for good (`<meta refresh=0>`), and one that opens a popup closing itself."""
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "reload.html").write_text(
+        '<title>Reload</title><meta http-equiv="refresh" content="0;url=/reload.html"><p>again</p>')
+    (tmp_path / "r" / "opener.html").write_text(
+        '<title>Opener</title><button onclick="window.open(\'/closer.html\')">Open</button>')
+    (tmp_path / "r" / "closer.html").write_text(
+        '<title>Closer</title><p>closing</p><script>setTimeout(() => window.close(), 300)</script>')
+    return tmp_path
+
+
+@pytest.mark.browser
+def test_a_page_that_reloads_itself_for_good_is_a_tool_error_not_a_hung_browser(tmp_path: Path) -> None:
+    """It answers scripts, so it is not hung: reading it was a BrowserCrashed ("hung"), and the episode an
+    infra_error that every resume reran and met again."""
+    with FixtureSites(restless_site(tmp_path)) as s, Browser(FAST) as b:
+        tools = BrowserTools(b, None)
+        errors = 0
+        for i in range(4):  # a read may fall between two reloads; most fall inside one
+            result = (call(tools, "goto", url=s.url("r", "/reload.html")) if i % 2 == 0
+                      else call(tools, "read_page"))
+            assert not result.is_error or "keeps loading (it reloads or redirects itself)" in result.content
+            errors += result.is_error
+        assert errors and b.alive and not call(tools, "goto", url=s.url("r", "/opener.html")).is_error
+
+
+@pytest.mark.browser
+def test_a_popup_that_closes_itself_leaves_the_browser_in_the_other_tab(tmp_path: Path) -> None:
+    """The closed tab was still used (its close event arrives only during a later call), and the error it gave was
+    taken for a crashed browser: an infra_error."""
+    with FixtureSites(restless_site(tmp_path)) as s, Browser(FAST) as b:
+        tools = BrowserTools(b, None)
+        page = call(tools, "goto", url=s.url("r", "/opener.html"))
+        call(tools, "click", element=number(page, 'button "Open"'))
+        time.sleep(1.0)  # the popup has closed itself meanwhile
+        for _ in range(3):
+            result = call(tools, "scroll", direction="down")
+            assert not result.is_error or "the tab closed itself; now on tab 1" in result.content, result.content
+        assert b.alive and call(tools, "read_page").url == s.url("r", "/opener.html")
 
 
 @pytest.mark.browser

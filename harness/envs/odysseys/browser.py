@@ -68,7 +68,8 @@ INTERACTIVE_ROLES = frozenset({
 _CRASH_WORDS = ("Target crashed", "Target closed", "has been closed", "Browser closed", "Connection closed",
                 "browser has disconnected")
 _NAVIGATING_WORDS = ("Execution context was destroyed", "navigating", "Frame was detached")
-_SCROLL_JS = "() => [Math.round(scrollY), innerHeight, document.documentElement.scrollHeight]"
+# (no documentElement while a new document replaces the old one: a page that reloads itself)
+_SCROLL_JS = "() => [Math.round(scrollY), innerHeight, (document.documentElement || {}).scrollHeight || innerHeight]"
 _TARGET_JS = ("e => { const a = e.closest('a[href], area[href], form') || e.form;"
               " return a ? (a.getAttribute('target') || '') : ''; }")
 _OPTIONS_JS = ("e => e.tagName === 'SELECT' ?"
@@ -390,6 +391,7 @@ class Browser:
         self._current: Page | None = None
         self._elements: dict[Page, dict[int, Element]] = {}
         self._cdp: dict[Page, CDPSession] = {}
+        self._loads: dict[Page, int] = {}  # main-frame navigations seen per tab: a reloading page is not hung
         self._worker = _Worker()
         try:
             self._worker.call(self._launch, timeout=max(60.0, self.config.hang_s))
@@ -489,7 +491,7 @@ class Browser:
         if worker is None or self._crash:
             raise BrowserCrashed(self._crash or "the browser is closed")
         try:
-            return worker.call(fn, self.config.hang_s)
+            return worker.call(lambda: self._in_tab(what, fn), self.config.hang_s)
         except TimeoutError:  # builtin (concurrent.futures.TimeoutError): the worker did not answer at all
             self._set_crash(f"{what}: no answer from the browser within {self.config.hang_s:g}s; it was killed")
             kill([p for p in self.processes() if "chrom" in p.cmdline.split(" ", 1)[0]])
@@ -500,6 +502,28 @@ class Browser:
         except PwError as exc:
             self._set_crash(f"{what}: {_first_line(exc)}")
             raise BrowserCrashed(self._crash) from exc
+
+    def _in_tab(self, what: str, fn: Callable[[], T]) -> T:
+        """fn, in the worker; a tab that closed under it while another is still open (a popup that closes itself,
+        window.close()) is the agent's ActionError, not a crashed browser: the browser goes on in the other tab."""
+        from playwright.sync_api import Error
+
+        before = self._current
+        try:
+            return fn()
+        except Error as exc:
+            if not _is_crash(exc) or before is None or not self._closed_under(before):
+                raise
+            now = self._page()
+            raise ActionError(f"{what}: the tab closed itself; now on tab {self._tabs.index(now) + 1} "
+                              f"({_tab_label(now)}); read_page() shows it") from None
+
+    def _closed_under(self, page: Page) -> bool:
+        """Whether `page` closed while other tabs stay open (then it is forgotten, as its close event does)."""
+        if not (page.is_closed() or page not in self._tabs):
+            return False
+        self._forget(page)
+        return any(not p.is_closed() for p in self._tabs)
 
     def _set_crash(self, reason: str) -> None:
         if self._crash is None and self._worker is not None:
@@ -548,13 +572,19 @@ class Browser:
             self._tabs.append(page)
             page.on("crash", lambda p: self._set_crash(f"the page crashed: {p.url}"))
             page.on("close", self._forget)
+            page.on("framenavigated", lambda frame: self._loaded(page, frame))
         self._current = page
+
+    def _loaded(self, page: Page, frame: Any) -> None:
+        if frame.parent_frame is None:
+            self._loads[page] = self._loads.get(page, 0) + 1
 
     def _forget(self, page: Page) -> None:
         if page in self._tabs:
             self._tabs.remove(page)
         self._elements.pop(page, None)
         self._cdp.pop(page, None)
+        self._loads.pop(page, None)
         if self._current is page:
             self._current = self._tabs[-1] if self._tabs else None
 
@@ -585,12 +615,23 @@ class Browser:
 
         page = self._page()
         for attempt in range(3):
+            loads = self._loads.get(page, 0)
             try:
                 snapshot = page.aria_snapshot(mode="ai", timeout=self.config.action_timeout_s * 1000)
                 title, scroll = page.title(), page.evaluate(_SCROLL_JS)
                 break
+            except PwTimeout:  # a page that reloads or redirects itself for good, or a hung one
+                self._stop_loading(page)
+                try:
+                    self._probe(page)
+                except PwTimeout:  # no trivial script ran: hung (escapes to _run as BrowserCrashed), unless
+                    if self._loads.get(page, 0) == loads:  # it was loading page after page meanwhile
+                        raise
+                if attempt == 2:
+                    raise ActionError(f"the page could not be read within {self.config.action_timeout_s:g}s: it "
+                                      "keeps loading (it reloads or redirects itself)") from None
             except Error as exc:  # a page that navigates while read (a redirect): read it again once loaded
-                if isinstance(exc, PwTimeout) or attempt == 2 or not _is_navigating(exc):
+                if attempt == 2 or not _is_navigating(exc):
                     raise
                 with contextlib.suppress(Error):
                     page.wait_for_load_state("domcontentloaded", timeout=self.config.navigation_timeout_s * 1000)
