@@ -19,13 +19,32 @@ def signature(st: os.stat_result) -> Signature:
     return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
+def _umask() -> int:
+    """The process's umask, read once at import (os.umask can only be read by setting it: not done later, when
+    other threads may be creating files)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+UMASK = _umask()
+FILE_MODE = 0o666 & ~UMASK  # what open() gives a new file; mkstemp's own 0600 hid results from other readers
+
+
+def temp_beside(path: Path) -> tuple[int, str]:
+    """A new temp file beside `path` for an atomic replace, with the mode an ordinary new file gets."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.fchmod(fd, FILE_MODE)
+    return fd, tmp
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write `text` to a temp file beside `path`, then rename it over `path`. On any failure (a full disk: ENOSPC
     from write, fsync or close) the temp file is removed and the error raised: nothing half-written is left."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = temp_beside(path)
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

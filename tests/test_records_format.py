@@ -380,3 +380,16 @@ def test_a_step_whose_info_is_null_is_tabled(tmp_path: Path) -> None:
                             for r in records))
     episodes, _ = build_tables(tmp_path)
     assert len(episodes) == 1 and len(pd.read_parquet(tmp_path / "steps.parquet")) >= 1
+
+
+def test_transcripts_are_written_with_the_mode_any_new_file_gets(tmp_path: Path) -> None:
+    """atomic_write's temp file kept mkstemp's 0600: another user reading the results saw every transcript as
+    damaged and every manifest as unreadable."""
+    import stat
+
+    from harness import io
+
+    path = run_folder(tmp_path)
+    (tmp_path / "plain").write_text("x")  # what open() gives under this process's umask
+    expected = stat.S_IMODE((tmp_path / "plain").stat().st_mode)
+    assert stat.S_IMODE(path.stat().st_mode) == expected == io.FILE_MODE

@@ -351,3 +351,14 @@ def test_budget_rows_of_one_policy_class_stay_apart_by_the_swept_policy(tmp_path
     assert t.loc[("Keep-Last-N", "100%"), "completed (%)"] == "0.0 ± 0.0"
     legend = [x.get_text() for x in plots.completion_vs_budget_figure(sweep).axes[0].get_legend().get_texts()]
     assert sorted(x.split(" (")[0] for x in legend) == ["C3", "Keep-Last-N"]
+
+
+@pytest.mark.parametrize("command", ["tables", "plots"])
+def test_an_output_folder_that_cannot_be_written_is_one_line(command: str,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A results tree the user may not write to (here /sys, which even root cannot) was a PermissionError
+    traceback, exit 1."""
+    main = tables.main if command == "tables" else plots.main
+    assert cli.run(main, ["--results", str(FIXTURE), "--out", "/sys/harness-outputs"]) == cli.EXIT_INPUT
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: /sys/harness-outputs: cannot write the outputs there (") and "--out" in err[-1]

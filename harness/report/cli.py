@@ -5,6 +5,7 @@ reference): the arguments they share (--results, --out, --run EXPERIMENT=DIR), a
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -53,6 +54,9 @@ def pins_of(args: list[str]) -> dict[str, Path]:
     return {k: Path(v) for k, v in pairs}
 
 
+UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
+
+
 def run(main: Callable[[list[str] | None], Any], argv: list[str] | None = None) -> int:
     """A report command's exit status: 0, or EXIT_INPUT with one `error:` line on bad input (e.g. a results file
     written in a newer records format); an int `main` returns is its own status."""
@@ -60,5 +64,11 @@ def run(main: Callable[[list[str] | None], Any], argv: list[str] | None = None) 
         status = main(argv)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except OSError as exc:  # the outputs' folder is not writable (reading a damaged file is skipped where read)
+        if exc.errno not in UNWRITABLE:
+            raise
+        print(f"error: {exc.filename or 'the output folder'}: cannot write the outputs there ({exc.strerror}); "
+              "give --out a folder you can write to", file=sys.stderr)
         return EXIT_INPUT
     return status if isinstance(status, int) and not isinstance(status, bool) else 0

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +49,7 @@ from harness.envs.odysseys.reporting import JUDGED, WEBJUDGED
 from harness.envs.odysseys.tasks import OdysseyTask, TaskSet
 from harness.envs.odysseys.webjudge import WebJudge, WebJudgment
 from harness.errors import InputError
+from harness.io import temp_beside
 from harness.outcome import FAILED
 
 CACHE = "odysseys_judge_cache"
@@ -209,7 +209,7 @@ def episode_meta(run_dir: Path) -> dict[tuple[str, int], dict[str, Any]]:
 
 def write_parquet(frame: pd.DataFrame, path: Path) -> None:
     """Atomically: a reader sees the old file or the new one, never half of one."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = temp_beside(path)
     os.close(fd)
     try:
         frame.to_parquet(tmp, index=False)
