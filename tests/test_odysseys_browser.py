@@ -161,6 +161,24 @@ def test_setup_problems_are_one_line_errors(tmp_path: Path) -> None:
         BrowserConfig(navigation_timeout_s=0)
 
 
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("navigation_timeout_s", "abc", "must be a number of seconds"),  # was "'>' not supported ... (known: ...)"
+    ("action_timeout_s", float("inf"), "at most 86400"),  # was an infra_error at launch: time_t out of range
+    ("viewport_width", 10**9, "from 100 to 10,000"),  # was an infra_error at launch
+    ("viewport_height", 1.5, "a whole number"),
+    ("extra_args", ["--lang=en", 3], "a list of command-line flags")])
+def test_bad_browser_settings_are_one_line_naming_the_key(key: str, value: object, says: str) -> None:
+    with pytest.raises(InputError, match=rf"browser\.{key}: .*{re.escape(says)}"):
+        BrowserConfig(**{key: value})  # type: ignore[arg-type]
+
+
+def test_one_extra_flag_given_as_a_string_is_one_flag_not_its_letters() -> None:
+    from harness.envs.odysseys.domain import _browser_config
+
+    assert _browser_config({"extra_args": "--lang=en-US"})[0].extra_args == ("--lang=en-US",)
+    assert _browser_config({"extra_args": ["--a", "--b"]})[0].extra_args == ("--a", "--b")
+
+
 # ---- observations and actions -----------------------------------------------------------------------------------
 @pytest.mark.browser
 def test_numbering_is_stable_across_two_loads(tools: BrowserTools, sites: FixtureSites) -> None:

@@ -112,15 +112,28 @@ class BrowserConfig:
         _choice("browser.wait_until", self.wait_until, WAIT_UNTIL)
         for key in ("navigation_timeout_s", "action_timeout_s", "hang_timeout_s"):
             value = getattr(self, key)
-            if value is not None and not value > 0:
-                raise InputError(f"browser.{key}: {value!r} must be a positive number of seconds")
-        for key, low in (("observation_cap", 200), ("viewport_width", 100), ("viewport_height", 100)):
-            if getattr(self, key) < low:
-                raise InputError(f"browser.{key}: {getattr(self, key)!r} must be at least {low}")
+            if value is not None and not (_number(value) and 0 < value <= MAX_TIMEOUT_S):
+                raise InputError(f"browser.{key}: {value!r} must be a number of seconds above 0, at most "
+                                 f"{MAX_TIMEOUT_S:g}")
+        for key, low, high in (("observation_cap", 200, 10**9), ("viewport_width", 100, 10_000),
+                               ("viewport_height", 100, 10_000)):  # (Chromium's own screen bound is 10,000,000)
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise InputError(f"browser.{key}: {value!r} must be a whole number from {low} to {high:,}")
+        if not isinstance(self.extra_args, tuple) or not all(isinstance(a, str) for a in self.extra_args):
+            raise InputError(f"browser.extra_args: {self.extra_args!r} must be a list of command-line flags, "
+                             "e.g. [--lang=en-US]")
 
     @property
     def hang_s(self) -> float:
         return self.hang_timeout_s or self.navigation_timeout_s + 2 * self.action_timeout_s + 5.0
+
+
+MAX_TIMEOUT_S = 86_400.0  # a day: past it (inf, 1e300) Playwright's deadline overflows the platform's time_t
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:

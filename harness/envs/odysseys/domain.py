@@ -138,8 +138,9 @@ def _browser_config(raw: Any) -> tuple[BrowserConfig, str | None]:
     """The browser settings from config (Hydra passes a DictConfig): its BrowserConfig and the archive folder."""
     values = {str(k): v for k, v in dict(raw or {}).items()}
     archive = values.pop("archive", None)
-    if "extra_args" in values:
-        values["extra_args"] = tuple(values["extra_args"] or ())
+    if "extra_args" in values:  # a list; a lone string stays one (tuple() would split it into letters)
+        args = values["extra_args"]
+        values["extra_args"] = (args,) if isinstance(args, str) else tuple(args or ())
     try:
         return BrowserConfig(**values), archive
     except TypeError as exc:
