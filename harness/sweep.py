@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from harness.errors import InputError, refuse
+from harness.errors import EXIT_INPUT, InputError, refuse
 from harness.lifecycle import die_with_parent
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> Path:
     if not argv or argv[0] not in SWEEPS:
         refuse(f"usage: make sweep SWEEP=<{'|'.join(SWEEPS)}> [ARGS='overrides']")
     sweep, args = argv[0], argv[1:]
-    problem = missing_launcher(args) or unknown_choice(sweep, args)
+    problem = missing_launcher(args) or unknown_choice(sweep, args) or bad_fraction(sweep, args)
     if problem:
         refuse(problem)
     given = [a.split("=", 1)[1] for a in args if a.startswith("hydra.sweep.dir=")]
@@ -180,8 +180,24 @@ def main(argv: list[str] | None = None) -> Path:
               f"{resume_command(sweep, sweep_dir, args)}", file=sys.stderr)
         raise SystemExit(130) from None
     except subprocess.CalledProcessError as exc:
+        if exc.returncode == EXIT_INPUT:  # a job refused its input: the ARGS are to change, not to be repeated
+            refuse(f"error: the {sweep} sweep stopped: a job refused its input (the reason is above); correct the "
+                   f"ARGS and run again with hydra.sweep.dir={sweep_dir} to keep its finished episodes")
         sys.exit(f"error: the {sweep} sweep stopped (exit status {exc.returncode}; the reason is above); finished "
                  f"episodes are kept, and once it is fixed this resumes it: {resume_command(sweep, sweep_dir, args)}")
+
+
+def bad_fraction(sweep: str, args: list[str]) -> str | None:
+    """A budget fraction that is not a number in (0, 1], said before the budget sweep's Vanilla reference run (which
+    takes none: on a real endpoint it would be paid for in full before the first budgeted job refused it)."""
+    for value in swept(sweep, args).get("budget.fraction", []):
+        try:
+            ok = 0 < float(value) <= 1
+        except ValueError:
+            ok = False
+        if not ok:
+            return f"error: budget.fraction={value.strip()}: not a fraction of the reference's tokens (0 < f <= 1)"
+    return None
 
 
 def unknown_choice(sweep: str, args: list[str]) -> str | None:
@@ -328,9 +344,10 @@ def _run_axis(sweep_dir: Path, key: str, overrides: list[str], args: list[str]) 
     """One axis's multirun; when it stops (Ctrl-C, a failed job) one line says how to resume the whole sweep."""
     try:
         multirun("sim_sensitivity", sweep_dir / key, overrides)
-    except (subprocess.CalledProcessError, Stopped, KeyboardInterrupt) as exc:
-        why = f"exit status {exc.returncode}" if isinstance(exc, subprocess.CalledProcessError) else "interrupted"
-        sys.exit(f"error: the sim_sensitivity multirun of {key} stopped ({why}); finished "
+    except subprocess.CalledProcessError as exc:  # (a signal: Stopped, said by main as for any sweep, exit 130)
+        if exc.returncode == EXIT_INPUT:
+            raise
+        sys.exit(f"error: the sim_sensitivity multirun of {key} stopped (exit status {exc.returncode}); finished "
                  f"episodes are kept, and (once any error above is fixed) this resumes the sweep: "
                  f"{resume_command('sim_sensitivity', sweep_dir, args)}")
 

@@ -121,6 +121,58 @@ def test_a_budget_reference_that_is_not_vanilla_exits_2_with_one_line(
     assert not (tmp_path / "vanilla_reference").exists()
 
 
+@pytest.mark.parametrize("fraction", ["abc", "0", "1.5", "0.5,nan"])
+def test_a_budget_fraction_that_is_no_fraction_exits_2_before_the_reference_run(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], fraction: str) -> None:
+    """Vanilla's reference run takes no fraction: a bad one was met only by the first budgeted job, after the whole
+    reference run (paid for, on a real endpoint)."""
+    from harness import sweep
+
+    def no_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr(sweep, "run_child", no_run)
+    with pytest.raises(SystemExit) as stop:
+        sweep.main(["budget", f"budget.fraction={fraction}", f"hydra.sweep.dir={tmp_path}"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and "budget.fraction=" in err, err
+
+
+@pytest.mark.parametrize(("code", "says"), [
+    (2, "a job refused its input (the reason is above); correct the ARGS"),  # was exit 1 and a "resume" line
+    (1, "once it is fixed this resumes it: make sweep SWEEP=ablations")])  # (any other failure: resumable)
+def test_a_job_that_refused_its_input_is_bad_input_not_a_sweep_to_resume(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], code: int,
+        says: str) -> None:
+    import subprocess
+
+    from harness import sweep
+
+    def child(cmd: list[str], **kwargs: object) -> None:
+        raise subprocess.CalledProcessError(code, cmd)
+
+    monkeypatch.setattr(sweep, "run_child", child)
+    with pytest.raises(SystemExit) as stop:
+        sweep.main(["ablations", "n_tasks=1", f"hydra.sweep.dir={tmp_path}"])
+    said = str(stop.value.code) + capsys.readouterr().err  # (sys.exit(message): exit status 1, message on stderr)
+    assert (stop.value.code == 2) == (code == 2) and says in said, said
+
+
+def test_a_stopped_sensitivity_sweep_exits_130_and_says_how_to_resume(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It exited 1 with "stopped (interrupted)", where every other sweep says Stopped and exits 130."""
+    from harness import sweep
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        raise sweep.Stopped("SIGINT received")
+
+    monkeypatch.setattr(sweep, "run_child", stopped)
+    with pytest.raises(SystemExit) as stop:
+        sweep.main(["sim_sensitivity", "n_tasks=1", f"hydra.sweep.dir={tmp_path}"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 130 and "Stopped (SIGINT received)" in err and "make sweep SWEEP=sim_sensitivity" in err
+
+
 def test_a_bad_sensitivity_list_exits_2_before_any_run(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from harness import sweep
