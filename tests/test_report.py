@@ -49,6 +49,18 @@ def test_ratio_table_puts_ours_beside_the_papers(expense: pd.DataFrame) -> None:
     assert r.loc["Token increase, C4 vs C3 (%)"].tolist() == ["7.5", "3.4"]
 
 
+def test_ratio_table_shows_no_ratio_of_a_run_whose_every_episode_failed_at_the_endpoint(
+        expense: pd.DataFrame) -> None:
+    """Such a C4 run has no tokens and no outcome: the table said "Token increase, C4 vs C3: -100.0" and "nan"."""
+    failed = expense.assign(termination=expense.termination.mask(expense.experiment == "c4", "infra_error"))
+    failed.loc[failed.experiment == "c4", ["input_tokens", "output_tokens", "aux_input_tokens",
+                                            "aux_output_tokens"]] = 0
+    r = expense_tables.ratio_table(failed, yaml.safe_load(expense_tables.PAPER.read_text()))
+    for row in ("Token increase, C4 vs C3 (%)", "Completion gain, C4 vs C2 (pp)", "Completion gain, C4 vs C3 (pp)"):
+        assert r.loc[row, "ours"] == "–", row
+    assert r.loc["Token reduction, C3 vs C2 (%)", "ours"] == "60.0"  # the others stand
+
+
 def test_make_tables_writes_markdown_csv_latex_labelled_simulated(tmp_path: Path) -> None:
     written = tables.main(["--results", str(FIXTURE), "--out", str(tmp_path)])
     assert {p.name for p in written} >= {"expense_c1_c4.md", "expense_c1_c4.csv", "expense_c1_c4.tex"}
@@ -362,3 +374,12 @@ def test_an_output_folder_that_cannot_be_written_is_one_line(command: str,
     assert cli.run(main, ["--results", str(FIXTURE), "--out", "/sys/harness-outputs"]) == cli.EXIT_INPUT
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: /sys/harness-outputs: cannot write the outputs there (") and "--out" in err[-1]
+
+
+def test_a_table_of_simulated_and_real_runs_says_both(expense: pd.DataFrame) -> None:
+    """A real run pinned beside simulated ones was captioned "SIMULATED (model=sim)" alone."""
+    mixed = expense.assign(simulated=expense.experiment != "c4",
+                           model=expense.model.mask(expense.experiment == "c4", "gpt-5"))
+    said = output.label(mixed)
+    assert said.startswith("SIMULATED (model=sim)") and "beside real model results (gpt-5)" in said
+    assert output.label(expense) == "SIMULATED (model=sim), not LLM results"

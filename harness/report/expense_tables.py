@@ -10,6 +10,7 @@ Also the expense runs and sweep jobs the other expense-benchmark tables read (fi
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -94,17 +95,29 @@ def _provenance(episodes: pd.DataFrame, name: str) -> dict[str, str]:
 def ratio_table(episodes: pd.DataFrame, paper: dict[str, Any], sources: dict[str, str] | None = None) -> pd.DataFrame:
     """Our ratios beside the paper's; `sources` (experiment -> run folder) adds one "Run" row per experiment."""
     runs = per_run(episodes).groupby("experiment")
-    mean = {name: g.mean(numeric_only=True) for name, g in runs}
+    # an experiment whose every episode failed at the endpoint has no outcome or tokens to compare: "–", not a
+    # ratio of nothing (a -100% token change, a NaN completion gain)
+    failed = {name for name, g in episodes.groupby("experiment") if (g.termination == "infra_error").all()}
+    mean = {name: g.mean(numeric_only=True) for name, g in runs if name not in failed}
+
+    def both(a: str, b: str, col: str) -> tuple[float, float] | None:
+        if a not in mean or b not in mean:
+            return None
+        x, y = float(mean[a][col]), float(mean[b][col])
+        return (x, y) if math.isfinite(x) and math.isfinite(y) else None
 
     def pct(a: str, b: str, col: str) -> float | None:
         """How much lower a's value is than b's, in % of b's."""
-        return 100 * (1 - mean[a][col] / mean[b][col]) if a in mean and b in mean else None
+        found = both(a, b, col)
+        return 100 * (1 - found[0] / found[1]) if found and found[1] else None
 
     def more(a: str, b: str, col: str) -> float | None:
-        return 100 * (mean[a][col] / mean[b][col] - 1) if a in mean and b in mean else None
+        found = both(a, b, col)
+        return 100 * (found[0] / found[1] - 1) if found and found[1] else None
 
     def pp(a: str, b: str) -> float | None:
-        return 100 * (mean[a]["task_completed"] - mean[b]["task_completed"]) if a in mean and b in mean else None
+        found = both(a, b, "task_completed")
+        return 100 * (found[0] - found[1]) if found else None
 
     ours = {"token_reduction_c3_vs_c2_pct": pct("c3", "c2", "total_tokens"),
             "time_reduction_c3_vs_c2_pct": pct("c3", "c2", "modeled_time_s"),

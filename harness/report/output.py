@@ -222,8 +222,14 @@ def label(episodes: pd.DataFrame) -> str:
     """The results' kind; model=sim_llmlike named as such (its failure model differs from model=sim's)."""
     simulated = bool(episodes.simulated.any())
     if simulated and "model" in episodes and sim_failures.MODEL in set(episodes.model):
-        return f"SIMULATED (model={sim_failures.MODEL}), not LLM results"
-    return simulated_label(simulated)
+        said = f"SIMULATED (model={sim_failures.MODEL}), not LLM results"
+    else:
+        said = simulated_label(simulated)
+    real = episodes[~episodes.simulated.astype(bool)]
+    if simulated and not real.empty:  # a pinned real run beside simulated ones: neither label alone is true
+        models = ", ".join(sorted(map(str, real.model.unique()))) if "model" in real else "a real model"
+        said += f", beside real model results ({models}): compare within one kind"
+    return said
 
 
 def announce(written: list[Path], results: Path) -> list[Path]:
