@@ -31,3 +31,10 @@ def json_text(value: Any, **options: Any) -> str:
     instead of failing where it is encoded. Lossless either way: json.loads gives the value back."""
     text = json.dumps(value, ensure_ascii=False, **options)
     return text if text.isascii() or is_utf8(text) else json.dumps(value, ensure_ascii=True, **options)
+
+
+def printable(text: str) -> str:
+    """A file name as a table or a line shows it: an undecodable byte (os.listdir's lone surrogate for it) as its
+    escape `\\xff`, which UTF-8 output can carry."""
+    return text if text.isascii() or is_utf8(text) else text.encode("utf-8", "surrogateescape").decode(
+        "utf-8", "backslashreplace")

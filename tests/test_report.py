@@ -383,3 +383,21 @@ def test_a_table_of_simulated_and_real_runs_says_both(expense: pd.DataFrame) -> 
     said = output.label(mixed)
     assert said.startswith("SIMULATED (model=sim)") and "beside real model results (gpt-5)" in said
     assert output.label(expense) == "SIMULATED (model=sim), not LLM results"
+
+
+def test_a_run_folder_named_with_a_byte_that_is_not_utf8_is_listed_and_used(
+        tmp_path: Path, caplog: pytest.CaptureFixture[str]) -> None:
+    """`make runs` raised UnicodeEncodeError on it, and the tables skipped the run as unreadable (pyarrow takes
+    UTF-8 paths only)."""
+    import os
+
+    root = tmp_path / "results"
+    shutil.copytree(FIXTURE, root)
+    (c4,) = [p for p in (root / "c4").iterdir() if p.is_dir()]
+    c4.rename(c4.with_name(os.fsdecode(b"r\xff\xfe")))
+    caplog.set_level(logging.WARNING)
+    listed = runs.main(["--results", str(root)])
+    assert "c4/r\\xff\\xfe" in set(listed.path)
+    tables.main(["--results", str(root), "--out", str(tmp_path / "t")])
+    assert "C4 ours" in _md(tmp_path / "t") and "c4/r\\xff\\xfe" in _md(tmp_path / "t")
+    assert not [m for m in caplog.messages if "unreadable" in m], caplog.messages

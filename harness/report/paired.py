@@ -39,6 +39,7 @@ from harness.report.names import key, short
 from harness.report.pinchbench_tables import EXPENSE, PINCHBENCH, Table, chosen_runs, kinds_of, select_kind
 from harness.report.reader import EPISODES, read_frame
 from harness.report.runs import Run, describe, eligible, family, newest, size, status_notes, where
+from harness.text import printable
 
 ODYSSEYS = "odysseys"  # harness.report.odysseys_tables.KIND (not imported: it loads the Odysseys environment)
 KINDS = (EXPENSE, PINCHBENCH, ODYSSEYS)
@@ -347,7 +348,7 @@ def load(runs: dict[str, Run], kind: str) -> pd.DataFrame:
             continue
         if "seed" in mine:  # as text before a concat with runs without seeds makes them floats
             mine = mine.assign(seed=mine.seed.map(seed_text))
-        frames.append(mine.assign(source=str(run.path)))
+        frames.append(mine.assign(source=printable(str(run.path))))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

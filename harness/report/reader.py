@@ -18,11 +18,13 @@ transcripts. harness.records writes them; nothing else in harness.report opens t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pandas as pd
 import pyarrow as pa
@@ -30,6 +32,7 @@ import pyarrow.parquet as pq
 
 from harness import manifest as manifests
 from harness.records import PARQUET_VERSION, VERSION_KEY, State, check_transcript, check_version, steps_of
+from harness.text import is_utf8
 from harness.types import PROVENANCE_KINDS, Provenance
 
 EPISODES = "episodes.parquet"
@@ -67,8 +70,9 @@ def problem(parquet: Path, required: tuple[str, ...] | None = None) -> str | Non
     if not parquet.exists():
         return f"no {parquet.name}"
     try:
-        file = pq.ParquetFile(parquet)
-        rows, schema = file.metadata.num_rows, file.schema_arrow
+        with _source(parquet) as source:
+            file = pq.ParquetFile(source)
+            rows, schema = file.metadata.num_rows, file.schema_arrow
     except (OSError, ValueError, pa.ArrowException) as e:
         return f"{parquet.name} unreadable ({_first_line(e)})"
     check_version((schema.metadata or {}).get(PARQUET_VERSION), parquet)
@@ -87,7 +91,8 @@ def read_frame(parquet: Path, columns: list[str] | None = None, required: tuple[
     bad = problem(parquet, tuple(columns) if columns is not None else required)
     if bad is None:
         try:
-            frame = pd.read_parquet(parquet, columns=columns)
+            with _source(parquet) as source:
+                frame = pd.read_parquet(source, columns=columns)
         except (OSError, ValueError, KeyError, pa.ArrowException) as e:  # e.g. damaged past its footer
             bad = f"{parquet.name} unreadable ({_first_line(e)})"
         else:
@@ -115,11 +120,25 @@ def peek(parquet: Path, columns: list[str]) -> pd.DataFrame | None:
     """Those of `columns` the table has (maybe none), quietly None when it is missing or unreadable (the caller
     falls back; read_frame is the one that warns); a newer format is still refused."""
     try:
-        names = set(pq.read_schema(parquet).names)
-        check_version((pq.read_schema(parquet).metadata or {}).get(PARQUET_VERSION), parquet)
-        return pd.read_parquet(parquet, columns=[c for c in columns if c in names])
+        with _source(parquet) as source:
+            schema = pq.read_schema(source)
+            check_version((schema.metadata or {}).get(PARQUET_VERSION), parquet)
+            with _source(parquet) as again:
+                return pd.read_parquet(again, columns=[c for c in columns if c in set(schema.names)])
     except (OSError, ValueError, KeyError, pa.ArrowException):
         return None
+
+
+@contextlib.contextmanager
+def _source(parquet: Path) -> Iterator[str | BinaryIO]:
+    """The file for pyarrow: its path, or the file opened here when the path holds a byte that is not UTF-8 (a
+    folder named so): pyarrow takes UTF-8 paths only, and such a run was skipped as unreadable."""
+    text = str(parquet)
+    if text.isascii() or is_utf8(text):
+        yield text
+        return
+    with open(parquet, "rb") as file:
+        yield file
 
 
 def decode_json(frame: pd.DataFrame, where: Path | str = "a table") -> pd.DataFrame:

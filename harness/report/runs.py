@@ -37,6 +37,7 @@ import pandas as pd
 from harness import manifest as manifests
 from harness.report import cli
 from harness.report.reader import EPISODES, peek, problem, read_frame, read_manifest, warn_skip
+from harness.text import printable
 
 ROOT = cli.ROOT
 log = logging.getLogger(__name__)
@@ -214,7 +215,7 @@ def mismatch_notes(episodes: pd.DataFrame, names: Iterable[str]) -> list[str]:
 
 def where(path: Path, results: Path) -> str:
     """A run folder as a table shows it: relative to results/ when inside it."""
-    return str(path.relative_to(results)) if path.is_relative_to(results) else str(path)
+    return printable(str(path.relative_to(results)) if path.is_relative_to(results) else str(path))
 
 
 def listing(runs: list[Run], results: Path) -> pd.DataFrame:
