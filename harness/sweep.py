@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> Path:
         refuse(problem)
     given = [a.split("=", 1)[1] for a in args if a.startswith("hydra.sweep.dir=")]
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-    sweep_dir = Path(given[-1]) if given else ROOT / "results" / "sweeps" / sweep / stamp
+    # a relative folder is the user's, not the repository's (every child runs with cwd=ROOT)
+    sweep_dir = Path(given[-1]).absolute() if given else ROOT / "results" / "sweeps" / sweep / stamp
     try:
         return _sweep(sweep, sweep_dir, args)
     except InputError as exc:  # the budget reference's run is not Vanilla or names no episode (a failed reference

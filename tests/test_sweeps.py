@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -171,6 +172,19 @@ def test_a_stopped_sensitivity_sweep_exits_130_and_says_how_to_resume(
         sweep.main(["sim_sensitivity", "n_tasks=1", f"hydra.sweep.dir={tmp_path}"])
     err = capsys.readouterr().err
     assert stop.value.code == 130 and "Stopped (SIGINT received)" in err and "make sweep SWEEP=sim_sensitivity" in err
+
+
+def test_a_relative_sweep_folder_is_the_users_not_the_repositorys(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The children run with cwd=ROOT: `hydra.sweep.dir=rel` wrote into <repo>/rel."""
+    from harness import sweep
+
+    commands: list[list[str]] = []
+    monkeypatch.setattr(sweep, "run_child", lambda cmd, **kwargs: commands.append(cmd))
+    monkeypatch.chdir(tmp_path)
+    with contextlib.suppress(Exception, SystemExit):
+        sweep.main(["ablations", "n_tasks=1", "hydra.sweep.dir=rel"])
+    assert commands and f"hydra.sweep.dir={tmp_path / 'rel'}" in commands[0]
 
 
 def test_a_bad_sensitivity_list_exits_2_before_any_run(
