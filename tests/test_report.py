@@ -401,3 +401,13 @@ def test_a_run_folder_named_with_a_byte_that_is_not_utf8_is_listed_and_used(
     tables.main(["--results", str(root), "--out", str(tmp_path / "t")])
     assert "C4 ours" in _md(tmp_path / "t") and "c4/r\\xff\\xfe" in _md(tmp_path / "t")
     assert not [m for m in caplog.messages if "unreadable" in m], caplog.messages
+
+
+@pytest.mark.parametrize("command", ["tables", "plots", "runs"])
+def test_a_results_folder_that_is_not_there_is_one_line(command: str, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A typo in --results read as a tree with no runs: "no complete runs found", exit 0."""
+    main = {"tables": tables.main, "plots": plots.main, "runs": runs.main}[command]
+    assert cli.run(main, ["--results", str(tmp_path / "nope")]) == cli.EXIT_INPUT
+    assert capsys.readouterr().err.strip() == f"error: --results {tmp_path / 'nope'}: no such folder (give the " \
+        "folder that holds the run folders, e.g. results/)"

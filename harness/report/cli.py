@@ -26,12 +26,25 @@ def parser(description: str | None, results: bool = True, out: bool = True, pins
     made = argparse.ArgumentParser(prog=prog, description=description,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     if results:
-        made.add_argument("--results", type=Path, default=ROOT / "results")
+        made.add_argument("--results", type=Path, default=ROOT / "results", action=_Folder)
     if out:
         made.add_argument("--out", type=Path, default=None)
     if pins:
         made.add_argument("--run", action="append", default=[], help="EXPERIMENT=RUN_DIR (repeatable)")
     return made
+
+
+class _Folder(argparse.Action):
+    """--results given: a folder that is not there (a typo) is an InputError naming it; it used to read as a
+    results tree with no runs ("no complete runs found", exit 0)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                  option_string: str | None = None) -> None:
+        path = Path(values)
+        if not path.is_dir():
+            raise InputError(f"{option_string} {path}: {'not a folder' if path.exists() else 'no such folder'} "
+                             "(give the folder that holds the run folders, e.g. results/)")
+        setattr(namespace, self.dest, path)
 
 
 def out_dir(args: argparse.Namespace, default: str) -> Path:
