@@ -70,9 +70,10 @@ from hydra._internal.utils import (
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import run_job
+from hydra.errors import HydraException
 from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ValidationError
+from omegaconf.errors import OmegaConfBaseException, ValidationError
 
 from harness.build import build_domain, check_policy_model
 from harness.config import BENCHMARK_SETTINGS, RENAMED, RunConfig
@@ -134,8 +135,14 @@ def unknown_option(overrides: list[str]) -> str | None:
 def unknown_key(overrides: list[str]) -> str | None:
     """`n_taks=5`, `policy.nn=3`: a key the config does not have, in one line with the nearest valid keys."""
     experiment = [o for o in overrides if o.startswith("experiment=")][:1]
+    chosen = experiment if _experiment_ok(overrides) else []
+    # the groups chosen too (model=scripted brings model.script): else their own keys read as unknown ones
+    picks = [o for o in overrides if (g := o.split("=", 1))[0] in GROUPS[1:] and len(g) == 2 and g[1] in choices(g[0])]
     with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
-        base = compose("config", experiment if _experiment_ok(overrides) else [])
+        try:
+            base = compose("config", [*chosen, *picks])
+        except (HydraException, OmegaConfBaseException):  # it does not compose: judged by the experiment alone
+            base = compose("config", chosen)
     for o in _parsed([o for o in overrides if not o.startswith("-")]) or []:
         key = o.key_or_group
         if key.split(".")[0] not in GROUPS or "." in key:

@@ -112,6 +112,15 @@ def test_an_unknown_key_still_lists_the_valid_keys(tmp_path: Path) -> None:
     assert not any("use +n_taks" in line for line in err)  # Hydra's hint to add it with + would now be refused
 
 
+def test_an_unknown_key_is_named_beside_a_chosen_groups_own_keys() -> None:
+    """model=scripted brings model.script: the check composed the experiment alone and blamed model.script for the
+    misspelled browser key."""
+    problem = cli.unknown_key(["experiment=odysseys", "model=scripted", "model.script=x.json",
+                               "browser.navigation_timout_s=5"])
+    assert problem is not None and problem.startswith("error: unknown key 'browser.navigation_timout_s'")
+    assert cli.unknown_key(["experiment=c3", "model=scripted", "model.script=x.json"]) is None
+
+
 def test_out_dir_that_is_a_file(tmp_path: Path) -> None:
     f = tmp_path / "file"
     f.write_text("x")
