@@ -45,7 +45,7 @@ def load(runs: dict[str, Run], kind: str) -> pd.DataFrame:
         if mine.empty or missing:
             if missing and not mine.empty:
                 log.warning("skipping %s for the cost table: lacks column(s) %s (written before episodes were "
-                            "priced; rerun it)", run.path, ", ".join(missing))
+                            "priced; rerun it)", printable(str(run.path)), ", ".join(missing))
             continue
         frames.append(mine.assign(source=printable(str(run.path))))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

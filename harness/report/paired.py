@@ -343,7 +343,7 @@ def load(runs: dict[str, Run], kind: str) -> pd.DataFrame:
         mine = frame[(frame.experiment == name) & (kinds_of(frame) == kind)] if "experiment" in frame else frame[:0]
         missing = [c for c in NEEDS if c not in mine]
         if mine.empty or missing:
-            log.warning("skipping %s for the paired table: %s", run.path,
+            log.warning("skipping %s for the paired table: %s", printable(str(run.path)),
                         f"lacks column(s) {', '.join(missing)}" if missing else f"no {kind} episodes of {name}")
             continue
         if "seed" in mine:  # as text before a concat with runs without seeds makes them floats

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from harness import manifest as manifests
 from harness.records import PARQUET_VERSION, VERSION_KEY, State, check_transcript, check_version, steps_of
-from harness.text import is_utf8
+from harness.text import is_utf8, printable
 from harness.types import PROVENANCE_KINDS, Provenance
 
 EPISODES = "episodes.parquet"
@@ -113,7 +113,7 @@ def warn_skip(folder: Path, why: str) -> None:
     """One line per damaged run folder and reason in a process, however many reports look at it."""
     if (str(folder), why) not in _SKIPPED:
         _SKIPPED.add((str(folder), why))
-        log.warning("skipping %s: %s", folder, why)
+        log.warning("skipping %s: %s", printable(str(folder)), why)  # (a name with a byte that is not UTF-8)
 
 
 def peek(parquet: Path, columns: list[str]) -> pd.DataFrame | None:

@@ -153,7 +153,7 @@ def choose(runs: Iterable[Run], pins: dict[str, Path] | None = None,
     for name, path in (pins or {}).items():
         pinned = describe(Path(path), results)
         if family(pinned) != of:  # harness.report.tables routes each pin to its family's tables first
-            log.warning("--run %s=%s left out here: %s", name, path, FEEDS[family(pinned)])
+            log.warning("--run %s=%s left out here: %s", name, printable(str(path)), FEEDS[family(pinned)])
             continue
         chosen[name] = Run(pinned.path, name, pinned.status, pinned.manifest, pinned.problem, pinned.sweep_job)
     return chosen

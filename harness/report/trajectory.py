@@ -41,6 +41,7 @@ from harness.outcome import FIELD_LOG
 from harness.records import NAME, transcript_files
 from harness.report import names, sim_failures
 from harness.report.reader import Transcript, details, manifest_of, read_transcript, view_provenance
+from harness.text import printable
 from harness.tokens import TokenCounter
 from harness.types import Message, Provenance
 from harness.waac.reporting import Level, join
@@ -135,7 +136,7 @@ def load_run(path: Path, root: Path | None = None) -> dict[str, Any]:
 def _whole(path: Path) -> Transcript | None:
     state, transcript = read_transcript(path)
     if isinstance(transcript, str):
-        log.warning("skipping %s: %s (%s)", path, transcript, state.value)
+        log.warning("skipping %s: %s (%s)", printable(str(path)), transcript, state.value)
         return None
     return transcript
 
