@@ -368,7 +368,11 @@ def first(self, *args, **kwargs):  # runs in the episode's worker process too (f
 
 
 openai_compat.OpenAICompatible.generate = first
-from harness import cli
+from pathlib import Path
+
+from harness import cli, preflight
+
+preflight.ROOT = Path(os.environ["NO_RESULTS"])  # no earlier run to estimate from: the checkout's results/ vary
 
 sys.argv[1:] = json.loads(os.environ["RUN_ARGS"])
 cli.cli()
@@ -383,7 +387,7 @@ def test_nothing_heavy_is_imported_before_a_runs_first_model_call(tmp_path: Path
         args = ["experiment=c3", "model=openai", "model.model=sim-served", f"model.base_url={server.base_url}",
                 "model.api_key_env=null", "model.cache_dir=null", "n_tasks=2", "n_runs=1", "max_steps=2",
                 f"out_dir={tmp_path / 'out'}", "progress=false"]
-        env = {**os.environ, "HEAVY_REPORT": str(report), "RUN_ARGS": json.dumps(args)}
+        env = {**os.environ, "HEAVY_REPORT": str(report), "RUN_ARGS": json.dumps(args), "NO_RESULTS": str(tmp_path)}
         proc = subprocess.run([sys.executable, "-c", FIRST_CALL], cwd=ROOT, capture_output=True, text=True,
                               timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
