@@ -349,6 +349,16 @@ def step_columns(entry: dict[str, Any] | None) -> dict[str, Any]:
     return {col: entry.get(key, math.nan if col.startswith("cost") else None) for key, col in STEP_COLUMNS.items()}
 
 
+def priced_on(episodes: Any) -> tuple[str, str]:
+    """The price sheet(s) and prompt-cache model(s) a table of episodes (episode_columns' price_sheet and
+    cache_model) was priced with, each "/"-joined; "" where the table has no such column."""
+
+    def joined(column: str) -> str:
+        return "/".join(sorted(set(episodes[column].dropna().astype(str)))) if column in episodes else ""
+
+    return joined("price_sheet"), joined("cache_model")
+
+
 def episode_columns(entries: Sequence[dict[str, Any] | None], aux_tokens: Sequence[tuple[int, int]]) -> dict[str, Any]:
     """An episode's cache columns from its steps' records: tokens read and written, where the counts came from
     (measured, modelled, or mixed), and the agent's cost on the sheet with the cache as configured and without it.

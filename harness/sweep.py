@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from harness.errors import EXIT_INPUT, InputError, refuse
+from harness.errors import EXIT_INPUT, InputError, refuse, share
 from harness.lifecycle import die_with_parent
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -191,14 +191,20 @@ def main(argv: list[str] | None = None) -> Path:
 def bad_fraction(sweep: str, args: list[str]) -> str | None:
     """A budget fraction that is not a number in (0, 1], said before the budget sweep's Vanilla reference run (which
     takes none: on a real endpoint it would be paid for in full before the first budgeted job refused it)."""
-    for value in swept(sweep, args).get("budget.fraction", []):
+    for value in (v.strip() for v in swept(sweep, args).get("budget.fraction", [])):
         try:
-            ok = 0 < float(value) <= 1
-        except ValueError:
-            ok = False
-        if not ok:
-            return f"error: budget.fraction={value.strip()}: not a fraction of the reference's tokens (0 < f <= 1)"
+            share("budget.fraction", _number(value))  # the run's own check (harness.resume)
+        except InputError as exc:
+            return f"error: {exc}"
     return None
+
+
+def _number(text: str) -> float | str:
+    """An override's value as Hydra reads a number (0.5, 1e-3), else the text."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def unknown_choice(sweep: str, args: list[str]) -> str | None:

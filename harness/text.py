@@ -10,7 +10,9 @@ from typing import Any
 
 def is_utf8(text: str) -> bool:
     """Whether text can be written as UTF-8: not if it holds a lone surrogate (a JSON "\\ud83d" escape decoded, a
-    file name's undecodable byte as os.listdir gives it)."""
+    file name's undecodable byte as os.listdir gives it). ASCII (most text) is answered without encoding it."""
+    if text.isascii():
+        return True
     try:
         text.encode()
     except UnicodeEncodeError:
@@ -21,8 +23,7 @@ def is_utf8(text: str) -> bool:
 def utf8_replaced(text: str) -> str:
     """Each lone surrogate replaced by U+FFFD (as tiktoken's encode does), one character for one: for a library that
     takes UTF-8 text only (a Hugging Face tokenizer, SQLite), where a lone surrogate would raise."""
-    return text if text.isascii() or is_utf8(text) else text.encode("utf-16", "surrogatepass").decode("utf-16",
-                                                                                                       "replace")
+    return text if is_utf8(text) else text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def json_text(value: Any, **options: Any) -> str:
@@ -30,11 +31,10 @@ def json_text(value: Any, **options: Any) -> str:
     value is written with \\u escapes (a lone surrogate as `\\udcff`, as JavaScript's JSON.stringify writes it)
     instead of failing where it is encoded. Lossless either way: json.loads gives the value back."""
     text = json.dumps(value, ensure_ascii=False, **options)
-    return text if text.isascii() or is_utf8(text) else json.dumps(value, ensure_ascii=True, **options)
+    return text if is_utf8(text) else json.dumps(value, ensure_ascii=True, **options)
 
 
 def printable(text: str) -> str:
     """A file name as a table or a line shows it: an undecodable byte (os.listdir's lone surrogate for it) as its
     escape `\\xff`, which UTF-8 output can carry."""
-    return text if text.isascii() or is_utf8(text) else text.encode("utf-8", "surrogateescape").decode(
-        "utf-8", "backslashreplace")
+    return text if is_utf8(text) else text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

@@ -123,7 +123,7 @@ def to_openai_messages(messages: Sequence[Message], convert: Callable[[Message],
 
 def _encoded(value: Any) -> bytes:
     """JSON as the SDK writes it, UTF-8; text holding a lone surrogate (an undecodable file name a tool listed, a cut
-    emoji) is escaped (io.json_text) instead of failing the call."""
+    emoji) is escaped (harness.text.json_text) instead of failing the call."""
     return json_text(value, separators=(",", ":"), allow_nan=False).encode()
 
 

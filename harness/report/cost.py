@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.pricing import priced_on
 from harness.report.names import short
 from harness.report.output import save_figure, write
 from harness.report.pinchbench_tables import EXPENSE, PINCHBENCH, Table, kinds_of, select_kind
@@ -72,8 +73,7 @@ def cost_table(episodes: pd.DataFrame, kind: str) -> pd.DataFrame:
 
 
 def caption(episodes: pd.DataFrame, kind: str) -> str:
-    sheets = "/".join(sorted(set(episodes.price_sheet.dropna().astype(str))))
-    models = "/".join(sorted(set(episodes.cache_model.dropna().astype(str))))
+    sheets, models = priced_on(episodes)
     what = "SIMULATED runs, priced as if a real model had made these calls" if episodes.simulated.any() \
         else "real runs"
     return (f"{kind}: agent cost per episode on the {sheets} price sheet, with the prompt cache ({models}) and "

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from harness import methods
+from harness.pricing import priced_on
 from harness.report.names import key, short
 from harness.report.pinchbench_tables import EXPENSE, PINCHBENCH, Table, chosen_runs, kinds_of, select_kind
 from harness.report.reader import EPISODES, read_frame
@@ -238,8 +239,8 @@ def _pricing(episodes: pd.DataFrame) -> str | None:
     recorded, a run from before them)."""
     if "price_sheet" not in episodes:
         return None
-    models = "/".join(sorted(set(episodes.cache_model.dropna().astype(str)))) if "cache_model" in episodes else ""
-    return "/".join(sorted(set(episodes.price_sheet.dropna().astype(str)))) + (f", cache {models}" if models else "")
+    sheets, models = priced_on(episodes)
+    return sheets + (f", cache {models}" if models else "")
 
 
 def coverage_note(episodes: pd.DataFrame, names: list[str], benchmark: str | None = None) -> list[str]:

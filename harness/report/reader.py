@@ -134,7 +134,7 @@ def _source(parquet: Path) -> Iterator[str | BinaryIO]:
     """The file for pyarrow: its path, or the file opened here when the path holds a byte that is not UTF-8 (a
     folder named so): pyarrow takes UTF-8 paths only, and such a run was skipped as unreadable."""
     text = str(parquet)
-    if text.isascii() or is_utf8(text):
+    if is_utf8(text):
         yield text
         return
     with open(parquet, "rb") as file:
