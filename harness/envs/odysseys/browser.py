@@ -15,9 +15,11 @@ name, states, text), each node tagged with a ref that the `aria-ref=<ref>` selec
 latest snapshot. We number the interactive nodes in document order (`[3] link "Cart"`), so a page gives the same
 numbers every time it is read, and act on them through their refs.
 
-**Failures.** An agent's mistake or a page that does not load in time is an `ActionError` (a tool error). A
-crashed or closed browser, or a page that stops answering (its snapshot times out, or nothing at all answers
-within `hang_timeout_s`, after which the browser is killed), is `BrowserCrashed`: an infrastructure failure.
+**Failures.** An agent's mistake or a page that does not load in time is an `ActionError` (a tool error). So is
+a page that stops answering scripts while the browser still runs one in a fresh tab (its content hangs it:
+`for(;;){}`, an alert() loop): its tab is closed and the agent told so. A crashed or closed browser, or one that
+stops answering too (nothing at all answers within `hang_timeout_s`, after which the browser is killed), is
+`BrowserCrashed`: an infrastructure failure.
 
 Threading: the sync API is bound to the thread that started it (and refuses to start a second time in one
 thread), so each Browser runs its own Playwright in a private worker thread; callers may be in any one thread.
@@ -405,6 +407,7 @@ class Browser:
         self._elements: dict[Page, dict[int, Element]] = {}
         self._cdp: dict[Page, CDPSession] = {}
         self._loads: dict[Page, int] = {}  # main-frame navigations seen per tab: a reloading page is not hung
+        self._hung: Page | None = None  # the tab that last failed the probe's trivial script
         self._worker = _Worker()
         try:
             self._worker.call(self._launch, timeout=max(60.0, self.config.hang_s))
@@ -520,16 +523,54 @@ class Browser:
         """fn, in the worker; a tab that closed under it while another is still open (a popup that closes itself,
         window.close()) is the agent's ActionError, not a crashed browser: the browser goes on in the other tab."""
         from playwright.sync_api import Error
+        from playwright.sync_api import TimeoutError as PwTimeout
 
-        before = self._current
+        before, self._hung = self._current, None
         try:
             return fn()
+        except PwTimeout:  # a tab that failed the probe: hung by its own content, or the browser is
+            hung = self._hung or self._current
+            if hung is None or not self._browser_answers():
+                raise
+            raise ActionError(f"{what}: {self._close_hung(hung)}") from None
         except Error as exc:
             if not _is_crash(exc) or before is None or not self._closed_under(before):
                 raise
             now = self._page()
-            raise ActionError(f"{what}: the tab closed itself; now on tab {self._tabs.index(now) + 1} "
+            raise ActionError(f"{what}: the tab closed itself; now on tab [{self._tabs.index(now)}] "
                               f"({_tab_label(now)}); read_page() shows it") from None
+
+    def _browser_answers(self) -> bool:
+        """Whether the browser runs a trivial script in a fresh tab (it stays open, as the current one): then a
+        tab that did not is hung by its own content (`for(;;){}`, an endless alert() loop, a page too heavy to
+        read in time), the agent's to avoid, not a broken browser. A browser that is itself stuck does not open
+        the tab at all, and the watchdog (`hang_timeout_s`) kills it."""
+        from playwright.sync_api import Error
+
+        fresh = self._context.new_page()
+        self._adopt(fresh)
+        try:
+            fresh.wait_for_function("() => true", timeout=min(2.0, self.config.action_timeout_s) * 1000)
+        except Error:
+            return False
+        return True
+
+    def _close_hung(self, hung: Page) -> str:
+        """Close a tab hung by its content (the browser ends its renderer); the agent goes on in the newest other
+        tab, or in the fresh blank one when the hung tab was the only one. Returns what the agent is told."""
+        fresh = self._current
+        with contextlib.suppress(Exception):  # already gone: the same outcome
+            hung.close(run_before_unload=False)
+        self._forget(hung)
+        others = [p for p in self._tabs if p is not fresh and not p.is_closed()]
+        if others and fresh is not None:
+            with contextlib.suppress(Exception):
+                fresh.close()
+            self._forget(fresh)
+        now = self._page()
+        return (f"the page stopped answering (a script on it runs without end, or it is too heavy to read in "
+                f"time); its tab was closed; now on tab [{self._tabs.index(now)}] ({_tab_label(now)}); "
+                "read_page() shows it")
 
     def _closed_under(self, page: Page) -> bool:
         """Whether `page` closed while other tabs stay open (then it is forgotten, as its close event does)."""
@@ -568,6 +609,8 @@ class Browser:
         try:
             page.wait_for_function("() => true", timeout=min(2.0, self.config.action_timeout_s) * 1000)
         except Error as exc:  # e.g. the document changed meanwhile: it answered, so it is not hung
+            if isinstance(exc, PwTimeout):
+                self._hung = page
             if isinstance(exc, PwTimeout) or _is_crash(exc):
                 raise
 

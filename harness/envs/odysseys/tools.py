@@ -2,10 +2,11 @@
 
 Every tool answers with the page after the action (URL, title, tabs, scroll position and the page as text with
 numbered elements), capped at `observation_cap` characters; `find` lists the matching lines first. A bad element
-number, a bad argument or a page that does not load in time is a tool error the agent sees; a crashed or hung
-browser raises `BrowserCrashed` out of execute() (an infrastructure failure for the orchestrator). Each call also
-saves a screenshot of the viewport (`step_NNN.png`) for judges that take images, and records the URL, whether the
-observation was truncated, and which requests the replay archive could not answer.
+number, a bad argument, a page that does not load in time or one hung by its own script (its tab closed) is a tool
+error the agent sees; a crashed or hung browser raises `BrowserCrashed` out of execute() (an infrastructure failure
+for the orchestrator). Each call also saves a screenshot of the viewport (`step_NNN.png`) for judges that take
+images, and records the URL, whether the observation was truncated, and which requests the replay archive could
+not answer.
 
 **Observation modes** (`browser.observation`). `aria` (the default): the page as text, as above. `both`: the same
 text and tools, and the viewport's screenshot as an image part of the tool result. `screenshot`: the screenshot
