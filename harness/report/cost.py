@@ -26,7 +26,6 @@ from harness.report.pinchbench_tables import EXPENSE, PINCHBENCH, Table, kinds_o
 from harness.report.reader import EPISODES, read_frame
 from harness.report.runs import Run, status_notes, where
 from harness.report.stats import fmt, mean_ci
-from harness.text import printable
 
 KINDS = (EXPENSE, PINCHBENCH, "odysseys")
 NEEDS = ("experiment", "run", "simulated", "input_tokens", "cache_read_tokens", "cache_write_tokens",
@@ -46,9 +45,9 @@ def load(runs: dict[str, Run], kind: str) -> pd.DataFrame:
         if mine.empty or missing:
             if missing and not mine.empty:
                 log.warning("skipping %s for the cost table: lacks column(s) %s (written before episodes were "
-                            "priced; rerun it)", printable(str(run.path)), ", ".join(missing))
+                            "priced; rerun it)", run.shown, ", ".join(missing))
             continue
-        frames.append(mine.assign(source=printable(str(run.path))))
+        frames.append(mine.assign(source=run.shown))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

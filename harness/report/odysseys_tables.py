@@ -37,7 +37,6 @@ from harness.report.names import short
 from harness.report.pinchbench_tables import PAPER, Table, chosen_runs, folders, kinds_of
 from harness.report.reader import EPISODES, details, read_frame
 from harness.report.runs import Run, discover, mismatch_notes, status_notes
-from harness.text import printable
 
 KIND = "odysseys"  # the episodes' `benchmark` column (the domain's name)
 PAPER_TASKS = 200
@@ -82,13 +81,13 @@ def load(runs: dict[str, list[Run]]) -> tuple[pd.DataFrame, pd.DataFrame, pd.Dat
             mine = _episodes(run.path, name)
             if mine is None:
                 continue
-            episodes.append(mine.assign(source=printable(str(run.path))))
+            episodes.append(mine.assign(source=run.shown))
             rows = judged_rows(run.path, name)
             if rows is not None:
-                judged.append(rows.assign(source=printable(str(run.path)), experiment=name))
+                judged.append(rows.assign(source=run.shown, experiment=name))
             verdicts = webjudge_rows(run.path, name)
             if verdicts is not None:
-                web.append(verdicts.assign(source=printable(str(run.path)), experiment=name))
+                web.append(verdicts.assign(source=run.shown, experiment=name))
     return tuple(pd.concat(f, ignore_index=True) if f else pd.DataFrame()
                  for f in (episodes, judged, web))
 

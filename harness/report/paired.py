@@ -40,7 +40,6 @@ from harness.report.names import key, short
 from harness.report.pinchbench_tables import EXPENSE, PINCHBENCH, Table, chosen_runs, kinds_of, select_kind
 from harness.report.reader import EPISODES, read_frame
 from harness.report.runs import Run, describe, eligible, family, newest, size, status_notes, where
-from harness.text import printable
 
 ODYSSEYS = "odysseys"  # harness.report.odysseys_tables.KIND (not imported: it loads the Odysseys environment)
 KINDS = (EXPENSE, PINCHBENCH, ODYSSEYS)
@@ -344,12 +343,12 @@ def load(runs: dict[str, Run], kind: str) -> pd.DataFrame:
         mine = frame[(frame.experiment == name) & (kinds_of(frame) == kind)] if "experiment" in frame else frame[:0]
         missing = [c for c in NEEDS if c not in mine]
         if mine.empty or missing:
-            log.warning("skipping %s for the paired table: %s", printable(str(run.path)),
+            log.warning("skipping %s for the paired table: %s", run.shown,
                         f"lacks column(s) {', '.join(missing)}" if missing else f"no {kind} episodes of {name}")
             continue
         if "seed" in mine:  # as text before a concat with runs without seeds makes them floats
             mine = mine.assign(seed=mine.seed.map(seed_text))
-        frames.append(mine.assign(source=printable(str(run.path))))
+        frames.append(mine.assign(source=run.shown))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

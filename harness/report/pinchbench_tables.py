@@ -43,7 +43,6 @@ from harness.report.methods_table import METHODS
 from harness.report.names import short
 from harness.report.reader import EPISODES, Unreadable, peek, read_frame
 from harness.report.runs import DEFAULT, Run, choose, describe, discover, mismatch_notes, status_notes, where
-from harness.text import printable
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER = ROOT / "benchmarks" / "papers" / "waac.yaml"
@@ -153,7 +152,7 @@ def load_kind(runs: dict[str, list[Run]], kind: str) -> pd.DataFrame:
     """Each experiment's episodes of this kind from its runs, with `source` (the run folder); a run lacking them,
     or a column the table needs, or holding a score or chain_scores it cannot read, is skipped with one warning
     line naming it."""
-    frames = [frame.assign(source=printable(str(run.path))) for name, group in runs.items() for run in group
+    frames = [frame.assign(source=run.shown) for name, group in runs.items() for run in group
               if (frame := _episodes(run.path, name, kind)) is not None]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 

@@ -121,10 +121,9 @@ def peek(parquet: Path, columns: list[str]) -> pd.DataFrame | None:
     falls back; read_frame is the one that warns); a newer format is still refused."""
     try:
         with _source(parquet) as source:
-            schema = pq.read_schema(source)
+            schema = pq.read_schema(source)  # (a file is read by seeking, footer first: one open serves both)
             check_version((schema.metadata or {}).get(PARQUET_VERSION), parquet)
-            with _source(parquet) as again:
-                return pd.read_parquet(again, columns=[c for c in columns if c in set(schema.names)])
+            return pd.read_parquet(source, columns=[c for c in columns if c in set(schema.names)])
     except (OSError, ValueError, KeyError, pa.ArrowException):
         return None
 

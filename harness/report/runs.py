@@ -67,6 +67,12 @@ class Run:
     def usable(self) -> bool:
         return self.status == "complete" and self.problem is None
 
+    @property
+    def shown(self) -> str:
+        """The folder as printable text (a name with a byte that is not UTF-8 shown escaped): the tables' source=
+        column and the warnings name it so."""
+        return printable(str(self.path))
+
 
 def describe(run_dir: Path, results: Path | None = None) -> Run:
     """A run folder's experiment, status and readability (warns once if its episodes are unusable)."""
