@@ -421,7 +421,7 @@ def hang_site(tmp_path: Path) -> Path:
 def test_a_page_whose_script_never_ends_is_a_tool_error_and_its_tab_is_closed(tmp_path: Path) -> None:
     """The browser still answers in a fresh tab, so the page's own content hung it: before, a BrowserCrashed
     ("hung"), the episode an infra_error that every resume reran and met again (never scored)."""
-    config = BrowserConfig(navigation_timeout_s=2.0, action_timeout_s=1.0, hang_timeout_s=8.0)
+    config = BrowserConfig(navigation_timeout_s=2.0, action_timeout_s=1.0, hang_timeout_s=12.0)
     with FixtureSites(hang_site(tmp_path)) as s, Browser(config) as b:
         tools = BrowserTools(b, None)
         call(tools, "goto", url=s.url("h", "/slow.html"))

@@ -131,6 +131,7 @@ class BrowserConfig:
         return self.hang_timeout_s or self.navigation_timeout_s + 2 * self.action_timeout_s + 5.0
 
 
+CANARY_S = 5.0  # at least this long for a fresh tab to run a trivial script before the browser counts as hung
 MAX_TIMEOUT_S = 86_400.0  # a day: past it (inf, 1e300) Playwright's deadline overflows the platform's time_t
 
 
@@ -549,8 +550,8 @@ class Browser:
 
         fresh = self._context.new_page()
         self._adopt(fresh)
-        try:
-            fresh.wait_for_function("() => true", timeout=min(2.0, self.config.action_timeout_s) * 1000)
+        try:  # (a fresh renderer process can take seconds to start on a busy machine: not the probe's 2 s)
+            fresh.wait_for_function("() => true", timeout=max(CANARY_S, self.config.action_timeout_s) * 1000)
         except Error:
             return False
         return True
