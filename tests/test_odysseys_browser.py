@@ -437,6 +437,54 @@ def test_a_page_whose_script_never_ends_is_a_tool_error_and_its_tab_is_closed(tm
         assert b.alive and not call(tools, "goto", url=s.url("h", "/slow.html")).is_error
 
 
+def later_site(tmp_path: Path) -> Path:
+    """A page whose button starts a busy loop 1.5 s later (while the agent thinks), and one that starts it when its
+    height is read (the observation reads it): it hangs during the step's screenshot. Both beside a plain page."""
+    (tmp_path / "l").mkdir()
+    (tmp_path / "l" / "plain.html").write_text('<title>Plain</title><button>Plain</button>')
+    (tmp_path / "l" / "later.html").write_text(
+        '<title>Later</title><button onclick="setTimeout(() => { for(;;){} }, 1500)">Later</button>'
+        '<input aria-label="Box"><p>needle</p>')
+    (tmp_path / "l" / "getter.html").write_text(
+        '<title>Getter</title><button>Buy</button><script>const h = innerHeight; Object.defineProperty(window, '
+        '"innerHeight", {get() { setTimeout(() => { for(;;){} }, 0); return h; }})</script>')
+    return tmp_path
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("tool", ["click", "scroll", "find"])
+def test_a_page_that_hangs_between_two_steps_is_a_tool_error(tool: str, tmp_path: Path) -> None:
+    """The next call's first Playwright call took no timeout (Locator.count, Page.evaluate): it waited for the
+    watchdog, which killed the whole browser (an infra_error)."""
+    config = BrowserConfig(navigation_timeout_s=2.0, action_timeout_s=1.0, hang_timeout_s=12.0)
+    with FixtureSites(later_site(tmp_path)) as s, Browser(config) as b:
+        tools = BrowserTools(b, None)
+        call(tools, "goto", url=s.url("l", "/plain.html"))
+        page = call(tools, "tab_open", url=s.url("l", "/later.html"))
+        assert not call(tools, "click", element=number(page, 'button "Later"')).is_error
+        time.sleep(2.5)  # the agent thinks; the page starts its loop
+        args = {"click": {"element": number(page, 'button "Later"')}, "scroll": {"direction": "down"},
+                "find": {"text": "needle"}}[tool]
+        result = call(tools, tool, **args)
+        assert result.is_error and "the page stopped answering" in result.content, result.content
+        assert b.alive and call(tools, "read_page").url == s.url("l", "/plain.html")
+
+
+@pytest.mark.browser
+def test_a_tab_closed_during_the_step_screenshot_makes_the_result_an_error(tmp_path: Path) -> None:
+    """The recovery ran inside the screenshot, whose failure is only a note: the result was a success showing the
+    closed tab, and the agent's next click by those numbers acted on the other tab."""
+    config = BrowserConfig(navigation_timeout_s=2.0, action_timeout_s=1.0, hang_timeout_s=12.0)
+    with FixtureSites(later_site(tmp_path)) as s, Browser(config) as b:
+        tools = BrowserTools(b, tmp_path / "shots")
+        call(tools, "goto", url=s.url("l", "/plain.html"))
+        result = call(tools, "tab_open", url=s.url("l", "/getter.html"))
+        assert result.is_error and "Error: screenshot: the page stopped answering" in result.content, result.content
+        assert "now on tab [0]" in result.content and result.url == s.url("l", "/plain.html")
+        again = call(tools, "click", element=1)  # the numbers shown were the closed tab's: none stands now
+        assert again.is_error and "there is no element [1]" in again.content, again.content
+
+
 @pytest.mark.browser
 def test_a_browser_that_stops_answering_is_still_browser_crashed(tmp_path: Path) -> None:
     config = BrowserConfig(navigation_timeout_s=2.0, action_timeout_s=1.0, hang_timeout_s=4.0)

@@ -71,7 +71,10 @@ _CRASH_WORDS = ("Target crashed", "Target closed", "has been closed", "Browser c
                 "browser has disconnected")
 _NAVIGATING_WORDS = ("Execution context was destroyed", "navigating", "Frame was detached")
 # (no documentElement while a new document replaces the old one: a page that reloads itself)
-_SCROLL_JS = "() => [Math.round(scrollY), innerHeight, (document.documentElement || {}).scrollHeight || innerHeight]"
+# the title and scroll position in one call with a timeout (Page.title and Page.evaluate take none: a page that
+# started a busy loop just after its snapshot held them until the watchdog killed the whole browser)
+_HEAD_JS = ("() => [document.title, Math.round(scrollY), innerHeight,"
+            " (document.documentElement || {}).scrollHeight || innerHeight]")
 _TARGET_JS = ("e => { const a = e.closest('a[href], area[href], form') || e.form;"
               " return a ? (a.getAttribute('target') || '') : ''; }")
 _OPTIONS_JS = ("e => e.tagName === 'SELECT' ?"
@@ -89,6 +92,11 @@ class BrowserCrashed(RuntimeError):
 
 class ActionError(Exception):
     """An action the agent asked for could not be done (bad element, page not loading in time): a tool error."""
+
+
+class TabClosed(ActionError):
+    """The active tab stopped answering (hung by its own script) and was closed: the agent is on another tab now,
+    whatever the call was (also a step's screenshot: its result must say so, not show the closed tab)."""
 
 
 @dataclass(frozen=True)
@@ -533,7 +541,7 @@ class Browser:
             hung = self._hung or self._current
             if hung is None or not self._browser_answers():
                 raise
-            raise ActionError(f"{what}: {self._close_hung(hung)}") from None
+            raise TabClosed(f"{what}: {self._close_hung(hung)}") from None
         except Error as exc:
             if not _is_crash(exc) or before is None or not self._closed_under(before):
                 raise
@@ -569,6 +577,7 @@ class Browser:
                 fresh.close()
             self._forget(fresh)
         now = self._page()
+        self._elements.pop(now, None)  # numbers from an older reading of that tab are not the ones shown last
         return (f"the page stopped answering (a script on it runs without end, or it is too heavy to read in "
                 f"time); its tab was closed; now on tab [{self._tabs.index(now)}] ({_tab_label(now)}); "
                 "read_page() shows it")
@@ -602,8 +611,9 @@ class Browser:
             raise ActionError(f"{what}: {_first_line(exc)}") from exc
 
     def _probe(self, page: Page) -> None:
-        """After an action timed out: a page that cannot run a trivial script is hung (Playwright's TimeoutError
-        escapes to _run as BrowserCrashed); one that can merely refused the action (hidden, disabled, slow)."""
+        """A page that cannot run a trivial script is hung: Playwright's TimeoutError escapes to `_in_tab` (its tab
+        closed, or BrowserCrashed when the browser is hung too). Asked after an action timed out (one whose page
+        answers merely refused it: hidden, disabled, slow) and before calls that take no timeout."""
         from playwright.sync_api import Error
         from playwright.sync_api import TimeoutError as PwTimeout
 
@@ -675,7 +685,7 @@ class Browser:
             loads = self._loads.get(page, 0)
             try:
                 snapshot = page.aria_snapshot(mode="ai", timeout=self.config.action_timeout_s * 1000)
-                title, scroll = page.title(), page.evaluate(_SCROLL_JS)
+                title, *scroll = page.locator(":root").evaluate(_HEAD_JS, timeout=self.config.action_timeout_s * 1000)
                 break
             except PwTimeout:  # a page that reloads or redirects itself for good, or a hung one
                 self._stop_loading(page)
@@ -712,6 +722,7 @@ class Browser:
     def _locate(self, page: Page, number: int) -> tuple[Element, Locator]:
         element = self._element(page, number)
         locator = page.locator(f"aria-ref={element.ref}")
+        self._probe(page)  # Locator.count takes no timeout: a page hung since the last step would hold it
         if locator.count() == 0:
             raise ActionError(f"element {element.label()} is no longer on the page; read_page() for a fresh view")
         return element, locator
@@ -856,6 +867,7 @@ class Browser:
     def _click_at(self, x: int, y: int) -> Observation:
         page = self._page()
         what = f"click at ({x}, {y})"
+        self._probe(page)  # the mouse and keyboard take no timeout: a page hung since the last step would hold them
         self._guard(what, lambda: page.mouse.click(x, y), page)
         self._settle(self._page(), what)
         return self._observe()
@@ -866,6 +878,7 @@ class Browser:
 
     def _type_text(self, text: str, submit: bool) -> Observation:
         page = self._page()
+        self._probe(page)  # (untimed input, as in _click_at)
         self._guard("type_text", lambda: page.keyboard.type(text), page)
         if submit:
             self._guard("type_text", lambda: page.keyboard.press("Enter"), page)
@@ -878,6 +891,7 @@ class Browser:
 
     def _press_key(self, key: str) -> Observation:
         page = self._page()
+        self._probe(page)  # (untimed input, as in _click_at)
         self._guard(f"press {key}", lambda: page.keyboard.press(key), page)
         self._settle(self._page(), f"press {key}")
         return self._observe()
@@ -892,7 +906,9 @@ class Browser:
         return self._run("scroll", lambda: self._evaluate_then_observe(js))
 
     def _evaluate_then_observe(self, js: str) -> Observation:
-        self._page().evaluate(js)
+        page = self._page()  # (through a locator: Page.evaluate takes no timeout)
+        self._guard("scroll", lambda: page.locator(":root").evaluate(js, timeout=self.config.action_timeout_s * 1000),
+                    page)
         return self._observe()
 
     def find(self, text: str) -> tuple[list[str], Observation]:
@@ -909,7 +925,9 @@ class Browser:
         """Best effort: scroll the first element whose text contains `text` into view (for the screenshot)."""
         from playwright.sync_api import Error
 
-        match = self._page().get_by_text(text).first
+        page = self._page()
+        match = page.get_by_text(text).first
+        self._probe(page)  # (Locator.count takes no timeout, as in _locate)
         with contextlib.suppress(Error):  # hidden or gone: the page is shown where it was
             if match.count():
                 match.scroll_into_view_if_needed(timeout=min(2.0, self.config.action_timeout_s) * 1000)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.envs.odysseys.browser import SCROLL_DIRECTIONS, ActionError, Browser, Observation
+from harness.envs.odysseys.browser import SCROLL_DIRECTIONS, ActionError, Browser, Observation, TabClosed
 from harness.types import ImagePart, ToolCall, ToolSpec
 
 MAX_FIND_LINES = 20
@@ -156,33 +156,37 @@ class BrowserTools:
             is_error = True
         content, truncated = cap_text(text, self.cap)
         if self.mode == "aria":
-            shot, note = self._screenshot()
+            shot, failed = self._screenshot()
             images: tuple[ImagePart, ...] = ()
         else:
-            shot, note, images = self._shown_screenshot()
-            content += f"\n(no screenshot: {note})" if note else ""
+            shot, failed, images = self._shown_screenshot()
+        note = str(failed) if failed else ""
+        if isinstance(failed, TabClosed):  # the page shown above hung after it was read: its tab is gone, and
+            content, is_error = f"{content}\n\nError: {note}", True  # its numbers with it
+        elif note and self.mode != "aria":
+            content += f"\n(no screenshot: {note})"
         return BrowserResult(content, is_error, self.browser.url(), shot, truncated, len(text), self.cap, misses,
                              self.step, note, images)
 
-    def _screenshot(self) -> tuple[str | None, str]:
+    def _screenshot(self) -> tuple[str | None, ActionError | None]:
         if self.screenshots_dir is None:
-            return None, ""
+            return None, None
         try:
-            return str(self.browser.screenshot(self.screenshots_dir / f"step_{self.step:03d}.png")), ""
+            return str(self.browser.screenshot(self.screenshots_dir / f"step_{self.step:03d}.png")), None
         except ActionError as exc:
-            return None, str(exc)
+            return None, exc
 
-    def _shown_screenshot(self) -> tuple[str | None, str, tuple[ImagePart, ...]]:
+    def _shown_screenshot(self) -> tuple[str | None, ActionError | None, tuple[ImagePart, ...]]:
         """The viewport as the agent's image part (also the judge's step screenshot when one is kept)."""
         path = self.screenshots_dir / f"step_{self.step:03d}.png" if self.screenshots_dir is not None else None
         try:
             png = self.browser.capture(path)
         except ActionError as exc:
-            return None, str(exc), ()
+            return None, exc, ()
         width, height = png_size(png) or (self.browser.config.viewport_width, self.browser.config.viewport_height)
         image = ImagePart("image/png", base64.b64encode(png).decode("ascii"), width, height,
                           str(path) if path is not None else None)
-        return image.file, "", (image,)
+        return image.file, None, (image,)
 
     # ---- tools ---------------------------------------------------------------------------------------------
     def _goto(self, args: dict[str, Any]) -> tuple[str, Observation]:
