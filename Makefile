@@ -109,8 +109,18 @@ PINCH_DEPS := $(if $(filter pinchbench%,$(CONFIG)),$(LOCAL_STAMP) sandbox-deps \
 ODYSSEYS_DEPS := $(if $(filter odysseys%,$(CONFIG)),$(LOCAL_STAMP) $(BROWSER_STAMP) browser-deps)
 # `make run CONFIG=c3 model=sim_llmlike` (or MODEL=...) picks the model group like ARGS='model=...' does.
 MODEL_ARG = $(if $(or $(MODEL),$(model)),model=$(or $(MODEL),$(model)))
-run: $(STAMP) bytecode $(call METHODS_DEPS,$(CONFIG)) $(PINCH_DEPS) $(ODYSSEYS_DEPS) ## Run an experiment: CONFIG=c1..c4|waac|waac_no_*|keep_last_n|...|pinchbench|pinchbench_workflow [model=sim_llmlike|openai|local]; Hydra flags in ARGS ('--cfg job', '-m ...')
-	$(PY) -m harness.cli experiment=$(CONFIG) $(MODEL_ARG) $(ARGS)
+# Hydra overrides typed as make variables (`make run CONFIG=c3 n_tasks=5 policy.n=3`): any command-line variable
+# that is not one of this Makefile's own is passed on to run and sweep (they were silently dropped: the full run
+# started). Each is quoted whole for the shell.
+OWN_VARS := ANNOUNCE ARGS BENCH BENCH_DIR BROWSER_STAMP CONFIG DISCOVERY_PKG ENV EPISODE FAST FWS_PKG GWS_PKG HOME \
+	LIBRARY_DEPS LLAMA LOCAL_STAMP METHODS_DEPS METHODS_STAMP METHOD_NAMES MOCK_NODE MODEL MODEL_ARG NODE_PKG NPM_G \
+	ODYSSEYS_DEPS OPENCLAW_DIR OPENCLAW_NODE OPENCLAW_REQUESTS OPENCLAW_STAMP OPENCLAW_VERSION PINCH_DEPS PIP PORT PY \
+	PYTEST PYTHON RAY_STAMP RUN SAY SERVE SHELL SMOLLM_STAMP STAMP STEP SUDO SWEEP SWEEP_DEPS TEST_DEPS TEST_WORKERS \
+	VENV WHEELS model
+OVERRIDES = $(strip $(foreach v,$(filter-out $(OWN_VARS),$(.VARIABLES)),$(if $(filter command line,$(origin $(v))),'$(v)=$($(v))')))
+$(if $(filter command line,$(origin config)),$(error config=$(config): the make variable is CONFIG, upper case: make run CONFIG=$(config)))
+run: $(STAMP) bytecode $(call METHODS_DEPS,$(CONFIG)) $(PINCH_DEPS) $(ODYSSEYS_DEPS) ## Run an experiment: CONFIG=c1..c4|waac|waac_no_*|keep_last_n|...|pinchbench|pinchbench_workflow [model=sim_llmlike|openai|local] [n_tasks=5 ...: Hydra overrides, also in ARGS]; Hydra flags in ARGS ('--cfg job', '-m ...')
+	$(PY) -m harness.cli experiment=$(CONFIG) $(MODEL_ARG) $(OVERRIDES) $(ARGS)
 
 # WAAC's history library from the env's dev split (its env config's waac.dev), checked disjoint from evaluation.
 ENV ?= expense
@@ -124,7 +134,7 @@ SWEEP_DEPS := $(if $(filter n_w sim_sensitivity,$(SWEEP)),,$(METHODS_STAMP)) $(i
 	$(if $(filter workflow,$(SWEEP))$(findstring pinchbench,$(ARGS)),$(LOCAL_STAMP) sandbox-deps) \
 	$(if $(findstring odysseys,$(ARGS)),$(LOCAL_STAMP) $(BROWSER_STAMP) browser-deps)
 sweep: $(STAMP) bytecode $(SWEEP_DEPS) ## Hydra multirun: SWEEP=budget|n_w|ablations|methods|workflow|sim_sensitivity, ARGS='n_tasks=5 n_runs=1' (+ 'hydra/launcher=ray')
-	$(PY) -m harness.sweep $(SWEEP) $(ARGS)
+	$(PY) -m harness.sweep $(SWEEP) $(OVERRIDES) $(ARGS)
 
 runs: $(STAMP) ## List every run folder under results/: status, episodes done/expected, model, git revision
 	$(PY) -m harness.report.runs $(ARGS)

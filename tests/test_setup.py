@@ -46,6 +46,16 @@ def test_the_default_install_leaves_out_what_only_some_users_need() -> None:
     assert {"torch", "sentence-transformers", "llmlingua", "mem0ai", "faiss-cpu"} <= extras["methods"]
 
 
+def test_hydra_overrides_typed_as_make_variables_reach_the_run(tmp_path: Path) -> None:
+    """`make run CONFIG=c3 n_tasks=5` dropped n_tasks=5 silently and started the full run; `config=c3` ran c4."""
+    command = plan("run", "CONFIG=c3", "n_tasks=5", "policy.n=3", "ARGS=n_runs=1", venv=tmp_path / "v").splitlines()[-1]
+    assert "-m harness.cli experiment=c3" in command and "VENV" not in command
+    assert {"'n_tasks=5'", "'policy.n=3'", "n_runs=1"} <= set(command.split())
+    assert "'n_tasks=5'" in plan("sweep", "SWEEP=budget", "n_tasks=5", venv=tmp_path / "v").splitlines()[-1]
+    proc = subprocess.run(["make", "-n", "run", "config=c3"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "the make variable is CONFIG, upper case: make run CONFIG=c3" in proc.stderr
+
+
 def test_each_install_step_says_what_and_why_before_it_runs(tmp_path: Path) -> None:
     steps = plan("run", "CONFIG=c4", venv=tmp_path / "v")
     announced = [line for line in steps.splitlines() if "setup: " in line]
