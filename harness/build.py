@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -10,7 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError
 
@@ -54,6 +55,7 @@ def build_policy(cfg: DictConfig) -> ContextPolicy:
 @contextmanager
 def _policy_errors(cfg: DictConfig) -> Iterator[None]:
     try:
+        _check_settings(cfg)
         yield
     except InterpolationKeyError as exc:  # e.g. WAAC on an env config without a `waac:` block
         raise InputError(f"policy={cfg.policy.get('_target_', '?')}: {exc} — the env config "
@@ -63,6 +65,23 @@ def _policy_errors(cfg: DictConfig) -> Iterator[None]:
         if isinstance(cause, InputError | ValueError):
             raise InputError(str(cause)) from None
         raise
+
+
+def _check_settings(cfg: DictConfig) -> None:
+    """A setting the policy's class does not take is one line naming it: an experiment's own `policy.n` (c3, c4)
+    kept under another `policy=` was a TypeError traceback from inside Hydra."""
+    target = cfg.policy.get("_target_") if isinstance(cfg.get("policy"), DictConfig) else None
+    try:
+        params = inspect.signature(get_class(str(target))).parameters if target else {}
+    except (ImportError, ValueError, TypeError):  # not a class (Hydra says so itself), or no signature to read
+        return
+    if not params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    extra = [str(k) for k in cfg.policy if not str(k).startswith("_") and k not in params]
+    if extra:
+        raise InputError(f"policy.{extra[0]}: {target} has no such setting (experiment={cfg.get('name', '?')}'s "
+                         "config sets it for its own policy, or an override did); pick the experiment that runs this "
+                         f"policy, or remove it with ~policy.{extra[0]}")
 
 
 # Hydra's keys that change how a node is built: a policy config using any is instantiated whole every time

@@ -161,6 +161,15 @@ def test_a_setting_the_policy_refuses_is_one_line_before_anything_is_written(tmp
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("policy", ["full", "waac"])
+def test_another_policy_under_an_experiment_that_sets_its_own_is_one_line(tmp_path: Path, policy: str) -> None:
+    """c3 sets policy.n for its last-N policy: under policy=full it was a 41-line TypeError traceback."""
+    refused(run_cli(f"policy={policy}", out_dir=tmp_path / "out"), "policy.n: harness.",
+            "has no such setting (experiment=c3's config sets it", "remove it with ~policy.n")
+    assert not (tmp_path / "out").exists()
+    assert run_cli("policy=full", "~policy.n", "n_tasks=1", out_dir=tmp_path / "ok").returncode == 0
+
+
 @pytest.mark.parametrize(("override", "reason"), [
     ("policy.library_path=/nonexistent/lib.json", "WAAC history library /nonexistent/lib.json: cannot read it"),
     ("policy.library_path=README.md", "README.md: not a library file written by make library"),
