@@ -41,6 +41,7 @@ def sweep_signals() -> None:
     def stop(signum: int, frame: object) -> None:
         if not lifecycle.stopping():
             lifecycle.request_stop(f"{signal.Signals(signum).name} received")
+            lifecycle.mark_sweep_stop()  # the jobs that start from now on stop at once (multirun sets the marker)
             signal.alarm(int(2 * lifecycle.STOP_GRACE_S))
 
     def give_up(signum: int, frame: object) -> None:
@@ -75,6 +76,7 @@ from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 
+from harness import scratch
 from harness.build import build_domain, check_policy_model
 from harness.config import BENCHMARK_SETTINGS, RENAMED, RunConfig
 from harness.errors import InputError, one_line
@@ -373,6 +375,9 @@ def multirun(overrides: list[str]) -> None:
     launch_jobs."""
     task = main.__wrapped__
     hydra = main_hydra(task)
+    os.environ[lifecycle.SWEEP_STOP] = str(scratch.folder() / "sweep-stopped")  # (removed with this process)
+    if lifecycle.stopping():  # a signal during the imports: no job starts
+        raise KeyboardInterrupt(lifecycle.stop_reason())
     try:
         run_and_report(lambda: launch_jobs(hydra, overrides, task))
     finally:

@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import gc
@@ -73,10 +74,30 @@ def request_stop(reason: str) -> None:
 
 
 def reset() -> None:
-    """A new run in this process starts with no stop requested and nothing spent."""
-    _STOP["reason"] = None
+    """A new run in this process starts with no stop requested and nothing spent; a multirun's job started after
+    the sweep was told to stop starts stopped (it runs no episode, and says so as a stopped run does)."""
+    _STOP["reason"] = "the sweep is stopping (a SIGINT or SIGTERM before this job started)" if sweep_stopped() else None
     _SAID.clear()
     METER.reset(None, 0.0)
+
+
+# A multirun's jobs run in joblib's worker processes; one that starts after the sweep's Ctrl-C never got the
+# signal (its worker did not exist yet, or sat idle), and ran whole. The multirun's process names a marker file in
+# this variable before its workers start (they inherit it) and creates the file when told to stop.
+SWEEP_STOP = "HARNESS_SWEEP_STOP"
+
+
+def mark_sweep_stop() -> None:
+    """Create the sweep's stop marker, if this process is a multirun's (from a signal handler: one open)."""
+    path = os.environ.get(SWEEP_STOP)
+    if path:
+        with contextlib.suppress(OSError):
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+
+
+def sweep_stopped() -> bool:
+    path = os.environ.get(SWEEP_STOP)
+    return path is not None and path != "" and os.path.exists(path)
 
 
 # Python runs its cyclic collector after every 700 new container objects (its default gen-0 threshold). A WAAC step

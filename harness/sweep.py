@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -85,27 +86,56 @@ def run_child(cmd: list[str], **kwargs: Any) -> None:
     SIGINT or SIGTERM this process gets to that group, as a terminal's Ctrl-C would, and waiting for it to stop:
     the jobs stop cleanly, and the wrapper neither dies first (which used to leave a KeyboardInterrupt traceback,
     the children killed mid-stop and joblib's leaked-semaphore warnings) nor passes a second copy of the
-    terminal's signal. Raises Stopped after a signal, CalledProcessError for any other failure."""
+    terminal's signal. Raises Stopped after a signal (one between two children too: no next child starts),
+    CalledProcessError for any other failure."""
     given = os.environ.get("PYTHONWARNINGS")
     env = {**os.environ, "PYTHONWARNINGS": f"{given},{LEAK_WARNINGS}" if given else LEAK_WARNINGS}
-    proc = subprocess.Popen(cmd, cwd=ROOT, process_group=0, preexec_fn=_with_us(), env=env, **kwargs)
-    got: list[str] = []
-
-    def forward(signum: int, frame: Any) -> None:
-        got.append(signal.Signals(signum).name)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signum)
-
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        code = proc.wait()
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-    if got:
-        raise Stopped(f"{got[0]} received")
+    with _forwarding() as got:
+        if got:
+            raise Stopped(f"{got[0]} received")
+        proc = subprocess.Popen(cmd, cwd=ROOT, process_group=0, preexec_fn=_with_us(), env=env, **kwargs)
+        _CHILDREN.append(proc)
+        try:
+            code = proc.wait()
+        finally:
+            _CHILDREN.remove(proc)
+        if got:
+            raise Stopped(f"{got[0]} received")
     if code:
         raise subprocess.CalledProcessError(code, cmd)
+
+
+_GOT: list[str] = []  # the signals this sweep received (the first says why it stopped)
+_CHILDREN: list[subprocess.Popen[Any]] = []  # the child running now, whose group a signal is passed on to
+
+
+@contextlib.contextmanager
+def _forwarding() -> Iterator[list[str]]:
+    """SIGINT and SIGTERM recorded and passed on to the running child's group, from the first child to the end of
+    the sweep (main): restored between two children, a Ctrl-C there raised KeyboardInterrupt inside the next
+    child's fork, where Python drops it ("Exception ignored"), and the sweep ran on to its end."""
+    if _HANDLING:
+        yield _GOT
+        return
+
+    def forward(signum: int, frame: Any) -> None:
+        _GOT.append(signal.Signals(signum).name)
+        for proc in _CHILDREN:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signum)
+
+    _GOT.clear()  # (a sweep run again in this process starts with none)
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    _HANDLING.append(True)
+    try:
+        yield _GOT
+    finally:
+        _HANDLING.clear()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+_HANDLING: list[bool] = []  # set while main (or a lone run_child) holds the handlers
 
 
 def joblib_jobs(sweep: str, args: list[str]) -> list[str]:
@@ -172,7 +202,8 @@ def main(argv: list[str] | None = None) -> Path:
     # a relative folder is the user's, not the repository's (every child runs with cwd=ROOT)
     sweep_dir = Path(given[-1]).absolute() if given else ROOT / "results" / "sweeps" / sweep / stamp
     try:
-        return _sweep(sweep, sweep_dir, args)
+        with _forwarding():  # from here to the end: a Ctrl-C between two children stops the sweep too
+            return _sweep(sweep, sweep_dir, args)
     except InputError as exc:  # the budget reference's run is not Vanilla or names no episode (a failed reference
         refuse(f"error: {exc}")  # run exits non-zero itself, below): the ARGS are to change, not to resume
     except (Stopped, KeyboardInterrupt) as exc:  # (a KeyboardInterrupt: a signal outside a child, e.g. at start)

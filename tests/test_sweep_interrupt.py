@@ -55,3 +55,39 @@ def test_ctrl_c_in_a_sweep_prints_one_line_and_a_resume_command_that_finishes_it
     assert sorted(merged.job.unique()) == ["0", "1"]
     for job in ("0", "1"):
         assert len(pd.read_parquet(sweep_dir / job / "episodes.parquet")) == 20
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.5])
+def test_ctrl_c_before_the_jobs_start_stops_the_jobs_that_start_after_it(tmp_path: Path, delay: float) -> None:
+    """A Ctrl-C just after the budget sweep's reference run: between two children it was lost in the next one's
+    fork (the sweep ran to its end, exit 0); a moment later it reached the multirun while it was starting, before
+    its jobs' workers existed, so each job ran whole and the sweep said "Stopped" only once all had finished."""
+    sweep_dir = tmp_path / "sweep"
+    cmd = [sys.executable, "-u", "-m", "harness.sweep", "budget", "n_tasks=3", "n_runs=1", "policy=last_n_summary",
+           f"hydra.sweep.dir={sweep_dir}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # the reference run is done; the multirun is about to start
+            if line.startswith("budget reference"):
+                break
+        time.sleep(delay)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
+    assert not (sweep_dir / "merged.parquet").exists()
+    assert not list(sweep_dir.glob("[0-9]*/episodes.parquet")), "a job that started after the Ctrl-C ran whole"
+
+
+def test_a_job_started_after_its_sweep_was_stopped_runs_no_episode(tmp_path: Path) -> None:
+    marker = tmp_path / "sweep-stopped"
+    marker.touch()
+    env = {**os.environ, "HARNESS_SWEEP_STOP": str(marker)}
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "experiment=c3", "n_tasks=2", "n_runs=1",
+                           f"out_dir={tmp_path / 'job'}"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 130 and "the sweep is stopping" in proc.stderr, proc.stderr[-2000:]
+    assert not list((tmp_path / "job").glob("transcripts/*.jsonl"))
