@@ -230,7 +230,8 @@ class RunLock:
             holder = f.read().strip() or "unknown"
             f.close()
             raise InputError(f"{self.path.parent} is in use by a live run (pid {holder}, or its worker processes); "
-                             f"wait for it to finish or stop it, then rerun the same command to resume") from None
+                             f"give this run another out_dir (two runs started in the same second share the default "
+                             f"one), or wait for that one to end and resume it with out_dir={self.path.parent}") from None
         f.seek(0)
         f.truncate()
         f.write(f"{os.getpid()}\n")

@@ -182,8 +182,12 @@ def test_episodes_parquet_is_replaced_atomically(tmp_path: Path, monkeypatch: py
 
 
 def test_one_live_run_per_out_dir(tmp_path: Path) -> None:
-    with lifecycle.RunLock(tmp_path), pytest.raises(InputError, match="in use by a live run"):
+    with lifecycle.RunLock(tmp_path), pytest.raises(InputError, match="in use by a live run") as refused:
         run(config(tmp_path))
+    # the advice holds also for two runs started in the same second into the default out_dir, where "rerun the
+    # same command" made a third folder
+    assert "give this run another out_dir" in str(refused.value)
+    assert f"resume it with out_dir={tmp_path}" in str(refused.value)
     assert run(config(tmp_path), verbose=False).shape[0] == 3  # released: the same out_dir runs
 
 
