@@ -229,9 +229,10 @@ class RunLock:
             f.seek(0)
             holder = f.read().strip() or "unknown"
             f.close()
-            raise InputError(f"{self.path.parent} is in use by a live run (pid {holder}, or its worker processes); "
-                             f"give this run another out_dir (two runs started in the same second share the default "
-                             f"one), or wait for that one to end and resume it with out_dir={self.path.parent}") from None
+            folder = self.path.parent
+            raise InputError(f"{folder} is in use by a live run (pid {holder}, or its worker processes); give this "
+                             "run another out_dir (two runs started in the same second share the default one), or "
+                             f"wait for that one to end and resume it with out_dir={folder}") from None
         f.seek(0)
         f.truncate()
         f.write(f"{os.getpid()}\n")
