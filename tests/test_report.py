@@ -320,6 +320,10 @@ def test_damaged_or_empty_run_folders_are_skipped_with_a_warning(tmp_path: Path,
         tables.main(["--results", str(root), "--run", "c3"])
     with pytest.raises(InputError, match=f"--run c3={tmp_path / 'nope'}: no such run folder"):
         tables.main(["--results", str(root), "--run", f"c3={tmp_path / 'nope'}"])
+    # an experiment's folder instead of one of its runs: the column was blank, with one skip warning and exit 0
+    with pytest.raises(InputError, match=f"--run c4={root / 'c4'}: a folder of 2 run folders, not a run; pin one of "
+                                         f"them, e.g. --run c4={root / 'c4' / '2026-02-01_00-00-00'}"):
+        tables.main(["--results", str(root), "--run", f"c4={root / 'c4'}"])
 
 
 def test_a_sweep_merge_skips_a_damaged_job_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

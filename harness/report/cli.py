@@ -11,8 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness import manifest as manifests
 from harness.errors import EXIT_INPUT, InputError
 from harness.report import reader
+from harness.report.reader import EPISODES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,7 +66,20 @@ def pins_of(args: list[str]) -> dict[str, Path]:
     missing = [f"{k}={v}" for k, v in pairs if not Path(v).is_dir()]
     if missing:  # a folder named by hand is never silently left out of the tables
         raise InputError(f"--run {missing[0]}: no such run folder")
+    for k, v in pairs:  # an experiment's folder (results/c3) instead of one of its runs: its column was blank
+        inner = _runs_inside(Path(v))
+        if inner:
+            raise InputError(f"--run {k}={v}: a folder of {len(inner)} run folder{'s' if len(inner) > 1 else ''}, "
+                             f"not a run; pin one of them, e.g. --run {k}={inner[-1]}")
     return {k: Path(v) for k, v in pairs}
+
+
+def _runs_inside(folder: Path) -> list[Path]:
+    """The run folders directly inside `folder` (sorted by name: the newest stamp last), when it is none itself."""
+    if (folder / manifests.FILE).exists() or (folder / EPISODES).exists():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_dir() and ((p / manifests.FILE).exists()
+                                                                 or (p / EPISODES).exists()))
 
 
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
