@@ -71,8 +71,11 @@ def _check_settings(cfg: DictConfig) -> None:
     """A setting the policy's class does not take is one line naming it: an experiment's own `policy.n` (c3, c4)
     kept under another `policy=` was a TypeError traceback from inside Hydra."""
     target = cfg.policy.get("_target_") if isinstance(cfg.get("policy"), DictConfig) else None
+    if not target:  # e.g. `~policy`: an experiment's own settings left with no policy to take them
+        raise InputError("policy: no policy is chosen (the config has no policy._target_); choose one, e.g. "
+                         "policy=full")
     try:
-        params = inspect.signature(get_class(str(target))).parameters if target else {}
+        params = inspect.signature(get_class(str(target))).parameters
     except (ImportError, ValueError, TypeError):  # not a class (Hydra says so itself), or no signature to read
         return
     if not params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):

@@ -170,6 +170,11 @@ def test_another_policy_under_an_experiment_that_sets_its_own_is_one_line(tmp_pa
     assert run_cli("policy=full", "~policy.n", "n_tasks=1", out_dir=tmp_path / "ok").returncode == 0
 
 
+def test_no_policy_at_all_is_one_line(tmp_path: Path) -> None:
+    """`~policy` left c3's own settings with no policy to take them: an AttributeError traceback."""
+    refused(run_cli("~policy", out_dir=tmp_path / "out"), "policy: no policy is chosen", "e.g. policy=full")
+
+
 @pytest.mark.parametrize(("override", "reason"), [
     ("policy.library_path=/nonexistent/lib.json", "WAAC history library /nonexistent/lib.json: cannot read it"),
     ("policy.library_path=README.md", "README.md: not a library file written by make library"),
