@@ -139,7 +139,7 @@ sweep: $(STAMP) bytecode $(SWEEP_DEPS) ## Hydra multirun: SWEEP=budget|n_w|ablat
 runs: $(STAMP) ## List every run folder under results/: status, episodes done/expected, model, git revision
 	$(PY) -m harness.report.runs $(ARGS)
 
-tables: $(STAMP) ## Regenerate the papers' tables from the newest complete runs (ARGS='--run c3=DIR' pins one)
+tables: $(STAMP) ## Regenerate the papers' tables from the newest complete runs of the shared size (ARGS='--run c3=DIR' pins one)
 	$(PY) -m harness.report.tables $(ARGS)
 
 plots: $(STAMP) ## Regenerate the figures from results/ (PNG and PDF in results/figures/)

@@ -192,7 +192,9 @@ def _refuse_unless_vanilla(overrides: list[str]) -> None:
 def main(argv: list[str] | None = None) -> Path:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in SWEEPS:
-        refuse(f"usage: make sweep SWEEP=<{'|'.join(SWEEPS)}> [ARGS='overrides']")
+        near = difflib.get_close_matches(argv[0], SWEEPS, n=1) if argv else []
+        named = f"error: no sweep {argv[0]!r}{f' (did you mean {near[0]}?)' if near else ''}; " if argv else ""
+        refuse(f"{named}usage: make sweep SWEEP=<{'|'.join(SWEEPS)}> [ARGS='overrides']")
     sweep, args = argv[0], argv[1:]
     problem = missing_launcher(args) or unknown_choice(sweep, args) or bad_fraction(sweep, args)
     if problem:

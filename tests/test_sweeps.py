@@ -97,6 +97,14 @@ def test_a_bad_sweep_or_method_exits_2_with_one_line(argv: list[str], capsys: py
     assert stop.value.code == 2 and err.count("\n") == 1 and err.startswith(("usage: make sweep", "error: "))
 
 
+def test_a_misspelled_sweep_is_named_with_the_nearest_one(capsys: pytest.CaptureFixture[str]) -> None:
+    from harness import sweep
+
+    with pytest.raises(SystemExit):
+        sweep.main(["budgt"])
+    assert capsys.readouterr().err.startswith("error: no sweep 'budgt' (did you mean budget?); usage: make sweep")
+
+
 def test_an_unknown_method_is_refused_before_any_job_or_reference_run() -> None:
     from harness.sweep import SWEEPS, unknown_choice
 

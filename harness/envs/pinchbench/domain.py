@@ -477,7 +477,8 @@ def check_sandbox() -> None:
 def load_selected(cfg: PinchBenchDomain | Any) -> tuple[Benchmark, dict[str, str]]:
     """The clone's tasks after the filters; tasks left out for the network, mocks or a missing asset, with why."""
     if not cfg.path:
-        raise InputError("benchmark path is not set: pass env.path=<your clone of pinchbench/skill>")
+        raise InputError("benchmark path is not set: pass benchmark.path=<your clone of pinchbench/skill> (or set "
+                         "$PINCHBENCH_DIR)")
     full = load_benchmark(cfg.path)
     for error in full.errors:
         log.warning("PinchBench manifest or task file problem: %s", error)
