@@ -51,6 +51,15 @@ def test_elapsed_time_is_the_sessions_and_summed_episode_time_says_so() -> None:
     assert "Elapsed" not in render(episodes(n_runs=2, n_tasks=3))  # a report without a session (e.g. a sweep)
 
 
+def test_a_partial_run_is_marked_above_its_table() -> None:
+    """A stopped run's table showed "Runs x tasks 3 x 50" beside 126 episodes, and CIs over incomplete runs,
+    with nothing saying it was partial."""
+    partial = {"status": "partial", "episodes": {"done": 4}, "expected_episodes": 6}
+    text = render(episodes(n_runs=2, n_tasks=3), record=partial)
+    assert "** PARTIAL RUN: 4 of 6 episodes; the figures below cover only those (resume it to finish) **" in text
+    assert "RUN:" not in render(episodes(n_runs=2, n_tasks=3), record={**partial, "status": "complete"})
+
+
 def config(out_dir: Path) -> DictConfig:
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         return compose(config_name="config", overrides=["experiment=c3", "n_tasks=3", "n_runs=1", "n_workers=1",

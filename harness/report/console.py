@@ -101,6 +101,7 @@ def render(episodes: pd.DataFrame, elapsed_s: float | None = None, written: int 
     lines = [
         f"== {label}; model: {models}; mean ± 95% CI over runs (per run: sum or mean over its tasks; "
         "rows marked total: over all runs) ==",
+        *_partial(record),
         summary_table(episodes).to_string(),
         "", "Terminations (episodes):", terms.to_string(),
         *([""] + benchmark if benchmark else []),
@@ -111,6 +112,17 @@ def render(episodes: pd.DataFrame, elapsed_s: float | None = None, written: int 
         wrote = "" if written is None else f"; episodes written: {written}"
         lines += ["", f"Elapsed (wall clock, this invocation): {elapsed_s:,.1f} s{wrote}"]
     return "\n".join(lines)
+
+
+def _partial(record: dict[str, Any] | None) -> list[str]:
+    """A line above the table of a run that is not complete (stopped, or with episodes to rerun): its runs are
+    incomplete, so a per-run sum is of fewer tasks and a CI over them can be meaningless."""
+    status = (record or {}).get("status")
+    if status in (None, "complete"):
+        return []
+    done, expected = (record or {}).get("episodes", {}).get("done", "?"), (record or {}).get("expected_episodes", "?")
+    return [f"** {str(status).upper()} RUN: {done} of {expected} episodes; the figures below cover only those "
+            "(resume it to finish) **"]
 
 
 # ---- the judge's closing lines ----------------------------------------------------------------------------------
