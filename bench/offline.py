@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from hydra import compose, initialize_config_dir
 
+from bench import positive
 from harness.envs.expense.domain import ExpenseDomain
 from harness.policies import ExtractiveSummarizer, FullHistory, LastN, LastNSummary, RenderContext
 from harness.run import CONFIG_DIR, run
@@ -59,8 +60,8 @@ def policy_time(make: Callable[[], object], history: list[Message], repeats: int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--n-tasks", type=int, default=50)
-    parser.add_argument("--n-runs", type=int, default=5)
+    parser.add_argument("--n-tasks", type=positive, default=50)
+    parser.add_argument("--n-runs", type=positive, default=5)
     args = parser.parse_args()
     print("== Offline throughput (model=sim, SIMULATED) ==")
     throughput("c4", 1, 2, 1)  # warm-up: imports, tokenizer load

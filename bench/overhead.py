@@ -41,7 +41,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from bench import figures
+from bench import figures, positive
 from bench.backends import _wait
 from bench.offline import synthetic_history
 from harness.backends.cache import cache_key
@@ -291,8 +291,8 @@ def _cpu(who: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--n-tasks", type=int, default=50)
-    parser.add_argument("--n-runs", type=int, default=5)
+    parser.add_argument("--n-tasks", type=positive, default=50)
+    parser.add_argument("--n-runs", type=positive, default=5)
     args = parser.parse_args()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\n== Harness overhead (issue 28), load average {load} on {os.cpu_count()} CPUs ==")

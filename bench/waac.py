@@ -18,6 +18,7 @@ All numbers of one table come from one run (compare ratios, not absolute times a
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import json
 import pstats
@@ -190,6 +191,7 @@ def print_analysis(prefixes: Prefixes) -> None:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__).parse_args()  # --help says what it does (it ran the whole bench)
     prefixes = session(max(CHECKPOINTS))
     print_full_cost(best_of(prefixes))
     profile(prefixes)
