@@ -169,8 +169,11 @@ def test_unknown_task_ids_and_a_folder_without_episodes_are_one_line_errors(tmp_
     tasks = load_tasks(tasks_file(tmp_path / "tasks.json"))
     with pytest.raises(InputError, match=r"task id\(s\) zz are not in .*tasks\.json \(pass --tasks"):
         judge_run.judge_run_dir(run, tasks, Judge(None))
+    (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="no Odysseys run folder"):
         judge_run.run_dirs(tmp_path / "empty")
+    with pytest.raises(InputError, match="nope: no such folder"):  # a typo was "no Odysseys run folder in it"
+        judge_run.run_dirs(tmp_path / "nope")
 
 
 def test_the_command_judges_with_a_config_judge_and_resumes_from_the_cache(

@@ -229,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             page.write_text(rewrite(page.read_text(), made))
             print(f"wrote the result blocks of {page.relative_to(cli.ROOT)}")
+    if args.check and status == 0:
+        print(f"the result blocks of {len(PAGES)} pages match a fresh run")
     return status
 
 

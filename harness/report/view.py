@@ -259,7 +259,9 @@ def _write_and_serve(args: Any) -> None:
     out, index = write_report(args.paths, args.out, lambda line: print(line, flush=True))
     n_eps = sum(len(r["episodes"]) for r in index["runs"])
     size = out.stat().st_size / 1e6
-    print(f"wrote {out} ({len(index['runs'])} runs, {n_eps} episodes, {size:.1f} MB)")
+    n_runs = len(index["runs"])
+    print(f"wrote {out} ({n_runs} run{'' if n_runs == 1 else 's'}, {n_eps} episode{'' if n_eps == 1 else 's'}, "
+          f"{size:.1f} MB)")
     print(f"open it in a browser: {out.resolve().as_uri()}")
     if args.serve:
         serve(out, args.port)

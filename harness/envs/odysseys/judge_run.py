@@ -221,6 +221,8 @@ def write_parquet(frame: pd.DataFrame, path: Path) -> None:
 def run_dirs(root: Path) -> list[Path]:
     """`root` when it is a run folder with episodes in the upstream layout, else every such folder under it."""
     root = Path(root)
+    if not root.exists():
+        raise InputError(f"{root}: no such folder")
     if (root / EPISODES_DIR).is_dir():
         return [root]
     found = sorted({p.parent for p in root.rglob(EPISODES_DIR) if p.is_dir() and _is_run(p.parent)})
