@@ -23,6 +23,7 @@ the model that will be evaluated.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -143,10 +144,26 @@ def main(argv: list[str] | None = None) -> None:
         refuse(f"error: {str(exc).strip().splitlines()[0]}")
     out = args.out or str(development.env.waac.library_path)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    library.save(out)
+    same = _same_but_the_date(library, Path(out))
+    if not same:
+        library.save(out)
     m = library.meta
     print(f"history library: {m['records']} canonical fragments from {m['verified_episodes']}/{m['episodes']} "
-          f"verified dev episodes ({m['model']}{', simulated' if m['simulated'] else ''}) -> {out}")
+          f"verified dev episodes ({m['model']}{', simulated' if m['simulated'] else ''}) -> {out}"
+          f"{' (unchanged: the file is kept, with its build date)' if same else ''}")
+
+
+def _same_but_the_date(library: HistoryLibrary, out: Path) -> bool:
+    """Whether `out` already holds this library, built on another day: rewriting it would change only the date, and
+    a committed library then shows as a local change (every run's manifest said `dirty`)."""
+    try:
+        old = json.loads(out.read_text())
+        old["meta"]["built"] = None
+    except (OSError, ValueError, TypeError, KeyError):  # missing or not a library: written
+        return False
+    new = json.loads(library.text())
+    new["meta"]["built"] = None
+    return bool(old == new)
 
 
 if __name__ == "__main__":

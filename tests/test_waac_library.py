@@ -185,3 +185,18 @@ def test_make_library_with_a_bad_env_or_override_is_one_line(args: list[str], sa
         build_library(args)
     message = capsys.readouterr().err
     assert stop.value.code == 2 and message.startswith("error: ") and says in message and message.count("\n") == 1
+
+
+def test_a_rebuild_that_changes_nothing_but_the_date_keeps_the_file(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`make library` rewrote the committed library with only a new "built" date: a local change, so every later
+    run's manifest recorded the checkout as dirty."""
+    out = tmp_path / "lib.json"
+    build_library(["--env", "expense", "--out", str(out)])
+    text = out.read_text().replace(f'"built": "{HistoryLibrary.load(out).meta["built"]}"', '"built": "2000-01-01"')
+    out.write_text(text)
+    build_library(["--env", "expense", "--out", str(out)])
+    assert out.read_text() == text and "(unchanged: the file is kept" in capsys.readouterr().out
+    out.write_text(text.replace('"split": "', '"split": "another-', 1))
+    build_library(["--env", "expense", "--out", str(out)])  # a real difference: written, with today's date
+    assert '"built": "2000-01-01"' not in out.read_text()

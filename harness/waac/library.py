@@ -151,9 +151,13 @@ class HistoryLibrary:
 
     # ---- persistence ----------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.text())
+
+    def text(self) -> str:
+        """The library file's text, as save writes it."""
         rows = [{"key": r.key, "fragment": r.fragment, "policies": {p: lv.value for p, lv in r.policies.items()},
                  "tasks": r.tasks, "analysis": r.analysis} for r in sorted(self.records.values(), key=lambda r: r.key)]
-        Path(path).write_text(json.dumps({"meta": self.meta, "records": rows}, indent=1, default=list) + "\n")
+        return json.dumps({"meta": self.meta, "records": rows}, indent=1, default=list) + "\n"
 
     @classmethod
     def load(cls, path: str | Path) -> HistoryLibrary:
