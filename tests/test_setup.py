@@ -48,10 +48,14 @@ def test_the_default_install_leaves_out_what_only_some_users_need() -> None:
 
 def test_hydra_overrides_typed_as_make_variables_reach_the_run(tmp_path: Path) -> None:
     """`make run CONFIG=c3 n_tasks=5` dropped n_tasks=5 silently and started the full run; `config=c3` ran c4."""
-    command = plan("run", "CONFIG=c3", "n_tasks=5", "policy.n=3", "ARGS=n_runs=1", venv=tmp_path / "v").splitlines()[-1]
-    assert "-m harness.cli experiment=c3" in command and "VENV" not in command
-    assert {"'n_tasks=5'", "'policy.n=3'", "n_runs=1"} <= set(command.split())
-    assert "'n_tasks=5'" in plan("sweep", "SWEEP=budget", "n_tasks=5", venv=tmp_path / "v").splitlines()[-1]
+    def command(*args: str) -> str:  # (under `make test`, a nested make also prints "Leaving directory" lines)
+        return next(line for line in plan(*args, venv=tmp_path / "v").splitlines()
+                    if " -m harness.cli " in line or " -m harness.sweep " in line)
+
+    run = command("run", "CONFIG=c3", "n_tasks=5", "policy.n=3", "ARGS=n_runs=1")
+    assert "-m harness.cli experiment=c3" in run and "VENV" not in run
+    assert {"'n_tasks=5'", "'policy.n=3'", "n_runs=1"} <= set(run.split())
+    assert "'n_tasks=5'" in command("sweep", "SWEEP=budget", "n_tasks=5")
     proc = subprocess.run(["make", "-n", "run", "config=c3"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "the make variable is CONFIG, upper case: make run CONFIG=c3" in proc.stderr
 
