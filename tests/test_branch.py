@@ -196,6 +196,7 @@ def test_the_failure_step_prefers_an_event_naming_a_wrong_line() -> None:
     ([EPISODE, "999", "policy=full"], "STEP=999: hotel-001__run0 has steps 0..59"),
     ([EPISODE, "1"], "ARGS: nothing changes"),
     ([EPISODE, "1", "restore=a,b"], "restore='a,b': expected history indices"),
+    ([EPISODE, "1", "restore=99999"], "ARGS: restore=99999: at step 1 the history holds messages 0.."),  # wrote a no-op
     ([EPISODE, "1", "policy=nosuch"], "ARGS: policy=nosuch: no configs/policy/nosuch.yaml"),
 ])
 def test_bad_input_is_one_line(c3: Path, argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
