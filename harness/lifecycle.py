@@ -85,6 +85,9 @@ def reset() -> None:
 # signal (its worker did not exist yet, or sat idle), and ran whole. The multirun's process names a marker file in
 # this variable before its workers start (they inherit it) and creates the file when told to stop.
 SWEEP_STOP = "HARNESS_SWEEP_STOP"
+# Set by `make sweep` (harness.sweep) for its children: a stopped run or job leaves the resume command to it (two
+# Stopped blocks with two different commands said before which one finishes the sweep)
+SWEEP_RESUMES = "HARNESS_SWEEP_RESUMES"
 
 
 def mark_sweep_stop() -> None:

@@ -17,6 +17,7 @@ import contextlib
 import errno
 import logging
 import math
+import os
 import shlex
 import sys
 import threading
@@ -312,6 +313,8 @@ def _conclude(out_dir: Path, episodes: pd.DataFrame, session: Session, unfinishe
     if lifecycle.stopping() and unfinished:
         reason, command = lifecycle.stop_reason(), resume_command(out_dir)
         how = f":\n  {command}" if command else f", run the same command with out_dir={out_dir}"
+        if os.environ.get(lifecycle.SWEEP_RESUMES):  # a child of `make sweep`, which prints the one command
+            how = ": the sweep's command below"
         new = f"{session.written} new episode{'' if session.written == 1 else 's'}"
         print(f"\nStopped ({reason}) after {new} in {session.elapsed_s:,.0f} s; every whole transcript is kept. "
               f"To finish the rest{how}", file=sys.stderr)

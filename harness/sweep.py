@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from harness.errors import EXIT_INPUT, InputError, refuse, share
-from harness.lifecycle import die_with_parent
+from harness.lifecycle import SWEEP_RESUMES, die_with_parent
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ("budget", "n_w", "ablations", "methods", "workflow", "sim_sensitivity")
@@ -89,7 +89,8 @@ def run_child(cmd: list[str], **kwargs: Any) -> None:
     terminal's signal. Raises Stopped after a signal (one between two children too: no next child starts),
     CalledProcessError for any other failure."""
     given = os.environ.get("PYTHONWARNINGS")
-    env = {**os.environ, "PYTHONWARNINGS": f"{given},{LEAK_WARNINGS}" if given else LEAK_WARNINGS}
+    env = {**os.environ, "PYTHONWARNINGS": f"{given},{LEAK_WARNINGS}" if given else LEAK_WARNINGS,
+           SWEEP_RESUMES: "1"}
     with _forwarding() as got:
         if got:
             raise Stopped(f"{got[0]} received")

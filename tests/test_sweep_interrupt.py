@@ -46,6 +46,8 @@ def test_ctrl_c_in_a_sweep_prints_one_line_and_a_resume_command_that_finishes_it
     assert lines[-2] == "Stopped (SIGINT received): every whole transcript is kept. To finish the sweep:"
     resume = shlex.split(lines[-1])
     assert resume[:3] == ["make", "sweep", "SWEEP=n_w"]
+    # the stopped jobs leave the command to the sweep: theirs (python -m harness.cli -m ...) was a second one
+    assert "-m harness.cli" not in stderr and "To finish the rest: the sweep's command below" in stderr
     assert resume[3] == "ARGS=" + " ".join([*ARGS, f"hydra.sweep.dir={sweep_dir}"])
     # the command as make runs it (`python -m harness.sweep $(SWEEP) $(ARGS)`) finishes the sweep
     again = [sys.executable, "-m", "harness.sweep", resume[2].split("=", 1)[1], *resume[3].split("=", 1)[1].split()]
