@@ -216,8 +216,10 @@ def main(argv: list[str] | None = None) -> Path:
         raise SystemExit(130) from None
     except subprocess.CalledProcessError as exc:
         if exc.returncode == EXIT_INPUT:  # a job refused its input: the ARGS are to change, not to be repeated
+            kept = any(sweep_dir.glob("**/transcripts/*.jsonl")) if sweep_dir.is_dir() else False
             refuse(f"error: the {sweep} sweep stopped: a job refused its input (the reason is above); correct the "
-                   f"ARGS and run again with hydra.sweep.dir={sweep_dir} to keep its finished episodes")
+                   "ARGS and run again" + (f" with hydra.sweep.dir={sweep_dir} to keep its finished episodes"
+                                           if kept else " (no episode had finished)"))
         sys.exit(f"error: the {sweep} sweep stopped (exit status {exc.returncode}; the reason is above); finished "
                  f"episodes are kept, and once it is fixed this resumes it: {resume_command(sweep, sweep_dir, args)}")
 

@@ -148,7 +148,8 @@ def test_a_budget_fraction_that_is_no_fraction_exits_2_before_the_reference_run(
 
 
 @pytest.mark.parametrize(("code", "says"), [
-    (2, "a job refused its input (the reason is above); correct the ARGS"),  # was exit 1 and a "resume" line
+    (2, "a job refused its input (the reason is above); correct the ARGS and run again (no episode had finished)"),
+    # (was exit 1 and a "resume" line; then it said to keep the finished episodes of a sweep that had none)
     (1, "once it is fixed this resumes it: make sweep SWEEP=ablations")])  # (any other failure: resumable)
 def test_a_job_that_refused_its_input_is_bad_input_not_a_sweep_to_resume(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], code: int,
