@@ -329,8 +329,26 @@ def two_commands(flags: list[str]) -> str | None:
 
 
 def written_wrong(overrides: list[str]) -> str | None:
-    """The check every command gets, flags or not: an addition, a renamed setting or a launcher the overrides name."""
-    return unknown_additions(overrides) or renamed_settings(overrides) or missing_launcher(overrides)
+    """The check every command gets, flags or not: an override Hydra cannot read, an addition, a renamed setting
+    or a launcher the overrides name."""
+    return (unreadable(overrides) or unknown_additions(overrides) or renamed_settings(overrides)
+            or missing_launcher(overrides))
+
+
+def unreadable(overrides: list[str]) -> str | None:
+    """`n_tasks==5`, `n_tasks`, `n_tasks=5,`: one line naming it; Hydra's grammar error came with every group's
+    valid options below it, six lines that had nothing to do with it."""
+    parser = OverridesParser.create()
+    for o in overrides:
+        if o.startswith("-"):
+            continue
+        try:
+            parser.parse_overrides([o])
+        except Exception as exc:  # Hydra's OverrideParseException (a HydraException)
+            why = str(exc).strip().splitlines()
+            detail = why[1] if len(why) > 1 and not why[1].startswith("See ") else why[0] if why else ""
+            return f"error: {o!r} is not an override Hydra can read ({detail}); write key=value, e.g. n_tasks=5"
+    return None
 
 
 def before_composing(overrides: list[str]) -> str | None:

@@ -107,6 +107,17 @@ def test_a_bad_value_gives_hydras_reason_with_the_key(tmp_path: Path) -> None:
             "Value 'abc' of type 'str' could not be converted to Integer")
 
 
+@pytest.mark.parametrize(("override", "detail"), [("n_tasks==5", "extraneous input '='"),
+                                                ("n_tasks", "missing EQUAL"), ("n_tasks=5,", "mismatched input")])
+def test_an_override_hydra_cannot_read_is_one_line(tmp_path: Path, override: str, detail: str) -> None:
+    """Hydra's grammar error came with every group's valid options below it: seven lines about something else."""
+    refused(run_cli(override, out_dir=tmp_path / "out"), f"error: '{override}' is not an override Hydra can read",
+            detail, "write key=value")
+    sweep = subprocess.run([sys.executable, "-m", "harness.cli", "-m", override], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)  # a multirun gets the same line (the syntactic checks)
+    refused(sweep, f"'{override}' is not an override Hydra can read")
+
+
 def test_an_unknown_key_still_lists_the_valid_keys(tmp_path: Path) -> None:
     err = refused(run_cli("n_taks=3", out_dir=tmp_path / "out"), "unknown key 'n_taks'", lines=12)
     assert not any("use +n_taks" in line for line in err)  # Hydra's hint to add it with + would now be refused
