@@ -103,21 +103,28 @@ $(LOCAL_STAMP): $(STAMP) $(SMOLLM_STAMP)
 # PinchBench runs the sandbox (bubblewrap), Odysseys runs the browser (Playwright + Debian's Chromium); offline,
 # both use the local model server (model=local).
 METHOD_NAMES := waac% llmlingua% mem0%
-METHODS_DEPS = $(if $(filter $(METHOD_NAMES),$(1) $(patsubst policy=%,%,$(filter policy=%,$(ARGS)))),$(METHODS_STAMP))
+METHODS_DEPS = $(if $(filter $(METHOD_NAMES),$(1) $(patsubst policy=%,%,$(filter policy=%,$(ARGS))) $(if $(filter command line,$(origin policy)),$(subst $(comma), ,$(policy)))),$(METHODS_STAMP))
+comma := ,
 PINCH_DEPS := $(if $(filter pinchbench%,$(CONFIG)),$(LOCAL_STAMP) sandbox-deps \
 	$(if $(findstring agent_profile=openclaw,$(ARGS)),openclaw-profile) $(if $(findstring mocks.enabled=true,$(ARGS)),mock-deps))
 ODYSSEYS_DEPS := $(if $(filter odysseys%,$(CONFIG)),$(LOCAL_STAMP) $(BROWSER_STAMP) browser-deps)
 # `make run CONFIG=c3 model=sim_llmlike` (or MODEL=...) picks the model group like ARGS='model=...' does.
 MODEL_ARG = $(if $(or $(MODEL),$(model)),model=$(or $(MODEL),$(model)))
-# Hydra overrides typed as make variables (`make run CONFIG=c3 n_tasks=5 policy.n=3`): any command-line variable
-# that is not one of this Makefile's own is passed on to run and sweep (they were silently dropped: the full run
-# started). Each is quoted whole for the shell.
+# Hydra overrides typed as make variables (`make run CONFIG=c3 n_tasks=5 policy.n=3`) are passed on to run and sweep
+# (they were silently dropped: the full run started): a command-line variable whose name has a lower-case letter or
+# a dot and is not one of this Makefile's own. An upper-case name (PINCHBENCH_DIR=..., OPENAI_API_KEY=...) stays
+# what make makes it: an environment variable of the command, never echoed into its command line. Each override is
+# quoted whole for the shell (a ' inside written as '\'').
 OWN_VARS := ANNOUNCE ARGS BENCH BENCH_DIR BROWSER_STAMP CONFIG DISCOVERY_PKG ENV EPISODE FAST FWS_PKG GWS_PKG HOME \
 	LIBRARY_DEPS LLAMA LOCAL_STAMP METHODS_DEPS METHODS_STAMP METHOD_NAMES MOCK_NODE MODEL MODEL_ARG NODE_PKG NPM_G \
 	ODYSSEYS_DEPS OPENCLAW_DIR OPENCLAW_NODE OPENCLAW_REQUESTS OPENCLAW_STAMP OPENCLAW_VERSION PINCH_DEPS PIP PORT PY \
 	PYTEST PYTHON RAY_STAMP RUN SAY SERVE SHELL SMOLLM_STAMP STAMP STEP SUDO SWEEP SWEEP_DEPS TEST_DEPS TEST_WORKERS \
 	VENV WHEELS model
-OVERRIDES = $(strip $(foreach v,$(filter-out $(OWN_VARS),$(.VARIABLES)),$(if $(filter command line,$(origin $(v))),'$(v)=$($(v))')))
+ENV_CHARS := A B C D E F G H I J K L M N O P Q R S T U V W X Y Z 0 1 2 3 4 5 6 7 8 9 _
+# $(call leftover,NAME,CHARS): NAME with every one of CHARS removed (empty: an environment-style name)
+leftover = $(if $(2),$(call leftover,$(subst $(firstword $(2)),,$(1)),$(wordlist 2,99,$(2))),$(1))
+HYDRA_VARS = $(foreach v,$(filter-out $(OWN_VARS),$(.VARIABLES)),$(if $(and $(filter command line,$(origin $(v))),$(call leftover,$(v),$(ENV_CHARS))),$(v)))
+OVERRIDES = $(strip $(foreach v,$(HYDRA_VARS),'$(v)=$(subst ','\'',$($(v)))'))
 $(if $(filter command line,$(origin config)),$(error config=$(config): the make variable is CONFIG, upper case: make run CONFIG=$(config)))
 run: $(STAMP) bytecode $(call METHODS_DEPS,$(CONFIG)) $(PINCH_DEPS) $(ODYSSEYS_DEPS) ## Run an experiment: CONFIG=c1..c4|waac|waac_no_*|keep_last_n|...|pinchbench|pinchbench_workflow [model=sim_llmlike|openai|local] [n_tasks=5 ...: Hydra overrides, also in ARGS]; Hydra flags in ARGS ('--cfg job', '-m ...')
 	$(PY) -m harness.cli experiment=$(CONFIG) $(MODEL_ARG) $(OVERRIDES) $(ARGS)

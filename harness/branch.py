@@ -442,9 +442,11 @@ def branch(run_dir: Path, episode: str, k: int, change: Change) -> Branch:
     rec = load(run_dir, episode)
     if not 0 <= k < len(rec.steps):
         raise BranchError(f"STEP={k}: {episode} has steps 0..{len(rec.steps) - 1}")
-    beyond = [i for i in change.restore if not 0 <= i < rec.boundary(k)]
+    lowest = rec.session_start.get(int(rec.steps[k].get("session", 0)), 0)  # (a workflow's later session: its own)
+    beyond = [i for i in change.restore if not lowest <= i < rec.boundary(k)]
     if beyond:  # (a branch that restores nothing was written as if it had)
-        raise BranchError(f"ARGS: restore={beyond[0]}: at step {k} the history holds messages 0..{rec.boundary(k) - 1}")
+        raise BranchError(f"ARGS: restore={beyond[0]}: at step {k} the history holds messages "
+                          f"{lowest}..{rec.boundary(k) - 1}")
     cfg = run_config(run_dir)
     new_cfg = changed_config(cfg, change) if change.overrides else cfg
     domain = build_domain(cfg)

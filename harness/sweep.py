@@ -96,10 +96,15 @@ def run_child(cmd: list[str], **kwargs: Any) -> None:
             raise Stopped(f"{got[0]} received")
         proc = subprocess.Popen(cmd, cwd=ROOT, process_group=0, preexec_fn=_with_us(), env=env, **kwargs)
         _CHILDREN.append(proc)
+        _STARTED[proc.pid] = time.monotonic()
+        if got:  # a signal while Popen started it, not passed on: SIGTERM, which a Python still starting up (its
+            with contextlib.suppress(ProcessLookupError):  # handlers not yet set) ends by quietly, as it ends a run
+                os.killpg(proc.pid, signal.SIGTERM)
         try:
             code = proc.wait()
         finally:
             _CHILDREN.remove(proc)
+            _STARTED.pop(proc.pid, None)
         if got:
             raise Stopped(f"{got[0]} received")
     if code:
@@ -123,7 +128,7 @@ def _forwarding() -> Iterator[list[str]]:
         _GOT.append(signal.Signals(signum).name)
         for proc in _CHILDREN:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signum)
+                os.killpg(proc.pid, _passed_on(proc, signum))
 
     _GOT.clear()  # (a sweep run again in this process starts with none)
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -137,6 +142,17 @@ def _forwarding() -> Iterator[list[str]]:
 
 
 _HANDLING: list[bool] = []  # set while main (or a lone run_child) holds the handlers
+YOUNG_S = 5.0  # a child this new may still be starting Python, before its own handlers are set
+
+
+def _passed_on(proc: subprocess.Popen[Any], signum: int) -> int:
+    """The signal a child gets: SIGTERM while it is young (a Python still starting up dies of it quietly, where a
+    SIGINT printed a KeyboardInterrupt traceback from inside its start-up imports), else the one received. A
+    harness process stops alike on either once its handlers are set."""
+    return signal.SIGTERM if time.monotonic() - _STARTED.get(proc.pid, 0.0) < YOUNG_S else signum
+
+
+_STARTED: dict[int, float] = {}  # child pid -> when Popen returned it
 
 
 def joblib_jobs(sweep: str, args: list[str]) -> list[str]:

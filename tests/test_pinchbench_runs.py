@@ -142,7 +142,7 @@ def test_a_rerun_starts_from_a_fresh_workspace(tmp_path: Path) -> None:
 
 
 def test_bad_settings_are_one_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="env.path"):
+    with pytest.raises(InputError, match="pass benchmark.path=<your clone"):
         PinchBenchDomain(path="")
     with pytest.raises(InputError, match="benchmark.sandbox"):
         PinchBenchDomain(path=str(V2), sandbox={"exec_timeout": 3})

@@ -56,6 +56,9 @@ def test_hydra_overrides_typed_as_make_variables_reach_the_run(tmp_path: Path) -
     assert "-m harness.cli experiment=c3" in run and "VENV" not in run
     assert {"'n_tasks=5'", "'policy.n=3'", "n_runs=1"} <= set(run.split())
     assert "'n_tasks=5'" in command("sweep", "SWEEP=budget", "n_tasks=5")
+    # an environment-style name stays the command's environment (a key never lands in the echoed command line)
+    kept = command("run", "CONFIG=pinchbench", "PINCHBENCH_DIR=/x", "OPENAI_API_KEY=sk-secret", "model.model=it's")
+    assert "PINCHBENCH_DIR" not in kept and "sk-secret" not in kept and "'model.model=it'\\''s'" in kept
     proc = subprocess.run(["make", "-n", "run", "config=c3"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "the make variable is CONFIG, upper case: make run CONFIG=c3" in proc.stderr
 
