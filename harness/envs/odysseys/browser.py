@@ -417,6 +417,7 @@ class Browser:
         self._cdp: dict[Page, CDPSession] = {}
         self._loads: dict[Page, int] = {}  # main-frame navigations seen per tab: a reloading page is not hung
         self._hung: Page | None = None  # the tab that last failed the probe's trivial script
+        self._used: list[Page] = []  # the tabs the current call acted in
         self._worker = _Worker()
         try:
             self._worker.call(self._launch, timeout=max(60.0, self.config.hang_s))
@@ -534,7 +535,7 @@ class Browser:
         from playwright.sync_api import Error
         from playwright.sync_api import TimeoutError as PwTimeout
 
-        before, self._hung = self._current, None
+        self._hung, self._used = None, [self._current] if self._current is not None else []
         try:
             return fn()
         except PwTimeout:  # a tab that failed the probe: hung by its own content, or the browser is
@@ -543,7 +544,8 @@ class Browser:
                 raise
             raise TabClosed(f"{what}: {self._close_hung(hung)}") from None
         except Error as exc:
-            if not _is_crash(exc) or before is None or not self._closed_under(before):
+            # the tab the call started in, or one it went on in (a popup its click opened, then read)
+            if not _is_crash(exc) or not any(self._closed_under(p) for p in dict.fromkeys(self._used)):
                 raise
             now = self._page()
             raise ActionError(f"{what}: the tab closed itself; now on tab [{self._tabs.index(now)}] "
@@ -660,6 +662,7 @@ class Browser:
             if not self._tabs:
                 self._adopt(self._context.new_page())
             self._current = self._tabs[-1]
+        self._used.append(self._current)  # the tabs this call acted in (_in_tab: one that closed under it)
         return self._current
 
     def _archive_miss(self, route: Route) -> None:
