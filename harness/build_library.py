@@ -144,16 +144,17 @@ def main(argv: list[str] | None = None) -> None:
         refuse(f"error: {str(exc).strip().splitlines()[0]}")
     out = args.out or str(development.env.waac.library_path)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    same = _same_but_the_date(library, Path(out))
+    text = library.text()
+    same = _same_but_the_date(text, Path(out))
     if not same:
-        library.save(out)
+        Path(out).write_text(text)
     m = library.meta
     print(f"history library: {m['records']} canonical fragments from {m['verified_episodes']}/{m['episodes']} "
           f"verified dev episodes ({m['model']}{', simulated' if m['simulated'] else ''}) -> {out}"
           f"{' (unchanged: the file is kept, with its build date)' if same else ''}")
 
 
-def _same_but_the_date(library: HistoryLibrary, out: Path) -> bool:
+def _same_but_the_date(text: str, out: Path) -> bool:
     """Whether `out` already holds this library, built on another day: rewriting it would change only the date, and
     a committed library then shows as a local change (every run's manifest said `dirty`)."""
     try:
@@ -161,7 +162,7 @@ def _same_but_the_date(library: HistoryLibrary, out: Path) -> bool:
         old["meta"]["built"] = None
     except (OSError, ValueError, TypeError, KeyError):  # missing or not a library: written
         return False
-    new = json.loads(library.text())
+    new = json.loads(text)
     new["meta"]["built"] = None
     return bool(old == new)
 

@@ -100,7 +100,7 @@ def mark_sweep_stop() -> None:
 
 def sweep_stopped() -> bool:
     path = os.environ.get(SWEEP_STOP)
-    return path is not None and path != "" and os.path.exists(path)
+    return os.path.exists(path) if path else False
 
 
 # Python runs its cyclic collector after every 700 new container objects (its default gen-0 threshold). A WAAC step

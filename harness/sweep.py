@@ -95,16 +95,14 @@ def run_child(cmd: list[str], **kwargs: Any) -> None:
         if got:
             raise Stopped(f"{got[0]} received")
         proc = subprocess.Popen(cmd, cwd=ROOT, process_group=0, preexec_fn=_with_us(), env=env, **kwargs)
-        _CHILDREN.append(proc)
-        _STARTED[proc.pid] = time.monotonic()
+        _CHILDREN[proc] = time.monotonic()
         if got:  # a signal while Popen started it, not passed on: SIGTERM, which a Python still starting up (its
             with contextlib.suppress(ProcessLookupError):  # handlers not yet set) ends by quietly, as it ends a run
                 os.killpg(proc.pid, signal.SIGTERM)
         try:
             code = proc.wait()
         finally:
-            _CHILDREN.remove(proc)
-            _STARTED.pop(proc.pid, None)
+            del _CHILDREN[proc]
         if got:
             raise Stopped(f"{got[0]} received")
     if code:
@@ -112,7 +110,7 @@ def run_child(cmd: list[str], **kwargs: Any) -> None:
 
 
 _GOT: list[str] = []  # the signals this sweep received (the first says why it stopped)
-_CHILDREN: list[subprocess.Popen[Any]] = []  # the child running now, whose group a signal is passed on to
+_CHILDREN: dict[subprocess.Popen[Any], float] = {}  # the child running now (a signal goes to its group) -> its start
 
 
 @contextlib.contextmanager
@@ -126,7 +124,7 @@ def _forwarding() -> Iterator[list[str]]:
 
     def forward(signum: int, frame: Any) -> None:
         _GOT.append(signal.Signals(signum).name)
-        for proc in _CHILDREN:
+        for proc in list(_CHILDREN):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, _passed_on(proc, signum))
 
@@ -149,10 +147,7 @@ def _passed_on(proc: subprocess.Popen[Any], signum: int) -> int:
     """The signal a child gets: SIGTERM while it is young (a Python still starting up dies of it quietly, where a
     SIGINT printed a KeyboardInterrupt traceback from inside its start-up imports), else the one received. A
     harness process stops alike on either once its handlers are set."""
-    return signal.SIGTERM if time.monotonic() - _STARTED.get(proc.pid, 0.0) < YOUNG_S else signum
-
-
-_STARTED: dict[int, float] = {}  # child pid -> when Popen returned it
+    return signal.SIGTERM if time.monotonic() - _CHILDREN.get(proc, 0.0) < YOUNG_S else signum
 
 
 def joblib_jobs(sweep: str, args: list[str]) -> list[str]:

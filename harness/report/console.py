@@ -117,10 +117,11 @@ def render(episodes: pd.DataFrame, elapsed_s: float | None = None, written: int 
 def _partial(record: dict[str, Any] | None) -> list[str]:
     """A line above the table of a run that is not complete (stopped, or with episodes to rerun): its runs are
     incomplete, so a per-run sum is of fewer tasks and a CI over them can be meaningless."""
-    status = (record or {}).get("status")
+    record = record or {}
+    status = record.get("status")
     if status in (None, "complete"):
         return []
-    done, expected = (record or {}).get("episodes", {}).get("done", "?"), (record or {}).get("expected_episodes", "?")
+    done, expected = record.get("episodes", {}).get("done", "?"), record.get("expected_episodes", "?")
     return [f"** {str(status).upper()} RUN: {done} of {expected} episodes; the figures below cover only those "
             "(resume it to finish) **"]
 
