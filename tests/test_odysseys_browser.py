@@ -515,13 +515,15 @@ def test_a_page_that_reloads_itself_for_good_is_a_tool_error_not_a_hung_browser(
     infra_error that every resume reran and met again."""
     with FixtureSites(restless_site(tmp_path)) as s, Browser(FAST) as b:
         tools = BrowserTools(b, None)
-        errors = 0
-        for i in range(4):  # a read may fall between two reloads; most fall inside one
+        for i in range(12):  # a read may fall between two reloads (on a busy machine, 4 in a row did)
             result = (call(tools, "goto", url=s.url("r", "/reload.html")) if i % 2 == 0
                       else call(tools, "read_page"))
             assert not result.is_error or "keeps loading (it reloads or redirects itself)" in result.content
-            errors += result.is_error
-        assert errors and b.alive and not call(tools, "goto", url=s.url("r", "/opener.html")).is_error
+            if result.is_error:
+                break
+        else:
+            pytest.fail("no call in 12 met the page mid-reload, so the case was never tried")
+        assert b.alive and not call(tools, "goto", url=s.url("r", "/opener.html")).is_error
 
 
 @pytest.mark.browser
