@@ -342,8 +342,10 @@ def main(cfg: DictConfig) -> None:
               file=sys.stderr)
         raise SystemExit(EXIT_INPUT) from None
     except KeyboardInterrupt:  # a signal outside the episode loop (pre-flight, writing tables): nothing is lost
-        print(f"\nStopped ({lifecycle.stop_reason()}) before the run started or while it wrote its tables; "
-              f"rerun the same command to resume", file=sys.stderr)
+        how = ("the sweep's command below resumes it" if os.environ.get(lifecycle.SWEEP_RESUMES)
+               else "rerun the same command to resume")
+        print(f"\nStopped ({lifecycle.stop_reason()}) before the run started or while it wrote its tables; {how}",
+              file=sys.stderr)
         raise SystemExit(EXIT_INTERRUPTED) from None
     _judge_exit(cfg, episodes)
 

@@ -5,6 +5,7 @@ sweep, as a terminal sends it."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -46,8 +47,10 @@ def test_ctrl_c_in_a_sweep_prints_one_line_and_a_resume_command_that_finishes_it
     assert lines[-2] == "Stopped (SIGINT received): every whole transcript is kept. To finish the sweep:"
     resume = shlex.split(lines[-1])
     assert resume[:3] == ["make", "sweep", "SWEEP=n_w"]
-    # the stopped jobs leave the command to the sweep: theirs (python -m harness.cli -m ...) was a second one
-    assert "-m harness.cli" not in stderr and "To finish the rest: the sweep's command below" in stderr
+    # the stopped jobs leave the command to the sweep: theirs (python -m harness.cli -m ...) was a second one. A job
+    # stops in its episode loop, or (one still starting, on a busy machine) before it: both point to the sweep's
+    assert "-m harness.cli" not in stderr and "rerun the same command" not in stderr, stderr[-3000:]
+    assert re.search(r"To finish the rest: the sweep's command below|the sweep's command below resumes it", stderr)
     assert resume[3] == "ARGS=" + " ".join([*ARGS, f"hydra.sweep.dir={sweep_dir}"])
     # the command as make runs it (`python -m harness.sweep $(SWEEP) $(ARGS)`) finishes the sweep
     again = [sys.executable, "-m", "harness.sweep", resume[2].split("=", 1)[1], *resume[3].split("=", 1)[1].split()]
@@ -93,3 +96,29 @@ def test_a_job_started_after_its_sweep_was_stopped_runs_no_episode(tmp_path: Pat
                           timeout=120)
     assert proc.returncode == 130 and "the sweep is stopping" in proc.stderr, proc.stderr[-2000:]
     assert not list((tmp_path / "job").glob("transcripts/*.jsonl"))
+
+
+@pytest.mark.parametrize("under_sweep", [True, False])
+def test_a_job_stopped_outside_its_episode_loop_leaves_the_resume_command_to_its_sweep(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], under_sweep: bool) -> None:
+    """A job still in its pre-flight when the signal came said "rerun the same command", a second resume command
+    beside the sweep's (the fresh-clone CI met it on a busy machine)."""
+    from omegaconf import OmegaConf
+
+    from harness import lifecycle
+    from harness import run as run_module
+
+    def stopped(cfg: object) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    monkeypatch.setattr(run_module, "run", stopped)
+    if under_sweep:
+        monkeypatch.setenv(lifecycle.SWEEP_RESUMES, "1")
+    else:
+        monkeypatch.delenv(lifecycle.SWEEP_RESUMES, raising=False)
+    with pytest.raises(SystemExit) as exc:
+        run_module.main.__wrapped__(OmegaConf.create({}))
+    assert exc.value.code == 130
+    err = capsys.readouterr().err
+    assert ("the sweep's command below resumes it" in err) == under_sweep
+    assert ("rerun the same command" in err) != under_sweep
