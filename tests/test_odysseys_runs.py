@@ -291,3 +291,22 @@ def test_table2_counts_an_infra_failure_as_not_finished(recorded: tuple[Path, Pa
             "--run", f"odysseys_full_history={tmp / 'infra'}"])
     table = pd.read_csv(tmp / "infra-tables" / "odysseys_table2.csv", index_col=0, dtype=str)
     assert table.loc["Episodes not finished", table.columns[0]] == "1"
+
+
+def test_every_browser_setting_is_in_the_config_with_its_default_and_can_be_set() -> None:
+    """viewport_*, extra_args, wait_until and hang_timeout_s were missing from configs/env/odysseys.yaml: setting
+    one was refused as an unknown key, so only `+browser.<key>=` (found nowhere in the docs) reached them."""
+    from dataclasses import fields
+
+    from harness.envs.odysseys.browser import BrowserConfig
+    from harness.envs.odysseys.domain import _browser_config
+
+    with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+        default = compose("config", ["experiment=odysseys"])
+        cfg = compose("config", ["experiment=odysseys", "browser.viewport_width=1024", "browser.hang_timeout_s=40",
+                                 "browser.wait_until=domcontentloaded", "browser.extra_args=['--lang=en-US']"])
+    assert _browser_config(default.env.browser)[0] == BrowserConfig(), "a default of the yaml differs from the class"
+    assert {f.name for f in fields(BrowserConfig)} <= set(default.browser)
+    config = _browser_config(cfg.env.browser)[0]
+    assert (config.viewport_width, config.hang_timeout_s, config.wait_until, config.extra_args) == (
+        1024, 40, "domcontentloaded", ("--lang=en-US",))
