@@ -427,8 +427,11 @@ def test_a_page_whose_script_never_ends_is_a_tool_error_and_its_tab_is_closed(tm
         call(tools, "goto", url=s.url("h", "/slow.html"))
         call(tools, "tab_open", url=s.url("h", "/freeze.html"))
         page = call(tools, "read_page")
-        result = call(tools, "click", element=number(page, 'button "Freeze"'))
+        freeze = number(page, 'button "Freeze"')
+        result = call(tools, "click", element=freeze)
         assert result.is_error and "the page stopped answering" in result.content, result.content
+        # the tool named once (it read "Error: click: click [2]: ...")
+        assert result.content.startswith(f"Error: click [{freeze}]: the page"), result.content
         assert f"its tab was closed; now on tab [0] ({s.url('h', '/slow.html')})" in result.content
         assert b.alive and call(tools, "read_page").url == s.url("h", "/slow.html")
         call(tools, "goto", url=s.url("h", "/freeze.html"))  # the only tab now: a blank one takes its place

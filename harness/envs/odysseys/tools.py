@@ -149,7 +149,7 @@ class BrowserTools:
             page = observation.head() if self.mode == "screenshot" else observation.text()
             text, is_error = f"{header}\n\n{page}", False
         except (ActionError, ValueError) as exc:  # ArgumentError and malformed JSON arguments are ValueErrors
-            text, is_error = f"Error: {call.name}: {exc}", True
+            text, is_error = f"Error: {_named(call.name, str(exc))}", True
         misses = tuple(url for url, kind in self.browser.archive_misses[misses_before:] if kind == "document")
         if misses:
             text = f"Error: not in the replay archive (no network in replay mode): {misses[-1]}\n\n{text}"
@@ -261,6 +261,12 @@ def png_size(png: bytes) -> tuple[int, int] | None:
     if png[:8] != b"\x89PNG\r\n\x1a\n" or len(png) < 24:
         return None
     return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
+def _named(tool: str, message: str) -> str:
+    """The tool's error, led by its name once: the browser's own messages may already start with it (`goto <url>:
+    ...`, `click [3]: ...`), which read `goto: goto <url>: ...` with the name added again."""
+    return message if message.startswith((f"{tool} ", f"{tool}:")) else f"{tool}: {message}"
 
 
 def cap_text(text: str, cap: int) -> tuple[str, bool]:
