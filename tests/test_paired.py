@@ -175,16 +175,17 @@ def _run(root: Path, name: str, frame: pd.DataFrame, stamp: str = "2026-01-01_00
 
 def test_the_console_prints_the_paired_line_only_beside_a_matching_reference_run(tmp_path: Path) -> None:
     root = tmp_path / "results"
-    c3 = episodes("c3").assign(seed=[1, 2, 3, 4])
+    c3 = episodes("c3").assign(seed=[1, 2, 3, 4], cost_usd_cache=[0.001] * 4)
     out = _run(root, "c3", c3)
     assert "Paired vs" not in render(c3, out_dir=out)  # no C2 run yet
     _run(root, "c2", episodes("c2").assign(seed=[1, 2, 3, 5]))  # another base seed: not the same draws
     assert "Paired vs" not in render(c3, out_dir=out)
-    _run(root, "c2", episodes("c2").assign(seed=[1, 2, 3, 4]), "2026-01-02_00-00-00")
+    _run(root, "c2", episodes("c2").assign(seed=[1, 2, 3, 4], cost_usd_cache=[0.003] * 4), "2026-01-02_00-00-00")
     text = render(c3, out_dir=out)
     line = next(x for x in text.splitlines() if x.startswith("Paired vs C2"))
     assert "4 episode pairs over 2 tasks" in line and "C3 - C2" in line
-    assert "completion pp +25.0 [0.0, 50.0], McNemar p=1 (b=1, c=0)" in line
+    assert "completion +25.0 pp [0.0, 50.0], McNemar p=1 (b=1, c=0)" in line
+    assert "; cost with prompt caching -0.0020 USD [" in line, line  # (no unit was printed)
     assert "agent input tokens -600 [-600, -600]" in line
     assert "Paired vs" not in render(c3)  # no run folder given (a sweep's table): no line
     c2_out = root / "c2" / "2026-01-02_00-00-00"
@@ -202,7 +203,7 @@ def test_the_console_line_takes_the_reference_run_by_the_reports_rule(tmp_path: 
     """Issue 27 §1-2: the reference is chosen by harness.report.runs' rule: of this run's size before a newer
     larger one that also covers it, and never a run of the other family (model=sim_llmlike)."""
     root = tmp_path / "results"
-    c3 = episodes("c3").assign(seed=[1, 2, 3, 4])
+    c3 = episodes("c3").assign(seed=[1, 2, 3, 4], cost_usd_cache=[0.001] * 4)
     out = _run(root, "c3", c3)
     same = _run(root, "c2", episodes("c2").assign(seed=[1, 2, 3, 4]))  # 2 tasks x 2 runs, as this C3 run
     bigger = pd.concat([episodes("c2"), episodes("c2").iloc[[0, 2]].assign(task_id="hotel-003")], ignore_index=True)

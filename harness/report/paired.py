@@ -61,16 +61,17 @@ class Metric:
     digits: int
     scale: float = 1.0
     binary: bool = False  # completion: McNemar's test applies
+    unit: str = ""  # after a difference on the console line (its label's parenthesis is left out there)
 
 
 METRICS = (
-    Metric("Completion (%; difference in pp)", "completion", 1, 100.0, binary=True),
-    Metric("Score (x100)", "score", 1, 100.0),
+    Metric("Completion (%; difference in pp)", "completion", 1, 100.0, binary=True, unit=" pp"),
+    Metric("Score (x100)", "score", 1, 100.0, unit=" (x100)"),
     Metric("Agent input tokens", "input_tokens", 0),
     Metric("Total tokens", "total_tokens", 0),
-    Metric("Cost as billed (USD)", "cost_usd", 4),
-    Metric("Cost with prompt caching (USD, price sheet)", "cost_usd_cache", 4),
-    Metric("Cost without caching (USD, price sheet)", "cost_usd_no_cache", 4),
+    Metric("Cost as billed (USD)", "cost_usd", 4, unit=" USD"),
+    Metric("Cost with prompt caching (USD, price sheet)", "cost_usd_cache", 4, unit=" USD"),
+    Metric("Cost without caching (USD, price sheet)", "cost_usd_no_cache", 4, unit=" USD"),
 )
 COSTS = ("cost_usd", "cost_usd_cache", "cost_usd_no_cache")
 SHEET_COSTS = ("cost_usd_cache", "cost_usd_no_cache")  # priced on the run's price sheet and cache model
@@ -460,8 +461,8 @@ def console_line(episodes: pd.DataFrame, out_dir: Path | None, resamples: int = 
         m = c.metric
         ci = "" if math.isnan(c.ci[0]) else f" [{c.ci[0] * m.scale:,.{m.digits}f}, {c.ci[1] * m.scale:,.{m.digits}f}]"
         test = f", McNemar p={c.p:.3g} (b={c.discordant[0]}, c={c.discordant[1]})" if c.discordant else ""
-        name = m.label.split(" (")[0].lower() + (" pp" if m.binary else "")
-        parts.append(f"{name} {c.difference * m.scale:+,.{m.digits}f}{ci}{test}")
+        name = m.label.split(" (")[0].lower()
+        parts.append(f"{name} {c.difference * m.scale:+,.{m.digits}f}{m.unit}{ci}{test}")
     first = pairing.comparisons[0]
     return (f"Paired vs {short(ref, kind)} ({run.path}; {first.pairs} episode pairs over {first.tasks} tasks, "
             f"{short(mine, kind)} - {short(ref, kind)}, 95% CI bootstrap over tasks): " + "; ".join(parts))
