@@ -68,6 +68,14 @@ def test_plots_use_the_rule(mixed: Path, tmp_path: Path, capsys: pytest.CaptureF
     assert "WARNING" not in capsys.readouterr().err
 
 
+def test_plots_say_which_expense_runs_the_papers_figures_leave_out(mixed: Path, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    """A masking run beside C1-C4 was left out of every figure without a word."""
+    masking = episodes("c3").assign(experiment="masking")
+    write_run(mixed / "masking" / OLD, masking, run_manifest("masking", masking))
+    plots.main(["--results", str(mixed), "--out", str(tmp_path / "f")])
+    said = capsys.readouterr().out
+    assert "not in the expense figures, which plot C1-C4 and WAAC as the papers do: masking" in said, said
 def test_a_pinned_run_of_the_other_family_is_left_out_of_the_default_figures(mixed: Path, tmp_path: Path,
                                                                              caplog: pytest.LogCaptureFixture) -> None:
     plots.main(["--results", str(mixed), "--out", str(tmp_path / "f"), "--run", f"c3={mixed / 'c3' / NEW}"])

@@ -286,7 +286,11 @@ def decisions_by_step(steps: pd.DataFrame, simulated: bool, out: Path, notes: li
 def _runs(results: Path, pins: dict[str, Path], out: Path) -> list[Path]:
     """The per-run figures, from the runs the tables use (the same choice, the same warnings)."""
     # the one rule (harness.report.runs.choose): never a model=sim_llmlike run, the size most columns share
-    chosen = {k: r for k, r in select_kind(results, pins, EXPENSE_KIND).items() if k in (*EXPENSE, "waac")}
+    every = select_kind(results, pins, EXPENSE_KIND)
+    chosen = {k: r for k, r in every.items() if k in (*EXPENSE, "waac")}
+    if others := sorted(set(every) - set(chosen)):  # (said: a run that is silently missing reads as a lost run)
+        print(f"not in the expense figures, which plot C1-C4 and WAAC as the papers do: {', '.join(others)} "
+              "(`make tables` compares every method)")
     pairs = [(name, read_frame(r.path / EPISODES, required=REQUIRED[EPISODES] + PER_RUN),
               read_frame(r.path / STEPS)) for name, r in chosen.items()]
     pairs = [(n, e[e.experiment == n], s[s.experiment == n]) for n, e, s in pairs if e is not None and s is not None]
