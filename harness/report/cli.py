@@ -11,10 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import manifest as manifests
 from harness.errors import EXIT_INPUT, InputError
 from harness.report import reader
-from harness.report.reader import EPISODES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,10 +74,9 @@ def pins_of(args: list[str]) -> dict[str, Path]:
 
 def _runs_inside(folder: Path) -> list[Path]:
     """The run folders directly inside `folder` (sorted by name: the newest stamp last), when it is none itself."""
-    if (folder / manifests.FILE).exists() or (folder / EPISODES).exists():
+    if reader.is_run_folder(folder):
         return []
-    return sorted(p for p in folder.iterdir() if p.is_dir() and ((p / manifests.FILE).exists()
-                                                                 or (p / EPISODES).exists()))
+    return sorted(p for p in folder.iterdir() if p.is_dir() and reader.is_run_folder(p))
 
 
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)

@@ -36,7 +36,7 @@ import pandas as pd
 
 from harness import manifest as manifests
 from harness.report import cli
-from harness.report.reader import EPISODES, peek, problem, read_frame, read_manifest, warn_skip
+from harness.report.reader import EPISODES, RUN_FILES, peek, problem, read_frame, read_manifest, warn_skip
 from harness.text import printable
 
 ROOT = cli.ROOT
@@ -92,7 +92,7 @@ def describe(run_dir: Path, results: Path | None = None) -> Run:
 
 def discover(results: Path) -> list[Run]:
     """Every run folder under results/, sorted by experiment and start time."""
-    folders = {p.parent for name in (manifests.FILE, EPISODES) for p in results.rglob(name)}
+    folders = {p.parent for name in RUN_FILES for p in results.rglob(name)}
     runs = [describe(folder, results) for folder in sorted(folders)]
     return sorted(runs, key=lambda r: (r.experiment, r.started, str(r.path)))
 
