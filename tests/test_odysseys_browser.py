@@ -441,6 +441,27 @@ def test_a_page_whose_script_never_ends_is_a_tool_error_and_its_tab_is_closed(tm
         assert b.alive and not call(tools, "goto", url=s.url("h", "/slow.html")).is_error
 
 
+@pytest.mark.browser
+def test_the_fresh_tab_check_does_not_count_against_the_operations_bound(tmp_path: Path) -> None:
+    """The click and the probe fit the 4 s bound; the fresh-tab check, slow to open its tab as on a busy machine
+    (here: 4 s), did not: the watchdog killed the browser meanwhile, and a page hung by its own script became a
+    BrowserCrashed (an infra_error that every resume meets again) once more."""
+    config = BrowserConfig(navigation_timeout_s=2.0, action_timeout_s=1.0, hang_timeout_s=4.0)
+    with FixtureSites(hang_site(tmp_path)) as s, Browser(config) as b:
+        tools = BrowserTools(b, None)
+        page = call(tools, "goto", url=s.url("h", "/freeze.html"))
+        opens = b._context.new_page  # only the check opens a tab from here on
+
+        def slowly() -> object:
+            time.sleep(4.0)
+            return opens()
+
+        b._context.new_page = slowly  # type: ignore[method-assign]
+        result = call(tools, "click", element=number(page, 'button "Freeze"'))
+        assert result.is_error and "the page stopped answering" in result.content, result.content
+        assert b.alive and not call(tools, "goto", url=s.url("h", "/slow.html")).is_error
+
+
 def later_site(tmp_path: Path) -> Path:
     """A page whose button starts a busy loop 3 s later (while the agent thinks), and one that starts it when its
     height is read (the observation reads it): it hangs during the step's screenshot. Both beside a plain page."""

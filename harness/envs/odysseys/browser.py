@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
@@ -372,6 +372,8 @@ class _Worker:
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = queue.SimpleQueue()
+        self.grace = 0.0  # seconds the running job added to its bound (the fresh-tab check: Browser._browser_answers)
+        self.bound = 0.0  # the last call's bound, its grace included
         self.thread = threading.Thread(target=self._loop, name="browser", daemon=True)
         self.thread.start()
 
@@ -385,10 +387,18 @@ class _Worker:
                     future.set_exception(exc)
 
     def call(self, fn: Callable[[], T], timeout: float) -> T:
-        """fn's result or exception; builtin TimeoutError when it has not finished within `timeout` seconds."""
+        """fn's result or exception; builtin TimeoutError when it has not finished within `timeout` seconds plus the
+        grace the job gave itself meanwhile (`grace`, set from the worker thread)."""
         future: Future[T] = Future()
+        self.grace, start = 0.0, time.monotonic()
         self._jobs.put((fn, future))
-        return future.result(timeout)
+        while not future.done():
+            self.bound = timeout + self.grace
+            left = start + self.bound - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no answer within {self.bound:g}s")
+            wait([future], timeout=left)
+        return future.result()
 
     def stop(self, timeout: float) -> None:
         self._jobs.put(None)
@@ -519,7 +529,7 @@ class Browser:
         try:
             return worker.call(lambda: self._in_tab(what, fn), self.config.hang_s)
         except TimeoutError:  # builtin (concurrent.futures.TimeoutError): the worker did not answer at all
-            self._set_crash(f"{what}: no answer from the browser within {self.config.hang_s:g}s; it was killed")
+            self._set_crash(f"{what}: no answer from the browser within {worker.bound:g}s; it was killed")
             kill([p for p in self.processes() if "chrom" in p.cmdline.split(" ", 1)[0]])
             raise BrowserCrashed(self._crash) from None
         except PwTimeout as exc:  # an observation or read timed out: the page is hung
@@ -558,10 +568,13 @@ class Browser:
         the tab at all, and the watchdog (`hang_timeout_s`) kills it."""
         from playwright.sync_api import Error
 
+        canary_s = max(CANARY_S, self.config.action_timeout_s)
+        if self._worker is not None:  # the check's own time is not the operation's: the watchdog waits it out too
+            self._worker.grace += canary_s + 2.0  # (+ opening the tab; a stopped browser's never opens: killed)
         fresh = self._context.new_page()
         self._adopt(fresh)
         try:  # (a fresh renderer process can take seconds to start on a busy machine: not the probe's 2 s)
-            fresh.wait_for_function("() => true", timeout=max(CANARY_S, self.config.action_timeout_s) * 1000)
+            fresh.wait_for_function("() => true", timeout=canary_s * 1000)
         except Error:
             return False
         return True
