@@ -271,9 +271,31 @@ def _dry_run(cfg: DictConfig, domain: Domain, backends: dict[str, Any]) -> pd.Da
         print(f"pre-flight: {line}")
     print(f"dry run: {preflight.estimate(cfg, len(jobs), backends).describe()}")
     print(f"dry run: nothing was run; drop dry_run=true to run into out_dir={out_dir}")
+    _without_hydra_stub(out_dir)
     import pandas as pd
 
     return pd.DataFrame()
+
+
+HYDRA_FILES = {"config.yaml", "hydra.yaml", "overrides.yaml"}  # what Hydra writes into <out_dir>/.hydra
+
+
+def _without_hydra_stub(out_dir: Path) -> None:
+    """A folder holding only what Hydra wrote as the command started (.hydra and an empty run.log), as a dry run
+    leaves it, is removed: "nothing was run" left a run folder that `make runs` does not list. Anything else there
+    (an earlier run's files, a link) keeps the folder as it is."""
+    hydra, log = out_dir / ".hydra", out_dir / "run.log"
+    try:
+        if ({p.name for p in out_dir.iterdir()} != {hydra.name, log.name} or hydra.is_symlink() or log.is_symlink()
+                or log.stat().st_size or {p.name for p in hydra.iterdir()} - HYDRA_FILES):
+            return
+        for name in HYDRA_FILES:
+            (hydra / name).unlink(missing_ok=True)
+        hydra.rmdir()
+        log.unlink()
+        out_dir.rmdir()
+    except OSError:  # (a file that is not Hydra's kind, a folder not ours to change: left as it is)
+        return
 
 
 class Session(NamedTuple):

@@ -223,6 +223,23 @@ def test_dry_run_estimates_from_an_earlier_run_and_writes_nothing(tmp_path: Path
     assert str(reference) in printed and "answered" in printed
 
 
+def test_a_dry_run_from_the_command_line_leaves_no_folder_but_keeps_a_run_it_is_pointed_at(tmp_path: Path) -> None:
+    """Through Hydra, which makes the out_dir (.hydra, run.log) before the run starts: "nothing was run" left that
+    stub, one more folder under results/ per dry run, which `make runs` does not list."""
+    command = [sys.executable, "-m", "harness.cli", "experiment=c3", "n_tasks=2", "n_runs=1", "progress=false"]
+    stub = tmp_path / "stub"
+    done = subprocess.run([*command, "dry_run=true", f"out_dir={stub}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and "nothing was run" in done.stdout, done.stderr[-2000:]
+    assert not stub.exists()
+    ran = tmp_path / "ran"
+    subprocess.run([*command, f"out_dir={ran}"], cwd=ROOT, capture_output=True, timeout=300, check=True)
+    before = sorted(p.relative_to(ran) for p in ran.rglob("*"))
+    subprocess.run([*command, "dry_run=true", f"out_dir={ran}"], cwd=ROOT, capture_output=True, timeout=300,
+                   check=True)
+    assert sorted(p.relative_to(ran) for p in ran.rglob("*")) == before
+
+
 def test_the_cost_cap_stops_the_run_resumably(tmp_path: Path) -> None:
     priced = "+model.prices={sim-served: {input: 1.0, output: 1.0}}"
     with RecordingEndpoint() as endpoint:
