@@ -164,6 +164,11 @@ def test_a_process_keeps_a_connection_open_for_each_episode_in_flight() -> None:
     from harness.backends.openai_compat import OpenAICompatible
     from harness.types import Message
 
+    threads = 120
+    together = threading.Barrier(threads)  # each round's 120 calls are answered only once all have arrived: in
+    # flight at once however slowly a busy machine starts them (a fixed latency let an early answer's idle
+    # connection serve a late call, and the count fell below 120 with nothing wrong)
+
     class Counting(SimServer):
         connections = 0
 
@@ -176,10 +181,13 @@ def test_a_process_keeps_a_connection_open_for_each_episode_in_flight() -> None:
                         owner.connections += 1
                     super().setup()
 
+                def do_POST(self) -> None:
+                    together.wait(timeout=60)
+                    super().do_POST()
+
             return Handler
 
-    threads = 120
-    with Counting(latency_s=0.3) as server:
+    with Counting() as server:
         backend = OpenAICompatible(model="sim-served", base_url=server.base_url, api_key_env=None)
         barrier = threading.Barrier(threads)
 
