@@ -155,8 +155,7 @@ def test_sigkill_of_a_simulated_run_leaves_no_worker_writing(tmp_path: Path) -> 
     assert workers
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    time.sleep(0.5)
-    assert not any(alive(w) for w in workers)
+    wait_for(lambda: not any(alive(w) for w in workers), 30)  # (the parent-death signal; a busy machine is slower)
     written = {p.name: p.stat().st_mtime_ns for p in (out / "transcripts").glob("*")}
     time.sleep(1.5)
     assert {p.name: p.stat().st_mtime_ns for p in (out / "transcripts").glob("*")} == written
