@@ -248,8 +248,8 @@ class SlowEpisode:
 
 def test_an_agent_calling_a_slow_tool_ends_at_its_deadline_and_is_still_scored() -> None:
     episode = SlowEpisode()
-    script = [calls((f"c{i}", "slow", "{}")) for i in range(200)]  # 4 s of tool time: far past 0.2 s
-    r = run_episode(episode, FullHistory(), ScriptedModel(script), TOKENS, 200, deadline_s=0.2)
+    script = [calls((f"c{i}", "slow", "{}")) for i in range(200)]  # 4 s of tool time: far past 1 s
+    r = run_episode(episode, FullHistory(), ScriptedModel(script), TOKENS, 200, deadline_s=1.0)  # (a step fits)
     assert r.termination is Termination.TIMEOUT and r.error is None
     assert 0 < len(r.steps) < 200 and episode.env.calls == len(r.steps)
     assert episode.scored == ["timeout"]  # graded on what it did, as upstream grades a timed-out task

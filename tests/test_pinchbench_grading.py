@@ -103,7 +103,7 @@ def test_fork_bomb_is_stopped_and_leaves_nothing(ws: Path) -> None:
     start = time.monotonic()
     result = run_grade(source, [], ws, timeout_s=2, max_processes=16, label=label)
     assert result.scores is None and result.error == "grade() timed out after 2 s"
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 15  # stopped at its 2 s (a busy machine's kill takes longer), not left running
     time.sleep(0.2)
     assert subprocess.run(["pgrep", "-f", f"pinchbench-grade:{label}"], capture_output=True).returncode == 1
 

@@ -138,11 +138,11 @@ def test_500_has_json_error_without_contacting_upstream(stub: Stub) -> None:
 
 
 def test_stall_makes_a_shorter_client_timeout_expire(stub: Stub) -> None:
-    with FaultProxy(stub.url, [Fault("stall", seconds=1.0)]) as proxy:
+    with FaultProxy(stub.url, [Fault("stall", seconds=10.0)]) as proxy:
         started = time.monotonic()
         with pytest.raises(TimeoutError):
             call(proxy.base_url, timeout=0.3)
-        assert time.monotonic() - started < 0.9
+        assert time.monotonic() - started < 5.0  # the client's 0.3 s, with room for a busy machine; not the 10 s
         log = proxy.log
     assert [(e.fault, e.status) for e in log] == [("stall", None)]
 
@@ -161,7 +161,7 @@ def test_disconnect_closes_at_once_without_a_response(stub: Stub) -> None:
         started = time.monotonic()
         with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError)):
             call(proxy.base_url)
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 3.0  # at once (with room for a busy machine), not the client's 5 s
         log = proxy.log
     assert stub.hits == hits
     assert [(e.fault, e.status) for e in log] == [("disconnect", None)]
@@ -247,7 +247,7 @@ def test_shutdown_does_not_wait_for_a_stall_or_an_idle_keep_alive(stub: Stub) ->
         while len(proxy.log) < 2:
             time.sleep(0.01)
         started = time.monotonic()
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 10.0  # closing ends the 30 s stall (with room for a busy machine)
     client.join(5)
     idle.close()
     assert not client.is_alive() and errors and proxy.threads_alive() == 0
