@@ -129,7 +129,7 @@ def test_sigterm_stops_cleanly_and_resumes(tmp_path: Path, workers: str) -> None
         rival = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)  # while the first lives
         assert rival.returncode == 2 and "in use by a live run" in rival.stderr and "Traceback" not in rival.stderr
         proc.send_signal(signal.SIGTERM)
-        time.sleep(1.0)
+        time.sleep(3.0)  # the stop reaches every worker (the runner passes it on) before any answer goes out
         thawed_at = time.monotonic()
         endpoint.thaw()  # the in-flight requests are answered now: with the stop, none may be followed by another
         out, err = proc.communicate(timeout=60)
