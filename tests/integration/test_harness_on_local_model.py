@@ -42,13 +42,14 @@ def test_c4_episode_end_to_end_with_api_usage(local_server: LocalServer, tmp_pat
 
 
 def test_faults_between_client_and_real_server_are_retried(local_server: LocalServer, tmp_path: Path) -> None:
-    faults = [Fault("429", retry_after=1.0), Fault("500"), Fault("stall", seconds=21.0)]
+    faults = [Fault("429", retry_after=1.0), Fault("500"), Fault("stall", seconds=46.0)]
     with FaultProxy(local_server.base_url, faults) as proxy:
         # preflight=false: the pre-flight request would meet the first faults instead of the episode's call.
-        # A short reply and a 20 s timeout: a real request that times out keeps the one-slot server busy, so each
-        # retry would queue behind the last and time out too (seen with a 10 s timeout on a loaded machine).
+        # A short reply and a 45 s timeout: a real request that times out keeps the one-slot server busy, so each
+        # retry would queue behind the last and time out too (seen with a 10 s timeout on a loaded machine, and
+        # with 20 s in a fresh-clone CI while other tests ran beside it: three unfaulted attempts timed out).
         episodes = run(local_cfg(proxy.base_url, local_server.model, tmp_path / "r", "max_steps=1", "preflight=false",
-                                 "model.timeout_s=20", "model.max_output_tokens=16", "model.retry.base_delay_s=0.5"),
+                                 "model.timeout_s=45", "model.max_output_tokens=16", "model.retry.base_delay_s=0.5"),
                        verbose=False)
         log = proxy.log
     row = episodes.iloc[0]
