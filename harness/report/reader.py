@@ -38,10 +38,6 @@ from harness.types import PROVENANCE_KINDS, Provenance
 EPISODES = "episodes.parquet"
 STEPS = "steps.parquet"
 RUN_FILES = (manifests.FILE, EPISODES)  # a folder holding either is a run folder (for every report)
-
-
-def is_run_folder(folder: Path) -> bool:
-    return any((folder / name).exists() for name in RUN_FILES)
 # The columns every report reads from each file: a file without one of them is damaged, skipped with one warning
 # naming it and the column, never a KeyError half-way through a report (harness.records.episode_row writes them).
 REQUIRED = {
@@ -57,6 +53,10 @@ PER_RUN = ("completed", "any_line_itemized", "amount_itemized_pct", "n_tool_call
 JSON_COLUMNS: dict[str, type] = {"score_details": dict, "decisions": dict, "chain_scores": list,
                                  "method_params": dict}
 log = logging.getLogger(__name__)
+
+
+def is_run_folder(folder: Path) -> bool:
+    return any((folder / name).exists() for name in RUN_FILES)
 
 
 @dataclass(frozen=True)
