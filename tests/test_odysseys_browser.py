@@ -653,6 +653,30 @@ def test_screenshot_mode_shows_the_viewport_as_an_image_and_acts_by_position(
 
 
 @pytest.mark.browser
+def test_a_click_at_a_button_whose_handler_never_returns_is_a_tool_error(tmp_path: Path) -> None:
+    """The mouse takes no timeout: the click waited until the watchdog killed the whole browser, an infra_error that
+    every resume met again. Also: a click at a pixel of a scrolled page hits what the screenshot shows there."""
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "far.html").write_text(
+        '<title>Far</title><div style="height:1500px"></div><button id="b" onclick="document.title=\'hit\'">'
+        'Far</button><div style="height:1500px"></div>')
+    config = BrowserConfig(navigation_timeout_s=2.0, action_timeout_s=1.0, hang_timeout_s=12.0)
+    with FixtureSites(hang_site(tmp_path)) as s, Browser(config) as b:
+        tools = BrowserTools(b, None, observation="screenshot")
+        call(tools, "goto", url=s.url("s", "/far.html"))
+        call(tools, "scroll", direction="down")
+        call(tools, "scroll", direction="down")
+        hit = call(tools, "click_at", **dict(zip("xy", centre(b, "#b"), strict=True)))
+        assert not hit.is_error and "Title: hit" in hit.content, hit.content
+        call(tools, "goto", url=s.url("h", "/slow.html"))
+        call(tools, "tab_open", url=s.url("h", "/freeze.html"))
+        result = call(tools, "click_at", **dict(zip("xy", centre(b, 'button >> text="Freeze"'), strict=True)))
+        assert result.is_error and "the page stopped answering" in result.content, result.content
+        assert "its tab was closed; now on tab [0]" in result.content and b.alive
+        assert call(tools, "read_page").url == s.url("h", "/slow.html")
+
+
+@pytest.mark.browser
 def test_both_mode_adds_the_image_to_the_text_and_aria_mode_sends_none(
         patient: Browser, sites: FixtureSites, tmp_path: Path) -> None:
     browser = patient

@@ -139,6 +139,7 @@ class BrowserConfig:
         return self.hang_timeout_s or self.navigation_timeout_s + 2 * self.action_timeout_s + 5.0
 
 
+_ROOT_ORIGIN_JS = "e => { const r = e.getBoundingClientRect(); return [r.left, r.top]; }"  # click_at's frame
 CANARY_S = 5.0  # at least this long for a fresh tab to run a trivial script before the browser counts as hung
 MAX_TIMEOUT_S = 86_400.0  # a day: past it (inf, 1e300) Playwright's deadline overflows the platform's time_t
 
@@ -881,10 +882,16 @@ class Browser:
         return self._run(f"click_at ({x}, {y})", lambda: self._click_at(x, y))
 
     def _click_at(self, x: int, y: int) -> Observation:
+        """The mouse's own click takes no timeout, so a page whose click handler never returns held it until the
+        watchdog killed the browser (an infra_error every resume met again). The click is the root element's, at the
+        point relative to its box (the root is hit wherever the point is), timed like any action, with no scrolling
+        and no actionability wait: the same mouse events at the same viewport pixel."""
         page = self._page()
         what = f"click at ({x}, {y})"
-        self._probe(page)  # the mouse and keyboard take no timeout: a page hung since the last step would hold them
-        self._guard(what, lambda: page.mouse.click(x, y), page)
+        root, timeout = page.locator(":root"), self.config.action_timeout_s * 1000
+        left, top = self._guard(what, lambda: root.evaluate(_ROOT_ORIGIN_JS, timeout=timeout), page)
+        self._guard(what, lambda: root.click(position={"x": x - left, "y": y - top}, force=True, scroll="none",
+                                             no_wait_after=True, timeout=timeout), page)
         self._settle(self._page(), what)
         return self._observe()
 
