@@ -677,6 +677,24 @@ def test_a_click_at_a_button_whose_handler_never_returns_is_a_tool_error(tmp_pat
 
 
 @pytest.mark.browser
+def test_a_click_at_on_a_page_whose_root_has_a_border_hits_the_pixel_it_names(tmp_path: Path) -> None:
+    """Playwright places a position of the root at its border box plus its border widths: a border on <html> moved
+    every click_at by the border's width (here, onto the button below)."""
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "border.html").write_text(
+        '<html style="border-top: 37px solid red; border-left: 23px solid red"><title>Border</title>'
+        '<button id="b" style="height: 12px" onclick="document.title=\'hit\'">B</button>'
+        '<div style="height: 12px"></div><button id="c" onclick="document.title=\'below\'">C</button></html>')
+    with FixtureSites(tmp_path) as s, Browser(FAST) as b:
+        tools = BrowserTools(b, None, observation="screenshot")
+        call(tools, "goto", url=s.url("t", "/border.html"))
+        x, y = b._run("box", lambda: b._page().evaluate(
+            "() => { const r = document.getElementById('b').getBoundingClientRect(); return [r.x + 5, r.y + 3]; }"))
+        hit = call(tools, "click_at", x=int(x), y=int(y))
+        assert "Title: hit" in hit.content, hit.content
+
+
+@pytest.mark.browser
 def test_both_mode_adds_the_image_to_the_text_and_aria_mode_sends_none(
         patient: Browser, sites: FixtureSites, tmp_path: Path) -> None:
     browser = patient

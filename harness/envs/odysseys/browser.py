@@ -139,7 +139,10 @@ class BrowserConfig:
         return self.hang_timeout_s or self.navigation_timeout_s + 2 * self.action_timeout_s + 5.0
 
 
-_ROOT_ORIGIN_JS = "e => { const r = e.getBoundingClientRect(); return [r.left, r.top]; }"  # click_at's frame
+# click_at's frame: where Playwright puts a position of the root element (its border box plus its border widths)
+_ROOT_ORIGIN_JS = ("e => { const r = e.getBoundingClientRect(), s = getComputedStyle(e);"
+                   " return [r.left + (parseFloat(s.borderLeftWidth) || 0),"
+                   " r.top + (parseFloat(s.borderTopWidth) || 0)]; }")
 CANARY_S = 5.0  # at least this long for a fresh tab to run a trivial script before the browser counts as hung
 MAX_TIMEOUT_S = 86_400.0  # a day: past it (inf, 1e300) Playwright's deadline overflows the platform's time_t
 
@@ -901,7 +904,7 @@ class Browser:
 
     def _type_text(self, text: str, submit: bool) -> Observation:
         page = self._page()
-        self._probe(page)  # (untimed input, as in _click_at)
+        self._probe(page)  # the keyboard takes no timeout: a page hung since the last step would hold it
         self._guard("type_text", lambda: page.keyboard.type(text), page)
         if submit:
             self._guard("type_text", lambda: page.keyboard.press("Enter"), page)
@@ -914,7 +917,7 @@ class Browser:
 
     def _press_key(self, key: str) -> Observation:
         page = self._page()
-        self._probe(page)  # (untimed input, as in _click_at)
+        self._probe(page)  # (untimed input, as in _type_text)
         self._guard(f"press {key}", lambda: page.keyboard.press(key), page)
         self._settle(self._page(), f"press {key}")
         return self._observe()
