@@ -81,7 +81,7 @@ from harness.build import build_domain, check_policy_model
 from harness.config import BENCHMARK_SETTINGS, RENAMED, RunConfig
 from harness.errors import InputError, one_line
 from harness.resume import check_shape
-from harness.run import CONFIG_DIR, judge_status, main
+from harness.run import CONFIG_DIR, FRESH_OUT_DIR, judge_status, main
 from harness.sweep import installed, missing_launcher
 
 GROUPS = ("experiment", "env", "policy", "model", "user", "summarizer")
@@ -375,6 +375,8 @@ def run_once(overrides: list[str]) -> None:
         if problem:
             print(problem, file=sys.stderr)
             sys.exit(2)
+        if not Path(cfg.out_dir).exists():  # Hydra makes it next: a dry run may remove it (run._without_hydra_stub)
+            os.environ[FRESH_OUT_DIR] = str(Path(cfg.out_dir).absolute())
         run_and_report(lambda: _run_job(hydra, cfg, task))
     finally:
         GlobalHydra.instance().clear()

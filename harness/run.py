@@ -278,16 +278,22 @@ def _dry_run(cfg: DictConfig, domain: Domain, backends: dict[str, Any]) -> pd.Da
 
 
 HYDRA_FILES = {"config.yaml", "hydra.yaml", "overrides.yaml"}  # what Hydra writes into <out_dir>/.hydra
+# Set by harness.cli to the out_dir when it did not exist before this command's Hydra made it: only such a folder
+# is this command's to remove (another run may be starting in one that existed, its own .hydra and run.log alike)
+FRESH_OUT_DIR = "HARNESS_FRESH_OUT_DIR"
 
 
 def _without_hydra_stub(out_dir: Path) -> None:
-    """A folder holding only what Hydra wrote as the command started (.hydra and an empty run.log), as a dry run
-    leaves it, is removed: "nothing was run" left a run folder that `make runs` does not list. Anything else there
-    (an earlier run's files, a link) keeps the folder as it is."""
+    """The folder this command's Hydra made, holding only what Hydra wrote as the command started (.hydra and an
+    empty run.log), as a dry run leaves it, is removed: "nothing was run" left a run folder that `make runs` does
+    not list. Anything else there (a link, another file), or a folder that existed before, is kept as it is."""
     hydra, log = out_dir / ".hydra", out_dir / "run.log"
+    if os.environ.get(FRESH_OUT_DIR) != str(out_dir.absolute()):
+        return
     try:
         if ({p.name for p in out_dir.iterdir()} != {hydra.name, log.name} or hydra.is_symlink() or log.is_symlink()
-                or log.stat().st_size or {p.name for p in hydra.iterdir()} - HYDRA_FILES):
+                or log.stat().st_size or {p.name for p in hydra.iterdir()} - HYDRA_FILES
+                or not all(p.is_file() and not p.is_symlink() for p in hydra.iterdir())):
             return
         for name in HYDRA_FILES:
             (hydra / name).unlink(missing_ok=True)

@@ -232,6 +232,11 @@ def test_a_dry_run_from_the_command_line_leaves_no_folder_but_keeps_a_run_it_is_
                           timeout=300)
     assert done.returncode == 0 and "nothing was run" in done.stdout, done.stderr[-2000:]
     assert not stub.exists()
+    mine = tmp_path / "mine"  # a folder that was there before (another run may be starting in it): not removed
+    mine.mkdir()
+    subprocess.run([*command, "dry_run=true", f"out_dir={mine}"], cwd=ROOT, capture_output=True, timeout=300,
+                   check=True)
+    assert mine.is_dir()
     ran = tmp_path / "ran"
     subprocess.run([*command, f"out_dir={ran}"], cwd=ROOT, capture_output=True, timeout=300, check=True)
     before = sorted(p.relative_to(ran) for p in ran.rglob("*"))
