@@ -573,8 +573,9 @@ class Browser:
         from playwright.sync_api import Error
 
         canary_s = max(CANARY_S, self.config.action_timeout_s)
-        if self._worker is not None:  # the check's own time is not the operation's: the watchdog waits it out too
-            self._worker.grace += canary_s + 2.0  # (+ opening the tab; a stopped browser's never opens: killed)
+        worker = self._worker  # the check's own time is not the operation's: the watchdog waits it out too (only
+        if worker is not None and threading.current_thread() is worker.thread:  # the live worker's: not a restart's)
+            worker.grace += canary_s + 2.0  # (+ opening the tab; a stopped browser's never opens: killed)
         fresh = self._context.new_page()
         self._adopt(fresh)
         try:  # (a fresh renderer process can take seconds to start on a busy machine: not the probe's 2 s)
