@@ -22,7 +22,7 @@ import shlex
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -59,6 +59,7 @@ from harness.policies.budget import budget_tokens
 from harness.pricing import settings as pricing_settings
 from harness.records import build_tables, remove_interrupted_writes, transcript_path, write_transcript
 from harness.resume import (
+    MARKER,
     Job,
     check_resume,
     check_shape,
@@ -183,14 +184,15 @@ def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
     out_dir = prepare_out_dir(cfg.out_dir)
     with lifecycle.signals_stop_the_run(), lifecycle.RunLock(out_dir):
         print_ = fingerprint(cfg)
-        check_resume(out_dir, print_)
-        remove_interrupted_writes(out_dir)  # a killed run's half-written temp files (the lock is ours)
-        jobs = pending(cfg, domain, out_dir, print_)
-        if jobs:
-            preflight.check_cap_fits_a_call(cfg.max_cost_usd, backends)
-        if jobs and backends and cfg.preflight:
-            _preflight(cfg, backends, len(jobs), verbose)
-        how = plan(cfg, jobs, bool(backends))  # a refusal here leaves the out_dir's config and manifest as they were
+        with _removed_if_refused(out_dir):
+            check_resume(out_dir, print_)
+            remove_interrupted_writes(out_dir)  # a killed run's half-written temp files (the lock is ours)
+            jobs = pending(cfg, domain, out_dir, print_)
+            if jobs:
+                preflight.check_cap_fits_a_call(cfg.max_cost_usd, backends)
+            if jobs and backends and cfg.preflight:
+                _preflight(cfg, backends, len(jobs), verbose)
+            how = plan(cfg, jobs, bool(backends))  # refused: the out_dir's config and manifest stay as they were
         (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         manifest.begin(out_dir, cfg, print_, [t.task_id for t in domain.tasks], **manifest.domain_record(domain))
         if jobs:
@@ -302,6 +304,31 @@ def _without_hydra_stub(out_dir: Path) -> None:
         out_dir.rmdir()
     except OSError:  # (a file that is not Hydra's kind, a folder not ours to change: left as it is)
         return
+
+
+@contextlib.contextmanager
+def _removed_if_refused(out_dir: Path) -> Iterator[None]:
+    """A run refused before it began (its pre-flight, the cost cap, the executor's plan) in the folder this
+    command's Hydra made leaves no folder behind: each failed first try of a new user left one more under results/.
+    Its marker and lock are removed while the lock is still held (a run that opens the lock file later makes its
+    own, and then keeps the folder), then Hydra's stub (`_without_hydra_stub`). Anything else there: all kept."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(OSError):  # (the refusal is what the user is told, whatever happens here)
+            _without_refused_stub(out_dir)
+        raise
+
+
+def _without_refused_stub(out_dir: Path) -> None:
+    if os.environ.get(FRESH_OUT_DIR) != str(out_dir.absolute()):
+        return
+    names = {p.name for p in out_dir.iterdir()}
+    own = [out_dir / n for n in (MARKER, ".lock") if n in names]
+    if names <= {".hydra", "run.log", MARKER, ".lock"} and all(p.is_file() and not p.is_symlink() for p in own):
+        for path in own:
+            path.unlink()
+        _without_hydra_stub(out_dir)
 
 
 class Session(NamedTuple):

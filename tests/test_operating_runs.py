@@ -197,13 +197,21 @@ def test_run_shape_is_checked_before_anything_runs(tmp_path: Path) -> None:
     assert not (tmp_path / "a").exists()
 
 
-def test_keyless_real_run_fails_before_its_first_episode(tmp_path: Path) -> None:
+def test_keyless_real_run_fails_before_its_first_episode_and_leaves_no_folder(tmp_path: Path) -> None:
+    """The refusal left the folder Hydra made for it (.hydra, run.log) with the run's marker and lock: one more
+    folder under results/ per failed first try. A folder that was there before keeps what it holds."""
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    done = subprocess.run([sys.executable, "-m", "harness.cli", "experiment=c3", "model=openai", "n_tasks=1",
-                           "n_runs=1", f"out_dir={tmp_path / 'out'}", "progress=false"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    command = [sys.executable, "-m", "harness.cli", "experiment=c3", "model=openai", "n_tasks=1", "n_runs=1",
+               "progress=false"]
+    done = subprocess.run([*command, f"out_dir={tmp_path / 'out'}"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode == 2 and "OPENAI_API_KEY" in done.stderr and "Traceback" not in done.stderr
-    assert not list((tmp_path / "out").glob("transcripts/*.jsonl"))
+    assert not (tmp_path / "out").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    done = subprocess.run([*command, f"out_dir={kept}"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and {p.name for p in kept.iterdir()} >= {".hydra", "fingerprint.txt", ".lock"}
 
 
 def test_dry_run_estimates_from_an_earlier_run_and_writes_nothing(tmp_path: Path,
