@@ -74,7 +74,7 @@ from hydra.core.utils import run_job
 from hydra.errors import HydraException
 from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException, ValidationError
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from harness import scratch
 from harness.build import build_domain, check_policy_model
@@ -107,6 +107,8 @@ def explain(overrides: list[str], error: Exception) -> str:
     typo = unknown_option(overrides) or unknown_key(overrides)
     if typo:
         return typo
+    if isinstance(error.__cause__, (ConfigKeyError, ConfigAttributeError)):  # a key no check above knows (hydra.*)
+        return f"error: {reason}"
     lines = [f"error: {reason}", ""]
     for group in GROUPS:
         lines.append(f"  valid {group}: {', '.join(choices(group))}")
@@ -159,10 +161,10 @@ def unknown_key(overrides: list[str]) -> str | None:
 def _reason(error: Exception) -> str:
     """Hydra's message plus its cause's first line, which holds the actual reason ("Error merging override
     n_tasks=abc" alone does not say that 'abc' is not an integer)."""
-    message = str(error).strip()
+    message = str(error).strip().splitlines()[0]  # (the rest is Hydra's hint: `+key=...` would add the typo)
     cause = error.__cause__
     first = str(cause).strip().splitlines()[0] if cause is not None and str(cause).strip() else ""
-    return f"{message}: {first}" if first and first not in message else message
+    return f"{message.rstrip('.')}: {first}" if first and first not in message else message
 
 
 def _experiment_ok(overrides: list[str]) -> bool:
@@ -412,6 +414,12 @@ def launch_jobs(hydra: Hydra, overrides: list[str], task: Any) -> None:
     as one whose job stopped (KeyboardInterrupt: exit 130, quietly). With no stop requested it stays an error."""
     try:
         hydra.multirun(config_name="config", task_function=task, overrides=[*overrides, "hydra.mode=MULTIRUN"])
+    except (HydraException, OmegaConfBaseException) as exc:  # a job's config does not compose (`policy.nn=1,2`)
+        # judged only once Hydra has refused it: a check before composing the sweep's jobs could refuse a valid
+        # sweep (a hydra.launcher.* key that only the +sweep= config it names makes valid)
+        GlobalHydra.instance().clear()  # explain composes again, through Hydra's compose API
+        print(explain(overrides, exc), file=sys.stderr)
+        sys.exit(2)
     except BrokenProcessPool:  # (joblib's loky raises a subclass; a job's own exception comes back as itself)
         if not lifecycle.stopping():  # this process's handler (sweep_signals) has run: the signal came first
             raise
