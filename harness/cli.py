@@ -149,6 +149,8 @@ def unknown_key(overrides: list[str]) -> str | None:
             base = compose("config", chosen)
     for o in _parsed([o for o in overrides if not o.startswith("-")]) or []:
         key = o.key_or_group
+        if "/" in key or (Path(CONFIG_DIR) / key).is_dir():  # a config group's choice (+sweep=, hydra/launcher=)
+            continue
         if key.split(".")[0] not in GROUPS or "." in key:
             keys = valid_keys(base, key)
             name = key.rsplit(".", 1)[-1]
@@ -418,12 +420,31 @@ def launch_jobs(hydra: Hydra, overrides: list[str], task: Any) -> None:
         # judged only once Hydra has refused it: a check before composing the sweep's jobs could refuse a valid
         # sweep (a hydra.launcher.* key that only the +sweep= config it names makes valid)
         GlobalHydra.instance().clear()  # explain composes again, through Hydra's compose API
-        print(explain(overrides, exc), file=sys.stderr)
+        print(explain(first_job(overrides), exc), file=sys.stderr)
         sys.exit(2)
     except BrokenProcessPool:  # (joblib's loky raises a subclass; a job's own exception comes back as itself)
         if not lifecycle.stopping():  # this process's handler (sweep_signals) has run: the signal came first
             raise
         raise KeyboardInterrupt(lifecycle.stop_reason()) from None
+
+
+def first_job(overrides: list[str]) -> list[str]:
+    """A sweep's first job's overrides, to explain a refusal against its config: each swept value's first, and a
+    `+sweep=` config's own swept params first values (the basic and joblib sweepers' first job)."""
+    parsed = _parsed(overrides)
+    if parsed is None:
+        return overrides
+    out: list[str] = []
+    for line, o in zip(overrides, parsed, strict=True):
+        if o.key_or_group == "sweep" and isinstance(o.value(), str):
+            path = Path(CONFIG_DIR) / "sweep" / f"{o.value()}.yaml"
+            params = OmegaConf.select(OmegaConf.load(path), "hydra.sweeper.params") if path.is_file() else None
+            out += first_job([f"{k}={v}" for k, v in (params or {}).items()])
+        elif o.is_sweep_override():
+            out.append(f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()), '')}")
+        else:
+            out.append(line)
+    return out
 
 
 def _run_job(hydra: Hydra, cfg: DictConfig, task: Any) -> None:

@@ -118,14 +118,20 @@ def test_an_override_hydra_cannot_read_is_one_line(tmp_path: Path, override: str
     refused(sweep, f"'{override}' is not an override Hydra can read")
 
 
-@pytest.mark.parametrize(("override", "expected"), [
-    ("policy.nn=1,2", "error: unknown key 'policy.nn'; did you mean n? valid keys at policy: _target_, n, unit"),
-    ("hydra.launcher.n_jobs=1", "error: Could not override 'hydra.launcher.n_jobs': Key 'n_jobs' not in "
-                                "'BasicLauncherConf'")])
-def test_a_sweep_whose_jobs_do_not_compose_is_one_line(tmp_path: Path, override: str, expected: str) -> None:
+@pytest.mark.parametrize(("overrides", "expected"), [
+    ("experiment=c3 policy.nn=1,2", "error: unknown key 'policy.nn'; did you mean n? valid keys at policy: _target_, "
+                                    "n, unit"),
+    # judged against the sweep's first job (experiment=c3, from the sweep's own params), not the default experiment
+    ("+sweep=ablations policy.nn=2", "error: unknown key 'policy.nn'; did you mean n? valid keys at policy: "
+                                     "_target_, n, unit"),
+    ("experiment=c3 hydra/launcher=basic policy.nn=1,2", "error: unknown key 'policy.nn'; did you mean n? valid keys "
+                                                       "at policy: _target_, n, unit"),  # a group's choice: no key
+    ("experiment=c3 hydra.launcher.n_jobs=1", "error: Could not override 'hydra.launcher.n_jobs': Key 'n_jobs' not "
+                                              "in 'BasicLauncherConf'")])
+def test_a_sweep_whose_jobs_do_not_compose_is_one_line(tmp_path: Path, overrides: str, expected: str) -> None:
     """Hydra refuses it only when it composes the sweep's first job: its own six lines (a `+key` hint that would
     add the typo, HYDRA_FULL_ERROR) came instead, with exit status 1."""
-    sweep = subprocess.run([sys.executable, "-m", "harness.cli", "-m", "experiment=c3", override, "n_tasks=1,2",
+    sweep = subprocess.run([sys.executable, "-m", "harness.cli", "-m", *overrides.split(), "n_tasks=1,2",
                             "n_runs=1", f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=ROOT, capture_output=True,
                            text=True, timeout=120)
     assert (sweep.returncode, sweep.stderr.strip()) == (2, expected)
