@@ -290,12 +290,8 @@ def _without_hydra_stub(out_dir: Path) -> None:
     empty run.log), as a dry run leaves it, is removed: "nothing was run" left a run folder that `make runs` does
     not list. Anything else there (a link, another file), or a folder that existed before, is kept as it is."""
     hydra, log = out_dir / ".hydra", out_dir / "run.log"
-    if os.environ.get(FRESH_OUT_DIR) != str(out_dir.absolute()):
-        return
     try:
-        if ({p.name for p in out_dir.iterdir()} != {hydra.name, log.name} or hydra.is_symlink() or log.is_symlink()
-                or log.stat().st_size or {p.name for p in hydra.iterdir()} - HYDRA_FILES
-                or not all(p.is_file() and not p.is_symlink() for p in hydra.iterdir())):
+        if not (_made_here(out_dir) and _hydra_stub_only(out_dir)):
             return
         for name in HYDRA_FILES:
             (hydra / name).unlink(missing_ok=True)
@@ -304,6 +300,20 @@ def _without_hydra_stub(out_dir: Path) -> None:
         out_dir.rmdir()
     except OSError:  # (a file that is not Hydra's kind, a folder not ours to change: left as it is)
         return
+
+
+def _made_here(out_dir: Path) -> bool:
+    return os.environ.get(FRESH_OUT_DIR) == str(out_dir.absolute())
+
+
+def _hydra_stub_only(out_dir: Path) -> bool:
+    """out_dir holds .hydra (Hydra's regular files) and an empty run.log, and nothing else."""
+    hydra, log = out_dir / ".hydra", out_dir / "run.log"
+    if {p.name for p in out_dir.iterdir()} != {hydra.name, log.name} or hydra.is_symlink() or log.is_symlink():
+        return False
+    inside = list(hydra.iterdir())
+    return (not log.stat().st_size and {p.name for p in inside} <= HYDRA_FILES
+            and all(p.is_file() and not p.is_symlink() for p in inside))
 
 
 @contextlib.contextmanager
@@ -321,7 +331,7 @@ def _removed_if_refused(out_dir: Path) -> Iterator[None]:
 
 
 def _without_refused_stub(out_dir: Path) -> None:
-    if os.environ.get(FRESH_OUT_DIR) != str(out_dir.absolute()):
+    if not _made_here(out_dir):
         return
     names = {p.name for p in out_dir.iterdir()}
     own = [out_dir / n for n in (MARKER, ".lock") if n in names]
