@@ -8,7 +8,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 Signature = tuple[int, int, int, int]  # st_ino, st_size, st_mtime_ns, st_ctime_ns: a file's version
@@ -38,14 +38,16 @@ def temp_beside(path: Path) -> tuple[int, str]:
     return fd, tmp
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write `text` to a temp file beside `path`, then rename it over `path`. On any failure (a full disk: ENOSPC
-    from write, fsync or close) the temp file is removed and the error raised: nothing half-written is left."""
+def atomic_write(path: Path, text: str | Iterable[str]) -> None:
+    """Write `text` (or its pieces, each written as it comes: a large file need not be held whole) to a temp file
+    beside `path`, then rename it over `path`. On any failure (a full disk: ENOSPC from write, fsync or close; an
+    exception from the pieces' producer) the temp file is removed and the error raised: nothing half-written is left."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = temp_beside(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+            for piece in [text] if isinstance(text, str) else text:
+                f.write(piece)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -195,6 +195,44 @@ def test_cli_writes_the_report(fake: Path, capsys: pytest.CaptureFixture[str]) -
     assert index_of(target.read_text())["runs"][0]["id"] == "c3"
 
 
+def test_the_report_is_written_one_episode_at_a_time_and_replaces_the_old_one_whole(
+        fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every episode's blob was held in memory, then the whole page as one string (~0.7 GB for 26 sweep jobs): an
+    episode is now read only when the page reaches it. A failure part-way leaves the previous report as it was."""
+    out, _ = view.write_report([fake])
+    before = out.read_bytes()
+    calls: list[str] = []
+    writing: list[Path] = []  # the report's temporary file, met while the 4th episode is read
+
+    def load_episode(path: Path, episode_id: str) -> dict[str, Any]:
+        calls.append(episode_id)
+        if len(calls) == 4:
+            writing.extend(out.parent.glob(f".{out.name}.*.tmp"))
+            raise InputError(f"{path}: {episode_id}: damaged")
+        return FakeTrajectory.load_episode(path, episode_id)
+
+    monkeypatch.setattr(view.trajectory, "load_episode", load_episode)
+    index, episodes = view.report_index(view.collect([fake]))
+    pieces = view.document(index, view._packed(episodes, lambda _: None))
+    assert [next(pieces).startswith(start) for start in ("<!DOCTYPE", "<script")] == [True, True]
+    assert len(calls) == 1  # the head and the first episode's blob: nothing more read yet
+    calls.clear()
+    with pytest.raises(InputError, match="damaged"):
+        view.write_report([fake])
+    assert len(writing) == 1  # written while the episodes are read, not after all are held
+    assert out.read_bytes() == before and sorted(p.name for p in out.parent.iterdir() if ".tmp" in p.name) == []
+
+
+def test_a_runs_encoding_is_read_again_when_its_config_changes(tmp_path: Path) -> None:
+    """The encoding is read once per version of config.yaml (once per run, not per episode), never a stale one."""
+    (tmp_path / "config.yaml").write_text("encoding: cl100k_base\n")
+    assert view.trajectory._encoding(tmp_path) == "cl100k_base"
+    (tmp_path / "config.yaml").write_text("encoding: o200k_base\n")
+    assert view.trajectory._encoding(tmp_path) == "o200k_base"
+    (tmp_path / "config.yaml").unlink()
+    assert view.trajectory._encoding(tmp_path) == "o200k_base"
+
+
 def test_serve_answers_on_loopback(fake: Path) -> None:
     out, _ = view.write_report([fake])
     server = view.make_server(out, 0)

@@ -24,11 +24,12 @@ import http.server
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness.errors import InputError
+from harness.io import atomic_write
 from harness.report import cli, trajectory
 from harness.report.runs import reported
 from harness.text import json_text
@@ -115,21 +116,46 @@ def report_data(run_paths: Sequence[Path], say: Callable[[str], None] = lambda _
                 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The index (every run with its episode summaries; small, read at once) and one packed blob per episode
     (keyed by the element id the index names in each summary's `blob`). `say` hears one line per run."""
+    index, episodes = report_index(run_paths)
+    return index, dict(_packed(episodes, say))
+
+
+Episodes = list[tuple[Path, str, str]]  # (run folder, episode id, the element id of its packed blob)
+
+
+def report_index(run_paths: Sequence[Path]) -> tuple[dict[str, Any], Episodes]:
+    """The index, and the episodes whose blobs it names, in the order they are to be packed."""
     runs: list[dict[str, Any]] = []
-    blobs: dict[str, str] = {}
+    episodes: Episodes = []
     ids: set[str] = set()
     root = _common_parent(run_paths)
     for path in run_paths:
         run = trajectory.load_run(path, root)
         run["id"] = _unique(str(run["id"]), ids)
         run["stats"] = stats(run["episodes"])
-        say(f"reading {path} ({len(run['episodes'])} episodes)")
         for summary in run["episodes"]:
-            summary["blob"] = f"ep{len(blobs)}"
-            blobs[summary["blob"]] = pack_episode(trajectory.load_episode(path, summary["id"]))
+            summary["blob"] = f"ep{len(episodes)}"
+            episodes.append((path, summary["id"], summary["blob"]))
         runs.append(run)
     _mark_reported(runs, root)
-    return {"runs": runs}, blobs
+    return {"runs": runs}, episodes
+
+
+def _packed(episodes: Episodes, say: Callable[[str], None]) -> Iterator[tuple[str, str]]:
+    """Each episode's blob id and packed data, one episode read at a time; `say` hears each run as it starts."""
+    counts: dict[Path, int] = {}
+    for path, _, _ in episodes:
+        counts[path] = counts.get(path, 0) + 1
+    current = None
+    for path, episode_id, blob in episodes:
+        if path != current:
+            current = path
+            say(f"reading {path} ({counts[path]} episodes)")
+        try:
+            data = trajectory.load_episode(path, episode_id)
+        except OSError as exc:  # (not taken for the report's own write failing)
+            raise InputError(f"{path}: episode {episode_id}: cannot read it ({exc.strerror})") from None
+        yield blob, pack_episode(data)
 
 
 def _mark_reported(runs: list[dict[str, Any]], root: Path | None) -> None:
@@ -166,13 +192,17 @@ def _unique(run_id: str, taken: set[str]) -> str:
 # ---- the page --------------------------------------------------------------------------------------------------
 def render(index: dict[str, Any], blobs: dict[str, str]) -> str:
     """The whole HTML document: inline CSS, the index, the episode blobs, then the inline JS that reads them."""
+    return "".join(document(index, blobs.items()))
+
+
+def document(index: dict[str, Any], blobs: Iterable[tuple[str, str]]) -> Iterator[str]:
+    """The document in pieces, each episode's blob one piece, so a report of many runs is written without being
+    held whole (the report of 26 sweep jobs held ~0.7 GB)."""
     css = (ASSETS / "view.css").read_text()
     js = (ASSETS / "view.js").read_text().replace("</script", "<\\/script")
     runs = index["runs"]
     title = f"Trajectories: {runs[0]['display']}" if len(runs) == 1 else f"Trajectories: {len(runs)} runs"
-    data = "\n".join(f'<script type="application/gzip-base64" id="{html.escape(k)}">{v}</script>'
-                     for k, v in blobs.items())
-    return f"""<!DOCTYPE html>
+    yield f"""<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -186,7 +216,12 @@ def render(index: dict[str, Any], blobs: dict[str, str]) -> str:
 <header class="top"><h1>{html.escape(title)}</h1><nav class="crumbs" id="crumbs"></nav></header>
 <main id="page" data-ready="0"><p>Loading… (this report needs JavaScript)</p></main>
 <script type="application/json" id="index">{script_json(index)}</script>
-{data}
+"""
+    between = ""  # the blobs one per line
+    for key, value in blobs:
+        yield f'{between}<script type="application/gzip-base64" id="{html.escape(key)}">{value}</script>'
+        between = "\n"
+    yield f"""
 <script>
 {js}</script>
 </body>
@@ -196,21 +231,21 @@ def render(index: dict[str, Any], blobs: dict[str, str]) -> str:
 
 def build_report(paths: Sequence[Path], say: Callable[[str], None] = lambda _: None) -> tuple[str, dict[str, Any]]:
     """The HTML for every run under `paths`, and its index (for the summary line the CLI prints)."""
-    index, blobs = report_data(collect(paths), say)
-    return render(index, blobs), index
+    index, episodes = report_index(collect(paths))
+    return "".join(document(index, _packed(episodes, say))), index
 
 
 def write_report(paths: Sequence[Path], out: Path | None = None, say: Callable[[str], None] = lambda _: None
                  ) -> tuple[Path, dict[str, Any]]:
-    """Writes the report (default `<first path>/view.html`); an unwritable `out` is an InputError naming it,
-    found before the runs are read when it can be (a folder in the way)."""
+    """Writes the report (default `<first path>/view.html`) one episode at a time, into a temporary file renamed
+    over `out` at the end (a report cut short never replaces the previous one); an unwritable `out` is an
+    InputError naming it."""
     out = Path(out) if out is not None else Path(paths[0]) / "view.html"
     if out.is_dir():
         raise InputError(f"--out {out}: is a folder; give the HTML file to write")
-    text, index = build_report(paths, say)
+    index, episodes = report_index(collect(paths))
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
+        atomic_write(out, document(index, _packed(episodes, say)))
     except OSError as exc:
         raise InputError(f"--out {out}: cannot write the report ({exc.strerror})") from None
     return out, index
