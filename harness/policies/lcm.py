@@ -415,8 +415,7 @@ class LCM(ContextPolicy):
                     if it.kind == "summary" and (r := self.store.summary(it.summary_id))][-2:]
         job = self._leaf_job(history, seqs, ctx.tokens)
         job.previous = "\n\n".join(previous)
-        content, level = self._escalate(job, ctx, aux)
-        content = utf8_replaced(content)  # stored in SQLite, which takes UTF-8 only (a model's cut emoji raised)
+        content, level = self._stored(*self._escalate(job, ctx, aux))
         source_tokens = sum(ctx.tokens.message(history[s]) for s in seqs)
         row = SummaryRow(summary_id("leaf", 0, seqs[0], seqs[-1], content), "leaf", 0, content,
                          ctx.tokens.text(content), source_tokens, 0, seqs[0], seqs[-1], level, ctx.step)
@@ -428,8 +427,7 @@ class LCM(ContextPolicy):
         rows = [r for it in self._items[span[0]:span[1]] if (r := self.store.summary(it.summary_id))]
         depth = rows[0].depth + 1
         job = self._condensed_job(rows, depth)
-        content, level = self._escalate(job, ctx, aux)
-        content = utf8_replaced(content)  # stored in SQLite, which takes UTF-8 only (a model's cut emoji raised)
+        content, level = self._stored(*self._escalate(job, ctx, aux))
         row = SummaryRow(summary_id("condensed", depth, rows[0].earliest_seq, rows[-1].latest_seq, content),
                          "condensed", depth, content, ctx.tokens.text(content), sum(r.token_count for r in rows),
                          sum(r.descendant_count + 1 for r in rows), rows[0].earliest_seq, rows[-1].latest_seq,
@@ -494,6 +492,11 @@ class LCM(ContextPolicy):
             cap = max(96, min(leaf, int(leaf * 0.55)))
             return max(96, min(cap, int(input_tokens * 0.2)))
         return max(192, min(leaf, int(input_tokens * 0.35)))
+
+    @staticmethod
+    def _stored(content: str, level: str) -> tuple[str, str]:
+        """A summary as the store keeps it: SQLite takes UTF-8 only (a model's cut emoji raised)."""
+        return utf8_replaced(content), level
 
     def _escalate(self, job: _Job, ctx: RenderContext, aux: _Aux) -> tuple[str, str]:
         """normal -> aggressive (if the summary is not smaller than its input) -> deterministic truncation
