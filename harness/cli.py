@@ -16,12 +16,10 @@ Exit status: 0; 2 for a mistake in the command; 130 stopped (resume with the sam
 from __future__ import annotations
 
 import atexit
-import contextlib
 import difflib
 import os
 import signal
 import sys
-import tempfile
 from collections.abc import Iterator
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import fields
@@ -80,7 +78,7 @@ from harness import scratch
 from harness.build import build_domain, check_policy_model
 from harness.config import BENCHMARK_SETTINGS, RENAMED, RunConfig
 from harness.errors import InputError, one_line
-from harness.resume import check_shape
+from harness.resume import check_shape, folder_problem
 from harness.run import CONFIG_DIR, FRESH_OUT_DIR, judge_status, main
 from harness.sweep import installed, missing_launcher
 
@@ -375,7 +373,7 @@ def run_once(overrides: list[str]) -> None:
             GlobalHydra.instance().clear()  # explain composes again, through Hydra's compose API
             problem: str | None = explain(overrides, exc)
         else:
-            problem = check_run(cfg)
+            problem = check_run(cfg) or check_hydra_dir(cfg)
         if problem:
             print(problem, file=sys.stderr)
             sys.exit(2)
@@ -397,6 +395,10 @@ def main_hydra(task: Any) -> Hydra:
 def multirun(overrides: list[str]) -> None:
     """`-m` with no other flag (`make sweep`), as Hydra's main runs it (_run_hydra, _run_app), but see
     launch_jobs."""
+    problem = sweep_dir_problem(overrides)
+    if problem:
+        print(problem, file=sys.stderr)
+        sys.exit(2)
     task = main.__wrapped__
     hydra = main_hydra(task)
     os.environ[lifecycle.SWEEP_STOP] = str(scratch.folder() / "sweep-stopped")  # (removed with this process)
@@ -406,6 +408,19 @@ def multirun(overrides: list[str]) -> None:
         run_and_report(lambda: launch_jobs(hydra, overrides, task))
     finally:
         GlobalHydra.instance().clear()
+
+
+def sweep_dir_problem(overrides: list[str]) -> str | None:
+    """hydra.sweep.dir (multirun_out_dirs always gives one) that cannot be a writable folder, in one line: Hydra's
+    mkdir raised a traceback. A value Hydra resolves (${now:...}, the default) is checked up to its first `${`."""
+    given = [o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.dir=")]
+    if not given:
+        return None
+    value = given[-1]
+    if "${" in value:  # the folders before the first resolved part (a part of a name only: its parent)
+        literal = value.split("${", 1)[0]
+        value = literal if literal.endswith("/") else str(Path(literal).parent)
+    return folder_problem(Path(value), "hydra.sweep.dir") if value.strip() not in ("", ".") else None
 
 
 def launch_jobs(hydra: Hydra, overrides: list[str], task: Any) -> None:
@@ -518,30 +533,22 @@ def check_failures(cfg: DictConfig) -> None:
 
 
 def check_out_dir(out_dir: Path) -> str | None:
-    """None if `out_dir` is (or can be made) a writable directory. Directories made for the check are removed
-    again: the default out_dir has a timestamp, and Hydra's run may resolve it a second later."""
-    if out_dir.exists() and not out_dir.is_dir():
-        return f"error: out_dir={out_dir} is an existing file, not a directory"
+    """None if `out_dir` is (or can be made) a writable directory whose transcripts' folder is not a file."""
     transcripts = out_dir / "transcripts"  # (the transcripts' folder: a file there would fail the first write)
-    if (transcripts.exists() or transcripts.is_symlink()) and not transcripts.is_dir():
+    if out_dir.is_dir() and (transcripts.exists() or transcripts.is_symlink()) and not transcripts.is_dir():
         return f"error: {transcripts} is a file, not the transcripts' folder; remove it or choose another out_dir"
-    made = [p for p in (out_dir, *out_dir.parents) if not p.exists()]
+    return folder_problem(out_dir, "out_dir")
+
+
+def check_hydra_dir(cfg: DictConfig) -> str | None:
+    """hydra.run.dir, when set apart from out_dir (Hydra makes it and writes .hydra and run.log there): one line,
+    as for out_dir, instead of the traceback of Hydra's mkdir."""
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        blocker = next((p for p in out_dir.parents if p.exists()), None)
-        hint = f"; {blocker} is a file" if blocker is not None and not blocker.is_dir() else ""
-        return f"error: out_dir={out_dir} cannot be created ({exc.strerror}{hint})"
-    try:
-        with tempfile.TemporaryFile(dir=out_dir):
-            pass
-    except OSError as exc:
-        return f"error: out_dir={out_dir} is not writable ({exc.strerror})"
-    finally:
-        for p in made:  # deepest first; rmdir leaves anything another process has put there since
-            with contextlib.suppress(OSError):
-                p.rmdir()
-    return None
+        run_dir = str(OmegaConf.select(cfg, "hydra.run.dir"))
+        same = run_dir == str(cfg.out_dir)
+    except Exception:  # (an interpolation only Hydra's own run resolves: Hydra reports it)
+        return None
+    return None if same else folder_problem(Path(run_dir), "hydra.run.dir")
 
 
 def cli() -> None:

@@ -7,12 +7,14 @@ never redone; settings that change no episode's outcome (NEUTRAL) may differ bet
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import re
 import stat
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +153,31 @@ def prepare_out_dir(value: str) -> Path:
     except OSError as exc:
         raise InputError(f"out_dir={value} cannot be used: {exc.strerror or exc}") from None
     return out_dir
+
+
+def folder_problem(folder: Path, key: str) -> str | None:
+    """None if `folder` (the setting `key`) is, or can be made, a writable directory; else the reason, one line.
+    Directories made for the check are removed again: the default out_dir has a timestamp, and Hydra's run may
+    resolve it a second later."""
+    if folder.exists() and not folder.is_dir():
+        return f"error: {key}={folder} is an existing file, not a directory"
+    made = [p for p in (folder, *folder.parents) if not p.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        blocker = next((p for p in folder.parents if p.exists()), None)
+        hint = f"; {blocker} is a file" if blocker is not None and not blocker.is_dir() else ""
+        return f"error: {key}={folder} cannot be created ({exc.strerror}{hint})"
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        return f"error: {key}={folder} is not writable ({exc.strerror})"
+    finally:
+        for p in made:  # deepest first; rmdir leaves anything another process has put there since
+            with contextlib.suppress(OSError):
+                p.rmdir()
+    return None
 
 
 def check_shape(cfg: DictConfig) -> None:

@@ -36,6 +36,7 @@ import yaml
 
 from harness.errors import EXIT_INPUT, InputError, refuse, share
 from harness.lifecycle import SWEEP_RESUMES, die_with_parent
+from harness.resume import folder_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ("budget", "n_w", "ablations", "methods", "workflow", "sim_sensitivity")
@@ -215,6 +216,9 @@ def main(argv: list[str] | None = None) -> Path:
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     # a relative folder is the user's, not the repository's (every child runs with cwd=ROOT)
     sweep_dir = Path(given[-1]).absolute() if given else ROOT / "results" / "sweeps" / sweep / stamp
+    problem = folder_problem(sweep_dir, "hydra.sweep.dir")  # (a file there: a traceback from Hydra's mkdir)
+    if problem:
+        refuse(problem)
     try:
         with _forwarding():  # from here to the end: a Ctrl-C between two children stops the sweep too
             return _sweep(sweep, sweep_dir, args)

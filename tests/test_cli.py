@@ -166,6 +166,18 @@ def test_out_dir_that_cannot_be_created(tmp_path: Path, where: str) -> None:
     refused(run_cli("n_tasks=1", out_dir=out), f"out_dir={out}", "cannot be created")
 
 
+def test_hydras_own_folders_that_cannot_be_made_are_one_line(tmp_path: Path) -> None:
+    """hydra.run.dir (the resume command's hydra.sweep.dir too) a file: a traceback from Hydra's mkdir, and for a
+    sweep an exit status 1 with a resume command for a sweep that never ran."""
+    f = tmp_path / "file"
+    f.write_text("x")
+    refused(run_cli("n_tasks=1", f"hydra.run.dir={f}"), f"hydra.run.dir={f} is an existing file, not a directory")
+    sweep = subprocess.run([sys.executable, "-m", "harness.cli", "-m", "experiment=c3", "n_tasks=1,2", "n_runs=1",
+                            f"hydra.sweep.dir={f / 'sweep'}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    refused(sweep, f"hydra.sweep.dir={f / 'sweep'} cannot be created (Not a directory; {f} is a file)")
+    assert f.read_text() == "x"
+
+
 def test_missing_out_dir_is_checked_without_leaving_it_behind(tmp_path: Path) -> None:
     out = tmp_path / "a" / "b"
     assert cli.check_out_dir(out) is None

@@ -105,6 +105,18 @@ def test_a_misspelled_sweep_is_named_with_the_nearest_one(capsys: pytest.Capture
     assert capsys.readouterr().err.startswith("error: no sweep 'budgt' (did you mean budget?); usage: make sweep")
 
 
+def test_a_sweep_folder_that_cannot_be_made_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It was a traceback from Hydra's mkdir, then "once it is fixed this resumes it" for a sweep that never ran."""
+    from harness import sweep
+
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SystemExit) as refused:
+        sweep.main(["ablations", "n_tasks=1", f"hydra.sweep.dir={tmp_path / 'file'}"])
+    assert refused.value.code == 2
+    expected = f"error: hydra.sweep.dir={tmp_path / 'file'} is an existing file, not a directory\n"
+    assert capsys.readouterr().err == expected
+
+
 def test_an_unknown_method_is_refused_before_any_job_or_reference_run() -> None:
     from harness.sweep import SWEEPS, unknown_choice
 
