@@ -173,18 +173,19 @@ def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
     lifecycle.reset()
     _FACTORY.clear()  # a run makes its own model factory: its config may be an edited one of an earlier run
     episode_loop.reset_warnings()
-    check_shape(cfg)
-    domain = build_domain(cfg)
-    check_policy_model(cfg)
-    pricing_settings(cfg.get("pricing"))  # a bad pricing block: one line before any episode
-    backends = preflight.real_backends(cfg, cfg.seed)
-    preflight.check_cost_cap(cfg.max_cost_usd, backends)
-    if cfg.dry_run:
-        return _dry_run(cfg, domain, backends)
-    out_dir = prepare_out_dir(cfg.out_dir)
+    with _removed_if_refused(Path(cfg.out_dir)):  # (the folder Hydra made for this command: its stub only)
+        check_shape(cfg)
+        domain = build_domain(cfg)
+        check_policy_model(cfg)
+        pricing_settings(cfg.get("pricing"))  # a bad pricing block: one line before any episode
+        backends = preflight.real_backends(cfg, cfg.seed)
+        preflight.check_cost_cap(cfg.max_cost_usd, backends)
+        if cfg.dry_run:
+            return _dry_run(cfg, domain, backends)
+        out_dir = prepare_out_dir(cfg.out_dir)
     with lifecycle.signals_stop_the_run(), lifecycle.RunLock(out_dir):
         print_ = fingerprint(cfg)
-        with _removed_if_refused(out_dir):
+        with _removed_if_refused(out_dir, locked=True):
             check_resume(out_dir, print_)
             remove_interrupted_writes(out_dir)  # a killed run's half-written temp files (the lock is ours)
             jobs = pending(cfg, domain, out_dir, print_)
@@ -307,35 +308,49 @@ def _made_here(out_dir: Path) -> bool:
 
 
 def _hydra_stub_only(out_dir: Path) -> bool:
-    """out_dir holds .hydra (Hydra's regular files) and an empty run.log, and nothing else."""
+    """out_dir holds .hydra (Hydra's regular files) and a run.log empty or of this process's own lines, and
+    nothing else."""
     hydra, log = out_dir / ".hydra", out_dir / "run.log"
     if {p.name for p in out_dir.iterdir()} != {hydra.name, log.name} or hydra.is_symlink() or log.is_symlink():
         return False
     inside = list(hydra.iterdir())
-    return (not log.stat().st_size and {p.name for p in inside} <= HYDRA_FILES
+    return ((not log.stat().st_size or _logged_here(log)) and {p.name for p in inside} <= HYDRA_FILES
             and all(p.is_file() and not p.is_symlink() for p in inside))
 
 
+def _logged_here(log: Path) -> bool:
+    """Every byte of `log` was written by this process's own log handler (a served model's start-up line in a dry
+    run's run.log): its stream's position is the file's size."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler) and handler.stream is not None \
+                and Path(handler.baseFilename) == log.absolute():
+            handler.flush()
+            return bool(handler.stream.tell() == log.stat().st_size)
+    return False
+
+
 @contextlib.contextmanager
-def _removed_if_refused(out_dir: Path) -> Iterator[None]:
-    """A run refused before it began (its pre-flight, the cost cap, the executor's plan) in the folder this
-    command's Hydra made leaves no folder behind: each failed first try of a new user left one more under results/.
-    Its marker and lock are removed while the lock is still held (a run that opens the lock file later makes its
-    own, and then keeps the folder), then Hydra's stub (`_without_hydra_stub`). Anything else there: all kept."""
+def _removed_if_refused(out_dir: Path, locked: bool = False) -> Iterator[None]:
+    """A run refused before it began (a bad setting, its pre-flight, the cost cap, the executor's plan; a dry run's
+    pre-flight) in the folder this command's Hydra made leaves no folder behind: each failed first try of a new
+    user left one more under results/. Its marker and lock, when the run had taken them, are removed while the lock
+    is still held (a run that opens the lock file later makes its own, and then keeps the folder), then Hydra's
+    stub (`_without_hydra_stub`). Anything else there: all kept."""
     try:
         yield
     except BaseException:
         with contextlib.suppress(OSError):  # (the refusal is what the user is told, whatever happens here)
-            _without_refused_stub(out_dir)
+            _without_refused_stub(out_dir, locked)
         raise
 
 
-def _without_refused_stub(out_dir: Path) -> None:
+def _without_refused_stub(out_dir: Path, locked: bool) -> None:
+    """`locked`: the run holds the folder's lock, so its marker and lock file are its own to remove."""
     if not _made_here(out_dir):
         return
     names = {p.name for p in out_dir.iterdir()}
-    own = [out_dir / n for n in (MARKER, ".lock") if n in names]
-    if names <= {".hydra", "run.log", MARKER, ".lock"} and all(p.is_file() and not p.is_symlink() for p in own):
+    own = [out_dir / n for n in (MARKER, ".lock") if n in names] if locked else []
+    if names <= {".hydra", "run.log", *(p.name for p in own)} and all(p.is_file() and not p.is_symlink() for p in own):
         for path in own:
             path.unlink()
         _without_hydra_stub(out_dir)

@@ -214,6 +214,42 @@ def test_keyless_real_run_fails_before_its_first_episode_and_leaves_no_folder(tm
     assert done.returncode == 2 and {p.name for p in kept.iterdir()} >= {".hydra", "fingerprint.txt", ".lock"}
 
 
+@pytest.mark.parametrize("refused", ["max_cost_usd=-5", "pricing.sheet=nope", "model=openai dry_run=true"])
+def test_a_setting_refused_before_the_run_takes_its_folder_leaves_no_folder(tmp_path: Path, refused: str) -> None:
+    """Refused before the run's lock (a bad value, a dry run's pre-flight), Hydra's .hydra and run.log stayed."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "experiment=c3", "n_tasks=1", "n_runs=1",
+                           *refused.split(), f"out_dir={tmp_path / 'out'}", "progress=false"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("error: "), done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_log_is_removed_with_its_folder_only_when_this_process_wrote_all_of_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dry run of a served model logs the server's start to run.log: still this command's stub. A line another
+    process appended (a run starting in the same folder) keeps it."""
+    from harness import run as run_module
+
+    out = tmp_path / "out"
+    (out / ".hydra").mkdir(parents=True)
+    (out / ".hydra" / "config.yaml").write_text("{}\n")
+    handler = logging.FileHandler(out / "run.log")
+    logging.getLogger().addHandler(handler)
+    try:
+        logging.getLogger().warning("local model served at http://127.0.0.1:1/v1")
+        assert run_module._hydra_stub_only(out)
+        with (out / "run.log").open("a") as other:
+            other.write("another process's line\n")
+        assert not run_module._hydra_stub_only(out)
+        monkeypatch.setenv(run_module.FRESH_OUT_DIR, str(out.absolute()))
+        run_module._without_hydra_stub(out)
+        assert (out / "run.log").read_text().endswith("another process's line\n")
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+
+
 def test_dry_run_estimates_from_an_earlier_run_and_writes_nothing(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     reference = tmp_path / "results" / "c3" / "sim"
