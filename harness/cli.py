@@ -395,7 +395,7 @@ def main_hydra(task: Any) -> Hydra:
 def multirun(overrides: list[str]) -> None:
     """`-m` with no other flag (`make sweep`), as Hydra's main runs it (_run_hydra, _run_app), but see
     launch_jobs."""
-    problem = sweep_dir_problem(overrides)
+    problem = sweep_dir_problem(overrides) or first_job_problem(overrides)
     if problem:
         print(problem, file=sys.stderr)
         sys.exit(2)
@@ -443,9 +443,21 @@ def launch_jobs(hydra: Hydra, overrides: list[str], task: Any) -> None:
         raise KeyboardInterrupt(lifecycle.stop_reason()) from None
 
 
+def first_job_problem(overrides: list[str]) -> str | None:
+    """The sweep's first job checked as a single run is (check_run), before Hydra makes the sweep's folder and
+    launches it: a bad value (n_tasks=0) was a line per job from Hydra's launcher, then the job's refusal, with the
+    sweep's folder left behind. A first job that does not compose here is left to Hydra (launch_jobs explains it)."""
+    try:
+        with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+            cfg = compose("config", first_job(overrides))
+    except Exception:  # Hydra raises several exception types for composition errors
+        return None
+    return check_run(cfg)
+
+
 def first_job(overrides: list[str]) -> list[str]:
-    """A sweep's first job's overrides, to explain a refusal against its config: each swept value's first, and a
-    `+sweep=` config's own swept params first values (the basic and joblib sweepers' first job)."""
+    """A sweep's first job's overrides, to check it or explain a refusal against its config: each swept value's
+    first, and a `+sweep=` config's own swept params' first values (the basic and joblib sweepers' first job)."""
     parsed = _parsed(overrides)
     if parsed is None:
         return overrides
@@ -454,7 +466,7 @@ def first_job(overrides: list[str]) -> list[str]:
         if o.key_or_group == "sweep" and isinstance(o.value(), str):
             path = Path(CONFIG_DIR) / "sweep" / f"{o.value()}.yaml"
             params = OmegaConf.select(OmegaConf.load(path), "hydra.sweeper.params") if path.is_file() else None
-            out += first_job([f"{k}={v}" for k, v in (params or {}).items()])
+            out += [line, *first_job([f"{k}={v}" for k, v in (params or {}).items()])]
         elif o.is_sweep_override():
             out.append(f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()), '')}")
         else:

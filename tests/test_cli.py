@@ -138,6 +138,16 @@ def test_a_sweep_whose_jobs_do_not_compose_is_one_line(tmp_path: Path, overrides
     assert not (tmp_path / "sweep" / "0").exists()
 
 
+def test_a_sweep_whose_first_job_is_refused_is_one_line_before_anything_is_made(tmp_path: Path) -> None:
+    """A bad value in the first job (n_tasks=0, here from `+sweep=n_w`'s first job) was Hydra's launch lines, one per
+    job, then the job's refusal, with the sweep's folder left behind."""
+    sweep = subprocess.run([sys.executable, "-m", "harness.cli", "-m", "experiment=c4", "+sweep=n_w", "n_tasks=0",
+                            f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120)
+    refused(sweep, "n_tasks=0 is out of range")
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_an_unknown_key_still_lists_the_valid_keys(tmp_path: Path) -> None:
     err = refused(run_cli("n_taks=3", out_dir=tmp_path / "out"), "unknown key 'n_taks'", lines=12)
     assert not any("use +n_taks" in line for line in err)  # Hydra's hint to add it with + would now be refused
