@@ -187,6 +187,13 @@ def check_shape(cfg: DictConfig) -> None:
         raise InputError(f"n_runs={cfg.n_runs} is out of range (valid: 1 or more)")
     if not isinstance(cfg.max_unusable_replies, int) or cfg.max_unusable_replies < 0:
         raise InputError(f"max_unusable_replies={cfg.max_unusable_replies} must be 0 (never stop) or more")
+    try:
+        name = str(cfg.get("name") or "")
+    except Exception:  # (an interpolation only Hydra's own run resolves, e.g. a sweep job's ${hydra:...}: later)
+        name = "-"
+    if not name.strip() or "/" in name or "\\" in name or "\0" in name or name.strip() in (".", ".."):
+        raise InputError(f"name={name!r} is not a plain name: it names the run's folder (results/<name>/...), so it "
+                         "may not be empty or hold '/', '\\' or be '..'; give out_dir= to write elsewhere")
     if not OmegaConf.is_interpolation(cfg, "out_dir") and not str(cfg.out_dir or "").strip():  # the working dir
         raise InputError("out_dir is empty: name the run's folder (out_dir=results/<name>)")
     whole_number("max_steps", cfg.max_steps, 1)

@@ -188,6 +188,13 @@ def test_hydras_own_folders_that_cannot_be_made_are_one_line(tmp_path: Path) -> 
     assert f.read_text() == "x"
 
 
+@pytest.mark.parametrize("name", ["../../harness-evil-name", "a/b", ".."])
+def test_a_name_that_is_not_a_plain_name_is_refused_before_anything_is_written(name: str) -> None:
+    """`name` makes the default out_dir (results/<name>/<stamp>): `name=../../x` wrote outside results/."""
+    refused(run_cli("n_tasks=1", f"name={name}"), f"name='{name}' is not a plain name")
+    assert not (ROOT.parent / "harness-evil-name").exists() and not (ROOT / "results" / "a").exists()
+
+
 def test_missing_out_dir_is_checked_without_leaving_it_behind(tmp_path: Path) -> None:
     out = tmp_path / "a" / "b"
     assert cli.check_out_dir(out) is None
