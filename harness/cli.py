@@ -334,7 +334,19 @@ def written_wrong(overrides: list[str]) -> str | None:
     """The check every command gets, flags or not: an override Hydra cannot read, an addition, a renamed setting
     or a launcher the overrides name."""
     return (unreadable(overrides) or unknown_additions(overrides) or renamed_settings(overrides)
-            or missing_launcher(overrides))
+            or number_for_a_switch(overrides) or missing_launcher(overrides))
+
+
+def number_for_a_switch(overrides: list[str]) -> str | None:
+    """`rerun_failed=2`: OmegaConf takes any number for a true/false setting (2 is true), so a value meant for
+    another key ran silently; 0 and 1 stay allowed, as OmegaConf reads them."""
+    switches = {f.name for f in fields(RunConfig) if f.type in (bool, "bool")}
+    for line, o in zip(overrides, _parsed(overrides) or [], strict=False):
+        values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
+        if o.key_or_group in switches and any(isinstance(v, int | float) and not isinstance(v, bool)
+                                              and v not in (0, 1) for v in values):
+            return f"error: {line}: {o.key_or_group} is true or false"
+    return None
 
 
 def unreadable(overrides: list[str]) -> str | None:

@@ -195,6 +195,14 @@ def test_a_name_that_is_not_a_plain_name_is_refused_before_anything_is_written(n
     assert not (ROOT.parent / "harness-evil-name").exists() and not (ROOT / "results" / "a").exists()
 
 
+def test_a_number_for_a_true_or_false_setting_is_refused() -> None:
+    """OmegaConf reads rerun_failed=2 as true: a value meant for another key ran silently."""
+    assert cli.number_for_a_switch(["rerun_failed=2"]) == "error: rerun_failed=2: rerun_failed is true or false"
+    assert cli.number_for_a_switch(["progress=true,3"]) == "error: progress=true,3: progress is true or false"
+    assert cli.number_for_a_switch(["rerun_failed=false", "dry_run=1", "progress=0", "n_tasks=2", "seed=3"]) is None
+    refused(run_cli("n_tasks=1", "rerun_failed=2"), "rerun_failed is true or false")
+
+
 def test_missing_out_dir_is_checked_without_leaving_it_behind(tmp_path: Path) -> None:
     out = tmp_path / "a" / "b"
     assert cli.check_out_dir(out) is None
