@@ -79,7 +79,7 @@ from harness.build import build_domain, check_policy_model
 from harness.config import BENCHMARK_SETTINGS, RENAMED, RunConfig
 from harness.errors import InputError, one_line
 from harness.resume import check_shape, folder_problem
-from harness.run import CONFIG_DIR, FRESH_OUT_DIR, judge_status, main
+from harness.run import CONFIG_DIR, FRESH_OUT_DIR, FRESH_TOP, judge_status, main
 from harness.sweep import installed, missing_launcher
 
 GROUPS = ("experiment", "env", "policy", "model", "user", "summarizer")
@@ -390,7 +390,9 @@ def run_once(overrides: list[str]) -> None:
             print(problem, file=sys.stderr)
             sys.exit(2)
         if not Path(cfg.out_dir).exists():  # Hydra makes it next: a dry run may remove it (run._without_hydra_stub)
-            os.environ[FRESH_OUT_DIR] = str(Path(cfg.out_dir).absolute())
+            out = Path(cfg.out_dir).absolute()
+            os.environ[FRESH_OUT_DIR] = str(out)
+            os.environ[FRESH_TOP] = str(next(p for p in reversed([out, *out.parents]) if not p.exists()))
         run_and_report(lambda: _run_job(hydra, cfg, task))
     finally:
         GlobalHydra.instance().clear()

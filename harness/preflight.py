@@ -84,7 +84,9 @@ def estimate(cfg: DictConfig, n_episodes: int, backends: dict[str, Any], results
     ref = reference_run(cfg.name, results or ROOT / "results")
     max_calls = n_episodes * int(cfg.max_steps)
     if ref is None:
-        return Estimate(n_episodes, None, {}, None, f"run `make run CONFIG={cfg.name}` with model=sim first", max_calls)
+        hint = (f"none in results/{cfg.name}/: the same command with model=sim, free on the expense benchmark, or "
+                "with a small n_tasks makes one")  # (the name is the run's, not always a CONFIG= choice)
+        return Estimate(n_episodes, None, {}, None, hint, max_calls)
     path, episodes = ref
     means = {c: float(episodes[c].mean()) if c in episodes else 0.0 for c in PER_EPISODE}
     tokens = {c: means[c] * n_episodes for c in PER_EPISODE}

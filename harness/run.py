@@ -273,7 +273,8 @@ def _dry_run(cfg: DictConfig, domain: Domain, backends: dict[str, Any]) -> pd.Da
     for line in preflight.check_endpoints(backends):
         print(f"pre-flight: {line}")
     print(f"dry run: {preflight.estimate(cfg, len(jobs), backends).describe()}")
-    print(f"dry run: nothing was run; drop dry_run=true to run into out_dir={out_dir}")
+    into = "" if OmegaConf.is_interpolation(cfg, "out_dir") else f" into out_dir={out_dir}"  # (a stamp: the next)
+    print(f"dry run: nothing was run; drop dry_run=true to run{into}")
     _without_hydra_stub(out_dir)
     import pandas as pd
 
@@ -284,6 +285,7 @@ HYDRA_FILES = {"config.yaml", "hydra.yaml", "overrides.yaml"}  # what Hydra writ
 # Set by harness.cli to the out_dir when it did not exist before this command's Hydra made it: only such a folder
 # is this command's to remove (another run may be starting in one that existed, its own .hydra and run.log alike)
 FRESH_OUT_DIR = "HARNESS_FRESH_OUT_DIR"
+FRESH_TOP = "HARNESS_FRESH_TOP"  # the outermost of the out_dir's folders that did not exist (results/<name>): the same
 
 
 def _without_hydra_stub(out_dir: Path) -> None:
@@ -299,6 +301,11 @@ def _without_hydra_stub(out_dir: Path) -> None:
         hydra.rmdir()
         log.unlink()
         out_dir.rmdir()
+        top = Path(os.environ.get(FRESH_TOP) or out_dir.absolute())
+        for parent in out_dir.absolute().parents:  # the folders made to hold it, while empty (rmdir: only then)
+            if top not in (parent, *parent.parents):
+                break
+            parent.rmdir()
     except OSError:  # (a file that is not Hydra's kind, a folder not ours to change: left as it is)
         return
 

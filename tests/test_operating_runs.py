@@ -274,8 +274,14 @@ def test_a_dry_run_from_the_command_line_leaves_no_folder_but_keeps_a_run_it_is_
     stub = tmp_path / "stub"
     done = subprocess.run([*command, "dry_run=true", f"out_dir={stub}"], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
-    assert done.returncode == 0 and "nothing was run" in done.stdout, done.stderr[-2000:]
+    assert done.returncode == 0 and f"drop dry_run=true to run into out_dir={stub}\n" in done.stdout, done.stderr
     assert not stub.exists()
+    named = f"dry-{tmp_path.name}"  # the default out_dir has a stamp: the next command's is another, not named
+    done = subprocess.run([*command, "dry_run=true", f"name={named}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.stdout.endswith("nothing was run; drop dry_run=true to run\n"), done.stdout
+    assert f"none in results/{named}/: the same command with model=sim" in done.stdout
+    assert not (ROOT / "results" / named).exists()
     mine = tmp_path / "mine"  # a folder that was there before (another run may be starting in it): not removed
     mine.mkdir()
     subprocess.run([*command, "dry_run=true", f"out_dir={mine}"], cwd=ROOT, capture_output=True, timeout=300,
