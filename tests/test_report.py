@@ -324,6 +324,12 @@ def test_damaged_or_empty_run_folders_are_skipped_with_a_warning(tmp_path: Path,
     with pytest.raises(InputError, match=f"--run c4={root / 'c4'}: a folder of 2 run folders, not a run; pin one of "
                                          f"them, e.g. --run c4={root / 'c4' / '2026-02-01_00-00-00'}"):
         tables.main(["--results", str(root), "--run", f"c4={root / 'c4'}"])
+    c3 = next(p for p in sorted((root / "c3").iterdir()) if (p / "manifest.json").is_file())
+    # a run of another experiment (or a typo: c9): its column was blank, exit 0
+    for pin in ("c4", "c9"):
+        with pytest.raises(InputError, match=f"--run {pin}={c3}: that run is of experiment c3, not {pin}; pin it as "
+                                             f"--run c3={c3}"):
+            tables.main(["--results", str(root), "--run", f"{pin}={c3}"])
 
 
 def test_a_sweep_merge_skips_a_damaged_job_with_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -69,6 +69,9 @@ def pins_of(args: list[str]) -> dict[str, Path]:
         if inner:
             raise InputError(f"--run {k}={v}: a folder of {len(inner)} run folder{'s' if len(inner) > 1 else ''}, "
                              f"not a run; pin one of them, e.g. --run {k}={inner[-1]}")
+        made = reader.manifest_of(Path(v)).get("experiment")  # (no manifest: an older run, taken as pinned)
+        if isinstance(made, str) and made != k:  # its episodes are not k's: the column was left blank, exit 0
+            raise InputError(f"--run {k}={v}: that run is of experiment {made}, not {k}; pin it as --run {made}={v}")
     return {k: Path(v) for k, v in pairs}
 
 
