@@ -279,9 +279,33 @@ def multirun_out_dirs(flags: list[str], overrides: list[str]) -> list[str]:
         return overrides
     given = [o.split("=", 1)[1] for o in overrides if o.startswith("out_dir=")]
     rest = [o for o in overrides if not o.startswith("out_dir=")]
+    named = job_name(overrides) if "name" not in keys and "sweep" not in keys else None
+    if named:
+        rest.append(f"name='{named[1]}'")
     if "hydra.sweep.dir" not in keys:
-        rest.append(f"hydra.sweep.dir={given[-1] if given else 'results/sweeps/${name}/${now:%Y-%m-%d_%H-%M-%S}'}")
+        folder = named[0] if named else "${name}"
+        rest.append(f"hydra.sweep.dir={given[-1] if given else f'results/sweeps/{folder}/${{now:%Y-%m-%d_%H-%M-%S}}'}")
     return [*rest, "out_dir=${hydra:runtime.output_dir}"]
+
+
+def job_name(overrides: list[str]) -> tuple[str, str] | None:
+    """A plain -m sweep's jobs are named by their swept values, as the named sweeps' configs name theirs
+    (`c2[policy=last_n]`): under the experiment's name, every job of `-m policy=full,last_n` was `c2` in its table,
+    in `make runs` and in its episodes' experiment column. Returns (the sweep folder's name, the job name's
+    pattern), or None when nothing but the experiment (or a path: not part of a name) is swept."""
+    parsed = _parsed(overrides) or []
+    swept = [o for o in parsed if o.is_sweep_override() and o.key_or_group != "experiment"
+             and not o.key_or_group.startswith("hydra") and not any(
+                 "/" in v or "\\" in v for v in map(str, o.sweep_string_iterator()))]
+    if not swept:
+        return None
+    experiment = next((o for o in parsed if o.key_or_group == "experiment"), None)
+    base = ("multirun" if experiment is None or experiment.is_sweep_override() else str(experiment.value()))
+    shown = "${hydra:runtime.choices.experiment}" if experiment is not None and experiment.is_sweep_override() else base
+    values = ",".join(f"{o.key_or_group}=${{hydra:runtime.choices.{o.key_or_group}}}"
+                      if (Path(CONFIG_DIR) / o.key_or_group).is_dir() else f"{o.key_or_group}=${{{o.key_or_group}}}"
+                      for o in swept)
+    return base, f"{shown}[{values}]"
 
 
 def bad_config_file(flags: list[str]) -> str | None:

@@ -282,8 +282,10 @@ def test_a_multirun_through_make_run_gives_each_job_its_out_dir(tmp_path: Path) 
     out = tmp_path / "sweep"
     proc = make_run("c2", f"-m policy=full,last_n n_tasks=1 n_runs=1 n_workers=1 progress=false out_dir={out}")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    policies = {job: pd.read_parquet(out / job / "episodes.parquet").policy.iloc[0] for job in ("0", "1")}
-    assert policies == {"0": "FullHistory", "1": "LastN"}, policies
+    jobs = {job: pd.read_parquet(out / job / "episodes.parquet").iloc[0] for job in ("0", "1")}
+    assert {job: row.policy for job, row in jobs.items()} == {"0": "FullHistory", "1": "LastN"}
+    # each job named by its swept value: both were `c2` in their tables, `make runs` and the experiment column
+    assert {job: row.experiment for job, row in jobs.items()} == {"0": "c2[policy=full]", "1": "c2[policy=last_n]"}
 
 
 def test_flags_go_first_each_with_its_value() -> None:
@@ -298,7 +300,13 @@ def test_flags_go_first_each_with_its_value() -> None:
     (["n_tasks=1"], ["n_tasks=1", "hydra.sweep.dir=results/sweeps/${name}/${now:%Y-%m-%d_%H-%M-%S}",
                      "out_dir=${hydra:runtime.output_dir}"]),
     (["hydra.sweep.dir=/s"], ["hydra.sweep.dir=/s", "out_dir=${hydra:runtime.output_dir}"]),
-    (["hydra.sweep.dir=/s", "out_dir=/o"], ["hydra.sweep.dir=/s", "out_dir=/o"])])
+    (["hydra.sweep.dir=/s", "out_dir=/o"], ["hydra.sweep.dir=/s", "out_dir=/o"]),
+    (["experiment=c2", "policy=full,last_n", "policy.n=2,3", "env.tasks_path=a/t.jsonl,b/t.jsonl"],
+     ["experiment=c2", "policy=full,last_n", "policy.n=2,3", "env.tasks_path=a/t.jsonl,b/t.jsonl",
+      "name='c2[policy=${hydra:runtime.choices.policy},policy.n=${policy.n}]'",  # (a path: not in a name)
+      "hydra.sweep.dir=results/sweeps/c2/${now:%Y-%m-%d_%H-%M-%S}", "out_dir=${hydra:runtime.output_dir}"]),
+    (["experiment=c2,c3", "name=mine", "n_tasks=1,2"], ["experiment=c2,c3", "name=mine", "n_tasks=1,2",
+     "hydra.sweep.dir=results/sweeps/${name}/${now:%Y-%m-%d_%H-%M-%S}", "out_dir=${hydra:runtime.output_dir}"])])
 def test_a_multirun_job_writes_into_the_sweep_folder(overrides: list[str], expected: list[str]) -> None:
     assert cli.multirun_out_dirs(["-m"], overrides) == expected
     assert cli.multirun_out_dirs([], overrides) == overrides  # a single run keeps its out_dir
