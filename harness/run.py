@@ -386,6 +386,16 @@ def resume_command(out_dir: Path) -> str:
     return shlex.join([str(python), "-m", "harness.cli", *args])
 
 
+def _print_others(out_dir: Path) -> None:
+    """A folder run earlier at a larger size (n_tasks=30, then 2) keeps those episodes: the tables hold them, while
+    the manifest's done/expected (and `make runs`) count this size only. Said, so neither surprises."""
+    others = (manifest.read(out_dir) or {}).get("episodes", {}).get("others")
+    if others:
+        print(f"Note: {others} of these episodes are outside this command's n_tasks x n_runs (an earlier, larger "
+              "size of this folder): the tables above and episodes.parquet include them, its manifest's done/expected "
+              "counts this size only")
+
+
 def _conclude(out_dir: Path, episodes: pd.DataFrame, session: Session, unfinished: bool,
               verbose: bool) -> pd.DataFrame:
     """The console report, then the exit status: a run stopped before its end, or one where every episode was an
@@ -396,6 +406,7 @@ def _conclude(out_dir: Path, episodes: pd.DataFrame, session: Session, unfinishe
         print(render(episodes, elapsed_s=session.elapsed_s, written=session.written, record=manifest.read(out_dir),
                      out_dir=out_dir))
         print(f"\nWrote {out_dir}/episodes.parquet, steps.parquet, transcripts/ ({len(episodes)} episodes)")
+        _print_others(out_dir)
         _print_judge(episodes, out_dir)
     if lifecycle.stopping() and unfinished:
         reason, command = lifecycle.stop_reason(), resume_command(out_dir)

@@ -250,6 +250,21 @@ def test_a_run_log_is_removed_with_its_folder_only_when_this_process_wrote_all_o
         handler.close()
 
 
+def test_a_smaller_rerun_of_a_larger_folder_says_its_tables_hold_the_rest(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """n_tasks=2 n_runs=2, then n_tasks=1 n_runs=1 into the same folder: the manifest counts 1/1 (complete), the
+    tables hold all 4; `make runs` said "complete 1/1" beside tables of 4 episodes without a word."""
+    from harness.report import runs
+
+    out = tmp_path / "out"
+    run(config(out, "n_tasks=2", "n_runs=2"), verbose=False)
+    capsys.readouterr()
+    run(config(out, "n_tasks=1", "n_runs=1"))
+    assert "Note: 3 of these episodes are outside this command's n_tasks x n_runs" in capsys.readouterr().out
+    row = runs.listing(runs.discover(tmp_path), tmp_path).iloc[0]
+    assert (row.status, row.episodes) == ("complete", "1/1 +3")
+
+
 def test_dry_run_estimates_from_an_earlier_run_and_writes_nothing(tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     reference = tmp_path / "results" / "c3" / "sim"

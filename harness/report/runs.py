@@ -234,7 +234,8 @@ def listing(runs: list[Run], results: Path) -> pd.DataFrame:
         rows.append({
             "experiment": run.experiment,
             "status": run.status + (" (no episodes)" if run.problem and run.status != "running" else ""),
-            "episodes": f"{m.get('episodes', {}).get('done', '?')}/{m.get('expected_episodes', '?')}",
+            "episodes": f"{m.get('episodes', {}).get('done', '?')}/{m.get('expected_episodes', '?')}"
+                        + (f" +{others}" if (others := m.get("episodes", {}).get("others")) else ""),
             "tasks x runs": f"{m.get('n_tasks', '?')} x {m.get('n_runs', '?')}",
             "model": m.get("model", "?"), "simulated": {"True": "yes", "False": "no"}.get(str(m.get("simulated")), "?"),
             "git": rev + ("+dirty" if git.get("dirty") is True else ""),
@@ -245,14 +246,23 @@ def listing(runs: list[Run], results: Path) -> pd.DataFrame:
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     args = cli.parser(__doc__, out=False, pins=False).parse_args(argv)
-    table = listing(discover(args.results), args.results)
+    runs = discover(args.results)
+    table = listing(runs, args.results)
     if table.empty:
         print(f"no run folders under {args.results}")
     else:
         print(table.to_string(index=False))
-        print("\nEvery report (tables, figures, notebook, viewer marks) uses per experiment the newest `complete` run "
-              "of the size most experiments share (not sweep jobs; model=sim_llmlike runs only in the sim_failures "
-              "tables); pin another with `make tables ARGS='--run c3=results/c3/<stamp>'`.")
+        groups: dict[str, list[Run]] = {}
+        for run in runs:
+            if eligible(run):
+                groups.setdefault(run.experiment, []).append(run)
+        common = shared_size(groups)
+        shared = f" ({common[0]} tasks x {common[1]} runs now)" if common else ""
+        print(f"\nEvery report (tables, figures, notebook, viewer marks) uses per experiment the newest `complete` run "
+              f"of the size most experiments share{shared}, not a sweep job (the waac_ablations and budget_sweep "
+              "tables read their newest sweep); model=sim_llmlike runs only in the sim_failures tables. Pin another "
+              "with `make tables ARGS='--run c3=results/c3/<stamp>'`. Episodes: done/expected at the run's size, "
+              "+N: more from an earlier, larger size of the folder.")
     return table
 
 
