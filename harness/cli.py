@@ -76,7 +76,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from harness import scratch
 from harness.build import build_domain, check_policy_model
-from harness.config import BENCHMARK_SETTINGS, RENAMED, RunConfig
+from harness.config import BENCHMARK_SETTINGS, MAKE_VARS, RENAMED, RunConfig, misnamed_make_variable
 from harness.errors import InputError, one_line
 from harness.resume import check_shape, folder_problem
 from harness.run import CONFIG_DIR, FRESH_OUT_DIR, FRESH_TOP, judge_status, main
@@ -602,6 +602,10 @@ def check_hydra_dir(cfg: DictConfig) -> str | None:
 
 
 def cli() -> None:
+    misnamed = misnamed_make_variable(os.environ.get(MAKE_VARS, "").split())
+    if misnamed:
+        print(misnamed, file=sys.stderr)
+        sys.exit(2)
     flags, overrides = split_flags(sys.argv[1:])
     single = not flags and not any(o.lstrip("+~").startswith("hydra.mode") for o in overrides)
     problem = check(sys.argv[1:]) if not single else before_composing(overrides)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -64,3 +65,25 @@ def register() -> None:
     ConfigStore.instance().store(name="schema", node=RunConfig)
     if not OmegaConf.has_resolver("policy_label"):
         OmegaConf.register_new_resolver("policy_label", policy_label)
+
+
+# The make variables a user sets (the Makefile's help); its other upper-case variables are its own plumbing.
+MAKE_VARS = "HARNESS_MAKE_VARS"  # the upper-case make variables of the command line, by name (the Makefile sets it)
+MAKE_VARIABLES = ("CONFIG", "ARGS", "SWEEP", "RUN", "ENV", "EPISODE", "STEP", "SERVE", "PORT", "MODEL", "TEST_WORKERS")
+
+
+def misnamed_make_variable(names: list[str]) -> str | None:
+    """An upper-case make variable on the command line (the Makefile passes their names in HARNESS_MAKE_VARS) that
+    is a run setting written in upper case (N_TASKS=3) or a near miss of one the Makefile reads (CONFIGS=c3,
+    ARG='...'): make turns it into an environment variable the run never reads, so the full default run started.
+    Any other upper-case name (PINCHBENCH_DIR, OPENAI_API_KEY, HF_HOME) is the environment variable it is meant as."""
+    settings = {f.name for f in fields(RunConfig)}
+    for name in names:
+        if name.lower() in settings:
+            return (f"error: make variable {name}= is passed to the run as an environment variable, which it does not "
+                    f"read; write the setting in lower case: {name.lower()}=...")
+        near = difflib.get_close_matches(name, MAKE_VARIABLES, n=1, cutoff=0.8)
+        if near and near[0] != name:
+            return f"error: make variable {name}= is not one the Makefile reads; did you mean {near[0]}=?"
+    return None
+

