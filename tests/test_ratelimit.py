@@ -9,9 +9,11 @@ import pytest
 
 from harness.backends.local_server import free_port
 from harness.backends.openai_compat import OpenAICompatible
-from harness.backends.ratelimit import RateLimiter
+from harness.backends.ratelimit import NOTICE_S, RateLimiter
 from harness.backends.sim_server import SimServer
 from harness.types import Message
+
+NOTICE_S_CALLS = int(NOTICE_S)  # at rpm=60 the first call goes at once and each next one waits 1 s
 
 
 class FakeClock:
@@ -72,6 +74,20 @@ def test_tokens_are_smoothed_and_a_request_larger_than_the_bucket_still_goes() -
 def test_no_limits_never_wait() -> None:
     rl, clock = limiter(rpm=None, tpm=None)
     assert [rl.acquire(10**9) for _ in range(100)] == [0.0] * 100 and clock.now == 0.0
+
+
+def test_a_run_throttled_by_the_limits_is_told_once(caplog: pytest.LogCaptureFixture) -> None:
+    # A local or simulated server has no limits of its own, and the openai config's tpm held it to ~2 calls/s in
+    # silence: once calls have waited NOTICE_S in all, one warning names the setting that lifts the limits.
+    rl, clock = limiter(rpm=60, tpm=None)  # one call per second after the first
+    with caplog.at_level("WARNING", logger="harness.backends"):
+        for _ in range(NOTICE_S_CALLS):
+            rl.acquire(1)
+        assert not caplog.records  # nothing before the calls have waited NOTICE_S
+        for _ in range(20):
+            rl.acquire(1)
+    notices = [r.getMessage() for r in caplog.records]
+    assert len(notices) == 1 and "model.rate_limit.rpm=null" in notices[0] and "rpm=60" in notices[0]
 
 
 def test_burst_must_be_positive() -> None:

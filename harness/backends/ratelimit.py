@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 # A wait this short is rounding: after sleeping exactly the computed wait, the refill can fall short by an ulp,
 # and a clock that did not move (a coarse or fake clock) would then spin on ever tinier waits.
 _EPSILON_S = 1e-9
+NOTICE_S = 5.0  # calls' total wait for the limits after which the run is told once (RateLimiter._notice)
 log = logging.getLogger("harness.backends")
 
 
@@ -42,6 +43,7 @@ class RateLimiter:
         self._requests = self.request_capacity
         self._tokens = self.token_capacity
         self._last = clock()
+        self.waited_s = 0.0  # by every call, for the one-time notice (`_notice`)
 
     def _refill(self, now: float) -> None:
         elapsed = max(0.0, now - self._last)
@@ -76,6 +78,19 @@ class RateLimiter:
                     return waited
             self._sleep(wait)
             waited += wait
+            self._notice(wait)
+
+    def _notice(self, wait: float) -> None:
+        """Once, when calls have waited NOTICE_S in all: a run against an endpoint with no limits of its own (a local
+        or simulated server) was throttled to the config's provider limits without a word (tpm counts each call's
+        max output tokens: ~2 calls/s at the openai config's tpm)."""
+        with self._lock:  # threads of one process share the limiter: exactly one of them says it
+            before, self.waited_s = self.waited_s, self.waited_s + wait
+        if before < NOTICE_S <= before + wait:
+            log.warning("calls have waited %.0f s so far for model.rate_limit (rpm=%s, tpm=%s; tpm counts each call's "
+                        "input and its max output tokens); for an endpoint without limits of its own (a local or "
+                        "simulated server) set model.rate_limit.rpm=null model.rate_limit.tpm=null", before + wait,
+                        self.rpm, self.tpm)
 
 
 _SHARED: dict[tuple[str, str], RateLimiter] = {}

@@ -192,6 +192,10 @@ def main() -> None:
     args = parser.parse_args()
     with SimServer(args.port, args.latency) as server:
         print(f"SIMULATED OpenAI-compatible endpoint at {server.base_url} (model {MODEL_ID}); Ctrl-C stops it")
+        # The openai config's provider limits (tpm counts each call's max output) would hold this endpoint to ~2
+        # calls/s: the command it prints lifts them.
+        print(f"use it: make run CONFIG=c4 ARGS='model=openai model.base_url={server.base_url} model.model={MODEL_ID} "
+              "model.api_key_env=null model.rate_limit.rpm=null model.rate_limit.tpm=null'")
         try:
             while True:
                 time.sleep(3600)
