@@ -265,7 +265,9 @@ def make_run(config: str, args: str) -> subprocess.CompletedProcess[str]:
     ("--cfg job", ["name: c3", "n_tasks: 2", "policy:\n  _target_: harness.policies.last_n.LastN"]),
     ("--info", ["Defaults Tree", "experiment: c3"]),
     ("--info defaults", ["Defaults List", "experiment/c3"]),
-    ("--help", ["== Configuration groups ==", "experiment: ", "name: c3"])])
+    # the header says what this is and how it runs (Hydra's own said "run is powered by Hydra.")
+    ("--help", ["The harness: context policies", "make run CONFIG=<experiment>", "== Configuration groups ==",
+                "experiment: ", "name: c3"])])
 def test_hydras_flags_pass_through_make_run(tmp_path: Path, args: str, shown: list[str]) -> None:
     """Hydra's own flags after make's experiment=...: each does what Hydra documents, and runs nothing."""
     proc = make_run("c3", f"{args} n_tasks=2 out_dir={tmp_path / 'out'}")
