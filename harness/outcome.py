@@ -12,6 +12,7 @@ from typing import Any
 from harness.types import Message, Score, Termination, Usage
 
 FIELD_LOG = "fields"  # decisions key of a field-level policy's per-field log (WAAC): in transcripts, not in tables
+BUDGET_SHED = "budget_shed"  # decisions key: the policy shed its own optional retention to fit the budget (budget.py)
 FAILED = ("infra_error", "error")  # terminations a resume reruns by default: the episode did not really run
 
 
@@ -54,6 +55,12 @@ class StepRecord:
     session: int = 0  # which conversation of the episode (multi-session tasks start fresh ones)
     # per view message, where it came from as the policy said: {"kind", "sources": history indices} (None: not said)
     view_provenance: list[dict[str, Any]] | None = None
+
+    @property
+    def budget_cut(self) -> bool:
+        """The budget changed this step's view (harness.policies.budget's rules 1-3): the policy shed its optional
+        retention, the orchestrator evicted pairs, or even that did not fit. A budget that never cuts is no budget."""
+        return bool(self.decisions.get(BUDGET_SHED) or self.budget_evicted_pairs or self.over_budget)
 
 
 @dataclass

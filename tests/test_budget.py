@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -18,6 +19,7 @@ from test_waac_projection import _itemizing
 from harness.envs.expense.domain import ExpenseDomain
 from harness.envs.expense.waac import schemas
 from harness.episode import run_episode
+from harness.outcome import EpisodeResult, StepRecord
 from harness.policies.base import View, keep_pairs, tool_pairs
 from harness.policies.budget import (
     _fewest_evictions,
@@ -26,6 +28,7 @@ from harness.policies.budget import (
     compressible_tokens,
     fit_to_budget,
 )
+from harness.records import episode_row
 from harness.report.budget import reference_tokens
 from harness.tokens import TokenCounter
 from harness.waac.lattice import Level
@@ -96,11 +99,14 @@ PLAN = [("form_open_menu_item", {"name": "TrvExpenses"}),
         ("form_close_form", {}), ("form_open_menu_item", {"name": "TrvExpenses"})]
 
 
-def _episode(budget: int | None) -> list:  # type: ignore[type-arg]
+def _result(budget: int | None) -> EpisodeResult:
     script = [calls((f"k{i}", name, json.dumps(args))) for i, (name, args) in enumerate(PLAN)] + [say("done")]
-    result = run_episode(ExpenseDomain().episode(task(0), None), WAAC(schemas()), ScriptedModel(script), TOKENS,
-                         20, budget=budget)
-    return result.steps
+    return run_episode(ExpenseDomain().episode(task(0), None), WAAC(schemas()), ScriptedModel(script), TOKENS,
+                       20, budget=budget)
+
+
+def _episode(budget: int | None) -> list[StepRecord]:
+    return _result(budget).steps
 
 
 def test_waac_is_held_to_the_budget_by_the_same_whole_pair_eviction_as_every_policy() -> None:
@@ -110,6 +116,19 @@ def test_waac_is_held_to_the_budget_by_the_same_whole_pair_eviction_as_every_pol
     assert any(s.decisions["tokens_after"] > budget for s in steps)  # WAAC's own view did not fit ...
     assert any(s.budget_evicted_pairs > 0 for s in steps)  # ... so the orchestrator evicted oldest pairs
     assert all(s.view_compressible_tokens <= budget and not s.over_budget for s in steps)
+
+
+def test_a_step_counts_as_cut_by_the_budget_for_each_of_the_three_rules() -> None:
+    free = _episode(None)
+    assert not any(s.budget_cut for s in free)  # no budget: nothing cut
+    result = _result(max(s.view_compressible_tokens for s in free) // 2)
+    cut = result.steps
+    assert [s.budget_cut for s in cut] == [s.budget_evicted_pairs > 0 for s in cut] and any(s.budget_cut for s in cut)
+    assert episode_row({}, result)["budget_cut_steps"] == sum(s.budget_cut for s in cut)  # the tables' column
+    step = free[-1]  # the policy's own shed (rule 1) and a view that still did not fit (rule 3) count too
+    assert replace(step, decisions={**step.decisions, "budget_shed": True}).budget_cut
+    assert replace(step, over_budget=True).budget_cut
+    assert not replace(step, decisions={**step.decisions, "budget_shed": False}).budget_cut
 
 
 def _exact_library() -> HistoryLibrary:

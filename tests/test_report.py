@@ -82,7 +82,8 @@ def _fake_budget_sweep(root: Path, partial_job: bool = False) -> Path:
         (job_dir / ".hydra").mkdir(parents=True)
         (job_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"budget.fraction={tier}"]))
         done = [True, tier == 1.0 or policy == "LastN", True, True]
-        frame = base.assign(policy=policy, budget_fraction=tier, completed=done, over_budget_steps=int(tier < 1))
+        frame = base.assign(policy=policy, budget_fraction=tier, completed=done, over_budget_steps=int(tier < 1),
+                            budget_cut_steps=3 * int(tier < 1 and policy == "FullHistory"))  # C3's views fit 50%
         write_run(job_dir, frame, run_manifest("c2", frame, interrupted=job == 4))
     merge(sweep)
     return root
@@ -95,10 +96,24 @@ def test_budget_table_and_plot_come_from_the_merged_sweep(tmp_path: Path) -> Non
     assert t.loc[("C2", "50%"), "completed (%)"] == "75.0 ± 317.7"  # FullHistory at 0.5: one of four tasks failed
     assert t.loc[("C3", "50%"), "completed (%)"] == "100.0 ± 0.0"  # LastN
     assert t.loc[("C2", "50%"), "over-budget steps"] == 4
+    assert t.loc[("C2", "50%"), "budget-cut steps"] == "12" and t.loc[("C3", "50%"), "budget-cut steps"] == "0"
     assert list(t.index) == [("C2", "100%"), ("C2", "50%"), ("C3", "100%"), ("C3", "50%")]
     assert notes == []
+    # a tier that cut none of a method's views is that method unbudgeted: said, not shown in silence
+    assert expense_tables.budget_cut_notes(sweep) == [
+        "NOTE: the budget cut none of C3's views at 50%: its views fit there, so those rows are the method without "
+        "a budget (budget-cut steps 0)"]
+    assert expense_tables.budget_cut_notes(sweep)[0] in tables_text(root, tmp_path)
+    older = expense_tables.budget_table(sweep.drop(columns="budget_cut_steps"))  # a sweep made before the column
+    assert set(older["budget-cut steps"]) == {"n/a"} and expense_tables.budget_cut_notes(
+        sweep.drop(columns="budget_cut_steps")) == []
     figs = plots.main(["--results", str(root), "--out", str(tmp_path / "fig")])
     assert {p.name for p in figs} == {"completion_vs_budget.png", "completion_vs_budget.pdf"}
+
+
+def tables_text(root: Path, tmp_path: Path) -> str:
+    tables.main(["--results", str(root), "--out", str(tmp_path / "tables")])
+    return (tmp_path / "tables" / "budget_sweep.md").read_text()
 
 
 def test_a_budget_sweep_job_that_is_not_complete_is_left_out_and_named(tmp_path: Path) -> None:

@@ -185,11 +185,39 @@ def budget_table(episodes: pd.DataFrame) -> pd.DataFrame:
         rows[(policy, float(tier))] = {"completed (%)": fmt(*mean_ci(list(g.task_completed)), 1, 100.0),
                                        "agent input tokens": fmt(*mean_ci(list(g.input_tokens)), 0)}
     over = episodes.groupby(["policy", "budget_fraction"]).over_budget_steps.sum()
+    cut = _cut_steps(episodes)
     table = pd.DataFrame(rows).T
     table["over-budget steps"] = [int(over.get(k, 0)) for k in table.index]
+    table["budget-cut steps"] = [_count(cut.get(k)) for k in table.index]
     table = table.sort_index(ascending=[True, False])
     labels = [(short(policy), f"{100 * tier:g}%") for policy, tier in table.index]
     return table.set_axis(pd.MultiIndex.from_tuples(labels, names=["Method", "Budget"]))
+
+
+def _cut_steps(episodes: pd.DataFrame) -> pd.Series:
+    """Steps whose view the budget changed, per (policy, tier); NaN where the episodes predate the column."""
+    column = episodes.get("budget_cut_steps", pd.Series(float("nan"), index=episodes.index))
+    return column.groupby([episodes.policy, episodes.budget_fraction]).sum(min_count=1)
+
+
+def _count(value: Any) -> str:
+    return "n/a" if value is None or pd.isna(value) else f"{int(value):,}"
+
+
+def budget_cut_notes(episodes: pd.DataFrame) -> list[str]:
+    """A tier below 100% at which the budget cut none of a policy's views is that policy without a budget: its row
+    repeats the unbudgeted one (same seeds, same steps), which a table of tiers would otherwise show in silence."""
+    if episodes.empty:
+        return []
+    cut = _cut_steps(episodes.assign(policy=swept_policy(episodes)))
+    notes = []
+    for policy, tiers in cut.groupby(level=0):
+        never = sorted((tier for (_, tier), n in tiers.items() if tier < 1 and n == 0), reverse=True)
+        if never:
+            shown = ", ".join(f"{100 * tier:g}%" for tier in never)
+            notes.append(f"NOTE: the budget cut none of {short(policy)}'s views at {shown}: its views fit there, so "
+                         "those rows are the method without a budget (budget-cut steps 0)")
+    return notes
 
 
 def swept_policy(episodes: pd.DataFrame) -> pd.Series:

@@ -36,7 +36,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from harness.report import cli, cost, names, odysseys_plots  # noqa: E402
 from harness.report.console import per_run  # noqa: E402
-from harness.report.expense_tables import EXPENSE, budget_sweep, swept_policy  # noqa: E402
+from harness.report.expense_tables import EXPENSE, budget_cut_notes, budget_sweep, swept_policy  # noqa: E402
 from harness.report.output import announce, label, save_figure, simulated_label  # noqa: E402
 from harness.report.pinchbench_tables import EXPENSE as EXPENSE_KIND  # noqa: E402
 from harness.report.pinchbench_tables import select_kind  # noqa: E402
@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     written = _runs(args.results, cli.pins_of(args.run), out)
     sweep, notes = budget_sweep(args.results)
     if not sweep.empty:
-        written += completion_vs_budget(sweep, out, notes)
+        written += completion_vs_budget(sweep, out, notes + budget_cut_notes(sweep))
     written += odysseys_plots.build(args.results, out) + cost.figures(args.results, cli.pins_of(args.run), out)
     return announce(written, args.results)
 

@@ -53,6 +53,7 @@ from harness.report.expense_tables import (
     EXPENSE,
     PAPER,
     RATIO_RUNS,
+    budget_cut_notes,
     budget_sweep,
     budget_table,
     expense_table,
@@ -155,7 +156,7 @@ def _budget(results: Path, out: Path) -> list[Path]:
         return []
     folder = newest_sweep_dir(results, "budget")
     jobs = episodes.assign(experiment="job " + episodes.job.astype(str))  # the jobs of one sweep must agree too
-    notes = [*notes, *mismatch_notes(jobs, sorted(jobs.experiment.unique()))]
+    notes = [*notes, *budget_cut_notes(episodes), *mismatch_notes(jobs, sorted(jobs.experiment.unique()))]
     return write(table, out, "budget_sweep", f"Budget sweep {where(folder, results) if folder else ''} "
                  f"({label(episodes)}; budget tiers in % of the Vanilla peak reference; mean ± 95% CI over runs)",
                  notes)

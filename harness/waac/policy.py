@@ -25,7 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.outcome import FIELD_LOG
+from harness.outcome import BUDGET_SHED, FIELD_LOG
 from harness.policies.base import ContextPolicy, RenderContext, View
 from harness.policies.summarizers import aux_label, is_llm
 from harness.types import Message, Provenance, ProvenanceKind, ToolCall, ToolSpec
@@ -158,7 +158,7 @@ class WAAC(ContextPolicy):
         self.last = (req, levels, out)  # for inspection: requirements, levels projected, projection
         logged = proposed | new_fields | out.changed  # with req.changed: every field whose decision may differ
         decisions = self._decisions(out, req, hits, analysis_s, (before, after), unsat, logged)
-        decisions["budget_shed"] = shed
+        decisions[BUDGET_SHED] = shed
         return self._view(out, decisions, self._provenance(history, out))
 
     def _new_fields(self, new_tools: list[str]) -> set[str]:
