@@ -170,8 +170,13 @@ attribute: $(STAMP) ## Branch every failed episode of RUN where its failure show
 	@test -n "$(RUN)" || { echo "usage: make attribute RUN=<run folder> [ARGS='--out DIR']"; exit 2; }
 	$(PY) -m harness.branch --attribute $(RUN) $(ARGS)
 
+# The kernel talks to nbconvert over local sockets in a private temporary folder (IPC), not loopback TCP, which
+# ipykernel announces with a warning about eavesdropping on every run.
+NOTEBOOK_OUT ?= results/notebooks
 notebook: $(STAMP) ## Execute notebooks/reproduce.ipynb on the project's kernel (results/notebooks/reproduce.ipynb)
-	$(PY) -m jupyter nbconvert --to notebook --execute notebooks/reproduce.ipynb --output-dir results/notebooks
+	@sockets=$$(mktemp -d) && trap 'rm -rf "$$sockets"' EXIT && \
+	$(PY) -m jupyter nbconvert --to notebook --execute --KernelManager.transport=ipc --KernelManager.ip="$$sockets/kernel" \
+	  notebooks/reproduce.ipynb --output-dir $(NOTEBOOK_OUT)
 
 # The docs' result blocks (<!-- results:NAME --> in docs/expense.md) from the default C1-C4 runs under results/
 # (those missing are run first, ~2.5 min) and fresh 5 x 2 runs (harness.report.docs_results); ARGS='--check'

@@ -11,8 +11,11 @@ completion vs budget has a tokens panel. The notebook is executed through nbclie
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -286,3 +289,17 @@ def test_the_notebook_runs_on_the_fixture(tmp_path: Path, monkeypatch: pytest.Mo
     assert any(str(results / "c2") in t for t in outputs(nb, "text/plain"))
     assert any(names.display("c2") in t for t in outputs(nb, "text/plain"))  # the per-run frame, named by names.py
     assert len(outputs(nb, "image/png")) == 1
+
+
+@pytest.mark.slow  # executes the notebook through `make notebook` (~10 s)
+def test_make_notebook_executes_it_without_the_kernels_plain_tcp_warning(tmp_path: Path) -> None:
+    """`make notebook` runs the kernel over local sockets in a temporary folder: ipykernel's warning that its TCP
+    traffic "is susceptible to eavesdropping" was the loudest line of every run."""
+    results = tmp_path / "fixture"
+    shutil.copytree(FIXTURE, results)
+    proc = subprocess.run(["make", "-s", "-o", ".venv/.installed-stamp", "notebook", f"PY={sys.executable}",
+                           f"NOTEBOOK_OUT={tmp_path / 'out'}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "HARNESS_RESULTS": str(results)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "out" / "reproduce.ipynb").exists()
+    assert "WARNING" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
