@@ -36,3 +36,10 @@ def share(key: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
         raise InputError(f"{key}={value!r} is not a number in (0, 1]")
     return float(value)
+
+
+def switch(key: str, value: object) -> bool:
+    """A true/false setting (`policy.use_library=maybe` ran as if true: a non-empty string is truthy)."""
+    if not isinstance(value, bool):
+        raise InputError(f"{key}={value!r} is not true or false")
+    return value

@@ -397,6 +397,29 @@ def _print_others(out_dir: Path) -> None:
               "counts this size only")
 
 
+def _crash(episodes: pd.DataFrame, out_dir: Path) -> str | None:
+    """The crashed episodes' (termination `error`: an exception in the harness, a policy or the environment, not
+    the model's doing) most common error, as its traceback's last line, and a transcript that holds the whole."""
+    crashed = episodes[episodes.termination == "error"] if "error" in episodes else episodes.iloc[:0]
+    if crashed.empty:
+        return None
+    lasts = crashed.error.fillna("").map(lambda e: (e.strip().splitlines() or ["(no error recorded)"])[-1])
+    reason = lasts.value_counts().index[0]
+    first = crashed[lasts == reason].iloc[0]
+    where = transcript_path(out_dir, str(first.task_id), int(first.run))
+    return f"{(lasts == reason).sum()} with: {reason} (the traceback: {where})"
+
+
+def _print_crashes(episodes: pd.DataFrame, out_dir: Path) -> None:
+    """Said under the table: it showed only `termination error`, the traceback was in the transcripts alone, and a
+    resume reruns these episodes (rerun_failed), which meet the same error unless its cause is fixed."""
+    crash = _crash(episodes, out_dir)
+    if crash and not (episodes.termination == "error").all():  # (all of them: the exit's line says it)
+        n = int((episodes.termination == "error").sum())
+        print(f"\n{n} episode{'' if n == 1 else 's'} crashed (termination error: an exception in the harness, not the "
+              f"model's doing); {crash}", file=sys.stderr)
+
+
 def _conclude(out_dir: Path, episodes: pd.DataFrame, session: Session, unfinished: bool,
               verbose: bool) -> pd.DataFrame:
     """The console report, then the exit status: a run stopped before its end, or one where every episode was an
@@ -409,6 +432,7 @@ def _conclude(out_dir: Path, episodes: pd.DataFrame, session: Session, unfinishe
         print(f"\nWrote {out_dir}/episodes.parquet, steps.parquet, transcripts/ ({len(episodes)} episodes)")
         _print_others(out_dir)
         _print_judge(episodes, out_dir)
+        _print_crashes(episodes, out_dir)
     if lifecycle.stopping() and unfinished:
         reason, command = lifecycle.stop_reason(), resume_command(out_dir)
         how = f":\n  {command}" if command else f", run the same command with out_dir={out_dir}"
@@ -418,6 +442,9 @@ def _conclude(out_dir: Path, episodes: pd.DataFrame, session: Session, unfinishe
         print(f"\nStopped ({reason}) after {new} in {session.elapsed_s:,.0f} s; every whole transcript is kept. "
               f"To finish the rest{how}", file=sys.stderr)
         raise SystemExit(EXIT_COST_CAP if reason.startswith("max_cost_usd") else EXIT_INTERRUPTED)
+    crash = _crash(episodes, out_dir)
+    if crash and (episodes.termination == "error").all():
+        raise SystemExit(f"error: every episode in {out_dir} crashed; {crash}")
     if not episodes.empty and (episodes.termination == "infra_error").all():
         reason = episodes.error.dropna().value_counts().index[0] if episodes.error.notna().any() else "unknown"
         raise SystemExit(f"error: every episode in {out_dir} is an infrastructure failure; the endpoint's reason: "

@@ -140,3 +140,31 @@ def test_a_resume_removes_the_temp_files_a_killed_write_left_and_nothing_else(tm
         path.write_text("half a write")
     runner.run(config(tmp_path), verbose=False)
     assert not any(p.exists() for p in stale) and all(p.exists() for p in kept)
+
+
+def test_crashed_episodes_are_named_under_the_table_and_a_run_where_all_crashed_exits_with_the_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """An exception in the harness (`policy.threshold=abc` met WAAC's first step) ended every episode as `error`:
+    the console showed only `termination error` and a resumable partial run, the traceback was in the
+    transcripts alone."""
+    from harness.policies.last_n import LastN
+
+    render_ = LastN.render
+    calls = []
+
+    def crash_first(self: LastN, history: object, ctx: object) -> object:  # the first episode's first step
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("boom in the policy")
+        return render_(self, history, ctx)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LastN, "render", crash_first)
+    runner.run(config(tmp_path / "one"))
+    err = capsys.readouterr().err
+    assert "1 episode crashed (termination error" in err and "1 with: RuntimeError: boom in the policy" in err
+    where = err.split("(the traceback: ")[1].split(")")[0]
+    assert "boom in the policy" in Path(where).read_text()
+
+    monkeypatch.setattr(LastN, "render", lambda self, history, ctx: (_ for _ in ()).throw(ValueError("always")))
+    with pytest.raises(SystemExit, match=r"every episode in .* crashed; 3 with: ValueError: always"):
+        runner.run(config(tmp_path / "all"))

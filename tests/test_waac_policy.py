@@ -29,6 +29,7 @@ from harness.envs.expense.domain import ExpenseDomain
 from harness.envs.expense.tasks import folio_of
 from harness.envs.expense.waac import schemas
 from harness.episode import run_episode
+from harness.errors import InputError
 from harness.policies.base import RenderContext
 from harness.tokens import TokenCounter
 from harness.types import Completion, Message, ToolCall, ToolSpec, Usage
@@ -83,6 +84,22 @@ def test_all_four_levels_occur_and_each_ablation_keeps_those_fields_exact() -> N
         for fid, lv in full.last[2].applied.items():  # B.4: exactly the fields given that level become EXACT
             assert ablated.last[2].applied[fid] == (Level.EXACT if lv == level else lv)
     assert WAAC(schemas(), reduced=["summary", "drop"]).tools() == []  # no pointers, no recall tool
+
+
+@pytest.mark.parametrize(("setting", "said"), [
+    ({"threshold": "abc"}, "policy.threshold='abc' is not a cosine similarity in [0, 1]"),
+    ({"threshold": 7}, "policy.threshold=7 is not a cosine similarity"),
+    ({"use_library": "maybe"}, "policy.use_library='maybe' is not true or false"),
+    ({"log_fields": 1}, "policy.log_fields=1 is not true or false"),
+    ({"reduced": ["summary", "pointr"]}, "policy.reduced: 'pointr' is not a reduced level"),
+    ({"library_path": 3}, "policy.library_path=3 is not a path")])
+def test_a_bad_setting_is_one_line_naming_it_before_any_episode(setting: dict[str, Any], said: str) -> None:
+    """`policy.threshold=abc` had every episode crash in its first step, `threshold=7` never match and
+    `use_library=maybe` run as if true."""
+    with pytest.raises(InputError) as caught:
+        WAAC(schemas(), **setting)
+    assert said in str(caught.value)
+    WAAC(schemas(), threshold=0.75, use_library=False, reduced=("drop",))  # good ones pass
 
 
 def test_without_online_analysis_unmatched_fields_stay_exact() -> None:

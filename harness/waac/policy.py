@@ -25,6 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
+from harness.errors import InputError, switch
 from harness.outcome import BUDGET_SHED, FIELD_LOG
 from harness.policies.base import ContextPolicy, RenderContext, View
 from harness.policies.summarizers import aux_label, is_llm
@@ -38,6 +39,8 @@ from harness.waac.lattice import Level, join
 from harness.waac.library import RECENT, HistoryLibrary, Match, fragment, key_of
 from harness.waac.projection import LLMFieldSummarizer, Projection, Projector, fact_summary, original_text
 from harness.waac.schema import Schemas
+
+REDUCED_LEVELS = ("summary", "pointer", "drop")  # what `reduced` may allow beside EXACT (B.4's ablations drop one)
 
 
 @cache
@@ -67,6 +70,7 @@ class WAAC(ContextPolicy):
     extractor: Any = None  # the config's `extractor:` (harness.waac.extract.Extractor): set as schemas.extractor
 
     def __post_init__(self) -> None:
+        self._check_settings()
         if self.library is None and self.library_path and self.use_library:
             self.library = _load_library(_resolve(self.library_path))
         self.schemas.tools.setdefault(RECALL_TOOL, RECALL_SCHEMA)
@@ -95,6 +99,22 @@ class WAAC(ContextPolicy):
         self._event_at: dict[int, str] = {}  # message index -> the tool event read from it
         self._prov: tuple[list[Message], list[Provenance]] = ([], [])  # the previous view and its provenance
         self.last: tuple[Requirements | None, dict[str, Level], Projection | None] = (None, {}, None)
+
+    def _check_settings(self) -> None:
+        """One line naming a bad setting, before the run starts: `policy.threshold=abc` had every episode end in a
+        TypeError inside its first step, and `threshold=7` or `use_library=maybe` ran as if meaningful."""
+        for key in ("use_library", "use_online", "incremental", "log_fields", "exact_when_longer"):
+            switch(f"policy.{key}", getattr(self, key))
+        t = self.threshold
+        if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t <= 1:
+            raise InputError(f"policy.threshold={t!r} is not a cosine similarity in [0, 1] (§3.3.2; default 0.9)")
+        reduced = [self.reduced] if isinstance(self.reduced, str) else list(self.reduced)
+        bad = [x for x in reduced if x not in REDUCED_LEVELS]
+        if bad:
+            raise InputError(f"policy.reduced: {bad[0]!r} is not a reduced level (valid: a list of "
+                             f"{', '.join(REDUCED_LEVELS)})")
+        if self.library_path is not None and not isinstance(self.library_path, str | Path):
+            raise InputError(f"policy.library_path={self.library_path!r} is not a path")
 
     # ---- the recall tool (offered only when pointers can be shown) -----------------------------------
     def record(self) -> dict[str, Any]:
