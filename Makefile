@@ -157,18 +157,18 @@ plots: $(STAMP) ## Regenerate the figures from results/ (PNG and PDF in results/
 
 view: $(STAMP) ## Trajectory viewer: RUN=<run|sweep|results folder> [SERVE=1] writes a self-contained HTML report
 	@test -n "$(RUN)" || { echo "usage: make view RUN=<run, sweep or results folder> [SERVE=1] [ARGS='--out FILE']"; exit 2; }
-	$(PY) -m harness.report.view $(RUN) $(if $(SERVE),--serve) $(ARGS)
+	$(PY) -m harness.report.view "$(RUN)" $(if $(SERVE),--serve) $(ARGS)
 
 # "What if the policy had kept it?" (harness/branch.py): steps before STEP replayed from the transcript (no model
 # call), then the episode continues with the change; the branch goes to RUN/branches/.
 branch: $(STAMP) $(call METHODS_DEPS,) ## Re-run an episode from STEP with a change: RUN=<run> EPISODE=<task>__run<r> STEP=<k> ARGS='policy=<name>' (or 'restore=<history indices>')
 	@test -n "$(RUN)" -a -n "$(EPISODE)" -a -n "$(STEP)" || { echo "usage: make branch RUN=<run folder> \
 	EPISODE=<task>__run<r> STEP=<k> ARGS='policy=<name>' (or ARGS='restore=<history indices>')"; exit 2; }
-	$(PY) -m harness.branch $(RUN) $(EPISODE) $(STEP) $(ARGS)
+	$(PY) -m harness.branch "$(RUN)" "$(EPISODE)" "$(STEP)" $(ARGS)
 
 attribute: $(STAMP) ## Branch every failed episode of RUN where its failure shows, with what the policy dropped restored (RUN/attribution.md)
 	@test -n "$(RUN)" || { echo "usage: make attribute RUN=<run folder> [ARGS='--out DIR']"; exit 2; }
-	$(PY) -m harness.branch --attribute $(RUN) $(ARGS)
+	$(PY) -m harness.branch --attribute "$(RUN)" $(ARGS)
 
 # The kernel talks to nbconvert over local sockets in a private temporary folder (IPC), not loopback TCP, which
 # ipykernel announces with a warning about eavesdropping on every run.

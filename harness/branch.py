@@ -146,7 +146,7 @@ class Change:
 
     @property
     def policy_changed(self) -> bool:
-        return any(o.split("=", 1)[0].split(".")[0] in GROUPS for o in self.overrides)
+        return any(o.split("=", 1)[0].removeprefix("+").split(".")[0] in GROUPS for o in self.overrides)
 
     def name(self) -> str:
         if self.label:
@@ -204,10 +204,29 @@ def changed_config(cfg: DictConfig, change: Change) -> DictConfig:
                 composed = compose("config", [f"{key}={value}"])
             new[key] = OmegaConf.to_container(composed[key], resolve=False)
         else:
-            merged = OmegaConf.merge(new, OmegaConf.from_dotlist([override]))
+            adding, key = key.startswith("+"), key.removeprefix("+")  # `+policy.x=v` adds a key, as in Hydra
+            _check_field(new, key, override, adding)
+            merged = OmegaConf.merge(new, OmegaConf.from_dotlist([f"{key}={value}"]))
             assert isinstance(merged, DictConfig)
             new = merged
     return new
+
+
+def _check_field(cfg: DictConfig, key: str, override: str, adding: bool) -> None:
+    """Only what the branch rebuilds from step k may change: the policy and the summarizer (and the restored
+    messages). `max_steps=3`, `model=sim_llmlike` or a typo (`polcy=full`) were merged into the branch's config.yaml
+    and ignored by its episode, which replayed the original; a field the block lacks is a typo too."""
+    head, _, rest = key.partition(".")
+    if head not in GROUPS or not rest:
+        raise BranchError(f"ARGS: {override}: a branch changes only the policy (policy=<name>, policy.<field>=...), "
+                          "the summarizer (summarizer=<name>, summarizer.<field>=...) or restores messages "
+                          "(restore=<indices>); the rest is the recorded run's")
+    parent, _, leaf = key.rpartition(".")
+    block = OmegaConf.select(cfg, parent, throw_on_missing=False)
+    if not adding and (not isinstance(block, DictConfig) or leaf not in block):
+        known = ", ".join(str(k) for k in block) if isinstance(block, DictConfig) else ""
+        raise BranchError(f"ARGS: {override}: the run's {parent} has no {leaf!r}"
+                          + (f" (its keys: {known}; +{key}=... adds one)" if known else ""))
 
 
 # --- the wrapped parts -------------------------------------------------------------------------------------------
@@ -434,6 +453,7 @@ class Branch:
     original_completed: bool
     divergences: int
     row: dict[str, Any]
+    replaced: bool = False  # a branch of the same episode, step and change was there: its files were rewritten
 
 
 def branch(run_dir: Path, episode: str, k: int, change: Change) -> Branch:
@@ -491,12 +511,14 @@ def branch(run_dir: Path, episode: str, k: int, change: Change) -> Branch:
     meta = {**{k_: v for k_, v in rec.start.items() if k_ not in ("type", "format_version")},
             **describe(new_cfg, model), **method_columns(cast(ContextPolicy, first.later), model),
             "branched_from": json.dumps(origin, sort_keys=True)}
+    replaced = (folder / "config.yaml").exists()
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(OmegaConf.to_yaml(new_cfg, resolve=True))
     write_transcript(transcript_path(folder, task.task_id, run), meta, result)
     episodes, _ = build_tables(folder)
     row = episodes.iloc[0].to_dict()
-    return Branch(folder, bool(result.score.completed), bool(rec.end.get("completed")), len(replay.divergences), row)
+    return Branch(folder, bool(result.score.completed), bool(rec.end.get("completed")), len(replay.divergences), row,
+                  replaced)
 
 
 # --- attribution ---------------------------------------------------------------------------------------------------
@@ -635,6 +657,11 @@ def main(argv: list[str] | None = None) -> int:
                                                                              else "failed")
     print(f"Branch of {ns.episode} from step {ns.step}: the original {before}, the branch {after} "
           f"({made.row.get('n_steps')} steps, termination {made.row.get('termination')}); wrote {made.folder}")
+    if made.replaced:  # said: a real model's branch differs from run to run, and its own branches were of the last
+        nested = made.folder / "branches"
+        print("Note: this replaced the branch of the same name there (give label=<name> to keep both)"
+              + (f"; the branches made from it before ({nested}) came from the one replaced" if nested.is_dir()
+                 else ""))
     return 0
 
 

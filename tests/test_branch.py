@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
-from _support import CONFIG_DIR
+from _support import CONFIG_DIR, ROOT
 from hydra import compose, initialize_config_dir
 from test_viewer import Viewer, chromium, shots  # noqa: F401  (the viewer's browser fixtures)
 
@@ -76,6 +78,25 @@ def test_a_branch_replays_the_steps_before_k_exactly_and_changes_what_follows(c3
     episodes = pd.read_parquet(made.folder / "episodes.parquet")
     assert json.loads(episodes.branched_from[0])["step"] == k
     assert (made.folder / "steps.parquet").is_file() and (made.folder / "config.yaml").is_file()
+
+
+def test_a_policy_field_changes_the_branch_and_an_added_key_needs_its_plus(c3: Path) -> None:
+    k = 9
+    made = branch.branch(c3, EPISODE, k, branch.parse(["policy.n=1"]))  # C3 keeps 5 pairs; this branch 1
+    original, mine = (_steps(folder / "transcripts" / f"{EPISODE}.jsonl") for folder in (c3, made.folder))
+    assert mine[:k] == original[:k] and mine[k]["n_view_messages"] < original[k]["n_view_messages"]
+    with pytest.raises(branch.BranchError, match="has no 'extra'"):
+        branch.changed_config(branch.run_config(c3), branch.parse(["policy.extra=1"]))
+    added = branch.changed_config(branch.run_config(c3), branch.parse(["+policy.extra=1"]))
+    assert added.policy.extra == 1 and branch.parse(["+policy.extra=1"]).policy_changed
+
+
+def test_the_same_branch_made_again_says_it_replaced_the_first(c3: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = [str(c3), EPISODE, "4", "policy=full", "label=twice"]
+    assert branch.main(args) == 0 and "replaced" not in capsys.readouterr().out
+    assert branch.main(args) == 0
+    assert "Note: this replaced the branch of the same name there (give label=<name> to keep both)" in \
+        capsys.readouterr().out
 
 
 def test_restore_puts_the_dropped_messages_back_under_the_same_policy(c3: Path) -> None:
@@ -198,11 +219,28 @@ def test_the_failure_step_prefers_an_event_naming_a_wrong_line() -> None:
     ([EPISODE, "1", "restore=a,b"], "restore='a,b': expected history indices"),
     ([EPISODE, "1", "restore=99999"], "ARGS: restore=99999: at step 1 the history holds messages 0.."),  # wrote a no-op
     ([EPISODE, "1", "policy=nosuch"], "ARGS: policy=nosuch: no configs/policy/nosuch.yaml"),
+    # what the branch does not rebuild was written into its config.yaml and ignored by its episode (and a later
+    # branch of it met `model: sim_llmlike` as a string: a traceback)
+    ([EPISODE, "1", "max_steps=3"], "ARGS: max_steps=3: a branch changes only the policy"),
+    ([EPISODE, "1", "model=sim_llmlike"], "ARGS: model=sim_llmlike: a branch changes only the policy"),
+    ([EPISODE, "1", "polcy=full"], "ARGS: polcy=full: a branch changes only the policy"),
+    ([EPISODE, "1", "policy.nn=3"], "ARGS: policy.nn=3: the run's policy has no 'nn' (its keys: _target_, n,"),
 ])
 def test_bad_input_is_one_line(c3: Path, argv: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert branch.main([str(c3), *argv]) == 2
     err = capsys.readouterr().err
     assert says in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("target", ["view", "branch", "attribute"])
+def test_make_passes_a_run_path_with_a_space_whole(tmp_path: Path, target: str) -> None:
+    """RUN="/tmp/my run" was split by the shell: `error: /tmp/my: not a directory`."""
+    spaced = tmp_path / "my run"
+    spaced.mkdir()
+    proc = subprocess.run(["make", "-s", "-o", ".venv/.installed-stamp", target, f"PY={sys.executable}",
+                           f"RUN={spaced}", "EPISODE=hotel-001__run0", "STEP=1", "ARGS=policy=full"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and str(spaced) in proc.stderr, proc.stderr[-1000:]
 
 
 def test_attribute_on_a_folder_that_is_not_a_run_is_one_line_and_creates_nothing(
