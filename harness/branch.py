@@ -58,7 +58,7 @@ from harness.errors import InputError
 from harness.policies.base import ContextPolicy, RenderContext, View
 from harness.policies.budget import budget_tokens
 from harness.records import State, build_tables, check_transcript, steps_of, transcript_path, write_transcript
-from harness.report import output, sim_failures
+from harness.report import cli, output, sim_failures
 from harness.tokens import TokenCounter
 from harness.types import Completion, Message, Provenance, Task, ToolCall, ToolSpec, Usage
 
@@ -666,4 +666,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))  # (Ctrl-C: one line)

@@ -38,6 +38,8 @@ from harness.build import build_domain, build_model, build_policy, build_user, e
 from harness.envs.base import Domain, EpisodeContext
 from harness.episode import run_episode
 from harness.errors import InputError, refuse
+from harness.io import atomic_write
+from harness.report import cli
 from harness.run import CONFIG_DIR
 from harness.tokens import TokenCounter
 from harness.types import Task
@@ -63,6 +65,10 @@ def compose_split(env: str, overrides: list[str]) -> tuple[DictConfig, DictConfi
     envs = sorted(p.stem for p in (Path(CONFIG_DIR) / "env").glob("*.yaml"))
     if env not in envs:  # Hydra's own error for an unknown group option is a traceback from deep in compose
         raise InputError(f"--env {env} is not an env config; valid: {', '.join(envs)}")
+    switched = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") in ("policy", "experiment")]
+    if switched:  # (Hydra said only "Could not override 'policy.use_library'")
+        raise InputError(f"{switched[0]}: the library is WAAC's, built by running the WAAC policy on the dev split; "
+                         "set its fields instead (policy.<field>=...)")
     with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
         evaluation = compose("config", ["experiment=waac", f"env={env}", *overrides])
         dev = dev_block(evaluation)
@@ -135,6 +141,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=None, help="default: the env config's waac.library_path")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv if argv is not None else sys.argv[1:])
+    if args.out and Path(args.out).is_dir():  # found before the build, not after it (IsADirectoryError)
+        refuse(f"error: --out {args.out} is a folder; give the library file's path "
+               f"(e.g. {Path(args.out) / 'library.json'})")
     try:
         evaluation, development = compose_split(args.env, args.overrides)
         library = build(development, evaluation_domain(evaluation))
@@ -147,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     text = library.text()
     same = _same_but_the_date(text, Path(out))
     if not same:
-        Path(out).write_text(text)
+        atomic_write(Path(out), text)  # an interrupted build keeps the library that was there
     m = library.meta
     print(f"history library: {m['records']} canonical fragments from {m['verified_episodes']}/{m['episodes']} "
           f"verified dev episodes ({m['model']}{', simulated' if m['simulated'] else ''}) -> {out}"
@@ -168,4 +177,4 @@ def _same_but_the_date(text: str, out: Path) -> bool:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli.run(main))  # (Ctrl-C: one line)

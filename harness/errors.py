@@ -6,6 +6,7 @@ import sys
 from typing import NoReturn
 
 EXIT_INPUT = 2  # bad input, said in one line (as argparse exits on a bad option)
+EXIT_INTERRUPTED = 130  # stopped by a signal (Ctrl-C), as a shell reports a process SIGINT ended (128 + 2)
 
 
 class InputError(ValueError):

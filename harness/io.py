@@ -38,18 +38,25 @@ def temp_beside(path: Path) -> tuple[int, str]:
     return fd, tmp
 
 
-def atomic_write(path: Path, text: str | Iterable[str]) -> None:
-    """Write `text` (or its pieces, each written as it comes: a large file need not be held whole) to a temp file
-    beside `path`, then rename it over `path`. On any failure (a full disk: ENOSPC from write, fsync or close; an
-    exception from the pieces' producer) the temp file is removed and the error raised: nothing half-written is left."""
+def atomic_write(path: Path, text: str | bytes | Iterable[str]) -> None:
+    """Write `text` (or its pieces, each written as it comes: a large file need not be held whole; or bytes, e.g. a
+    figure) to a temp file beside `path`, then rename it over `path`. On any failure (a full disk: ENOSPC from write,
+    fsync or close; an exception from the pieces' producer; Ctrl-C) the temp file is removed and the error raised:
+    nothing half-written is left."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = temp_beside(path)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for piece in [text] if isinstance(text, str) else text:
-                f.write(piece)
-            f.flush()
-            os.fsync(f.fileno())
+        if isinstance(text, bytes):
+            with os.fdopen(fd, "wb") as b:
+                b.write(text)
+                b.flush()
+                os.fsync(b.fileno())
+        else:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                for piece in [text] if isinstance(text, str) else text:
+                    f.write(piece)
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

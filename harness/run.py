@@ -53,7 +53,7 @@ from harness.build import (
 from harness.config import register
 from harness.envs.base import Domain, EpisodeContext
 from harness.episode import EpisodeResult, run_episode
-from harness.errors import EXIT_INPUT, InputError
+from harness.errors import EXIT_INPUT, EXIT_INTERRUPTED, InputError
 from harness.executors import execute, plan
 from harness.policies.budget import budget_tokens
 from harness.pricing import settings as pricing_settings
@@ -79,7 +79,7 @@ CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 register()
 
 log = logging.getLogger("harness.run")
-EXIT_INTERRUPTED, EXIT_COST_CAP = 130, 3
+EXIT_COST_CAP = 3
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # a full disk (or quota): recorded as an episode's infra_error, never a crash
 
 

@@ -401,6 +401,30 @@ def test_an_output_folder_that_cannot_be_written_is_one_line(command: str,
     assert err[-1].startswith("error: /sys/harness-outputs: cannot write the outputs there (") and "--out" in err[-1]
 
 
+@pytest.mark.parametrize("command", ["tables", "plots"])
+def test_ctrl_c_leaves_every_output_whole_and_says_so_in_one_line(
+        command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C in `make plots` left a 124-byte PNG no viewer could open, and a KeyboardInterrupt traceback; in
+    `make tables` a half-written table could be left the same way."""
+    out = tmp_path / "out"
+    main = tables.main if command == "tables" else plots.main
+    assert cli.run(main, ["--results", str(FIXTURE), "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real = output.atomic_write
+
+    def interrupted(path: Path, text: object) -> None:  # Ctrl-C while the first file is being written
+        def pieces() -> object:
+            yield (text.decode("latin-1") if isinstance(text, bytes) else str(text))[:100]
+            raise KeyboardInterrupt
+        real(path, pieces())  # type: ignore[arg-type]
+
+    monkeypatch.setattr(output, "atomic_write", interrupted)
+    assert cli.run(main, ["--results", str(FIXTURE), "--out", str(out)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("Stopped (interrupted): every file written so far is whole") and "Traceback" not in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing half-written, no temp file left
+
+
 def test_a_table_of_simulated_and_real_runs_says_both(expense: pd.DataFrame) -> None:
     """A real run pinned beside simulated ones was captioned "SIMULATED (model=sim)" alone."""
     mixed = expense.assign(simulated=expense.experiment != "c4",

@@ -176,7 +176,11 @@ def test_the_committed_library_comes_from_the_dev_split_disjoint_from_evaluation
 
 
 @pytest.mark.parametrize(("args", "says"), [(["--env", "expnese"], "valid: expense, odysseys, pinchbench"),
-                                            (["--env", "expense", "n_taks=3"], "n_taks")])
+                                            (["--env", "expense", "n_taks=3"], "n_taks"),
+                                            # Hydra said "Could not override 'policy.use_library'"
+                                            (["--env", "expense", "policy=full"], "the library is WAAC's"),
+                                            # the whole library was built, then IsADirectoryError
+                                            (["--env", "expense", "--out", "/tmp"], "--out /tmp is a folder")])
 def test_make_library_with_a_bad_env_or_override_is_one_line(args: list[str], says: str,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """`make library ENV=<typo>` used to end in Hydra's traceback; now one line naming the valid envs or the key,

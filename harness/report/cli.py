@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.errors import EXIT_INPUT, InputError
+from harness.errors import EXIT_INPUT, EXIT_INTERRUPTED, InputError
 from harness.report import reader
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,6 +93,10 @@ def run(main: Callable[[list[str] | None], Any], argv: list[str] | None = None) 
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INPUT
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; each output is replaced only once whole
+        print("\nStopped (interrupted): every file written so far is whole and the others are as they were; rerun "
+              "the same command to write them all", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except OSError as exc:  # the outputs' folder is not writable (reading a damaged file is skipped where read)
         if exc.errno not in UNWRITABLE:
             raise

@@ -10,6 +10,7 @@ in a LaTeX caption, under a figure's axes.
 
 from __future__ import annotations
 
+import io
 import re
 import sys
 import unicodedata
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from harness.io import atomic_write
 from harness.report import sim_failures
 
 if TYPE_CHECKING:
@@ -34,9 +36,10 @@ def write(table: pd.DataFrame, out: Path, name: str, caption: str, notes: Iterab
     console(name, notes)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.md", out / f"{name}.csv", out / f"{name}.tex"]
-    paths[0].write_text(f"**{caption}**\n\n" + "".join(f"{n}\n\n" for n in notes) + f"{_markdown(table)}\n")
-    _with_warning_rows(_flat_columns(table), notes).to_csv(paths[1])
-    paths[2].write_text(latex(table, " ".join([caption, *notes]), f"tab:{name}"))
+    # each file replaced only once whole (harness.io): a Ctrl-C left half a table, or a PNG no viewer could open
+    atomic_write(paths[0], f"**{caption}**\n\n" + "".join(f"{n}\n\n" for n in notes) + f"{_markdown(table)}\n")
+    atomic_write(paths[1], str(_with_warning_rows(_flat_columns(table), notes).to_csv()))
+    atomic_write(paths[2], latex(table, " ".join([caption, *notes]), f"tab:{name}"))
     return paths
 
 
@@ -254,6 +257,8 @@ def save_figure(fig: matplotlib.figure.Figure, out: Path, name: str, notes: list
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}.png", out / f"{name}.pdf"]
     for path in paths:
-        fig.savefig(path, bbox_inches="tight", dpi=130)
+        drawn = io.BytesIO()
+        fig.savefig(drawn, format=path.suffix[1:], bbox_inches="tight", dpi=130)
+        atomic_write(path, drawn.getvalue())
     plt.close(fig)
     return paths

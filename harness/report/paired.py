@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from harness import methods
+from harness.io import atomic_write
 from harness.pricing import priced_on
 from harness.report.names import key, short
 from harness.report.pinchbench_tables import EXPENSE, PINCHBENCH, Table, chosen_runs, kinds_of, select_kind
@@ -398,7 +399,7 @@ def write_tasks(written: Written, out: Path) -> Path:
     path = out / f"{written.table.name}_tasks.csv"
     columns = ["comparison", "first", "second", "metric", "task_id", "runs", "first_mean", "second_mean",
                "difference"]
-    written.tasks.reindex(columns=columns).to_csv(path, index=False)
+    atomic_write(path, str(written.tasks.reindex(columns=columns).to_csv(index=False)))
     return path
 
 

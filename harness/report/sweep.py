@@ -10,6 +10,7 @@ import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from harness.io import atomic_write
 from harness.records import write_parquet
 from harness.report.console import summary_table
 from harness.report.names import display
@@ -40,8 +41,8 @@ def merge(sweep_dir: Path) -> pd.DataFrame:
     labelled = merged.assign(experiment=_varying(merged.job_overrides))
     table = summary_table(labelled).T.sort_index()
     warning = f"WARNING: jobs not complete: {', '.join(incomplete)}\n" if incomplete else ""
-    (sweep_dir / "merged_table.txt").write_text(f"{label(merged)}; mean ± 95% CI over runs\n{warning}"
-                                                f"{table.to_string()}\n")
+    atomic_write(sweep_dir / "merged_table.txt", f"{label(merged)}; mean ± 95% CI over runs\n{warning}"
+                                                 f"{table.to_string()}\n")
     return merged
 
 

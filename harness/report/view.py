@@ -303,4 +303,4 @@ def _write_and_serve(args: Any) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli.run(main))
