@@ -136,7 +136,7 @@ run: $(STAMP) bytecode $(call METHODS_DEPS,$(CONFIG)) $(PINCH_DEPS) $(ODYSSEYS_D
 ENV ?= expense
 LIBRARY_DEPS := $(if $(filter pinchbench%,$(ENV)),sandbox-deps) $(if $(filter odysseys,$(ENV)),$(BROWSER_STAMP) browser-deps)
 library: $(STAMP) bytecode $(METHODS_STAMP) $(LIBRARY_DEPS) ## Rebuild WAAC's history library: ENV=expense|pinchbench|pinchbench_workflow|odysseys (ARGS='model=openai ...')
-	$(PY) -m harness.build_library --env $(ENV) $(ARGS)
+	$(PY) -m harness.entry harness.build_library --env $(ENV) $(ARGS)
 
 # Every sweep but n_w (C4 only) and sim_sensitivity (C2/C3/C4) runs WAAC or the comparison methods;
 # ARGS='hydra/launcher=ray' adds the Ray launcher.
@@ -147,28 +147,28 @@ sweep: $(STAMP) bytecode $(SWEEP_DEPS) ## Hydra multirun: SWEEP=budget|n_w|ablat
 	$(PY) -m harness.sweep $(SWEEP) $(OVERRIDES) $(ARGS)
 
 runs: $(STAMP) ## List every run folder under results/: status, episodes done/expected, model, git revision
-	$(PY) -m harness.report.runs $(ARGS)
+	$(PY) -m harness.entry harness.report.runs $(ARGS)
 
 tables: $(STAMP) ## Regenerate the papers' tables from the newest complete runs of the shared size (ARGS='--run c3=DIR' pins one)
-	$(PY) -m harness.report.tables $(ARGS)
+	$(PY) -m harness.entry harness.report.tables $(ARGS)
 
 plots: $(STAMP) ## Regenerate the figures from results/ (PNG and PDF in results/figures/)
-	$(PY) -m harness.report.plots $(ARGS)
+	$(PY) -m harness.entry harness.report.plots $(ARGS)
 
 view: $(STAMP) ## Trajectory viewer: RUN=<run|sweep|results folder> [SERVE=1] writes a self-contained HTML report
 	@test -n "$(RUN)" || { echo "usage: make view RUN=<run, sweep or results folder> [SERVE=1] [ARGS='--out FILE']"; exit 2; }
-	$(PY) -m harness.report.view "$(RUN)" $(if $(SERVE),--serve) $(ARGS)
+	$(PY) -m harness.entry harness.report.view "$(RUN)" $(if $(SERVE),--serve) $(ARGS)
 
 # "What if the policy had kept it?" (harness/branch.py): steps before STEP replayed from the transcript (no model
 # call), then the episode continues with the change; the branch goes to RUN/branches/.
 branch: $(STAMP) $(call METHODS_DEPS,) ## Re-run an episode from STEP with a change: RUN=<run> EPISODE=<task>__run<r> STEP=<k> ARGS='policy=<name>' (or 'restore=<history indices>')
 	@test -n "$(RUN)" -a -n "$(EPISODE)" -a -n "$(STEP)" || { echo "usage: make branch RUN=<run folder> \
 	EPISODE=<task>__run<r> STEP=<k> ARGS='policy=<name>' (or ARGS='restore=<history indices>')"; exit 2; }
-	$(PY) -m harness.branch "$(RUN)" "$(EPISODE)" "$(STEP)" $(ARGS)
+	$(PY) -m harness.entry harness.branch "$(RUN)" "$(EPISODE)" "$(STEP)" $(ARGS)
 
 attribute: $(STAMP) ## Branch every failed episode of RUN where its failure shows, with what the policy dropped restored (RUN/attribution.md)
 	@test -n "$(RUN)" || { echo "usage: make attribute RUN=<run folder> [ARGS='--out DIR']"; exit 2; }
-	$(PY) -m harness.branch --attribute "$(RUN)" $(ARGS)
+	$(PY) -m harness.entry harness.branch --attribute "$(RUN)" $(ARGS)
 
 # The kernel talks to nbconvert over local sockets in a private temporary folder (IPC), not loopback TCP, which
 # ipykernel announces with a warning about eavesdropping on every run.

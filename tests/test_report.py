@@ -8,7 +8,10 @@ Expected values are worked out by hand from tests/fixtures/make_results.py: c2 c
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -21,6 +24,7 @@ from harness.report import budget, cli, expense_tables, output, plots, reader, r
 from harness.report.sweep import merge
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "results"
+ROOT = FIXTURE.parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -460,3 +464,19 @@ def test_a_results_folder_that_is_not_there_is_one_line(command: str, tmp_path: 
     assert cli.run(main, ["--results", str(tmp_path / "nope")]) == cli.EXIT_INPUT
     assert capsys.readouterr().err.strip() == f"error: --results {tmp_path / 'nope'}: no such folder (give the " \
         "folder that holds the run folders, e.g. results/)"
+
+
+def test_ctrl_c_while_a_report_command_imports_is_one_line(tmp_path: Path) -> None:
+    """The report commands import pandas and matplotlib before their own Ctrl-C handling: a Ctrl-C in that second
+    was a KeyboardInterrupt traceback. The Makefile starts them through harness.entry."""
+    (tmp_path / "slow_to_import.py").write_text("raise KeyboardInterrupt  # as if Ctrl-C came during an import\n")
+    proc = subprocess.run([sys.executable, "-m", "harness.entry", "slow_to_import", "--out", "x"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"})
+    assert proc.returncode == 130 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == ("Stopped (interrupted) while slow_to_import was starting, before it wrote "
+                                   "anything; rerun the same command")
+    (tmp_path / "says_args.py").write_text("import sys\nprint(sys.argv)\n")  # and the module gets its arguments
+    proc = subprocess.run([sys.executable, "-m", "harness.entry", "says_args", "--out", "x"], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert proc.stdout.strip().endswith("'--out', 'x']"), proc.stderr
