@@ -456,6 +456,18 @@ def test_a_run_folder_named_with_a_byte_that_is_not_utf8_is_listed_and_used(
     assert not [m for m in caplog.messages if "unreadable" in m], caplog.messages
 
 
+def test_make_runs_leaves_branch_folders_out_and_counts_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each `make branch` / `make attribute` folder was listed as a run of status unknown, ?/? episodes."""
+    root = tmp_path / "results"
+    shutil.copytree(FIXTURE, root)
+    (c4,) = [p for p in (root / "c4").iterdir() if p.is_dir()]
+    for name in ("hotel-001__run0__s3__policy-full", "hotel-002__run0__s5__restore2-abcdef"):
+        shutil.copy(c4 / "episodes.parquet", (c4 / "branches" / name).mkdir(parents=True) or c4 / "branches" / name)
+    listed = runs.main(["--results", str(root)])
+    assert not any("branches" in p for p in listed.path) and "unknown" not in set(listed.status)
+    assert "Not listed: 2 branch folders (make branch / make attribute, in <run>/branches/" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("command", ["tables", "plots", "runs"])
 def test_a_results_folder_that_is_not_there_is_one_line(command: str, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:

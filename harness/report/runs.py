@@ -36,7 +36,16 @@ import pandas as pd
 
 from harness import manifest as manifests
 from harness.report import cli
-from harness.report.reader import EPISODES, RUN_FILES, peek, problem, read_frame, read_manifest, warn_skip
+from harness.report.reader import (
+    EPISODES,
+    RUN_FILES,
+    is_run_folder,
+    peek,
+    problem,
+    read_frame,
+    read_manifest,
+    warn_skip,
+)
 from harness.text import printable
 
 ROOT = cli.ROOT
@@ -244,9 +253,16 @@ def listing(runs: list[Run], results: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def is_branch(run: Run) -> bool:
+    """A folder `make branch` or `make attribute` wrote, <run>/branches/<name>/ (harness.branch): one re-run
+    episode, with no manifest; `make runs` listed each as a run of status unknown."""
+    return run.path.parent.name == "branches" and is_run_folder(run.path.parent.parent)
+
+
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     args = cli.parser(__doc__, out=False, pins=False).parse_args(argv)
-    runs = discover(args.results)
+    found = discover(args.results)
+    runs = [run for run in found if not is_branch(run)]
     table = listing(runs, args.results)
     if table.empty:
         print(f"no run folders under {args.results}")
@@ -263,6 +279,10 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
               "tables read their newest sweep); model=sim_llmlike runs only in the sim_failures tables. Pin another "
               "with `make tables ARGS='--run c3=results/c3/<stamp>'`. Episodes: done/expected at the run's size, "
               "+N: more from an earlier, larger size of the folder.")
+    if len(found) > len(runs):
+        n = len(found) - len(runs)
+        print(f"Not listed: {n} branch folder{'' if n == 1 else 's'} (make branch / make attribute, in "
+              "<run>/branches/; `make view RUN=<run>` shows a run's branches beside its episodes).")
     return table
 
 
