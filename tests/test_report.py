@@ -456,7 +456,8 @@ def test_a_run_folder_named_with_a_byte_that_is_not_utf8_is_listed_and_used(
     assert not [m for m in caplog.messages if "unreadable" in m], caplog.messages
 
 
-def test_make_runs_leaves_branch_folders_out_and_counts_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_make_runs_leaves_branch_folders_out_and_counts_them(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
     """Each `make branch` / `make attribute` folder was listed as a run of status unknown, ?/? episodes."""
     root = tmp_path / "results"
     shutil.copytree(FIXTURE, root)
