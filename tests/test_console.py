@@ -56,8 +56,20 @@ def test_a_partial_run_is_marked_above_its_table() -> None:
     with nothing saying it was partial."""
     partial = {"status": "partial", "episodes": {"done": 4}, "expected_episodes": 6}
     text = render(episodes(n_runs=2, n_tasks=3), record=partial)
-    assert "** PARTIAL RUN: 4 of 6 episodes; the figures below cover only those (resume it to finish) **" in text
+    assert "** PARTIAL RUN: 4 of 6 episodes; the figures below cover only those" in text
     assert "RUN:" not in render(episodes(n_runs=2, n_tasks=3), record={**partial, "status": "complete"})
+
+
+def test_per_run_sums_of_runs_of_different_sizes_are_shown_without_a_ci() -> None:
+    """A stopped run (50 tasks in run 0, 15 in run 1) showed `Agent input tokens 7,827,316 ± 57,742,490`: the
+    spread of two sums of different sizes, not of chance. Means (completion) keep theirs."""
+    uneven = episodes(n_runs=2, n_tasks=3)
+    uneven = uneven[(uneven.run == 0) | (uneven.task_id == "t0")].assign(input_tokens=[100, 200, 300, 50])
+    table = summary_table(uneven)["c3"]
+    assert table["Agent input tokens"] == "325" and table["Model time (h; modeled for sim)"] == "0.00"
+    assert table["Tasks completed (%)"] == "100.0 ± 0.0"  # a mean over its tasks: still a CI
+    even = summary_table(episodes(n_runs=2, n_tasks=3))["c3"]
+    assert even["Agent input tokens"] == "300 ± 0"  # runs alike: the CI as always
 
 
 def config(out_dir: Path) -> DictConfig:

@@ -3,6 +3,7 @@ closing lines on the judge: a run whose judge could not grade says so last and e
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,8 +81,12 @@ def summary_table(episodes: pd.DataFrame) -> pd.DataFrame:
     runs = per_run(episodes)
     table = {}
     for exp, group in runs.groupby("experiment"):
-        table[exp] = {label: fmt(*mean_ci(list(group[col])), digits=digits, scale=scale)
-                      for label, col, _, digits, scale in rows(episodes)}
+        # Runs of different sizes (a stopped run: 50 tasks in one, 15 in the next): their per-run sums differ by
+        # size, not chance, so a CI over them is meaningless (7.8M ± 57.7M tokens); the mean is shown alone.
+        uneven = group.episodes.nunique() > 1
+        table[exp] = {label: fmt(mean_ci(list(group[col]))[0], math.nan, digits=digits, scale=scale)
+                      if uneven and how == "sum" else fmt(*mean_ci(list(group[col])), digits=digits, scale=scale)
+                      for label, col, how, digits, scale in rows(episodes)}
         table[exp].update({label: f"{int(group[col].sum()):,}" for label, col in counts(episodes)})
         table[exp]["Runs x tasks"] = f"{len(group)} x {episodes[episodes.experiment == exp].task_id.nunique()}"
     return pd.DataFrame(table)
@@ -122,8 +127,8 @@ def _partial(record: dict[str, Any] | None) -> list[str]:
     if status in (None, "complete"):
         return []
     done, expected = record.get("episodes", {}).get("done", "?"), record.get("expected_episodes", "?")
-    return [f"** {str(status).upper()} RUN: {done} of {expected} episodes; the figures below cover only those "
-            "(resume it to finish) **"]
+    return [f"** {str(status).upper()} RUN: {done} of {expected} episodes; the figures below cover only those, and "
+            "a per-run sum of runs of different sizes is shown without its CI (resume it to finish) **"]
 
 
 # ---- the judge's closing lines ----------------------------------------------------------------------------------
