@@ -469,6 +469,20 @@ def test_make_runs_leaves_branch_folders_out_and_counts_them(tmp_path: Path,
     assert "Not listed: 2 branch folders (make branch / make attribute, in <run>/branches/" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(("command", "stale"), [("tables", "old_table.md"), ("plots", "old_figure.png")])
+def test_outputs_not_made_this_time_are_named_as_left_as_they_were(
+        command: str, stale: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A table or figure whose runs are gone stayed in results/tables from the last time without a word."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / stale).write_text("from an earlier make tables")
+    (out / "notes.txt").write_text("the user's own: not an output kind")
+    main = tables.main if command == "tables" else plots.main
+    assert cli.run(main, ["--results", str(FIXTURE), "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert f"NOTE: not made this time (no runs for them under {FIXTURE}), left as they were in {out}: {stale}" in said
+
+
 @pytest.mark.parametrize("command", ["tables", "plots", "runs"])
 def test_a_results_folder_that_is_not_there_is_one_line(command: str, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:

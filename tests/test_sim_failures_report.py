@@ -276,11 +276,15 @@ def test_sim_llmlike_runs_never_feed_the_default_tables(written: Path, results: 
     assert all(r.manifest and r.manifest["model"] == "sim" for r in default if not r.sweep_job)
 
 
-def test_a_pinned_sim_llmlike_run_feeds_only_its_own_table(results: Path, tmp_path: Path) -> None:
+def test_a_pinned_sim_llmlike_run_feeds_only_its_own_table(results: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
     pinned = results / "c3" / STAMP
     tables.main(["--results", str(results), "--out", str(tmp_path), "--run", f"c3={pinned}"])
     c1_c4 = pd.read_csv(tmp_path / "expense_c1_c4.csv", index_col=0, dtype=str)
     assert c1_c4.loc["Run", "C3 ours"] == "c3/2026-01-01_00-00-00"
+    # said, not done in silence: the pin seemed to change nothing
+    assert (f"NOTE: --run c3={pinned} is a model=sim_llmlike run: it feeds the sim_failures tables only; the other "
+            "tables use c3/2026-01-01_00-00-00") in capsys.readouterr().err
     assert sim_failures.split_pins({"c3": pinned, "c2": results / "c2" / "2026-01-01_00-00-00"})[1] == {"c3": pinned}
 
 

@@ -235,12 +235,20 @@ def label(episodes: pd.DataFrame) -> str:
     return said
 
 
-def announce(written: list[Path], results: Path) -> list[Path]:
+def announce(written: list[Path], results: Path, out: Path | None = None, kinds: tuple[str, ...] = ()) -> list[Path]:
+    """Says what was written, and which earlier outputs of these `kinds` (suffixes) in `out` were not made this time
+    and stand as they were: a table whose runs are gone was left from the last time without a word."""
     for path in written:
         print(f"wrote {path}")
     if not written:
         print(f"no complete runs found under {results}: run e.g. `make run CONFIG=c3` first "
               "(`make runs` lists every run folder and its status)")
+    made = {p.resolve() for p in written}
+    left = sorted(p.name for p in (out.iterdir() if out is not None and out.is_dir() else ())
+                  if p.suffix in kinds and p.resolve() not in made)
+    if left:
+        print(f"NOTE: not made this time (no runs for them under {results}), left as they were in {out}: "
+              f"{', '.join(left)}")
     return written
 
 

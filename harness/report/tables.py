@@ -208,12 +208,16 @@ def main(argv: list[str] | None = None) -> list[Path]:
     # once: a damaged run folder is warned about once; model=sim_llmlike runs feed only their own tables
     found, llmlike = sim_failures.split_runs(discover(args.results))
     chosen = select_kind(args.results, pins, EXPENSE_KIND, found)
+    for name, path in llmlike_pins.items():  # (routed in silence: the user's pin seemed to change nothing)
+        other = chosen.get(name)
+        print(f"NOTE: --run {name}={path} is a model=sim_llmlike run: it feeds the sim_failures tables only; the "
+              f"other tables use {where(other.path, args.results) if other else f'no {name} run'}", file=sys.stderr)
     written = _expense(args.results, chosen, out) + _waac(args.results, chosen, pins, out)
     written += _methods(args.results, chosen, pins, out) + _budget(args.results, out)
     written += _pinchbench(args.results, pins, out, found) + _waac_pinchbench(args.results, pins, out, found)
     written += _odysseys(args.results, pins, out, found) + _sim_failures(args.results, llmlike_pins, llmlike, out)
     written += _paired(args.results, pins, out, found) + cost.tables(args.results, pins, found, out)
-    return announce(written, args.results)
+    return announce(written, args.results, out, (".md", ".csv", ".tex"))
 
 
 if __name__ == "__main__":
