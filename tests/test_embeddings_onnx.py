@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -56,3 +57,17 @@ def test_an_export_that_differs_is_not_kept(tmp_path: Path, monkeypatch: pytest.
     out = tmp_path / "share" / "m.onnx"
     assert minilm_export.main(["--out", str(out)]) == (0 if kept else 1)
     assert out.is_file() == kept and not list(out.parent.glob("*.partial"))
+
+
+def test_onnxruntime_writes_no_telemetry_files(tmp_path: Path) -> None:
+    """onnxruntime 1.30 starts Microsoft's 1DS telemetry at import on Linux: a database under ~/.cache/Microsoft and
+    /tmp/mat-debug-<pid>.log, outside any run folder, in every process that embedded. Importing the harness sets
+    its opt-out (ORT_DISABLE_TELEMETRY=1) first; the child here gets no such variable from this process."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "ORT_DISABLE_TELEMETRY"} | {"HOME": str(home)}
+    code = "import os; from harness.waac.embeddings import LocalMiniLM; LocalMiniLM().embed(['a']); print(os.getpid())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True, env=env)
+    pid = out.stdout.split()[-1]
+    assert not list(home.rglob("*")), list(home.rglob("*"))
+    assert not Path(f"/tmp/mat-debug-{pid}.log").exists()
