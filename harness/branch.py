@@ -119,7 +119,16 @@ class Recorded:
         return [i for i in range(first, self.boundary(j)) if i not in shown]
 
 
+def runs_folder(run_dir: Path) -> Path:
+    """RUN, once it is known to be a run folder (it holds transcripts/); else one line saying so."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "transcripts").is_dir():
+        raise BranchError(f"RUN={run_dir}: not a run folder (no transcripts/)")
+    return run_dir
+
+
 def load(run_dir: Path, episode: str) -> Recorded:
+    run_dir = runs_folder(run_dir)  # (RUN=results/c3 said "no such transcript", naming a file under it)
     found = EPISODE.match(episode)
     if found is None:
         raise BranchError(f"EPISODE={episode!r}: expected <task_id>__run<r>, e.g. hotel-001__run0")
@@ -571,9 +580,7 @@ def _names_dropped(rec: Recorded, j: int, fact: str) -> bool:
 
 def attribute(run_dir: Path, out: Path | None = None) -> pd.DataFrame:
     """Branch every failed episode at its failure step with what the policy had dropped restored; the table."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "transcripts").is_dir():
-        raise InputError(f"{run_dir}: not a run folder (no transcripts/)")
+    run_dir = runs_folder(run_dir)
     rows = []
     for path in sorted((run_dir / "transcripts").glob("*__run*.jsonl")):
         state, records = check_transcript(path)
@@ -646,7 +653,9 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(summary(table)))
             print(f"Wrote {(ns.out or ns.run) / 'attribution'}.md/.csv/.tex")
             return 0
-        if ns.episode is None or ns.step is None or not str(ns.step).isdigit():
+        if ns.step is not None and ns.step != "" and not str(ns.step).isdigit():
+            raise BranchError(f"STEP={ns.step!r} is not a step number (0, 1, 2, ...: as the viewer numbers them)")
+        if not ns.episode or not ns.step:
             raise BranchError("usage: make branch RUN=<run folder> EPISODE=<task>__run<r> STEP=<k> "
                               "ARGS='policy=<name>' (or ARGS='restore=<history indices>')")
         made = branch(ns.run, ns.episode, int(ns.step), parse(ns.args))

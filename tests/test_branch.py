@@ -214,6 +214,8 @@ def test_the_failure_step_prefers_an_event_naming_a_wrong_line() -> None:
 @pytest.mark.parametrize(("argv", "says"), [
     (["EP", "1", "policy=full"], "EPISODE='EP': expected <task_id>__run<r>"),
     (["nosuch__run0", "1", "policy=full"], "no such transcript"),
+    ([EPISODE, "-1", "policy=full"], "STEP='-1' is not a step number"),  # (both printed the usage line alone)
+    ([EPISODE, "abc", "policy=full"], "STEP='abc' is not a step number"),
     ([EPISODE, "999", "policy=full"], "STEP=999: hotel-001__run0 has steps 0..59"),
     ([EPISODE, "1"], "ARGS: nothing changes"),
     ([EPISODE, "1", "restore=a,b"], "restore='a,b': expected history indices"),
@@ -248,6 +250,8 @@ def test_attribute_on_a_folder_that_is_not_a_run_is_one_line_and_creates_nothing
     assert branch.main(["--attribute", str(tmp_path / "nonexistent")]) == 2
     err = capsys.readouterr().err
     assert "nonexistent: not a run folder (no transcripts/)" in err and err.count("\n") == 1
+    assert branch.main([str(tmp_path), EPISODE, "1", "policy=full"]) == 2  # a folder holding runs, not a run
+    assert f"RUN={tmp_path}: not a run folder (no transcripts/)" in capsys.readouterr().err
     assert not (tmp_path / "nonexistent").exists()
 
 
