@@ -285,7 +285,7 @@ BENCH_DIR ?=
 check-bench: $(STAMP) ## Check a benchmark loads: BENCH=pinchbench BENCH_DIR=<clone> (workspaces, graders) | BENCH=odysseys
 	@case "$(BENCH)" in \
 	  odysseys) $(PY) -m harness.envs.odysseys.check $(BENCH_DIR) ;; \
-	  pinchbench) test -n "$(BENCH_DIR)" || { echo "usage: make check-bench BENCH=pinchbench BENCH_DIR=<a clone of pinchbench/skill>"; exit 2; }; \
+	  pinchbench) test -n "$(BENCH_DIR)" || { echo "usage: make check-bench BENCH=pinchbench BENCH_DIR=<a clone of pinchbench/skill> (or BENCH=odysseys: its task file is in benchmarks/)"; exit 2; }; \
 	    $(MAKE) --no-print-directory sandbox-deps && $(PY) -m harness.envs.pinchbench.check $(BENCH_DIR) ;; \
 	  *) echo "check-bench knows BENCH=pinchbench|odysseys"; exit 2 ;; \
 	esac
