@@ -176,7 +176,7 @@ NOTEBOOK_OUT ?= results/notebooks
 notebook: $(STAMP) ## Execute notebooks/reproduce.ipynb on the project's kernel (results/notebooks/reproduce.ipynb)
 	@sockets=$$(mktemp -d) && trap 'rm -rf "$$sockets"' EXIT && \
 	$(PY) -m jupyter nbconvert --to notebook --execute --KernelManager.transport=ipc --KernelManager.ip="$$sockets/kernel" \
-	  notebooks/reproduce.ipynb --output-dir $(NOTEBOOK_OUT)
+	  notebooks/reproduce.ipynb --output-dir "$(NOTEBOOK_OUT)"
 
 # The docs' result blocks (<!-- results:NAME --> in docs/expense.md) from the default C1-C4 runs under results/
 # (those missing are run first, ~2.5 min) and fresh 5 x 2 runs (harness.report.docs_results); ARGS='--check'

@@ -55,6 +55,7 @@ from harness.config import register
 from harness.envs.base import NEW_SESSION, EpisodeContext, UserModel
 from harness.episode import run_episode
 from harness.errors import InputError
+from harness.io import atomic_write
 from harness.policies.base import ContextPolicy, RenderContext, View
 from harness.policies.budget import budget_tokens
 from harness.records import State, build_tables, check_transcript, steps_of, transcript_path, write_transcript
@@ -235,7 +236,7 @@ def _check_field(cfg: DictConfig, key: str, override: str, adding: bool) -> None
     if not adding and (not isinstance(block, DictConfig) or leaf not in block):
         known = ", ".join(str(k) for k in block) if isinstance(block, DictConfig) else ""
         raise BranchError(f"ARGS: {override}: the run's {parent} has no {leaf!r}"
-                          + (f" (its keys: {known}; +{key}=... adds one)" if known else ""))
+                          + (f" (its keys: {known})" if known else ""))
 
 
 # --- the wrapped parts -------------------------------------------------------------------------------------------
@@ -520,10 +521,10 @@ def branch(run_dir: Path, episode: str, k: int, change: Change) -> Branch:
     meta = {**{k_: v for k_, v in rec.start.items() if k_ not in ("type", "format_version")},
             **describe(new_cfg, model), **method_columns(cast(ContextPolicy, first.later), model),
             "branched_from": json.dumps(origin, sort_keys=True)}
-    replaced = (folder / "config.yaml").exists()
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(OmegaConf.to_yaml(new_cfg, resolve=True))
-    write_transcript(transcript_path(folder, task.task_id, run), meta, result)
+    transcript = transcript_path(folder, task.task_id, run)
+    replaced = transcript.exists()
+    atomic_write(folder / "config.yaml", OmegaConf.to_yaml(new_cfg, resolve=True))  # (whole, as every output)
+    write_transcript(transcript, meta, result)
     episodes, _ = build_tables(folder)
     row = episodes.iloc[0].to_dict()
     return Branch(folder, bool(result.score.completed), bool(rec.end.get("completed")), len(replay.divergences), row,
@@ -675,4 +676,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(cli.run(main))  # (Ctrl-C: one line)
+    sys.exit(cli.run(main, unwritable="branches go in <RUN>/branches/: RUN must be writable"))  # (Ctrl-C too)

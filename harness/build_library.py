@@ -177,4 +177,4 @@ def _same_but_the_date(text: str, out: Path) -> bool:
 
 
 if __name__ == "__main__":
-    sys.exit(cli.run(main))  # (Ctrl-C: one line)
+    sys.exit(cli.run(main, unwritable="give --out a library file path you can write to"))  # (Ctrl-C too)

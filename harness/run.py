@@ -444,12 +444,26 @@ def _conclude(out_dir: Path, episodes: pd.DataFrame, session: Session, unfinishe
         raise SystemExit(EXIT_COST_CAP if reason.startswith("max_cost_usd") else EXIT_INTERRUPTED)
     crash = _crash(episodes, out_dir)
     if crash and (episodes.termination == "error").all():
-        raise SystemExit(f"error: every episode in {out_dir} crashed; {crash}")
-    if not episodes.empty and (episodes.termination == "infra_error").all():
+        _fail(f"error: every episode in {out_dir} crashed; {crash}")
+    elif not episodes.empty and (episodes.termination == "infra_error").all():
         reason = episodes.error.dropna().value_counts().index[0] if episodes.error.notna().any() else "unknown"
-        raise SystemExit(f"error: every episode in {out_dir} is an infrastructure failure; the endpoint's reason: "
-                         f"{reason.splitlines()[0]}")
+        _fail(f"error: every episode in {out_dir} is an infrastructure failure; the endpoint's reason: "
+              f"{reason.splitlines()[0]}")
     return episodes
+
+
+def _fail(message: str) -> None:
+    """A run in which no episode really ran exits 1 with `message`. A multirun's job says it and is recorded
+    instead, as _judge_exit does: its exit would end the sweep's other jobs; the sweep exits 1 at its end."""
+    if _in_multirun():
+        print(message, file=sys.stderr)
+        JOBS_FAILED.append(message)
+        return
+    raise SystemExit(message)
+
+
+def _in_multirun() -> bool:
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
@@ -477,6 +491,7 @@ def main(cfg: DictConfig) -> None:
 
 
 JUDGE_FAILED: list[str] = []  # a multirun's jobs whose judge did not grade: the command's exit status (judge_status)
+JOBS_FAILED: list[str] = []  # a multirun's jobs in which no episode really ran (_fail): the command exits 1
 
 
 def _print_judge(episodes: pd.DataFrame, out_dir: Path) -> None:
@@ -497,14 +512,19 @@ def _judge_exit(cfg: DictConfig, episodes: pd.DataFrame) -> None:
     outcome = judge_outcome(episodes)
     if outcome is None or not outcome.failed:
         return
-    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+    if _in_multirun():
         JUDGE_FAILED.append(str(cfg.out_dir))
         return
     raise SystemExit(EXIT_JUDGE)
 
 
 def judge_status() -> int:
-    """The exit status a multirun ends with: EXIT_JUDGE when a job's judge did not grade (each job said which)."""
+    """The exit status a multirun ends with: 1 when a job ran no episode for real (every one crashed or failed
+    for the infrastructure), else EXIT_JUDGE when a job's judge did not grade (each job said which)."""
+    if JOBS_FAILED:
+        print(f"\nFAILED: {len(JOBS_FAILED)} job(s) in which no episode ran for real (each said why above)",
+              file=sys.stderr)
+        return 1
     if JUDGE_FAILED:
         from harness.report.console import EXIT_JUDGE
 

@@ -242,7 +242,7 @@ def test_make_passes_a_run_path_with_a_space_whole(tmp_path: Path, target: str) 
     proc = subprocess.run(["make", "-s", "-o", ".venv/.installed-stamp", target, f"PY={sys.executable}",
                            f"RUN={spaced}", "EPISODE=hotel-001__run0", "STEP=1", "ARGS=policy=full"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and str(spaced) in proc.stderr, proc.stderr[-1000:]
+    assert proc.returncode == 2 and str(spaced) in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-1000:]
 
 
 def test_attribute_on_a_folder_that_is_not_a_run_is_one_line_and_creates_nothing(

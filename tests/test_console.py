@@ -180,3 +180,9 @@ def test_crashed_episodes_are_named_under_the_table_and_a_run_where_all_crashed_
     monkeypatch.setattr(LastN, "render", lambda self, history, ctx: (_ for _ in ()).throw(ValueError("always")))
     with pytest.raises(SystemExit, match=r"every episode in .* crashed; 3 with: ValueError: always"):
         runner.run(config(tmp_path / "all"))
+    # a sweep's job says it and goes on (its exit would end the other jobs); the sweep exits 1 at its end
+    monkeypatch.setattr(runner, "_in_multirun", lambda: True)
+    monkeypatch.setattr(runner, "JOBS_FAILED", [])
+    runner.run(config(tmp_path / "job"))
+    assert "crashed; 3 with: ValueError: always" in capsys.readouterr().err and len(runner.JOBS_FAILED) == 1
+    assert runner.judge_status() == 1

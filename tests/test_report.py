@@ -19,6 +19,7 @@ import pytest
 import yaml
 from fixtures.make_results import episodes, run_manifest, write_run
 
+from harness import io as harness_io
 from harness.errors import InputError
 from harness.report import budget, cli, expense_tables, output, plots, reader, runs, tables
 from harness.report.sweep import merge
@@ -414,16 +415,13 @@ def test_ctrl_c_leaves_every_output_whole_and_says_so_in_one_line(
     main = tables.main if command == "tables" else plots.main
     assert cli.run(main, ["--results", str(FIXTURE), "--out", str(out)]) == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    real = output.atomic_write
 
-    def interrupted(path: Path, text: object) -> None:  # Ctrl-C while the first file is being written
-        def pieces() -> object:
-            yield (text.decode("latin-1") if isinstance(text, bytes) else str(text))[:100]
-            raise KeyboardInterrupt
-        real(path, pieces())  # type: ignore[arg-type]
+    def interrupted(src: str, dst: str) -> None:  # Ctrl-C once the first file is written, before it is in place
+        raise KeyboardInterrupt
 
-    monkeypatch.setattr(output, "atomic_write", interrupted)
-    assert cli.run(main, ["--results", str(FIXTURE), "--out", str(out)]) == 130
+    with monkeypatch.context() as patch:  # (the real writer, bytes for figures and text for tables, up to there)
+        patch.setattr(harness_io.os, "replace", interrupted)
+        assert cli.run(main, ["--results", str(FIXTURE), "--out", str(out)]) == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("Stopped (interrupted): every file written so far is whole") and "Traceback" not in err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing half-written, no temp file left
@@ -469,18 +467,28 @@ def test_make_runs_leaves_branch_folders_out_and_counts_them(tmp_path: Path,
     assert "Not listed: 2 branch folders (make branch / make attribute, in <run>/branches/" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("command", "stale"), [("tables", "old_table.md"), ("plots", "old_figure.png")])
-def test_outputs_not_made_this_time_are_named_as_left_as_they_were(
-        command: str, stale: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A table or figure whose runs are gone stayed in results/tables from the last time without a word."""
+@pytest.mark.parametrize("command", ["tables", "plots"])
+def test_outputs_an_earlier_run_made_but_this_one_did_not_are_named_as_left_as_they_were(
+        command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A table or figure whose runs are gone stayed in results/tables from the last time without a word; a file
+    the command never wrote (a README, make attribute's table) is not its to name."""
     out = tmp_path / "out"
-    out.mkdir()
-    (out / stale).write_text("from an earlier make tables")
-    (out / "notes.txt").write_text("the user's own: not an output kind")
     main = tables.main if command == "tables" else plots.main
     assert cli.run(main, ["--results", str(FIXTURE), "--out", str(out)]) == 0
+    (out / "attribution.md").write_text("make attribute's, in the same folder")
+    stale = "gone_table.md" if command == "tables" else "gone_figure.png"
+    (out / stale).write_text("from an earlier run whose runs are gone")
+    record = out / f".{command}-outputs"
+    record.write_text(record.read_text() + f"{stale}\n")  # as if the earlier run had made it
+    capsys.readouterr()
+    assert cli.run(main, ["--results", str(FIXTURE), "--out", str(out)]) == 0
     said = capsys.readouterr().out
-    assert f"NOTE: not made this time (no runs for them under {FIXTURE}), left as they were in {out}: {stale}" in said
+    assert f"NOTE: made by an earlier `make {command}` but not this time, left as they were in {out}: {stale}\n" in said
+    assert cli.run(main, ["--results", str(FIXTURE), "--out", str(out)]) == 0  # still there: still said
+    assert stale in capsys.readouterr().out
+    (out / stale).unlink()
+    assert cli.run(main, ["--results", str(FIXTURE), "--out", str(out)]) == 0  # removed: no longer named
+    assert "NOTE: made by an earlier" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("command", ["tables", "plots", "runs"])

@@ -92,6 +92,7 @@ def test_all_four_levels_occur_and_each_ablation_keeps_those_fields_exact() -> N
     ({"use_library": "maybe"}, "policy.use_library='maybe' is not true or false"),
     ({"log_fields": 1}, "policy.log_fields=1 is not true or false"),
     ({"reduced": ["summary", "pointr"]}, "policy.reduced: 'pointr' is not a reduced level"),
+    ({"reduced": None}, "policy.reduced=None is not a list of reduced levels"),
     ({"library_path": 3}, "policy.library_path=3 is not a path")])
 def test_a_bad_setting_is_one_line_naming_it_before_any_episode(setting: dict[str, Any], said: str) -> None:
     """`policy.threshold=abc` had every episode crash in its first step, `threshold=7` never match and
@@ -100,6 +101,7 @@ def test_a_bad_setting_is_one_line_naming_it_before_any_episode(setting: dict[st
         WAAC(schemas(), **setting)
     assert said in str(caught.value)
     WAAC(schemas(), threshold=0.75, use_library=False, reduced=("drop",))  # good ones pass
+    assert WAAC(schemas(), reduced="drop").reduced == ("drop",)  # one level alone (its letters were read as levels)
 
 
 def test_without_online_analysis_unmatched_fields_stay_exact() -> None:

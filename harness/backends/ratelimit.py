@@ -87,10 +87,10 @@ class RateLimiter:
         with self._lock:  # threads of one process share the limiter: exactly one of them says it
             before, self.waited_s = self.waited_s, self.waited_s + wait
         if before < NOTICE_S <= before + wait:
-            log.warning("calls have waited %.0f s so far for model.rate_limit (rpm=%s, tpm=%s; tpm counts each call's "
-                        "input and its max output tokens); for an endpoint without limits of its own (a local or "
-                        "simulated server) set model.rate_limit.rpm=null model.rate_limit.tpm=null", before + wait,
-                        self.rpm, self.tpm)
+            log.warning("calls have waited %.0f s in all (summed over concurrent calls) for model.rate_limit "
+                        "(rpm=%s, tpm=%s; tpm counts each call's input and its max output tokens); for an endpoint "
+                        "without limits of its own (a local or simulated server) set model.rate_limit.rpm=null "
+                        "model.rate_limit.tpm=null", before + wait, self.rpm, self.tpm)
 
 
 _SHARED: dict[tuple[str, str], RateLimiter] = {}

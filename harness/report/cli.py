@@ -85,9 +85,11 @@ def _runs_inside(folder: Path) -> list[Path]:
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT)
 
 
-def run(main: Callable[[list[str] | None], Any], argv: list[str] | None = None) -> int:
+def run(main: Callable[[list[str] | None], Any], argv: list[str] | None = None,
+        unwritable: str = "give --out a folder you can write to") -> int:
     """A report command's exit status: 0, or EXIT_INPUT with one `error:` line on bad input (e.g. a results file
-    written in a newer records format); an int `main` returns is its own status."""
+    written in a newer records format); an int `main` returns is its own status. `unwritable`: what to do about
+    an output that cannot be written, as this command takes its outputs' place."""
     try:
         status = main(argv)
     except InputError as exc:
@@ -101,6 +103,6 @@ def run(main: Callable[[list[str] | None], Any], argv: list[str] | None = None) 
         if exc.errno not in UNWRITABLE:
             raise
         print(f"error: {exc.filename or 'the output folder'}: cannot write the outputs there ({exc.strerror}); "
-              "give --out a folder you can write to", file=sys.stderr)
+              f"{unwritable}", file=sys.stderr)
         return EXIT_INPUT
     return status if isinstance(status, int) and not isinstance(status, bool) else 0

@@ -235,21 +235,34 @@ def label(episodes: pd.DataFrame) -> str:
     return said
 
 
-def announce(written: list[Path], results: Path, out: Path | None = None, kinds: tuple[str, ...] = ()) -> list[Path]:
-    """Says what was written, and which earlier outputs of these `kinds` (suffixes) in `out` were not made this time
-    and stand as they were: a table whose runs are gone was left from the last time without a word."""
+def announce(written: list[Path], results: Path, out: Path | None = None, command: str | None = None) -> list[Path]:
+    """Says what was written, and which files an earlier run of this `command` wrote to `out` that it did not make
+    this time and that stand as they were: a table whose runs are gone was left from the last time without a word."""
     for path in written:
         print(f"wrote {path}")
     if not written:
         print(f"no complete runs found under {results}: run e.g. `make run CONFIG=c3` first "
               "(`make runs` lists every run folder and its status)")
-    made = {p.resolve() for p in written}
-    left = sorted(p.name for p in (out.iterdir() if out is not None and out.is_dir() else ())
-                  if p.suffix in kinds and p.resolve() not in made)
+    left = _left_over(out, command, written) if out is not None and command else []
     if left:
-        print(f"NOTE: not made this time (no runs for them under {results}), left as they were in {out}: "
+        print(f"NOTE: made by an earlier `make {command}` but not this time, left as they were in {out}: "
               f"{', '.join(left)}")
     return written
+
+
+def _left_over(out: Path, command: str, written: list[Path]) -> list[str]:
+    """The files of `out` an earlier run of `command` wrote (its record, .<command>-outputs) and this one did not.
+    Only its own: a README, an attribution table or a user's file in the same folder is never named."""
+    record = out / f".{command}-outputs"
+    try:
+        earlier = set(record.read_text().split())
+    except OSError:
+        earlier = set()
+    now = {p.name for p in written if p.parent.resolve() == out.resolve()}
+    left = sorted(name for name in earlier - now if (out / name).is_file())
+    if now or left:
+        atomic_write(record, "".join(f"{name}\n" for name in sorted(now | set(left))))
+    return left
 
 
 def save_figure(fig: matplotlib.figure.Figure, out: Path, name: str, notes: list[str] | None = None) -> list[Path]:

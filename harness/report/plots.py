@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     if not sweep.empty:
         written += completion_vs_budget(sweep, out, notes + budget_cut_notes(sweep))
     written += odysseys_plots.build(args.results, out) + cost.figures(args.results, cli.pins_of(args.run), out)
-    return announce(written, args.results, out, (".png", ".pdf"))
+    return announce(written, args.results, out, "plots")
 
 
 if __name__ == "__main__":

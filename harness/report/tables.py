@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     written += _pinchbench(args.results, pins, out, found) + _waac_pinchbench(args.results, pins, out, found)
     written += _odysseys(args.results, pins, out, found) + _sim_failures(args.results, llmlike_pins, llmlike, out)
     written += _paired(args.results, pins, out, found) + cost.tables(args.results, pins, found, out)
-    return announce(written, args.results, out, (".md", ".csv", ".tex"))
+    return announce(written, args.results, out, "tables")
 
 
 if __name__ == "__main__":

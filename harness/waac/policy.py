@@ -108,8 +108,12 @@ class WAAC(ContextPolicy):
         t = self.threshold
         if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t <= 1:
             raise InputError(f"policy.threshold={t!r} is not a cosine similarity in [0, 1] (§3.3.2; default 0.9)")
-        reduced = [self.reduced] if isinstance(self.reduced, str) else list(self.reduced)
-        bad = [x for x in reduced if x not in REDUCED_LEVELS]
+        if not isinstance(self.reduced, str | Sequence):  # (None: list(None) was a TypeError's traceback)
+            raise InputError(f"policy.reduced={self.reduced!r} is not a list of reduced levels (valid: a list of "
+                             f"{', '.join(REDUCED_LEVELS)}; [] for EXACT only)")
+        # one level given alone (policy.reduced=drop) is a list of one: its letters were read as levels
+        self.reduced = (self.reduced,) if isinstance(self.reduced, str) else tuple(self.reduced)
+        bad = [x for x in self.reduced if x not in REDUCED_LEVELS]
         if bad:
             raise InputError(f"policy.reduced: {bad[0]!r} is not a reduced level (valid: a list of "
                              f"{', '.join(REDUCED_LEVELS)})")
