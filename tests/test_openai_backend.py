@@ -346,3 +346,24 @@ def test_a_stop_while_the_worker_processes_start_stops_those_already_started(
     assert started, "the run did not start its workers in processes"
     pid = started[0].pid
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.parametrize(("setting", "said"), [
+    ({"max_output_tokens": "abc"}, "model.max_output_tokens='abc' is not a whole number >= 1"),
+    ({"temperature": "hot"}, "model.temperature='hot' is not a number in [0, 2]"),
+    ({"top_p": 0}, "model.top_p=0 is not a number in (0, 1]"),
+    ({"timeout_s": -5}, "model.timeout_s=-5 is not a number of seconds > 0"),
+    ({"timeout_s": [1, 2]}, "model.timeout_s=[1, 2] is not a number of seconds > 0"),
+    ({"send_seed": "yes"}, "model.send_seed='yes' is not true or false"),
+    ({"retry": {"max_retry": 3}}, "model.retry.max_retry is not a retry setting"),
+    ({"retry": {"jitter": 2}}, "model.retry.jitter=2 is not a fraction in [0, 1)"),
+    ({"rate_limit": {"rpm": 0}}, "model.rate_limit.rpm=0 is not a rate > 0"),
+    ({"rate_limit": {"max_in_flight": 0}}, "model.rate_limit.max_in_flight=0 is not a whole number >= 1")])
+def test_a_bad_backend_setting_is_one_line_before_any_call(setting: dict[str, object], said: str) -> None:
+    """`model.max_output_tokens=abc` passed the pre-flight and crashed every episode (a TypeError in the loop);
+    `temperature=hot` or `timeout_s=-5` would have made every call to a real provider fail."""
+    with pytest.raises(InputError) as caught:
+        OpenAICompatible(base_url="http://127.0.0.1:9/v1", api_key_env=None, **setting)  # type: ignore[arg-type]
+    assert said in str(caught.value)
+    OpenAICompatible(base_url="http://127.0.0.1:9/v1", api_key_env=None, temperature=None, top_p=None,
+                     rate_limit={"rpm": None, "tpm": 1000})  # null: not sent / no limit

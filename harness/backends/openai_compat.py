@@ -37,7 +37,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 import httpx2  # the HTTP library the openai SDK (3.x) is built on
@@ -47,7 +47,7 @@ from harness import lifecycle
 from harness.backends.base import ContextWindowExceeded, InfraError
 from harness.backends.cache import ResponseCache, cache_key, completion_problem
 from harness.backends.ratelimit import held_slot, shared_gate, shared_limiter
-from harness.errors import InputError
+from harness.errors import InputError, switch, whole_number
 from harness.text import json_text
 from harness.tokens import TokenCounter, image_tokens
 from harness.types import Completion, ImagePart, Message, ToolCall, ToolSpec, Usage, image_caption
@@ -85,6 +85,14 @@ class RetryPolicy:
             return min(self.max_delay_s, retry_after)
         base = min(self.max_delay_s, self.base_delay_s * 2**attempt)
         return base * (1 + rng.uniform(-self.jitter, self.jitter))
+
+
+def _real(key: str, value: object, ok: Callable[[float], bool], valid: str, none_ok: bool = False) -> None:
+    """A number setting that `ok` accepts (None too when `none_ok`), else an InputError naming key and value."""
+    if value is None and none_ok:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not ok(float(value)):
+        raise InputError(f"{key}={value!r} is not {valid}")
 
 
 def to_openai(m: Message) -> dict[str, Any]:
@@ -204,6 +212,7 @@ class OpenAICompatible:
     executor: str = "thread"  # how the runner parallelizes episodes: threads, since calls wait on the network
 
     def __post_init__(self) -> None:
+        self._check_settings()
         self.name = self.name or self.model
         self.simulated = self.simulated or self.model == SIM_SERVED
         self.retry_policy = RetryPolicy(**self.retry)
@@ -222,6 +231,38 @@ class OpenAICompatible:
         # bodies: never edit one in place (generate_with_images replaces the one it changes).
         self._wire: dict[int, tuple[Message, dict[str, Any]]] = {}
         self._json: dict[int, tuple[Any, bytes]] = {}
+
+    def _check_settings(self) -> None:
+        """One line naming a bad setting before any call: `model.max_output_tokens=abc` passed the pre-flight and
+        crashed every episode, and `temperature=hot` or `timeout_s=-5` would have made every call fail."""
+        _real("model.temperature", self.temperature, lambda v: 0 <= v <= 2, "a number in [0, 2] (or null)", True)
+        _real("model.top_p", self.top_p, lambda v: 0 < v <= 1, "a number in (0, 1] (or null)", True)
+        _real("model.timeout_s", self.timeout_s, lambda v: v > 0, "a number of seconds > 0")
+        for key in ("max_output_tokens", "context_window"):
+            whole_number(f"model.{key}", getattr(self, key), 1)
+        whole_number("model.seed", self.seed, 0)
+        for key in ("send_seed", "simulated", "serve", "multimodal"):
+            switch(f"model.{key}", getattr(self, key))
+        for key in ("model", "base_url", "max_tokens_param"):
+            if not isinstance(getattr(self, key), str) or not getattr(self, key):
+                raise InputError(f"model.{key}={getattr(self, key)!r} is not a name")
+        unknown = sorted(set(self.retry) - {f.name for f in fields(RetryPolicy)})
+        if unknown:
+            raise InputError(f"model.retry.{unknown[0]} is not a retry setting (valid: "
+                             f"{', '.join(f.name for f in fields(RetryPolicy))})")
+        whole_number("model.retry.max_retries", self.retry.get("max_retries", 0), 0)
+        for key in ("base_delay_s", "max_delay_s"):
+            _real(f"model.retry.{key}", self.retry.get(key, 0), lambda v: v >= 0, "a number of seconds >= 0")
+        _real("model.retry.jitter", self.retry.get("jitter", 0), lambda v: 0 <= v < 1, "a fraction in [0, 1)")
+        limits = self.rate_limit
+        for key in ("rpm", "tpm"):
+            _real(f"model.rate_limit.{key}", limits.get(key), lambda v: v > 0, "a rate > 0 (or null: none)", True)
+        _real("model.rate_limit.burst", limits.get("burst", 1.0), lambda v: v > 0, "a number of seconds > 0")
+        _real("model.rate_limit.decrease", limits.get("decrease", 0.5), lambda v: 0 < v < 1, "a fraction in (0, 1)")
+        switch("model.rate_limit.adaptive", limits.get("adaptive", True))
+        for key in ("max_in_flight", "start_in_flight"):
+            if limits.get(key) is not None:
+                whole_number(f"model.rate_limit.{key}", limits.get(key), 1)
 
     def _api_key(self) -> str:
         if self.api_key_env is None:
