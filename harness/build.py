@@ -272,9 +272,18 @@ def method_columns(policy: ContextPolicy, model: Any = None) -> dict[str, Any]:
             "aux_backend": str(record.get("aux_backend", "none")), "method_key": type(policy).key}
 
 
+SIM_AGENT, EXPENSE = "harness.backends.sim.SimModel", "harness.envs.expense.domain.ExpenseDomain"
+
+
 def check_policy_model(cfg: DictConfig) -> None:
     """A method that needs a particular kind of model (TokenSkip) says why this one cannot run it, before any
-    episode: one InputError line with the reason and how to run it."""
+    episode: one InputError line with the reason and how to run it. The simulated agent plays the expense benchmark
+    only: on PinchBench it answered every task with an expense question and the run scored 33 (judge=none)."""
+    target = str((cfg.get("env") or {}).get("_target_", ""))
+    if str((cfg.get("model") or {}).get("_target_", "")) == SIM_AGENT and target and target != EXPENSE:
+        raise InputError(f"model={cfg.model.get('name', 'sim')} is the expense benchmark's simulated agent: it knows "
+                         f"no other benchmark's tools ({target.rsplit('.', 1)[-1]} here); use model=local (a real "
+                         "small model, offline) or a real endpoint (model=openai ...)")
     policy = build_policy(cfg)
     if type(policy).check_model is ContextPolicy.check_model:
         return  # the method runs on any model: none is built just to ask

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 
 from harness.backends.base import InfraError
-from harness.build import instantiate_backend
+from harness.build import EXPENSE, instantiate_backend
 from harness.errors import InputError
 
 if TYPE_CHECKING:
@@ -84,8 +84,9 @@ def estimate(cfg: DictConfig, n_episodes: int, backends: dict[str, Any], results
     ref = reference_run(cfg.name, results or ROOT / "results")
     max_calls = n_episodes * int(cfg.max_steps)
     if ref is None:
-        hint = (f"none in results/{cfg.name}/: the same command with model=sim, free on the expense benchmark, or "
-                "with a small n_tasks makes one")  # (the name is the run's, not always a CONFIG= choice)
+        # (the name is the run's, not always a CONFIG= choice); the simulated agent plays the expense benchmark only
+        sim = "model=sim, free, or " if str((cfg.get("env") or {}).get("_target_", "")) == EXPENSE else ""
+        hint = f"none in results/{cfg.name}/: the same command with {sim}a small n_tasks makes one"
         return Estimate(n_episodes, None, {}, None, hint, max_calls)
     path, episodes = ref
     means = {c: float(episodes[c].mean()) if c in episodes else 0.0 for c in PER_EPISODE}

@@ -243,3 +243,18 @@ def test_a_pair_policy_refuses_a_count_that_is_not_a_whole_number(experiment: st
                                                                    reason: str) -> None:
     with pytest.raises(InputError, match=re.escape(reason)):
         build.build_policy(load(f"experiment={experiment}", override))
+
+
+@pytest.mark.parametrize(("experiment", "model", "refused"), [
+    ("odysseys", "sim", True), ("odysseys", "sim_llmlike", True), ("pinchbench", "sim", True),
+    ("c3", "sim", False), ("c3", "sim_llmlike", False)])
+def test_the_simulated_agent_runs_the_expense_benchmark_only(experiment: str, model: str, refused: bool) -> None:
+    """On PinchBench model=sim answered every task with an expense question, the run was `complete` and scored 33
+    (judge=none), and the tables would have taken it as the newest PinchBench run."""
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", [f"experiment={experiment}", f"model={model}", "n_tasks=1"])
+    if refused:
+        with pytest.raises(InputError, match=f"model={model} is the expense benchmark's simulated agent"):
+            build.check_policy_model(cfg)
+    else:
+        build.check_policy_model(cfg)
