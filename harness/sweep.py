@@ -325,8 +325,13 @@ def _sweep(sweep: str, sweep_dir: Path, args: list[str]) -> Path:
     if sweep == "sim_sensitivity":
         return sensitivity(sweep_dir, args)
     multirun(sweep, sweep_dir, args)
-    print(f"sweep folder: {sweep_dir} (merged.parquet, merged_table.txt); `make tables` and `make plots` read it")
+    read = ("`make tables` and `make plots` read it" if sweep in READ_BY_REPORTS else
+            f"no table or figure reads a {sweep} sweep: merged_table.txt is its report")  # (n_w: said they did)
+    print(f"sweep folder: {sweep_dir} (merged.parquet, merged_table.txt); {read}")
     return sweep_dir
+
+
+READ_BY_REPORTS = ("budget", "ablations", "methods", "workflow")  # the sweeps harness.report's tables/figures read
 
 
 # --- sim_sensitivity: one failure-model parameter at a time across its published range (issue #15) -------------

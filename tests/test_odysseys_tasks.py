@@ -127,6 +127,8 @@ def test_filter_by_level_and_id_keeps_file_order(tmp_path: Path) -> None:
     assert [t.task_id[0] for t in load_tasks(path, ids=["c" * 40, "b" * 40]).tasks] == ["b", "c"]
     assert [t.task_id[0] for t in load_tasks(path, levels=["hard"], ids=["c" * 40, "b" * 40]).tasks] == ["c"]
     assert load_tasks(path).by_id("b" * 40).level == "easy"
+    # one name alone (env.levels=easy on the command line) is a list of one, not its letters
+    assert [t.task_id[0] for t in load_tasks(path, levels="hard", ids="c" * 40).tasks] == ["c"]
 
 
 def test_unknown_level_or_id_is_one_line_input_error(tmp_path: Path) -> None:

@@ -225,3 +225,17 @@ def test_a_bad_sensitivity_list_exits_2_before_any_run(
         sweep.main(["sim_sensitivity", f"hydra.sweep.dir={tmp_path}"])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1 and "must be a non-empty list" in err
+
+
+@pytest.mark.parametrize(("kind", "read"), [("n_w", False), ("ablations", True), ("methods", True)])
+def test_the_sweep_says_whether_the_reports_read_it(kind: str, read: bool, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """An n_w sweep ended with "`make tables` and `make plots` read it"; no table or figure reads one."""
+    from harness import sweep
+
+    monkeypatch.setattr(sweep, "multirun", lambda *args: None)  # the jobs themselves: not this test's
+    sweep._sweep(kind, tmp_path, [])
+    said = capsys.readouterr().out
+    assert ("`make tables` and `make plots` read it" in said) is read
+    assert (f"no table or figure reads a {kind} sweep" in said) is not read

@@ -236,7 +236,10 @@ def _categories(entry: dict[str, Any]) -> tuple[str, ...] | None:
 
 def select(tasks: TaskSet, *, levels: Sequence[str] | None = None, ids: Sequence[str] | None = None) -> TaskSet:
     """The tasks of the given levels and ids, in file order. An unknown level or id is an InputError: a typo would
-    otherwise run nothing, or less than meant, without a word."""
+    otherwise run nothing, or less than meant, without a word. One name alone (`env.levels=easy`) is a list of one:
+    its letters were read as levels ("unknown level(s) 'a', 'e', 's', 'y'")."""
+    levels = [levels] if isinstance(levels, str) else levels
+    ids = [ids] if isinstance(ids, str) else ids
     if levels is not None:
         unknown = sorted(set(levels) - set(LEVELS))
         if unknown:
