@@ -515,3 +515,15 @@ def test_ctrl_c_while_a_report_command_imports_is_one_line(tmp_path: Path) -> No
     proc = subprocess.run([sys.executable, "-m", "harness.entry", "says_args", "--out", "x"], capture_output=True,
                           text=True, timeout=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert proc.stdout.strip().endswith("'--out', 'x']"), proc.stderr
+
+
+def test_a_run_stopped_before_its_first_episode_is_not_called_damaged(tmp_path: Path) -> None:
+    """A sweep job stopped at once writes an episodes.parquet of no rows and no columns: every report said
+    "episodes.parquet has no columns experiment, policy, model, ...", as if the file were damaged."""
+    from harness.records import write_parquet
+
+    write_parquet(pd.DataFrame(), tmp_path / "episodes.parquet")
+    assert reader.problem(tmp_path / "episodes.parquet") == (
+        "episodes.parquet has no episodes yet (the run stopped before its first episode ended)")
+    pd.DataFrame({"policy": ["x"]}).to_parquet(tmp_path / "episodes.parquet")  # a column missing: damaged, said so
+    assert "has no columns experiment" in str(reader.problem(tmp_path / "episodes.parquet"))

@@ -82,6 +82,8 @@ def problem(parquet: Path, required: tuple[str, ...] | None = None) -> str | Non
         return f"{parquet.name} unreadable ({_first_line(e)})"
     check_version((schema.metadata or {}).get(PARQUET_VERSION), parquet)
     names = set(schema.names)
+    if rows == 0 and not names:  # written before any episode ended (a run or sweep job stopped at once): not damaged
+        return f"{parquet.name} has no episodes yet (the run stopped before its first episode ended)"
     missing = [c for c in (REQUIRED.get(parquet.name, ()) if required is None else required) if c not in names]
     if missing:
         return f"{parquet.name} has no column{'s' * (len(missing) > 1)} {', '.join(missing)}"
