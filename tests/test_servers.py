@@ -116,3 +116,35 @@ def test_the_launcher_allows_only_loopback_hosts_on_its_port(host: str, allowed:
 
 def test_the_launcher_lists_exactly_the_loopback_hosts() -> None:
     assert llama_launcher.allowed_hosts(8765) == ["127.0.0.1:8765", "localhost:8765", "[::1]:8765"]
+
+
+@pytest.mark.parametrize("died", [False, True])
+def test_a_served_model_leaves_its_log_only_when_it_died(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+                                                         died: bool) -> None:
+    """Every model=local run left /tmp/llama-server-*.log (~0.3 MB) behind; a server that crashed mid-run keeps
+    its log, named in the run's log."""
+    from omegaconf import OmegaConf
+
+    from harness.backends import local, local_server
+
+    log = tmp_path / "llama-server-x.log"
+
+    class Server:  # the real one takes seconds to start: this test is about the log only
+        def __init__(self, **_: Any) -> None:
+            self.log_path, self.model, self.base_url, self.startup_s = log, "m", "http://127.0.0.1:9/v1", 0.0
+
+        def start(self) -> Server:
+            log.write_text("uvicorn running\n")
+            return self
+
+        def running(self) -> bool:
+            return not died
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(local_server, "LocalServer", Server)
+    monkeypatch.setattr(local_server, "missing_requirements", lambda: [])
+    with local.serving(OmegaConf.create({"model": {"serve": True, "context_window": 8192}})) as served:
+        assert served.model.base_url == "http://127.0.0.1:9/v1"
+    assert log.exists() is died

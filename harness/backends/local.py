@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -42,4 +43,16 @@ def serving(cfg: DictConfig) -> Iterator[DictConfig]:
     try:
         yield served
     finally:
+        died = not server.running()  # before the stop: it ended on its own (a crash), its episodes infra_errors
         server.stop()
+        _keep_log_if(died, server.log_path)
+
+
+def _keep_log_if(died: bool, path: Path) -> None:
+    """The server's log (in the temp dir: a run folder may not exist yet, e.g. a dry run's pre-flight) is removed
+    once the server stopped as asked: every model=local run left one there (~0.3 MB each). A server that died
+    keeps it, and the run's log names it."""
+    if died:
+        log.warning("the local model server ended on its own during the run; its log is kept: %s", path)
+    else:
+        path.unlink(missing_ok=True)
