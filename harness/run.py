@@ -447,8 +447,8 @@ def _conclude(out_dir: Path, episodes: pd.DataFrame, session: Session, unfinishe
         _fail(f"error: every episode in {out_dir} crashed; {crash}")
     elif not episodes.empty and (episodes.termination == "infra_error").all():
         reason = episodes.error.dropna().value_counts().index[0] if episodes.error.notna().any() else "unknown"
-        _fail(f"error: every episode in {out_dir} is an infrastructure failure; the endpoint's reason: "
-              f"{reason.splitlines()[0]}")
+        _fail(f"error: every episode in {out_dir} is an infrastructure failure (the endpoint, the browser or the "
+              f"sandbox, not the agent); the reason: {reason.splitlines()[0]}")
     return episodes
 
 

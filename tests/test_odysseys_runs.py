@@ -229,6 +229,18 @@ def test_the_budget_sweep_runs_on_odysseys_and_draws_figure_3(recorded: tuple[Pa
     assert tmp / "figures" / "odysseys_figure3.png" in written
 
 
+def test_replaying_from_an_archive_folder_that_is_not_there_is_one_line_before_any_episode(tmp_path: Path) -> None:
+    """It started the model server, passed the pre-flight, then wrote a run folder of infra_error episodes whose
+    reason was put down to "the endpoint"."""
+    from harness.envs.odysseys.domain import OdysseysDomain
+    from harness.errors import InputError
+
+    tasks = Path(CONFIG_DIR).parent / "benchmarks" / "odysseys" / "dev" / "tasks.json"
+    with pytest.raises(InputError, match=r"browser.archive=.*nohar: no such folder to replay from"):
+        OdysseysDomain(tasks_path=str(tasks), browser={"source": "replay", "archive": str(tmp_path / "nohar")})
+    OdysseysDomain(tasks_path=str(tasks), browser={"source": "replay", "archive": str(tasks.parent / "archive")})
+
+
 def test_a_task_whose_start_page_is_not_in_the_archive_is_an_infra_failure_before_any_call(
         recorded: tuple[Path, Path, Path, pd.DataFrame]) -> None:
     tmp, tasks, scripted, _ = recorded

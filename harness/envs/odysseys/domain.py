@@ -180,6 +180,9 @@ class OdysseysDomain:
         self.config, self.archive = _browser_config(self.browser)
         if self.config.source in ("record", "replay") and not self.archive:
             raise InputError(f"browser.source={self.config.source} needs browser.archive=<a folder of HAR files>")
+        if self.config.source == "replay" and not Path(str(self.archive)).is_dir():  # (every episode an infra_error)
+            raise InputError(f"browser.archive={self.archive}: no such folder to replay from (browser.source=replay "
+                             "reads <archive>/<task_id>.har, as browser.source=record wrote them)")
         if not Path(self.config.executable).exists():
             raise InputError(f"browser.executable: no Chromium at {self.config.executable}; run `make browser-deps` "
                              "(apt-get install -y chromium)")
