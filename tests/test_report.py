@@ -454,6 +454,23 @@ def test_a_run_folder_named_with_a_byte_that_is_not_utf8_is_listed_and_used(
     assert not [m for m in caplog.messages if "unreadable" in m], caplog.messages
 
 
+def test_make_runs_shows_a_run_whose_process_is_gone_as_killed_not_running(tmp_path: Path) -> None:
+    """A sweep job killed while it ran kept `running` in its manifest, and make runs showed it running for ever."""
+    import json as json_
+
+    root = tmp_path / "results"
+    shutil.copytree(FIXTURE, root)
+    (c4,) = [p for p in (root / "c4").iterdir() if p.is_dir()]
+    record = json_.loads((c4 / "manifest.json").read_text())
+    (c4 / "manifest.json").write_text(json_.dumps({**record, "status": "running"}))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (c4 / ".lock").write_text(gone.stdout)  # the pid of a process that has ended
+    status = runs.main(["--results", str(root)]).set_index("experiment").status
+    assert status["c4"].startswith("killed (its manifest says running") and status["c3"] == "complete"
+    (c4 / ".lock").write_text(f"{os.getpid()}\n")  # a live process holds it: running
+    assert runs.main(["--results", str(root)]).set_index("experiment").status["c4"] == "running"
+
+
 def test_make_runs_leaves_branch_folders_out_and_counts_them(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     """Each `make branch` / `make attribute` folder was listed as a run of status unknown, ?/? episodes."""

@@ -25,6 +25,7 @@ status is then unknown.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -233,6 +234,29 @@ def where(path: Path, results: Path) -> str:
     return printable(str(path.relative_to(results)) if path.is_relative_to(results) else str(path))
 
 
+def _shown_status(run: Run) -> str:
+    """The manifest's status; a `running` run whose process is gone (killed: nothing could record it) is shown as
+    such, not as running for ever; a run whose episodes cannot be read says so."""
+    if run.status == "running" and not _alive(run.path):
+        return "killed (its manifest says running; no process holds it)"
+    return run.status + (" (no episodes)" if run.problem and run.status != "running" else "")
+
+
+def _alive(folder: Path) -> bool:
+    """Whether the process named in the run's lock file (harness.lifecycle.RunLock) is alive; True when unknown."""
+    try:
+        pid = int((folder / ".lock").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return True  # no lock file or no pid in it: unknown
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # (another user's process: alive)
+    return True
+
+
 def listing(runs: list[Run], results: Path) -> pd.DataFrame:
     """`make runs`'s table, one row per run folder."""
     rows = []
@@ -242,7 +266,7 @@ def listing(runs: list[Run], results: Path) -> pd.DataFrame:
         rev = str(git.get("revision", "unknown"))[:10]
         rows.append({
             "experiment": run.experiment,
-            "status": run.status + (" (no episodes)" if run.problem and run.status != "running" else ""),
+            "status": _shown_status(run),
             "episodes": f"{m.get('episodes', {}).get('done', '?')}/{m.get('expected_episodes', '?')}"
                         + (f" +{others}" if (others := m.get("episodes", {}).get("others")) else ""),
             "tasks x runs": f"{m.get('n_tasks', '?')} x {m.get('n_runs', '?')}",
