@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 EXIT_INPUT = 2  # bad input, said in one line (as argparse exits on a bad option)
@@ -32,11 +33,19 @@ def whole_number(key: str, value: object, low: int = 0) -> int:
     return value
 
 
+def number(key: str, value: object, ok: Callable[[float], bool], valid: str, none_ok: bool = False) -> None:
+    """A number setting that `ok` accepts (None too when `none_ok`; a bool is not a number), else an InputError
+    naming key and value: "{key}={value!r} is not {valid}"."""
+    if value is None and none_ok:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not ok(float(value)):
+        raise InputError(f"{key}={value!r} is not {valid}")
+
+
 def share(key: str, value: object) -> float:
     """A setting that must be a number in (0, 1] (a budget tier), else an InputError naming key and value."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
-        raise InputError(f"{key}={value!r} is not a number in (0, 1]")
-    return float(value)
+    number(key, value, lambda v: 0 < v <= 1, "a number in (0, 1]")
+    return float(value)  # type: ignore[arg-type]
 
 
 def switch(key: str, value: object) -> bool:

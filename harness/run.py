@@ -410,10 +410,9 @@ def _crash(episodes: pd.DataFrame, out_dir: Path) -> str | None:
     return f"{(lasts == reason).sum()} with: {reason} (the traceback: {where})"
 
 
-def _print_crashes(episodes: pd.DataFrame, out_dir: Path) -> None:
-    """Said under the table: it showed only `termination error`, the traceback was in the transcripts alone, and a
-    resume reruns these episodes (rerun_failed), which meet the same error unless its cause is fixed."""
-    crash = _crash(episodes, out_dir)
+def _print_crashes(episodes: pd.DataFrame, crash: str | None) -> None:
+    """Said under the table (`crash`: `_crash`'s line): it showed only `termination error`, the traceback was in the
+    transcripts alone, and a resume reruns these episodes (rerun_failed), which meet the same error unless fixed."""
     if crash and not (episodes.termination == "error").all():  # (all of them: the exit's line says it)
         n = int((episodes.termination == "error").sum())
         print(f"\n{n} episode{'' if n == 1 else 's'} crashed (termination error: an exception in the harness, not the "
@@ -424,6 +423,7 @@ def _conclude(out_dir: Path, episodes: pd.DataFrame, session: Session, unfinishe
               verbose: bool) -> pd.DataFrame:
     """The console report, then the exit status: a run stopped before its end, or one where every episode was an
     infrastructure failure, exits non-zero with the reason (a stop after the last episode changes nothing)."""
+    crash = _crash(episodes, out_dir)
     if verbose and not episodes.empty:
         from harness.report.console import render
 
@@ -432,7 +432,7 @@ def _conclude(out_dir: Path, episodes: pd.DataFrame, session: Session, unfinishe
         print(f"\nWrote {out_dir}/episodes.parquet, steps.parquet, transcripts/ ({len(episodes)} episodes)")
         _print_others(out_dir)
         _print_judge(episodes, out_dir)
-        _print_crashes(episodes, out_dir)
+        _print_crashes(episodes, crash)
     if lifecycle.stopping() and unfinished:
         reason, command = lifecycle.stop_reason(), resume_command(out_dir)
         how = f":\n  {command}" if command else f", run the same command with out_dir={out_dir}"
@@ -442,7 +442,6 @@ def _conclude(out_dir: Path, episodes: pd.DataFrame, session: Session, unfinishe
         print(f"\nStopped ({reason}) after {new} in {session.elapsed_s:,.0f} s; every whole transcript is kept. "
               f"To finish the rest{how}", file=sys.stderr)
         raise SystemExit(EXIT_COST_CAP if reason.startswith("max_cost_usd") else EXIT_INTERRUPTED)
-    crash = _crash(episodes, out_dir)
     if crash and (episodes.termination == "error").all():
         _fail(f"error: every episode in {out_dir} crashed; {crash}")
     elif not episodes.empty and (episodes.termination == "infra_error").all():

@@ -47,7 +47,7 @@ from harness import lifecycle
 from harness.backends.base import ContextWindowExceeded, InfraError
 from harness.backends.cache import ResponseCache, cache_key, completion_problem
 from harness.backends.ratelimit import held_slot, shared_gate, shared_limiter
-from harness.errors import InputError, switch, whole_number
+from harness.errors import InputError, number, switch, whole_number
 from harness.text import json_text
 from harness.tokens import TokenCounter, image_tokens
 from harness.types import Completion, ImagePart, Message, ToolCall, ToolSpec, Usage, image_caption
@@ -85,14 +85,6 @@ class RetryPolicy:
             return min(self.max_delay_s, retry_after)
         base = min(self.max_delay_s, self.base_delay_s * 2**attempt)
         return base * (1 + rng.uniform(-self.jitter, self.jitter))
-
-
-def _real(key: str, value: object, ok: Callable[[float], bool], valid: str, none_ok: bool = False) -> None:
-    """A number setting that `ok` accepts (None too when `none_ok`), else an InputError naming key and value."""
-    if value is None and none_ok:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not ok(float(value)):
-        raise InputError(f"{key}={value!r} is not {valid}")
 
 
 def to_openai(m: Message) -> dict[str, Any]:
@@ -235,9 +227,9 @@ class OpenAICompatible:
     def _check_settings(self) -> None:
         """One line naming a bad setting before any call: `model.max_output_tokens=abc` passed the pre-flight and
         crashed every episode, and `temperature=hot` or `timeout_s=-5` would have made every call fail."""
-        _real("model.temperature", self.temperature, lambda v: 0 <= v <= 2, "a number in [0, 2] (or null)", True)
-        _real("model.top_p", self.top_p, lambda v: 0 < v <= 1, "a number in (0, 1] (or null)", True)
-        _real("model.timeout_s", self.timeout_s, lambda v: v > 0, "a number of seconds > 0")
+        number("model.temperature", self.temperature, lambda v: 0 <= v <= 2, "a number in [0, 2] (or null)", True)
+        number("model.top_p", self.top_p, lambda v: 0 < v <= 1, "a number in (0, 1] (or null)", True)
+        number("model.timeout_s", self.timeout_s, lambda v: v > 0, "a number of seconds > 0")
         for key in ("max_output_tokens", "context_window"):
             whole_number(f"model.{key}", getattr(self, key), 1)
         whole_number("model.seed", self.seed, 0)
@@ -252,13 +244,13 @@ class OpenAICompatible:
                              f"{', '.join(f.name for f in fields(RetryPolicy))})")
         whole_number("model.retry.max_retries", self.retry.get("max_retries", 0), 0)
         for key in ("base_delay_s", "max_delay_s"):
-            _real(f"model.retry.{key}", self.retry.get(key, 0), lambda v: v >= 0, "a number of seconds >= 0")
-        _real("model.retry.jitter", self.retry.get("jitter", 0), lambda v: 0 <= v < 1, "a fraction in [0, 1)")
+            number(f"model.retry.{key}", self.retry.get(key, 0), lambda v: v >= 0, "a number of seconds >= 0")
+        number("model.retry.jitter", self.retry.get("jitter", 0), lambda v: 0 <= v < 1, "a fraction in [0, 1)")
         limits = self.rate_limit
         for key in ("rpm", "tpm"):
-            _real(f"model.rate_limit.{key}", limits.get(key), lambda v: v > 0, "a rate > 0 (or null: none)", True)
-        _real("model.rate_limit.burst", limits.get("burst", 1.0), lambda v: v > 0, "a number of seconds > 0")
-        _real("model.rate_limit.decrease", limits.get("decrease", 0.5), lambda v: 0 < v < 1, "a fraction in (0, 1)")
+            number(f"model.rate_limit.{key}", limits.get(key), lambda v: v > 0, "a rate > 0 (or null: none)", True)
+        number("model.rate_limit.burst", limits.get("burst", 1.0), lambda v: v > 0, "a number of seconds > 0")
+        number("model.rate_limit.decrease", limits.get("decrease", 0.5), lambda v: 0 < v < 1, "a fraction in (0, 1)")
         switch("model.rate_limit.adaptive", limits.get("adaptive", True))
         for key in ("max_in_flight", "start_in_flight"):
             if limits.get(key) is not None:

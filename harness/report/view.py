@@ -303,4 +303,4 @@ def _write_and_serve(args: Any) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(cli.run(main))
+    sys.exit(main())  # (main runs its work through cli.run: Ctrl-C is one line)

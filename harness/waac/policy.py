@@ -25,7 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.errors import InputError, switch
+from harness.errors import InputError, number, switch
 from harness.outcome import BUDGET_SHED, FIELD_LOG
 from harness.policies.base import ContextPolicy, RenderContext, View
 from harness.policies.summarizers import aux_label, is_llm
@@ -105,9 +105,8 @@ class WAAC(ContextPolicy):
         TypeError inside its first step, and `threshold=7` or `use_library=maybe` ran as if meaningful."""
         for key in ("use_library", "use_online", "incremental", "log_fields", "exact_when_longer"):
             switch(f"policy.{key}", getattr(self, key))
-        t = self.threshold
-        if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t <= 1:
-            raise InputError(f"policy.threshold={t!r} is not a cosine similarity in [0, 1] (§3.3.2; default 0.9)")
+        number("policy.threshold", self.threshold, lambda t: 0 <= t <= 1,
+               "a cosine similarity in [0, 1] (§3.3.2; default 0.9)")
         if not isinstance(self.reduced, str | Sequence):  # (None: list(None) was a TypeError's traceback)
             raise InputError(f"policy.reduced={self.reduced!r} is not a list of reduced levels (valid: a list of "
                              f"{', '.join(REDUCED_LEVELS)}; [] for EXACT only)")
