@@ -22,10 +22,11 @@ from harness.policies.base import RenderContext
 from harness.tokens import TokenCounter
 from harness.types import Message, Provenance
 from harness.waac.analysis import _steps
+from harness.waac.artifacts import ArtifactStore
 from harness.waac.lattice import Level
-from harness.waac.library import HistoryLibrary, Record, describe
+from harness.waac.library import HistoryLibrary, Record, describe, fragment_key, key_of
 from harness.waac.policy import WAAC, _kind
-from harness.waac.projection import Projection
+from harness.waac.projection import Projection, Projector, _max_tokens
 from harness.waac.schema import Role, split_result, split_two_pass
 
 
@@ -68,6 +69,50 @@ def test_a_replaced_library_record_is_described_afresh() -> None:
     other = {**frag, "op": "close"}
     lib.records["k"] = Record("k", other, {})
     assert lib._description("k") == describe(other) != describe(frag)
+
+
+def test_fragment_keys_memoized_per_process_equal_key_of_for_every_fragment_of_a_session() -> None:
+    """Library keys come from a per-process memo of fragments by content (they recur across events and
+    episodes): every fragment a long session makes, before and after its neighbourhood changes, has key_of's key,
+    and fragments that differ in any part (recency, supersession, a consumer) get different keys."""
+    policy = WAAC(schemas(), library_path=LIBRARY)
+    seen: dict[str, str] = {}
+    for step, h in enumerate(_long_session(60)):
+        policy.render(h, RenderContext(step, TokenCounter()))
+        for _, frag, key in policy._frags.values():
+            assert key == key_of(frag)
+            seen[key] = json.dumps(frag, sort_keys=True, default=list)
+    assert len(seen) == len(set(seen.values())) > 10
+    frag = {"op": "open", "category": "read", "ok": True, "recency": "latest", "inputs": [("name", "FormName")],
+            "fields": [["Form", "FormState", "state", False]], "consumers": []}
+    variants = [frag, {**frag, "recency": "older"}, {**frag, "fields": [["Form", "FormState", "state", True]]},
+                {**frag, "consumers": [("data", "save", "FormName")]}, {**frag, "ok": False}]
+    keys = [fragment_key(v) for v in variants]
+    assert keys == [key_of(v) for v in variants] and len(set(keys)) == len(variants)
+
+
+def test_field_token_counts_shared_by_the_process_are_kept_per_encoding() -> None:
+    """A field text's count is kept for the process (the same results recur across a task's runs): a projector
+    counting with another encoding gets that encoding's count, not the first one's."""
+    text = "Itemization grid: " + ", ".join(f"row {i} ¤ {i * 3.5:.2f} 🚀 nights" for i in range(40))
+    counts = {}
+    for encoding in ("o200k_base", "cl100k_base", "o200k_base"):
+        tokens = TokenCounter(encoding)
+        counts[encoding] = Projector(tokens, ArtifactStore())._text_tokens(text)
+        assert counts[encoding] == tokens.text(text)
+    assert counts["o200k_base"] != counts["cl100k_base"]
+
+
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_the_stand_in_bound_is_never_below_the_count(encoding: str) -> None:
+    """A stand-in shorter in bytes than a field's tokens is shown without being counted (_max_tokens): the bound
+    must hold for any text, ASCII or not, a lone surrogate included."""
+    tokens = TokenCounter(encoding)
+    texts = ['{"$pointer": "call_017/Form.Controls@v0", "sha256": "0f3a9c1d2e4b5a6f"}', "a" * 300, " " * 257,
+             "[$summary of Form.Grids: 3 rows; total 412.50 EUR]", "日本語のテキスト" * 20, "🚀" * 50, "x\ud83d y",
+             "".join(chr(c) for c in range(32, 4000, 7))]
+    for text in texts:
+        assert tokens.text(text) <= _max_tokens(text)
 
 
 def test_step_rows_equal_the_generic_astuple_form() -> None:

@@ -50,6 +50,23 @@ def key_of(frag: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(frag, sort_keys=True, default=list).encode()).hexdigest()[:20]
 
 
+_KEYS: dict[tuple[Any, ...], str] = {}  # a fragment's content -> key_of(it), for the process
+_KEYS_MAX = 100_000
+
+
+def fragment_key(frag: dict[str, Any]) -> str:
+    """key_of a fragment `fragment` made, once per distinct fragment in the process: fragments recur across the
+    events of an episode and across episodes, and the JSON and SHA-256 of each were ~4% of a WAAC render."""
+    content = (frag["op"], frag["category"], frag["ok"], frag["recency"], tuple(frag["inputs"]),
+               tuple(map(tuple, frag["fields"])), tuple(frag["consumers"]))
+    hit = _KEYS.get(content)
+    if hit is None:
+        if len(_KEYS) >= _KEYS_MAX:
+            _KEYS.clear()
+        hit = _KEYS[content] = key_of(frag)
+    return hit
+
+
 def compat_of(frag: dict[str, Any]) -> str:
     """What a similarity candidate must share: operation, action category, outcome, typed field roles."""
     fields = sorted((p, t, r) for p, t, r, _ in frag["fields"])

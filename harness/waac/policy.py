@@ -36,7 +36,7 @@ from harness.waac.embeddings import Embedder
 from harness.waac.extract import AuxUse
 from harness.waac.graph import TraceGraph
 from harness.waac.lattice import Level, join
-from harness.waac.library import RECENT, HistoryLibrary, Match, fragment, key_of
+from harness.waac.library import RECENT, HistoryLibrary, Match, fragment, fragment_key
 from harness.waac.projection import LLMFieldSummarizer, Projection, Projector, fact_summary, original_text
 from harness.waac.schema import Schemas
 
@@ -93,7 +93,8 @@ class WAAC(ContextPolicy):
         self._tool_events: list[str] = []
         self._tool_index: dict[str, int] = {}
         self._order: dict[str, int] = {}  # tool-event field -> its position in the projection's applied levels
-        self._dirty: set[str] | None = None  # fields whose pi was recomputed this step (None: all)
+        self._dirty: set[str] | None = None  # fields whose pi or facts changed this step (None: all)
+        self._facts: dict[str, frozenset[str] | None] = {}  # each field's facts when its pi was last fused
         self._shown_off: set[str] = set()  # fields the projector shows at d, not pi, since a budget shed
         self._before = (0, 0, 0)  # (n_fixed, messages counted, their tokens): tokens_before, running
         self._event_at: dict[int, str] = {}  # message index -> the tool event read from it
@@ -304,18 +305,27 @@ class WAAC(ContextPolicy):
         cached = self._frags.get(eid)
         if cached is None or cached[0] != stamp:
             frag = fragment(self.graph, ev, pos)
-            cached = self._frags[eid] = (stamp, frag, key_of(frag))
+            cached = self._frags[eid] = (stamp, frag, fragment_key(frag))
         return cached[1], cached[2]
 
     def _fuse(self, req: Requirements | None, proposed: set[str]) -> dict[str, Level]:
         """eq. 7 for the fields whose inputs changed (all of them after a full recomputation)."""
         full = not self.incremental or (req is not None and req.changed is None)
         todo = self.graph.fields if full else (req.changed if req and req.changed is not None else set()) | proposed
-        self._dirty = None if full else set(todo)
+        facts = req.facts if req is not None else {}
+        self._dirty = None if full else set()
         for fid in todo:
             f = self.graph.fields[fid]
-            if not f.fixed:
-                self._levels[fid] = self._fuse_one(fid, f.uncertain, req)
+            if f.fixed:
+                continue
+            level = self._fuse_one(fid, f.uncertain, req)
+            # the projector re-projects an event only for a field whose pi or facts really changed: an obligation
+            # withdrawn and re-added (req.changed) often leaves both as they were
+            if self._dirty is not None and (self._levels.get(fid) != level
+                                            or self._facts.get(fid) != facts.get(fid)):
+                self._dirty.add(fid)
+            self._levels[fid] = level
+            self._facts[fid] = facts.get(fid)
         return self._levels
 
     def _fuse_one(self, fid: str, uncertain: bool, req: Requirements | None) -> Level:

@@ -115,6 +115,7 @@ class Projector:
         # (event, wanted levels, facts) -> (message, applied levels, pointer refs, rolled back, promoted)
         self._cache: dict[tuple[str, tuple[Level, ...], int], _Cached] = {}
         self._summaries: dict[tuple[str, frozenset[str]], str | None] = {}  # checked text, None = rollback
+        self._reps: dict[tuple[str, Level, frozenset[str] | None, bool], tuple[_Rep, bool]] = {}  # (rep, rolled back)
         self._shown_tokens: dict[str, int] = {}  # a stand-in's text -> its tokens (by self.tokens, set once)
         self._checked: dict[str, str | None] = {}  # pointer ref -> its verification in the current call
         self._digests: dict[str, str] = {}  # pointer ref -> the checksum of its field's original text
@@ -222,7 +223,7 @@ class Projector:
         out = Projection([], {})  # this event's fallbacks
         original = history[ev.msg_index]
         as_json = ev.scaffold is not None  # a JSON result is rebuilt as JSON: its stand-ins are shown as JSON
-        reps = {fid: self._represent(g.fields[fid], lv, facts.get(fid, frozenset()), history, out, as_json)
+        reps = {fid: self._rep(g.fields[fid], lv, facts.get(fid, frozenset()), history, out, as_json)
                 for fid, lv in zip(ev.fields, wanted, strict=True)}
         build = _text_content if ev.scaffold is None else _json_content
         content, applied = build(g, ev, original.content, reps, out)
@@ -232,6 +233,25 @@ class Projector:
         hit = self._cache[key] = _Cached(msg, applied, refs, out.rollbacks, out.promotions, out.promoted_why,
                                          out.unplaced)
         return hit
+
+    def _rep(self, f: Field, level: Level, required: frozenset[str], history: Sequence[Message], out: Projection,
+             as_json: bool) -> _Rep:
+        """_represent, once per (field, level, facts): an event is re-projected when one of its fields changed,
+        and its other fields' representations are the same as before. A pointer's is reused only while it verifies
+        (its check is the call's, made once per call); a promotion is not kept (it is looked at again each time)."""
+        if level == Level.EXACT or level == Level.DROP:
+            return _PLAIN[level]
+        key = (f.id, level, required if level == Level.SUMMARY else None, as_json)
+        hit = self._reps.get(key)
+        if hit is not None and not (hit[0].ref and self._problem(hit[0].ref, f, history) is not None):
+            if hit[1]:
+                out.rollbacks.append(f.id)
+            return hit[0]
+        rolled, promoted = len(out.rollbacks), len(out.promotions)
+        rep = self._represent(f, level, required, history, out, as_json)
+        if len(out.promotions) == promoted:
+            self._reps[key] = (rep, len(out.rollbacks) > rolled)
+        return rep
 
     def _represent(self, f: Field, level: Level, required: frozenset[str], history: Sequence[Message],
                    out: Projection, as_json: bool = False) -> _Rep:
@@ -278,10 +298,13 @@ class Projector:
         keeping the field whole never weakens d; it is logged as the applied level."""
         if not self.exact_when_longer:
             return True
+        exact = self._exact_tokens(f, history, as_json)
+        if exact > _max_tokens(shown):  # decided without counting the stand-in (most pointers stand for tables)
+            return True
         n = self._shown_tokens.get(shown)
         if n is None:
             n = self._shown_tokens[shown] = self.tokens.text(shown)
-        return n < self._exact_tokens(f, history, as_json)
+        return n < exact
 
     def _exact_tokens(self, f: Field, history: Sequence[Message], as_json: bool = False) -> int:
         """The tokens the field costs shown EXACT in a message that compacts something: its .text (a JSON
@@ -291,12 +314,19 @@ class Projector:
             if not as_json:
                 return self._field_tokens(f, history)
             if f.text_tokens is None:
-                f.text_tokens = self.tokens.text(json.dumps(f.value, ensure_ascii=False))
+                f.text_tokens = self._text_tokens(json.dumps(f.value, ensure_ascii=False))
             return f.text_tokens
         if f.text_tokens is None:  # a compact original (json.dumps wrote it), or none, is counted once, for both
             original = original_text(f, history) if f.msg_index < len(history) else None
-            same = original is None or original == f.text
-            f.text_tokens = self._field_tokens(f, history) if same else self.tokens.text(f.text)
+            if original is None:
+                f.text_tokens = self._field_tokens(f, history)
+            else:  # a JSON value is parsed from its original: its compact text, and so its count, follow from it
+                key = (self.tokens.encoding, original, True)
+                n = _COUNTS.get(key)
+                if n is None:
+                    n = self._field_tokens(f, history) if original == f.text else self._text_tokens(f.text)
+                    _remember(key, n)
+                f.text_tokens = n
         return f.text_tokens
 
     def _field_tokens(self, f: Field, history: Sequence[Message]) -> int:
@@ -305,8 +335,18 @@ class Projector:
         if f.tokens is None:
             located = not isinstance(f.value, str) and f.msg_index < len(history)
             original = original_text(f, history) if located else None
-            f.tokens = self.tokens.text(f.text if original is None else original)
+            f.tokens = self._text_tokens(f.text if original is None else original)
         return f.tokens
+
+    def _text_tokens(self, text: str) -> int:
+        """A field text's tokens, counted once per process: the same results recur across the runs of a task
+        and across tasks (counting them was ~5% of a WAAC render)."""
+        key = (self.tokens.encoding, text, False)
+        n = _COUNTS.get(key)
+        if n is None:
+            n = self.tokens.text(text)
+            _remember(key, n)
+        return n
 
     def _summary(self, f: Field, required: frozenset[str], history: Sequence[Message]) -> str | None:
         """Summarized and checked once per (field, required facts): an LLM is not asked again every step."""
@@ -332,6 +372,19 @@ class _Rep:
     json: Any = None
     text: str = ""
     ref: str = ""
+
+
+_COUNTS: dict[tuple[str, str, bool], int] = {}  # (encoding, text, compact form of a JSON original?) -> tokens
+_COUNTS_MAX = 50_000
+
+
+def _remember(key: tuple[str, str, bool], n: int) -> None:
+    if len(_COUNTS) >= _COUNTS_MAX:
+        _COUNTS.clear()
+    _COUNTS[key] = n
+
+
+_PLAIN = {lv: _Rep(lv) for lv in (Level.EXACT, Level.DROP)}
 
 
 @dataclass
@@ -445,6 +498,11 @@ def _text_content(g: TraceGraph, ev: Event, content: str, reps: dict[str, _Rep],
         text += [content[end:start], rep_text]
         end = stop
     return "".join([*text, content[end:]]), applied
+
+
+def _max_tokens(text: str) -> int:
+    """An upper bound of any byte-level BPE count of text (o200k, cl100k): every token holds at least one byte."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def _standin(f: Field, rep: dict[str, Any], text: str, as_json: bool) -> str:
