@@ -79,7 +79,7 @@ from harness.build import build_domain, check_policy_model
 from harness.config import BENCHMARK_SETTINGS, MAKE_VARS, RENAMED, RunConfig, misnamed_make_variable
 from harness.errors import InputError, one_line
 from harness.resume import check_shape, folder_problem
-from harness.run import CONFIG_DIR, FRESH_OUT_DIR, FRESH_TOP, judge_status, main
+from harness.run import CONFIG_DIR, FRESH_OUT_DIR, FRESH_TOP, judge_status, main, record_jobs
 from harness.sweep import installed, missing_launcher
 
 GROUPS = ("experiment", "env", "policy", "model", "user", "summarizer")
@@ -468,7 +468,8 @@ def launch_jobs(hydra: Hydra, overrides: list[str], task: Any) -> None:
     printed as a traceback above the sweep's resume command. That job had started nothing, so the multirun now ends
     as one whose job stopped (KeyboardInterrupt: exit 130, quietly). With no stop requested it stays an error."""
     try:
-        hydra.multirun(config_name="config", task_function=task, overrides=[*overrides, "hydra.mode=MULTIRUN"])
+        record_jobs(hydra.multirun(config_name="config", task_function=task,
+                                   overrides=[*overrides, "hydra.mode=MULTIRUN"]))
     except (HydraException, OmegaConfBaseException) as exc:  # a job's config does not compose (`policy.nn=1,2`)
         # judged only once Hydra has refused it: a check before composing the sweep's jobs could refuse a valid
         # sweep (a hydra.launcher.* key that only the +sweep= config it names makes valid)

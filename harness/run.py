@@ -466,7 +466,10 @@ def _in_multirun() -> bool:
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> dict[str, list[str]]:
+    """One run, or one job of a sweep: a job returns what it recorded in JOBS_FAILED and JUDGE_FAILED, since
+    under the joblib or Ray launcher it ran in another process, whose lists the sweep's own never saw (record_jobs)."""
+    mark = _recorded()
     for noisy in ("httpx", "httpx2", "openai"):  # one INFO line per HTTP request would drown the run log
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
@@ -487,6 +490,7 @@ def main(cfg: DictConfig) -> None:
               file=sys.stderr)
         raise SystemExit(EXIT_INTERRUPTED) from None
     _judge_exit(cfg, episodes)
+    return _recorded_since(mark)
 
 
 JUDGE_FAILED: list[str] = []  # a multirun's jobs whose judge did not grade: the command's exit status (judge_status)
@@ -515,6 +519,39 @@ def _judge_exit(cfg: DictConfig, episodes: pd.DataFrame) -> None:
         JUDGE_FAILED.append(str(cfg.out_dir))
         return
     raise SystemExit(EXIT_JUDGE)
+
+
+def _recorded() -> tuple[int, int]:
+    """How many failures this process has recorded. Read through this module's functions, never from main's body:
+    a joblib worker gets main pickled by value (harness.run.main is Hydra's wrapper, not the task), with copies of
+    the lists it names, while _fail and _judge_exit append to the module's own."""
+    return len(JOBS_FAILED), len(JUDGE_FAILED)
+
+
+def _recorded_since(mark: tuple[int, int]) -> dict[str, list[str]]:
+    return {"jobs_failed": JOBS_FAILED[mark[0]:], "judge_failed": JUDGE_FAILED[mark[1]:]}
+
+
+def record_jobs(returns: Any) -> None:
+    """A multirun's JOBS_FAILED and JUDGE_FAILED from what its jobs returned (Hydra's JobReturns, in batches):
+    a joblib or Ray job recorded them in its own process, so a sweep with a job that ran no episode for real, or
+    whose judge did not grade, exited 0. A job that raised returned nothing (Hydra reported it)."""
+    jobs: list[str] = []
+    judge: list[str] = []
+    for job in _flat(returns):
+        value = getattr(job, "_return_value", None)
+        if isinstance(value, dict):
+            jobs += value.get("jobs_failed", [])
+            judge += value.get("judge_failed", [])
+    JOBS_FAILED[:], JUDGE_FAILED[:] = jobs, judge  # (a job of the basic launcher had recorded its own here too)
+
+
+def _flat(returns: Any) -> Iterator[Any]:
+    if isinstance(returns, list | tuple):
+        for item in returns:
+            yield from _flat(item)
+    elif returns is not None:
+        yield returns
 
 
 def judge_status() -> int:

@@ -328,10 +328,14 @@ def test_an_odysseys_run_whose_judge_failed_on_some_rubric_items_fails(tmp_path:
     assert chosen is not None and not chosen.failed and chosen.by_choice == 3
 
 
-def test_a_multirun_whose_jobs_judge_was_not_asked_ends_non_zero_after_every_job(tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_a_multirun_whose_jobs_judge_was_not_asked_ends_non_zero_after_every_job(tmp_path: Path, launcher: str) -> None:
+    """Every named sweep runs its jobs under the joblib launcher, in worker processes: their record of the judge's
+    failure stayed there and such a sweep exited 0 (the jobs' returns carry it to the sweep now)."""
     unset = "JUDGE_FAILURES_TEST_UNSET_KEY"
     done = harness("-m", "harness.cli", "-m", *scripted(tmp_path / "sweep", "judge=pinchbench", "policy=full,last_n",
                                                         "benchmark.ids=[task_email_draft]",
+                                                        f"hydra/launcher={launcher}",
                                                         f"judge.model.api_key_env={unset}"))
     assert done.returncode == 4, last_lines(done, 20)
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if (p / "episodes.parquet").exists()) == ["0", "1"]
