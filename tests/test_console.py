@@ -60,6 +60,15 @@ def test_a_partial_run_is_marked_above_its_table() -> None:
     assert "RUN:" not in render(episodes(n_runs=2, n_tasks=3), record={**partial, "status": "complete"})
 
 
+def test_model_time_is_named_modeled_for_a_simulated_run_and_measured_for_a_real_one() -> None:
+    """A real endpoint's modeled_time_s is its measured latency: a real run's row said "modeled for sim"."""
+    sim = episodes(n_runs=2, n_tasks=3)
+    real = sim.assign(simulated=False, model="gpt-x")
+    assert "Model time (h; modeled for sim)" in summary_table(sim).index
+    assert "Model time (h; measured latency)" in summary_table(real).index
+    assert not any("modeled" in label for label in summary_table(real).index)
+
+
 def test_per_run_sums_of_runs_of_different_sizes_are_shown_without_a_ci() -> None:
     """A stopped run (50 tasks in run 0, 15 in run 1) showed `Agent input tokens 7,827,316 ± 57,742,490`: the
     spread of two sums of different sizes, not of chance. Means (completion) keep theirs."""

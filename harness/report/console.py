@@ -26,7 +26,7 @@ PER_RUN = (
     ("User-model tokens (in+out)", "user_tokens", "sum", 0, 1.0),
     ("Total tokens", "total_tokens", "sum", 0, 1.0),
     ("Tool calls per task", "n_tool_calls", "mean", 1, 1.0),
-    ("Model time (h; modeled for sim)", "modeled_time_s", "sum", 2, 1 / 3600),
+    ("Model time (h; modeled for sim)", "modeled_time_s", "sum", 2, 1 / 3600),  # named by the run: _time_label
     # each episode's own wall time, summed: in a parallel run more than the elapsed time (render() prints that)
     ("Episode time, summed (s)", "wall_time_s", "sum", 1, 1.0),
     ("Cost (USD, not cached)", "cost_usd", "sum", 2, 1.0),
@@ -48,9 +48,20 @@ GRADED_COUNTS = (("Parts not graded (total)", "not_graded_parts"),)
 
 def rows(episodes: pd.DataFrame) -> tuple[tuple[str, str, str, int, float], ...]:
     """The expense paper's rows, or for a benchmark with task scores (PinchBench) its score rows instead."""
-    if "score" in episodes.columns:
-        return GRADED + PER_RUN[3:]
-    return PER_RUN
+    chosen = GRADED + PER_RUN[3:] if "score" in episodes.columns else PER_RUN
+    label = _time_label(episodes)
+    return tuple((label, *row[1:]) if row[1] == "modeled_time_s" else row for row in chosen)
+
+
+def _time_label(episodes: pd.DataFrame) -> str:
+    """What modeled_time_s holds: the simulated agent's modeled latency, a real endpoint's measured one (a real run
+    was labelled "modeled for sim" too)."""
+    simulated = episodes.simulated.astype(bool) if "simulated" in episodes.columns else pd.Series([True])
+    if simulated.all():
+        return "Model time (h; modeled for sim)"
+    if simulated.any():
+        return "Model time (h; modeled for sim, else measured)"
+    return "Model time (h; measured latency)"
 
 
 def counts(episodes: pd.DataFrame) -> tuple[tuple[str, str], ...]:
