@@ -272,11 +272,12 @@ class CostMeter:
         self.cap: float | None = None
         self.ledger: Path | None = None
         self._value = 0.0  # spent + reserved: the ledger's last value, or the whole state without a ledger
+        self.calls = 0  # endpoint calls this process asked to send since reset (the progress bar shows them)
 
     def reset(self, cap: float | None, already_spent: float, ledger: Path | None = None) -> None:
         """Start metering against `cap` from `already_spent`; `ledger`: the file shared with worker processes."""
         with self._lock:
-            self.cap, self.ledger, self._value = cap, ledger, already_spent
+            self.cap, self.ledger, self._value, self.calls = cap, ledger, already_spent, 0
             if ledger is not None:
                 try:
                     with self._flock():
@@ -300,6 +301,8 @@ class CostMeter:
         """Hold `usd` (a call's worst case) before sending the call; returns the amount held, to `settle` after.
         Raises Interrupted (and stops the run) when the run is stopping or the call might cross the cap."""
         check()
+        with self._lock:
+            self.calls += 1
         if not usd > 0:  # free, or an unknown price (refused up front when a cap is set)
             return 0.0
         try:

@@ -243,19 +243,57 @@ def _drive(cfg: DictConfig, domain: Domain, jobs: list[Job], how: str, out_dir: 
     The out_dir's spend is in its ledger after every call (lifecycle.METER), so a SIGKILL loses none of it."""
     total = len(domain.tasks) * cfg.n_runs
     done, tokens, cost, n = 0, 0, 0.0, 0
+    post: dict[str, str] = {}
     with tqdm(total=total, initial=total - len(jobs), desc=f"{cfg.name} [{cfg.model.name}]",
-              disable=not cfg.progress, unit="ep") as bar:
+              disable=not cfg.progress, unit="ep") as bar, _ticking(bar, post, cfg.progress and how in ONE_PROCESS):
         try:
             for row in execute(cfg, domain, jobs, how, run_one):
                 done, tokens, n = done + row["completed"], tokens + row["input_tokens"], n + 1
                 cost += 0.0 if math.isnan(row["cost_usd"]) else row["cost_usd"]  # NaN: a price is unknown
                 # totals over the episodes this bar counted (the table shows per-run means): named so
-                bar.set_postfix(completed=f"{done}/{n}", total_in_tok=f"{tokens:,}", total_cost=f"${cost:,.2f}")
+                post.update(completed=f"{done}/{n}", total_in_tok=f"{tokens:,}", total_cost=f"${cost:,.2f}")
+                _show(bar, post)
                 bar.update()
         except KeyboardInterrupt:
             lifecycle.request_stop("interrupted")  # (a signal's handler has already given its reason)
         except lifecycle.Interrupted as exc:  # e.g. a worker process's own stop (the disk full): its reason
             lifecycle.request_stop(str(exc) or "interrupted")
+
+
+TICK_S = 2.0  # how often the bar shows the calls sent so far
+ONE_PROCESS = ("serial", "threads")  # executors whose calls this process's meter counts (and that fork no worker
+# while the ticking thread runs)
+
+
+@contextlib.contextmanager
+def _ticking(bar: tqdm, post: dict[str, str], on: bool, every: float = TICK_S) -> Iterator[None]:
+    """The bar moves per episode: with a slow model (model=local: >10 min per episode on 2 cores) it stood still
+    for minutes. It shows the endpoint calls sent so far, every `every` seconds, from the run's meter (the calls of
+    this process: a serial or threaded run; the worker processes of the others count their own)."""
+    if not on:
+        yield
+        return
+    stop = threading.Event()
+    thread = threading.Thread(target=lambda: _tick(bar, post, stop, every), name="progress-calls", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _tick(bar: tqdm, post: dict[str, str], stop: threading.Event, every: float) -> None:
+    shown = 0
+    while not stop.wait(every):
+        if lifecycle.METER.calls != shown:
+            shown = lifecycle.METER.calls
+            _show(bar, post)
+
+
+def _show(bar: tqdm, post: dict[str, str]) -> None:
+    calls = lifecycle.METER.calls
+    bar.set_postfix({**post, **({"calls": f"{calls:,}"} if calls else {})})
 
 
 def _preflight(cfg: DictConfig, backends: dict[str, Any], n_episodes: int, verbose: bool) -> None:
