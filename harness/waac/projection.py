@@ -19,6 +19,7 @@ the result equals a fresh walk over every event (tests/test_waac_policy.py check
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -321,7 +322,7 @@ class Projector:
             if original is None:
                 f.text_tokens = self._field_tokens(f, history)
             else:  # a JSON value is parsed from its original: its compact text, and so its count, follow from it
-                key = (self.tokens.encoding, original, True)
+                key = _count_key(self.tokens.encoding, original, True)
                 n = _COUNTS.get(key)
                 if n is None:
                     n = self._field_tokens(f, history) if original == f.text else self._text_tokens(f.text)
@@ -341,7 +342,7 @@ class Projector:
     def _text_tokens(self, text: str) -> int:
         """A field text's tokens, counted once per process: the same results recur across the runs of a task
         and across tasks (counting them was ~5% of a WAAC render)."""
-        key = (self.tokens.encoding, text, False)
+        key = _count_key(self.tokens.encoding, text, False)
         n = _COUNTS.get(key)
         if n is None:
             n = self.tokens.text(text)
@@ -374,11 +375,17 @@ class _Rep:
     ref: str = ""
 
 
-_COUNTS: dict[tuple[str, str, bool], int] = {}  # (encoding, text, compact form of a JSON original?) -> tokens
+_COUNTS: dict[tuple[str, bool, bytes], int] = {}  # (encoding, compact form of a JSON original?, text digest) -> tokens
 _COUNTS_MAX = 50_000
 
 
-def _remember(key: tuple[str, str, bool], n: int) -> None:
+def _count_key(encoding: str, text: str, compact: bool) -> tuple[str, bool, bytes]:
+    """The text by a 16-byte digest, not itself: a run's fields (a fetched page: 50,000 characters) would stay alive
+    in the memo after their episodes."""
+    return encoding, compact, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def _remember(key: tuple[str, bool, bytes], n: int) -> None:
     if len(_COUNTS) >= _COUNTS_MAX:
         _COUNTS.clear()
     _COUNTS[key] = n
