@@ -8,6 +8,8 @@ from typing import NoReturn
 
 EXIT_INPUT = 2  # bad input, said in one line (as argparse exits on a bad option)
 EXIT_INTERRUPTED = 130  # stopped by a signal (Ctrl-C), as a shell reports a process SIGINT ended (128 + 2)
+EXIT_JOB_FAILED = 1  # a sweep one of whose jobs ran no episode for real (each crashed or failed for the infrastructure)
+EXIT_JUDGE = 4  # a run (or `make judge`, or a sweep's job) whose score includes judge parts the judge did not grade
 
 
 class InputError(ValueError):

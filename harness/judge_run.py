@@ -40,10 +40,10 @@ from harness.envs.odysseys.judge import Judge
 from harness.envs.odysseys.metrics import om2w_summary
 from harness.envs.odysseys.tasks import DEFAULT_PATH, load_tasks
 from harness.envs.odysseys.webjudge import from_settings
-from harness.errors import InputError, one_line
+from harness.errors import EXIT_JUDGE, InputError, one_line
 from harness.records import build_tables
 from harness.regrade import Regraded, can_regrade, regrade_run
-from harness.report.console import EXIT_JUDGE, judge_lines, judge_outcome
+from harness.report.console import judge_lines, judge_outcome
 from harness.resume import read_marker
 
 ROOT = Path(__file__).resolve().parents[1]

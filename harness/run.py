@@ -53,7 +53,7 @@ from harness.build import (
 from harness.config import register
 from harness.envs.base import Domain, EpisodeContext
 from harness.episode import EpisodeResult, run_episode
-from harness.errors import EXIT_INPUT, EXIT_INTERRUPTED, InputError
+from harness.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_JUDGE, InputError
 from harness.executors import execute, plan
 from harness.policies.budget import budget_tokens
 from harness.pricing import settings as pricing_settings
@@ -548,7 +548,7 @@ def _print_judge(episodes: pd.DataFrame, out_dir: Path) -> None:
 def _judge_exit(cfg: DictConfig, episodes: pd.DataFrame) -> None:
     """A run whose score includes judge-graded parts its judge did not grade exits EXIT_JUDGE (not judge=none: that
     is the user's choice). A multirun's job only records it (an exit would end the sweep's other jobs)."""
-    from harness.report.console import EXIT_JUDGE, judge_outcome
+    from harness.report.console import judge_outcome
 
     outcome = judge_outcome(episodes)
     if outcome is None or not outcome.failed:
@@ -598,10 +598,8 @@ def judge_status() -> int:
     if JOBS_FAILED:
         print(f"\nFAILED: {len(JOBS_FAILED)} job(s) in which no episode ran for real (each said why above)",
               file=sys.stderr)
-        return 1
+        return EXIT_JOB_FAILED
     if JUDGE_FAILED:
-        from harness.report.console import EXIT_JUDGE
-
         print(f"\nJUDGE FAILED in {len(JUDGE_FAILED)} job(s): {', '.join(JUDGE_FAILED)}; re-grade each with make judge "
               "RUN=<its folder>", file=sys.stderr)
         return EXIT_JUDGE

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from harness.config import MAKE_VARS, misnamed_make_variable
-from harness.errors import EXIT_INPUT, InputError, refuse, share
+from harness.errors import EXIT_INPUT, EXIT_JOB_FAILED, EXIT_JUDGE, InputError, refuse, share
 from harness.lifecycle import SWEEP_RESUMES, die_with_parent
 from harness.resume import folder_problem
 
@@ -397,26 +397,39 @@ def sensitivity(sweep_dir: Path, args: list[str]) -> Path:
     chosen = {a.split("=", 1)[0]: a for a in args if a.split("=", 1)[0] in mine}  # ARGS pick an axis's values
     rest = [a for a in args if a.split("=", 1)[0] not in mine]
     experiments = next((a for a in reversed(args) if a.startswith("experiment=")), "experiment=c2,c3,c4")
+    failed: dict[str, int] = {}
     for axis in found:
         values = chosen.get(axis.override) or f"{axis.override}={','.join(map(hydra_value, axis.values))}"
         print(f"sim_sensitivity: {values} x {experiments} -> {sweep_dir / axis.key}", flush=True)
-        _run_axis(sweep_dir, axis.key, [values, *rest], args)
+        code = _run_axis(sweep_dir, axis.key, [values, *rest], args)
+        if code:
+            failed[axis.key] = code
     names = ", ".join(f"{a.key}/" for a in found)
     print(f"sweep folder: {sweep_dir} (one multirun per parameter: {names} each with merged.parquet, "
           "merged_table.txt); `make tables` reads it")
+    if failed:  # every axis ran; the failed jobs' own lines above say what happened and what to do
+        code = EXIT_JOB_FAILED if EXIT_JOB_FAILED in failed.values() else EXIT_JUDGE
+        what = "a job failed" if code == EXIT_JOB_FAILED else "a job's judge did not grade"
+        print(f"error: sim_sensitivity: {what} in {', '.join(failed)} (said above, per job)", file=sys.stderr)
+        raise SystemExit(code)
     return sweep_dir
 
 
-def _run_axis(sweep_dir: Path, key: str, overrides: list[str], args: list[str]) -> None:
-    """One axis's multirun; when it stops (Ctrl-C, a failed job) one line says how to resume the whole sweep."""
+def _run_axis(sweep_dir: Path, key: str, overrides: list[str], args: list[str]) -> int:
+    """One axis's multirun; when it stops (Ctrl-C, a crash) one line says how to resume the whole sweep. A multirun
+    that ran every job, one of which ran no episode for real or whose judge did not grade, returns that exit status:
+    the other axes still run (the axes are independent), and the sweep exits non-zero at its end."""
     try:
         multirun("sim_sensitivity", sweep_dir / key, overrides)
     except subprocess.CalledProcessError as exc:  # (a signal: Stopped, said by main as for any sweep, exit 130)
         if exc.returncode == EXIT_INPUT:
             raise
+        if exc.returncode in (EXIT_JOB_FAILED, EXIT_JUDGE):
+            return exc.returncode
         sys.exit(f"error: the sim_sensitivity multirun of {key} stopped (exit status {exc.returncode}); finished "
                  f"episodes are kept, and (once any error above is fixed) this resumes the sweep: "
                  f"{resume_command('sim_sensitivity', sweep_dir, args)}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -239,3 +239,29 @@ def test_the_sweep_says_whether_the_reports_read_it(kind: str, read: bool, tmp_p
     said = capsys.readouterr().out
     assert ("`make tables` and `make plots` read it" in said) is read
     assert (f"no table or figure reads a {kind} sweep" in said) is not read
+
+
+@pytest.mark.parametrize(("codes", "exit_status"), [((1, 0), 1), ((4, 0), 4), ((4, 1), 1)])
+def test_a_sensitivity_axis_with_a_failed_job_lets_the_other_axes_run(
+        codes: tuple[int, int], exit_status: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A multirun that ran every job but one ran no episode for real (1) or its judge did not grade (4): the
+    sweep's other axes still run (they are independent), and it exits with that status at its end, naming the
+    axis. Before, its failure never reached the sweep (a joblib job's record stayed in the worker)."""
+    from harness import sweep
+
+    monkeypatch.setattr(sweep, "axes", lambda: [sweep.Axis("b", "first", [0.1]), sweep.Axis("b", "second", [0.2])])
+    ran: list[str] = []
+
+    def multirun(name: str, folder: Path, overrides: list[str]) -> None:
+        ran.append(folder.name)
+        code = codes[len(ran) - 1]
+        if code:
+            raise subprocess.CalledProcessError(code, ["harness.cli"])
+
+    monkeypatch.setattr(sweep, "multirun", multirun)
+    with pytest.raises(SystemExit) as stop:
+        sweep.sensitivity(tmp_path, [])
+    err = capsys.readouterr().err
+    assert ran == ["first", "second"] and stop.value.code == exit_status
+    assert err.startswith("error: sim_sensitivity: ") and ("first" in err) and ("second" in err) == (codes[1] != 0)

@@ -143,7 +143,6 @@ def _partial(record: dict[str, Any] | None) -> list[str]:
 
 
 # ---- the judge's closing lines ----------------------------------------------------------------------------------
-EXIT_JUDGE = 4  # the exit status of a run (or `make judge`) whose score includes judge parts the judge did not grade
 FAILED_TERMINATIONS = ("infra_error", "error")  # episodes that did not really run: rerun, never judged (records.py)
 REASON_CHARS = 300
 
