@@ -239,6 +239,12 @@ def main(argv: list[str] | None = None) -> Path:
             refuse(f"error: the {sweep} sweep stopped: a job refused its input (the reason is above); correct the "
                    "ARGS and run again" + (f" with hydra.sweep.dir={sweep_dir} to keep its finished episodes"
                                            if kept else " (no episode had finished)"))
+        if exc.returncode in (EXIT_JOB_FAILED, EXIT_JUDGE):  # passed on: 4 (a judge did not grade) is not 1
+            what = "a job ran no episode for real" if exc.returncode == EXIT_JOB_FAILED else "a judge did not grade"
+            print(f"error: the {sweep} sweep ended with exit status {exc.returncode}: {what} (said above); finished "
+                  f"episodes are kept, and once it is fixed this resumes it: {resume_command(sweep, sweep_dir, args)}",
+                  file=sys.stderr)
+            raise SystemExit(exc.returncode) from None
         sys.exit(f"error: the {sweep} sweep stopped (exit status {exc.returncode}; the reason is above); finished "
                  f"episodes are kept, and once it is fixed this resumes it: {resume_command(sweep, sweep_dir, args)}")
 

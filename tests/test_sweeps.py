@@ -265,3 +265,20 @@ def test_a_sensitivity_axis_with_a_failed_job_lets_the_other_axes_run(
     err = capsys.readouterr().err
     assert ran == ["first", "second"] and stop.value.code == exit_status
     assert err.startswith("error: sim_sensitivity: ") and ("first" in err) and ("second" in err) == (codes[1] != 0)
+
+
+@pytest.mark.parametrize("code", [1, 4])
+def test_make_sweep_passes_on_a_failed_job_or_judge_status(code: int, monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A multirun whose judge did not grade ends with 4: `make sweep` turned every child failure into 1 and said
+    the sweep "stopped" though every job had run."""
+    from harness import sweep
+
+    def multirun(*args: object) -> None:
+        raise subprocess.CalledProcessError(code, ["harness.cli"])
+
+    monkeypatch.setattr(sweep, "multirun", multirun)
+    with pytest.raises(SystemExit) as stop:
+        sweep.main(["n_w", f"hydra.sweep.dir={tmp_path}"])
+    err = capsys.readouterr().err
+    assert stop.value.code == code and f"ended with exit status {code}: " in err and "stopped" not in err
