@@ -240,7 +240,8 @@ def main(argv: list[str] | None = None) -> Path:
                    "ARGS and run again" + (f" with hydra.sweep.dir={sweep_dir} to keep its finished episodes"
                                            if kept else " (no episode had finished)"))
         if exc.returncode in (EXIT_JOB_FAILED, EXIT_JUDGE):  # passed on: 4 (a judge did not grade) is not 1
-            what = "a job ran no episode for real" if exc.returncode == EXIT_JOB_FAILED else "a judge did not grade"
+            what = ("a job ran no episode for real, or failed" if exc.returncode == EXIT_JOB_FAILED  # (or a crash's 1)
+                    else "a judge did not grade")
             print(f"error: the {sweep} sweep ended with exit status {exc.returncode}: {what} (said above); finished "
                   f"episodes are kept, and once it is fixed this resumes it: {resume_command(sweep, sweep_dir, args)}",
                   file=sys.stderr)
