@@ -275,12 +275,17 @@ def method_columns(policy: ContextPolicy, model: Any = None) -> dict[str, Any]:
 SIM_AGENT, EXPENSE = "harness.backends.sim.SimModel", "harness.envs.expense.domain.ExpenseDomain"
 
 
+def target_of(cfg: DictConfig, group: str) -> str:
+    """The `_target_` a config group names ("" when none): which benchmark or backend a run uses."""
+    return str((cfg.get(group) or {}).get("_target_", ""))
+
+
 def check_policy_model(cfg: DictConfig) -> None:
     """A method that needs a particular kind of model (TokenSkip) says why this one cannot run it, before any
     episode: one InputError line with the reason and how to run it. The simulated agent plays the expense benchmark
     only: on PinchBench it answered every task with an expense question and the run scored 33 (judge=none)."""
-    target = str((cfg.get("env") or {}).get("_target_", ""))
-    if str((cfg.get("model") or {}).get("_target_", "")) == SIM_AGENT and target and target != EXPENSE:
+    target = target_of(cfg, "env")
+    if target_of(cfg, "model") == SIM_AGENT and target and target != EXPENSE:
         raise InputError(f"model={cfg.model.get('name', 'sim')} is the expense benchmark's simulated agent: it knows "
                          f"no other benchmark's tools ({target.rsplit('.', 1)[-1]} here); use model=local (a real "
                          "small model, offline) or a real endpoint (model=openai ...)")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 
 from harness.backends.base import InfraError
-from harness.build import EXPENSE, instantiate_backend
+from harness.build import EXPENSE, instantiate_backend, target_of
 from harness.errors import InputError
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ def estimate(cfg: DictConfig, n_episodes: int, backends: dict[str, Any], results
     max_calls = n_episodes * int(cfg.max_steps)
     if ref is None:
         # (the name is the run's, not always a CONFIG= choice); the simulated agent plays the expense benchmark only
-        sim = "model=sim, free, or " if str((cfg.get("env") or {}).get("_target_", "")) == EXPENSE else ""
+        sim = "model=sim, free, or " if target_of(cfg, "env") == EXPENSE else ""
         hint = f"none in results/{cfg.name}/: the same command with {sim}a small n_tasks makes one"
         return Estimate(n_episodes, None, {}, None, hint, max_calls)
     path, episodes = ref

@@ -239,12 +239,10 @@ def main(argv: list[str] | None = None) -> Path:
             refuse(f"error: the {sweep} sweep stopped: a job refused its input (the reason is above); correct the "
                    "ARGS and run again" + (f" with hydra.sweep.dir={sweep_dir} to keep its finished episodes"
                                            if kept else " (no episode had finished)"))
-        if exc.returncode in (EXIT_JOB_FAILED, EXIT_JUDGE):  # passed on: 4 (a judge did not grade) is not 1
-            what = ("a job ran no episode for real, or failed" if exc.returncode == EXIT_JOB_FAILED  # (or a crash's 1)
-                    else "a judge did not grade")
-            print(f"error: the {sweep} sweep ended with exit status {exc.returncode}: {what} (said above); finished "
-                  f"episodes are kept, and once it is fixed this resumes it: {resume_command(sweep, sweep_dir, args)}",
-                  file=sys.stderr)
+        if exc.returncode in PASSED_ON:  # passed on: 4 (a judge did not grade) is not 1
+            print(f"error: the {sweep} sweep ended with exit status {exc.returncode}: {PASSED_ON[exc.returncode]} "
+                  f"(said above); finished episodes are kept, and once it is fixed this resumes it: "
+                  f"{resume_command(sweep, sweep_dir, args)}", file=sys.stderr)
             raise SystemExit(exc.returncode) from None
         sys.exit(f"error: the {sweep} sweep stopped (exit status {exc.returncode}; the reason is above); finished "
                  f"episodes are kept, and once it is fixed this resumes it: {resume_command(sweep, sweep_dir, args)}")
@@ -338,6 +336,8 @@ def _sweep(sweep: str, sweep_dir: Path, args: list[str]) -> Path:
     return sweep_dir
 
 
+# a multirun's exit statuses after every job ran (harness.run.judge_status), passed on by the sweep; 1 is also a crash's
+PASSED_ON = {EXIT_JOB_FAILED: "a job ran no episode for real, or failed", EXIT_JUDGE: "a judge did not grade"}
 READ_BY_REPORTS = ("budget", "ablations", "methods", "workflow")  # the sweeps harness.report's tables/figures read
 
 
@@ -416,8 +416,8 @@ def sensitivity(sweep_dir: Path, args: list[str]) -> Path:
           "merged_table.txt); `make tables` reads it")
     if failed:  # every axis ran; the failed jobs' own lines above say what happened and what to do
         code = EXIT_JOB_FAILED if EXIT_JOB_FAILED in failed.values() else EXIT_JUDGE
-        what = "a job failed" if code == EXIT_JOB_FAILED else "a job's judge did not grade"
-        print(f"error: sim_sensitivity: {what} in {', '.join(failed)} (said above, per job)", file=sys.stderr)
+        print(f"error: sim_sensitivity: {PASSED_ON[code]}, in {', '.join(failed)} (said above, per job)",
+              file=sys.stderr)
         raise SystemExit(code)
     return sweep_dir
 
@@ -431,7 +431,7 @@ def _run_axis(sweep_dir: Path, key: str, overrides: list[str], args: list[str]) 
     except subprocess.CalledProcessError as exc:  # (a signal: Stopped, said by main as for any sweep, exit 130)
         if exc.returncode == EXIT_INPUT:
             raise
-        if exc.returncode in (EXIT_JOB_FAILED, EXIT_JUDGE):
+        if exc.returncode in PASSED_ON:
             return exc.returncode
         sys.exit(f"error: the sim_sensitivity multirun of {key} stopped (exit status {exc.returncode}); finished "
                  f"episodes are kept, and (once any error above is fixed) this resumes the sweep: "
