@@ -110,6 +110,11 @@ def build(cfg: DictConfig, evaluation: Domain | None = None) -> HistoryLibrary:
                 total += 1
                 verified += library.admit(*_episode(cfg, domain, task, run, tokens, Path(out)))
     library.meta = _meta(cfg, str(dev.get("tasks", " ".join(dev.split))), total, verified, len(library.records))
+    policy = build_policy(cfg)
+    assert isinstance(policy, WAAC)
+    embedder = policy.embedder
+    if embedder is not None:  # §3.3.2's candidates embedded once here: a run then embeds only its queries
+        library.index(embedder)
     return library
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from pathlib import Path
 
@@ -15,7 +17,8 @@ from test_waac_reuse import run_against_full
 from harness.build_library import main as build_library
 from harness.envs.expense.tasks import load
 from harness.envs.expense.waac import schemas
-from harness.waac.embeddings import LocalMiniLM
+from harness.errors import InputError
+from harness.waac.embeddings import LocalMiniLM, _Cached
 from harness.waac.lattice import Level, join
 from harness.waac.library import ALTERNATIVES, HistoryLibrary, compat_of, describe, fragment, key_of
 from harness.waac.policy import WAAC
@@ -197,6 +200,8 @@ def test_a_rebuild_that_changes_nothing_but_the_date_keeps_the_file(tmp_path: Pa
     run's manifest recorded the checkout as dirty."""
     out = tmp_path / "lib.json"
     build_library(["--env", "expense", "--out", str(out)])
+    built = HistoryLibrary.load(out)  # with its index for the configured embedder (a run embeds only queries)
+    assert len(built.vectors[LocalMiniLM.name]) == len({describe(r.fragment) for r in built.records.values()})
     text = out.read_text().replace(f'"built": "{HistoryLibrary.load(out).meta["built"]}"', '"built": "2000-01-01"')
     out.write_text(text)
     build_library(["--env", "expense", "--out", str(out)])
@@ -204,3 +209,63 @@ def test_a_rebuild_that_changes_nothing_but_the_date_keeps_the_file(tmp_path: Pa
     out.write_text(text.replace('"split": "', '"split": "another-', 1))
     build_library(["--env", "expense", "--out", str(out)])  # a real difference: written, with today's date
     assert '"built": "2000-01-01"' not in out.read_text()
+
+
+class _Counting(_Cached):
+    """A bag-of-words embedder through the process cache every real one uses, recording what it computes."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.computed = name, []
+
+    def _compute(self, texts: list[str]) -> np.ndarray:
+        self.computed += texts
+        # float32 values, as MiniLM gives; not unit vectors: seeding normalizes them as embedding does
+        return (BagOfWords().embed(texts) * 3.0).astype(np.float32).astype(np.float64)
+
+
+def test_a_library_stores_its_candidates_vectors_so_a_run_embeds_only_its_queries(tmp_path: Path) -> None:
+    """§3.3.2's candidates are embedded once, when the library is built (`index`); a loaded library hands them to the
+    embedder at its first similarity query, which then embeds only the query, with the same outcome as embedding
+    everything (each worker process embedded its first query's candidate group: ~0.2 s for 7 texts)."""
+    cps = _checkpoints(2)
+    lib = _library_from(cps)
+    lib.index(_Counting("counting-build"))
+    lib.save(tmp_path / "lib.json")
+    frag = next(f for f, _ in cps.values() if f["consumers"])
+    variant = {**frag, "consumers": [*frag["consumers"], ["data", "sort_grid", "GridName"]]}
+    indexed, plain = _Counting("counting-build"), _Counting("counting-build")
+    _Cached._caches.pop("counting-build", None)
+    hit = HistoryLibrary.load(tmp_path / "lib.json").match(variant, key_of(variant), indexed, threshold=0.5)
+    _Cached._caches.pop("counting-build", None)
+    lib.vectors.clear()
+    again = lib.match(variant, key_of(variant), plain, threshold=0.5)
+    assert hit.kind == "similarity" and (hit.key, hit.policies, hit.score) == (again.key, again.policies, again.score)
+    assert indexed.computed == [describe(variant)] and len(plain.computed) > 1
+    stored = json.loads((tmp_path / "lib.json").read_text())["vectors"]
+    assert set(stored) == {"counting-build"} and len(stored["counting-build"]) == len({describe(f) for f, _ in
+                                                                                     cps.values()})
+
+
+def test_a_damaged_vectors_block_is_one_line_naming_the_library(tmp_path: Path) -> None:
+    data = json.loads(LIBRARY.read_text())
+    name = next(iter(data["vectors"]))
+    digest = next(iter(data["vectors"][name]))
+    data["vectors"][name][digest] = "AAAA"  # 3 bytes: not float32 values of the others' length
+    path = tmp_path / "lib.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=rf"{path}: not a library file.*vectors"):
+        HistoryLibrary.load(path)
+
+
+@pytest.mark.parametrize("env", ["expense", "pinchbench", "odysseys"])
+def test_the_committed_libraries_carry_the_local_models_vectors_of_every_record(env: str) -> None:
+    """Stored for the offline default embedder, for every record's description, and equal to what the model gives
+    now (a stale index, from another model or another describe(), would be a silent change of matching)."""
+    lib = HistoryLibrary.load(ROOT / "benchmarks" / env / "waac_library.json")
+    model = LocalMiniLM()
+    stored = lib.vectors[model.name]
+    texts = sorted({describe(r.fragment) for r in lib.records.values()})
+    assert len(stored) == len(texts)
+    vecs = [np.frombuffer(base64.b64decode(stored[hashlib.sha256(t.encode()).hexdigest()[:16]]), np.float32)
+            for t in texts[:3]]
+    assert np.allclose(np.stack(vecs), model.raw(texts[:3]), atol=1e-5)

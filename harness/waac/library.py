@@ -13,17 +13,21 @@ inputs that support it (harness.waac.analysis); an exact match hands them to the
 one only after validating its support on the current graph. The library is read-only while evaluating.
 Queries take the exact key first; otherwise only candidates compatible in operation, action category and typed
 field roles are ranked by the cosine similarity of their semantic descriptions' embeddings (eq. 6), and accepted
-above a threshold.
+above a threshold. The file carries the records' vectors per embedder (`index`, at build time), so a run embeds only
+its queries.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from harness.errors import InputError
 from harness.waac.embeddings import Embedder
@@ -120,10 +124,13 @@ NO_MATCH = Match("none", {})
 
 class HistoryLibrary:
     def __init__(self, records: dict[str, Record] | None = None, read_only: bool = True,
-                 meta: dict[str, Any] | None = None) -> None:
+                 meta: dict[str, Any] | None = None, vectors: dict[str, dict[str, str]] | None = None) -> None:
         self.records = records or {}
         self.read_only = read_only
         self.meta = meta or {}
+        # embedder name -> {digest of a record's description: its vector, float32 base64}: the library's index
+        self.vectors = vectors or {}
+        self._seeded: set[str] = set()  # embedders given the stored vectors (once per library and process)
         self._by_compat: dict[str, list[str]] = {}
         self._described: dict[str, tuple[dict[str, Any], str]] = {}  # record key -> (its fragment, describe(it))
         for k, r in self.records.items():
@@ -151,12 +158,37 @@ class HistoryLibrary:
         candidates = self._by_compat.get(compat_of(frag), [])
         if not candidates or embedder is None:
             return NO_MATCH
+        self.seed(embedder)  # the stored candidate vectors: only the query is embedded
         vecs = embedder.embed([describe(frag)] + [self._description(k) for k in candidates])
         scores = vecs[1:] @ vecs[0]
         best = int(scores.argmax())
         if float(scores[best]) < threshold:
             return NO_MATCH
         return Match("similarity", self.records[candidates[best]].policies, float(scores[best]), candidates[best])
+
+    # ---- the stored index (§3.3.2's candidates, embedded once when the library is built) ------------------
+    def index(self, embedder: Embedder) -> None:
+        """Store the embedding of every record's description under the embedder's name, so that a run embeds only
+        its queries: each worker process embedded its first query's whole candidate group (~0.2 s for 7 texts)."""
+        raw = getattr(embedder, "raw", None)
+        if raw is None or not self.records:
+            return
+        texts = sorted({self._description(k) for k in self.records})
+        vecs = np.asarray(raw(texts), dtype=np.float32)  # MiniLM's own precision: its outputs are float32
+        self.vectors[embedder.name] = {_digest(t): base64.b64encode(v.tobytes()).decode() for t, v in
+                                       zip(texts, vecs, strict=True)}
+
+    def seed(self, embedder: Embedder | None) -> None:
+        """Give the embedder this library's stored vectors for its records' descriptions (those whose description
+        still hashes to a stored digest; the rest are embedded when first needed, as without an index)."""
+        stored = self.vectors.get(getattr(embedder, "name", ""), {})
+        seed = getattr(embedder, "seed", None)
+        if not stored or seed is None or embedder is None or embedder.name in self._seeded:
+            return
+        self._seeded.add(embedder.name)
+        texts = {self._description(k) for k in self.records}
+        seed({t: np.frombuffer(base64.b64decode(stored[d]), dtype=np.float32) for t in texts
+              if (d := _digest(t)) in stored})
 
     def _description(self, key: str) -> str:
         """describe() of a record's fragment, once per fragment object (a key names one fragment: its hash)."""
@@ -174,7 +206,10 @@ class HistoryLibrary:
         """The library file's text, as save writes it."""
         rows = [{"key": r.key, "fragment": r.fragment, "policies": {p: lv.value for p, lv in r.policies.items()},
                  "tasks": r.tasks, "analysis": r.analysis} for r in sorted(self.records.values(), key=lambda r: r.key)]
-        return json.dumps({"meta": self.meta, "records": rows}, indent=1, default=list) + "\n"
+        out: dict[str, Any] = {"meta": self.meta, "records": rows}
+        if self.vectors:
+            out["vectors"] = {name: dict(sorted(v.items())) for name, v in sorted(self.vectors.items())}
+        return json.dumps(out, indent=1, default=list) + "\n"
 
     @classmethod
     def load(cls, path: str | Path) -> HistoryLibrary:
@@ -197,4 +232,22 @@ class HistoryLibrary:
             frag["consumers"] = [tuple(x) for x in frag["consumers"]]
             records[row["key"]] = Record(row["key"], frag, {p: Level(v) for p, v in row["policies"].items()},
                                          row["tasks"], row.get("analysis", []))  # older files: none (no seeding)
-        return cls(records, read_only=True, meta=data.get("meta", {}))
+        return cls(records, read_only=True, meta=data.get("meta", {}), vectors=_vectors(data.get("vectors", {})))
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _vectors(data: Any) -> dict[str, dict[str, str]]:
+    """A library file's `vectors` block, checked: embedder name -> {digest: base64 of DIMS float32 values, all of
+    one length}; anything else is a ValueError (HistoryLibrary.load: one line naming the file)."""
+    if not isinstance(data, dict):
+        raise ValueError("`vectors` is not an object of embedder names")
+    for name, block in data.items():
+        if not isinstance(block, dict):
+            raise ValueError(f"vectors[{name!r}] is not an object of description digests")
+        sizes = {len(base64.b64decode(v, validate=True)) if isinstance(v, str) else -1 for v in block.values()}
+        if len(sizes) > 1 or any(n <= 0 or n % 4 for n in sizes):
+            raise ValueError(f"vectors[{name!r}] holds values that are not float32 vectors of one length")
+    return data
