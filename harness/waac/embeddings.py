@@ -37,16 +37,16 @@ class _Cached:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         todo = [t for t in dict.fromkeys(texts) if t not in self._cache]
         if todo:
-            self.seed(dict(zip(todo, self._compute(todo), strict=True)))
+            self.seed_vectors(dict(zip(todo, self._compute(todo), strict=True)))
         return np.stack([self._cache[t] for t in texts]) if texts else np.zeros((0, 1))
 
-    def raw(self, texts: Sequence[str]) -> np.ndarray:
+    def raw_vectors(self, texts: Sequence[str]) -> np.ndarray:
         """The model's own vectors (not normalized), computed now: what a library stores (HistoryLibrary.index)."""
         return self._compute(list(texts))
 
-    def seed(self, vectors: dict[str, np.ndarray]) -> None:
-        """Take vectors computed elsewhere (a library's stored ones: `raw` output) as this process's, normalized as
-        `embed` does; a text already cached keeps its vector."""
+    def seed_vectors(self, vectors: dict[str, np.ndarray]) -> None:
+        """Take vectors computed elsewhere (a library's stored ones, `raw_vectors` output) as this process's,
+        normalized as `embed` does; a text already cached keeps its vector."""
         for text, vec in vectors.items():
             if text not in self._cache:
                 vec = np.asarray(vec, dtype=np.float64)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,8 @@ from harness.waac.embeddings import Embedder
 from harness.waac.graph import Event, TraceGraph
 from harness.waac.lattice import Level, join
 
+log = logging.getLogger(__name__)
+VECTOR = np.dtype("<f4")  # a stored vector: little-endian float32, whatever the machine
 RECENT = 3  # tool events counted as "recent" for a fragment's recency class
 ALTERNATIVES = 4  # distinct analysis records kept per seed (upstream structures differ across trajectories)
 
@@ -130,7 +133,9 @@ class HistoryLibrary:
         self.meta = meta or {}
         # embedder name -> {digest of a record's description: its vector, float32 base64}: the library's index
         self.vectors = vectors or {}
-        self._seeded: set[str] = set()  # embedders given the stored vectors (once per library and process)
+        self._decoded: dict[str, dict[str, np.ndarray]] = {}  # embedder name -> digest -> vector
+        self._mismatched: set[str] = set()  # embedder names whose stored vectors have another length (warned)
+        self.source = "(in memory)"  # the file it was loaded from, for messages
         self._by_compat: dict[str, list[str]] = {}
         self._described: dict[str, tuple[dict[str, Any], str]] = {}  # record key -> (its fragment, describe(it))
         for k, r in self.records.items():
@@ -158,9 +163,10 @@ class HistoryLibrary:
         candidates = self._by_compat.get(compat_of(frag), [])
         if not candidates or embedder is None:
             return NO_MATCH
-        self.seed(embedder)  # the stored candidate vectors: only the query is embedded
-        vecs = embedder.embed([describe(frag)] + [self._description(k) for k in candidates])
-        scores = vecs[1:] @ vecs[0]
+        query = embedder.embed([describe(frag)])[0]
+        texts = [self._description(k) for k in candidates]
+        self._seed(embedder, texts, len(query))  # the stored candidate vectors: only the query is embedded
+        scores = embedder.embed(texts) @ query
         best = int(scores.argmax())
         if float(scores[best]) < threshold:
             return NO_MATCH
@@ -169,26 +175,38 @@ class HistoryLibrary:
     # ---- the stored index (§3.3.2's candidates, embedded once when the library is built) ------------------
     def index(self, embedder: Embedder) -> None:
         """Store the embedding of every record's description under the embedder's name, so that a run embeds only
-        its queries: each worker process embedded its first query's whole candidate group (~0.2 s for 7 texts)."""
-        raw = getattr(embedder, "raw", None)
+        its queries: each worker process embedded its first query's whole candidate group (~0.2 s for 7 texts).
+        float32, MiniLM's own precision (an API's float64 vectors lose their last digits); computed in one batch,
+        they can differ in the last bits from a batch of a query and its group, as the process cache's already can
+        (a score at the threshold or a near-tie could go the other way)."""
+        raw = getattr(embedder, "raw_vectors", None)
         if raw is None or not self.records:
             return
         texts = sorted({self._description(k) for k in self.records})
-        vecs = np.asarray(raw(texts), dtype=np.float32)  # MiniLM's own precision: its outputs are float32
+        vecs = np.asarray(raw(texts), dtype=VECTOR)
         self.vectors[embedder.name] = {_digest(t): base64.b64encode(v.tobytes()).decode() for t, v in
                                        zip(texts, vecs, strict=True)}
 
-    def seed(self, embedder: Embedder | None) -> None:
-        """Give the embedder this library's stored vectors for its records' descriptions (those whose description
-        still hashes to a stored digest; the rest are embedded when first needed, as without an index)."""
-        stored = self.vectors.get(getattr(embedder, "name", ""), {})
-        seed = getattr(embedder, "seed", None)
-        if not stored or seed is None or embedder is None or embedder.name in self._seeded:
+    def _seed(self, embedder: Embedder, texts: list[str], dims: int) -> None:
+        """Give the embedder the stored vectors of these descriptions (those it lacks; a description that no longer
+        hashes to a stored digest is embedded, as without an index). Stored vectors of another length than the
+        embedder's (another model under the same name) are not used, with one warning naming the library."""
+        seed, stored = getattr(embedder, "seed_vectors", None), self.vectors.get(embedder.name)
+        if seed is None or not stored:
             return
-        self._seeded.add(embedder.name)
-        texts = {self._description(k) for k in self.records}
-        seed({t: np.frombuffer(base64.b64decode(stored[d]), dtype=np.float32) for t in texts
-              if (d := _digest(t)) in stored})
+        decoded = self._decoded.get(embedder.name)
+        if decoded is None:
+            decoded = self._decoded[embedder.name] = {d: np.frombuffer(base64.b64decode(v), VECTOR)
+                                                      for d, v in stored.items()}
+        length = len(next(iter(decoded.values())))
+        if length != dims:
+            if embedder.name not in self._mismatched:
+                self._mismatched.add(embedder.name)
+                log.warning("WAAC history library %s: its stored vectors for %s have %d dimensions, the embedder "
+                            "gives %d: not used (rebuild it with make library)", self.source, embedder.name,
+                            length, dims)
+            return
+        seed({t: decoded[d] for t in texts if (d := _digest(t)) in decoded})
 
     def _description(self, key: str) -> str:
         """describe() of a record's fragment, once per fragment object (a key names one fragment: its hash)."""
@@ -215,7 +233,9 @@ class HistoryLibrary:
     def load(cls, path: str | Path) -> HistoryLibrary:
         """A library file; a missing, unreadable or malformed one is one InputError line naming it."""
         try:
-            return cls._parse(json.loads(Path(path).read_text()))
+            library = cls._parse(json.loads(Path(path).read_text()))
+            library.source = str(path)
+            return library
         except OSError as exc:
             raise InputError(f"WAAC history library {path}: cannot read it ({exc.strerror}); build it with "
                              "`make library ENV=<env>` or set policy.library_path") from None
@@ -240,14 +260,17 @@ def _digest(text: str) -> str:
 
 
 def _vectors(data: Any) -> dict[str, dict[str, str]]:
-    """A library file's `vectors` block, checked: embedder name -> {digest: base64 of DIMS float32 values, all of
-    one length}; anything else is a ValueError (HistoryLibrary.load: one line naming the file)."""
+    """A library file's `vectors` block, checked: embedder name -> {digest: base64 of finite float32 values, all of
+    one length}; anything else is a ValueError naming `vectors` (HistoryLibrary.load: one line naming the file)."""
     if not isinstance(data, dict):
         raise ValueError("`vectors` is not an object of embedder names")
     for name, block in data.items():
-        if not isinstance(block, dict):
-            raise ValueError(f"vectors[{name!r}] is not an object of description digests")
-        sizes = {len(base64.b64decode(v, validate=True)) if isinstance(v, str) else -1 for v in block.values()}
-        if len(sizes) > 1 or any(n <= 0 or n % 4 for n in sizes):
-            raise ValueError(f"vectors[{name!r}] holds values that are not float32 vectors of one length")
+        if not isinstance(block, dict) or not all(isinstance(v, str) for v in block.values()):
+            raise ValueError(f"vectors[{name!r}] is not an object of description digests to base64 strings")
+        try:
+            vecs = [np.frombuffer(base64.b64decode(v, validate=True), VECTOR) for v in block.values()]
+        except ValueError:  # (binascii.Error; a byte count that is not a multiple of 4)
+            raise ValueError(f"vectors[{name!r}] holds a value that is not base64 of float32 values") from None
+        if len({len(v) for v in vecs}) > 1 or not all(len(v) and np.isfinite(v).all() for v in vecs):
+            raise ValueError(f"vectors[{name!r}] holds vectors of different lengths, empty or not finite")
     return data
