@@ -74,14 +74,17 @@ def plan(cfg: DictConfig, jobs: list[Job], spends: bool) -> str:
     return "serial" if workers == 1 or len(jobs) < 2 else "processes"
 
 
-def execute(cfg: DictConfig, domain: Domain, jobs: list[Job], how: str, one: RunOne
-            ) -> Iterator[dict[str, Any]]:
+def execute(cfg: DictConfig, domain: Domain, jobs: list[Job], how: str, one: RunOne,
+            forked: Callable[[], None] = lambda: None) -> Iterator[dict[str, Any]]:
+    """`forked`: called once a hybrid run's worker processes are forked (none is forked after); their calls are
+    counted in the run's meter (lifecycle.METER.calls_sent), which the progress bar reads. (A processes run is the
+    simulated agent's: it meters no call.)"""
     workers = cfg.n_workers or os.cpu_count() or 1
     if how == "ray":
         yield from _ray(cfg, domain, jobs, one)
         return
     if how == "hybrid":
-        yield from _hybrid(cfg, jobs, hybrid_processes(cfg), one)
+        yield from _hybrid(cfg, jobs, hybrid_processes(cfg), one, forked)
         return
     if how == "threads":
         yield from _threaded(cfg, domain, jobs, one)
@@ -182,7 +185,8 @@ def _next_done(done: queue.SimpleQueue[tuple[bool, Any]]) -> tuple[bool, Any]:
             lifecycle.check()
 
 
-def _hybrid(cfg: DictConfig, jobs: list[Job], procs: int, one: RunOne) -> Iterator[dict[str, Any]]:
+def _hybrid(cfg: DictConfig, jobs: list[Job], procs: int, one: RunOne,
+            forked: Callable[[], None] = lambda: None) -> Iterator[dict[str, Any]]:
     """Many concurrent episodes: `procs` processes, each running its share of the threads, because one
     interpreter's lock caps a process at one core of client work (JSON, HTTP, policies, the environment).
     The rate limits are split evenly between the processes; the cost cap is not: they share the run's one spend
@@ -199,9 +203,11 @@ def _hybrid(cfg: DictConfig, jobs: list[Job], procs: int, one: RunOne) -> Iterat
     workers = [ctx.Process(target=_hybrid_worker, args=(yaml, procs, i, share(cfg.concurrency, procs, i), todo, done,
                                                         os.getpid(), one))
                for i in range(procs)]
+    lifecycle.METER.share_calls()
     try:
         for w in workers:  # in the try: a signal while they start stops those already started
             w.start()
+        forked()
         remaining = len(jobs)
         while remaining:
             row = _next_result(done, workers)

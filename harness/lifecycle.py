@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import IO
+from typing import IO, Any
 
 from harness.errors import InputError
 
@@ -272,18 +272,33 @@ class CostMeter:
         self.cap: float | None = None
         self.ledger: Path | None = None
         self._value = 0.0  # spent + reserved: the ledger's last value, or the whole state without a ledger
-        self.calls = 0  # endpoint calls this process asked to send since reset (the progress bar shows them)
+        self.calls = 0  # endpoint calls this process asked to send since reset
+        self._shared: Any = None  # the calls of this process and of the worker processes forked after share_calls
 
     def reset(self, cap: float | None, already_spent: float, ledger: Path | None = None) -> None:
         """Start metering against `cap` from `already_spent`; `ledger`: the file shared with worker processes."""
         with self._lock:
-            self.cap, self.ledger, self._value, self.calls = cap, ledger, already_spent, 0
+            self.cap, self.ledger, self._value, self.calls, self._shared = cap, ledger, already_spent, 0, None
             if ledger is not None:
                 try:
                     with self._flock():
                         self._write(already_spent)
                 except OSError as exc:  # e.g. a full disk: the first reservation says so and stops the run
                     _LOG.warning("%s cannot be written (%s)", ledger, exc.strerror or exc)
+
+    def share_calls(self) -> None:
+        """Before a run forks its worker processes: their calls are then counted where this process's progress bar
+        reads them (`calls_sent`); each process's own `calls` stays its own."""
+        import multiprocessing
+
+        with self._lock:
+            self._shared = multiprocessing.get_context("fork").Value("q", self.calls)
+
+    @property
+    def calls_sent(self) -> int:
+        """The calls of this process and of its worker processes forked after share_calls (else this process's)."""
+        shared = self._shared
+        return int(shared.value) if shared is not None else self.calls
 
     def join(self, cap: float | None, ledger: Path) -> None:
         """Meter against a run folder's ledger as it stands, e.g. `make judge` re-grading a run under its cap."""
@@ -303,6 +318,10 @@ class CostMeter:
         check()
         with self._lock:
             self.calls += 1
+        shared = self._shared
+        if shared is not None:
+            with shared.get_lock():  # (one process-shared semaphore, uncontended but for another call this instant)
+                shared.value += 1
         if not usd > 0:  # free, or an unknown price (refused up front when a cap is set)
             return 0.0
         try:

@@ -245,9 +245,12 @@ def _drive(cfg: DictConfig, domain: Domain, jobs: list[Job], how: str, out_dir: 
     done, tokens, cost, n = 0, 0, 0.0, 0
     post: dict[str, str] = {}
     with tqdm(total=total, initial=total - len(jobs), desc=f"{cfg.name} [{cfg.model.name}]",
-              disable=not cfg.progress, unit="ep") as bar, _ticking(bar, post, cfg.progress and how in ONE_PROCESS):
+              disable=not cfg.progress, unit="ep") as bar, _ticking(bar, post, cfg.progress and how in TICKED,
+                                                                    TICK_S) as start:
+        if how in ONE_PROCESS:
+            start()
         try:
-            for row in execute(cfg, domain, jobs, how, run_one):
+            for row in execute(cfg, domain, jobs, how, run_one, forked=start):
                 done, tokens, n = done + row["completed"], tokens + row["input_tokens"], n + 1
                 cost += 0.0 if math.isnan(row["cost_usd"]) else row["cost_usd"]  # NaN: a price is unknown
                 # totals over the episodes this bar counted (the table shows per-run means): named so
@@ -261,38 +264,43 @@ def _drive(cfg: DictConfig, domain: Domain, jobs: list[Job], how: str, out_dir: 
 
 
 TICK_S = 2.0  # how often the bar shows the calls sent so far
-ONE_PROCESS = ("serial", "threads")  # executors whose calls this process's meter counts (and that fork no worker
-# while the ticking thread runs)
+ONE_PROCESS = ("serial", "threads")  # executors that fork no worker process: the ticking thread starts at once
+# The executors whose calls the bar shows as they are sent. A hybrid run starts the ticking thread once its workers
+# are forked, so that no fork copies a thread's held lock (tqdm's, stderr's) into a worker. A processes run is the
+# simulated agent's (it meters no call); Ray's workers are not forked from the runner: the bar moves per episode.
+TICKED = (*ONE_PROCESS, "hybrid")
 
 
 @contextlib.contextmanager
-def _ticking(bar: tqdm, post: dict[str, str], on: bool, every: float = TICK_S) -> Iterator[None]:
+def _ticking(bar: tqdm, post: dict[str, str], on: bool, every: float = TICK_S) -> Iterator[Callable[[], None]]:
     """The bar moves per episode: with a slow model (model=local: >10 min per episode on 2 cores) it stood still
     for minutes. It shows the endpoint calls sent so far, every `every` seconds, from the run's meter (the calls of
-    this process: a serial or threaded run; the worker processes of the others count their own)."""
-    if not on:
-        yield
-        return
+    this process and of its forked workers: lifecycle.METER.calls_sent), from when the yielded function is called."""
     stop = threading.Event()
     thread = threading.Thread(target=lambda: _tick(bar, post, stop, every), name="progress-calls", daemon=True)
-    thread.start()
+
+    def start() -> None:
+        if on and thread.ident is None:
+            thread.start()
+
     try:
-        yield
+        yield start
     finally:
         stop.set()
-        thread.join()
+        if thread.ident is not None:
+            thread.join()
 
 
 def _tick(bar: tqdm, post: dict[str, str], stop: threading.Event, every: float) -> None:
     shown = 0
     while not stop.wait(every):
-        if lifecycle.METER.calls != shown:
-            shown = lifecycle.METER.calls
+        if lifecycle.METER.calls_sent != shown:
+            shown = lifecycle.METER.calls_sent
             _show(bar, post)
 
 
 def _show(bar: tqdm, post: dict[str, str]) -> None:
-    calls = lifecycle.METER.calls
+    calls = lifecycle.METER.calls_sent
     bar.set_postfix({**post, **({"calls": f"{calls:,}"} if calls else {})})
 
 

@@ -363,7 +363,7 @@ def test_a_hybrid_run_forks_two_processes_per_cpu_when_each_keeps_enough_threads
     """One process per CPU left a core idle while answers queued on the other's interpreter lock (docs/speed.md)."""
     monkeypatch.setattr(executors.os, "cpu_count", lambda: 2)
     seen: list[int] = []
-    monkeypatch.setattr(executors, "_hybrid", lambda cfg, jobs, procs, one: iter(seen.append(procs) or ()))
+    monkeypatch.setattr(executors, "_hybrid", lambda cfg, jobs, procs, one, *_: iter(seen.append(procs) or ()))
     for concurrency, procs in ((8, 2), (32, 2), (63, 2), (64, 4), (128, 4), (256, 4)):
         cfg = config(tmp_path, "user=llm", f"concurrency={concurrency}")
         assert executors.hybrid_processes(cfg) == procs, concurrency
