@@ -250,7 +250,7 @@ def _drive(cfg: DictConfig, domain: Domain, jobs: list[Job], how: str, out_dir: 
         if how in ONE_PROCESS:
             start()
         try:
-            for row in execute(cfg, domain, jobs, how, run_one, forked=start):
+            for row in execute(cfg, domain, jobs, how, run_one, start):
                 done, tokens, n = done + row["completed"], tokens + row["input_tokens"], n + 1
                 cost += 0.0 if math.isnan(row["cost_usd"]) else row["cost_usd"]  # NaN: a price is unknown
                 # totals over the episodes this bar counted (the table shows per-run means): named so
