@@ -23,7 +23,6 @@ the model that will be evaluated.
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import sys
 import tempfile
@@ -45,7 +44,7 @@ from harness.report import cli
 from harness.run import CONFIG_DIR
 from harness.tokens import TokenCounter
 from harness.types import Task
-from harness.waac.library import VECTOR, HistoryLibrary
+from harness.waac.library import HistoryLibrary, decode_vector
 from harness.waac.policy import WAAC
 
 # The initial compression policy of B.3: online analysis only, no library, checkpoints recorded.
@@ -190,14 +189,12 @@ def _close(old: Any, new: dict[str, dict[str, str]]) -> bool:
     if not isinstance(old, dict) or {k: set(v) for k, v in old.items()} != {k: set(v) for k, v in new.items()}:
         return False
     try:
-        return all(np.allclose(_vector(old[name][d]), _vector(v), atol=1e-5) for name, block in new.items()
-                   for d, v in block.items())
+        return all(np.allclose(decode_vector(old[name][d]), decode_vector(v), atol=1e-5)
+                   for name, block in new.items() for d, v in block.items())
     except (ValueError, TypeError):  # a damaged old block: written
         return False
 
 
-def _vector(text: str) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(text), VECTOR)
 
 
 if __name__ == "__main__":

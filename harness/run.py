@@ -294,8 +294,8 @@ def _ticking(bar: tqdm, post: dict[str, str], on: bool, every: float = TICK_S) -
 def _tick(bar: tqdm, post: dict[str, str], stop: threading.Event, every: float) -> None:
     shown = 0
     while not stop.wait(every):
-        if lifecycle.METER.calls_sent != shown:
-            shown = lifecycle.METER.calls_sent
+        if (calls := lifecycle.METER.calls_sent) != shown:
+            shown = calls
             _show(bar, post)
 
 

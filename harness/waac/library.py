@@ -127,13 +127,12 @@ NO_MATCH = Match("none", {})
 
 class HistoryLibrary:
     def __init__(self, records: dict[str, Record] | None = None, read_only: bool = True,
-                 meta: dict[str, Any] | None = None, vectors: dict[str, dict[str, str]] | None = None) -> None:
+                 meta: dict[str, Any] | None = None, vectors: dict[str, dict[str, np.ndarray]] | None = None) -> None:
         self.records = records or {}
         self.read_only = read_only
         self.meta = meta or {}
-        # embedder name -> {digest of a record's description: its vector, float32 base64}: the library's index
+        # embedder name -> {digest of a record's description: its float32 vector}: the library's index
         self.vectors = vectors or {}
-        self._decoded: dict[str, dict[str, np.ndarray]] = {}  # embedder name -> digest -> vector
         self._mismatched: set[str] = set()  # embedder names whose stored vectors have another length (warned)
         self.source = "(in memory)"  # the file it was loaded from, for messages
         self._by_compat: dict[str, list[str]] = {}
@@ -184,8 +183,7 @@ class HistoryLibrary:
             return
         texts = sorted({self._description(k) for k in self.records})
         vecs = np.asarray(raw(texts), dtype=VECTOR)
-        self.vectors[embedder.name] = {_digest(t): base64.b64encode(v.tobytes()).decode() for t, v in
-                                       zip(texts, vecs, strict=True)}
+        self.vectors[embedder.name] = {_digest(t): v for t, v in zip(texts, vecs, strict=True)}
 
     def _seed(self, embedder: Embedder, texts: list[str], dims: int) -> None:
         """Give the embedder the stored vectors of these descriptions (those it lacks; a description that no longer
@@ -194,11 +192,7 @@ class HistoryLibrary:
         seed, stored = getattr(embedder, "seed_vectors", None), self.vectors.get(embedder.name)
         if seed is None or not stored:
             return
-        decoded = self._decoded.get(embedder.name)
-        if decoded is None:
-            decoded = self._decoded[embedder.name] = {d: np.frombuffer(base64.b64decode(v), VECTOR)
-                                                      for d, v in stored.items()}
-        length = len(next(iter(decoded.values())))
+        length = len(next(iter(stored.values())))
         if length != dims:
             if embedder.name not in self._mismatched:
                 self._mismatched.add(embedder.name)
@@ -206,7 +200,7 @@ class HistoryLibrary:
                             "gives %d: not used (rebuild it with make library)", self.source, embedder.name,
                             length, dims)
             return
-        seed({t: decoded[d] for t in texts if (d := _digest(t)) in decoded})
+        seed({t: stored[d] for t in texts if (d := _digest(t)) in stored})
 
     def _description(self, key: str) -> str:
         """describe() of a record's fragment, once per fragment object (a key names one fragment: its hash)."""
@@ -226,7 +220,8 @@ class HistoryLibrary:
                  "tasks": r.tasks, "analysis": r.analysis} for r in sorted(self.records.values(), key=lambda r: r.key)]
         out: dict[str, Any] = {"meta": self.meta, "records": rows}
         if self.vectors:
-            out["vectors"] = {name: dict(sorted(v.items())) for name, v in sorted(self.vectors.items())}
+            out["vectors"] = {name: {d: base64.b64encode(v.tobytes()).decode() for d, v in sorted(block.items())}
+                              for name, block in sorted(self.vectors.items())}
         return json.dumps(out, indent=1, default=list) + "\n"
 
     @classmethod
@@ -259,18 +254,24 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _vectors(data: Any) -> dict[str, dict[str, str]]:
-    """A library file's `vectors` block, checked: embedder name -> {digest: base64 of finite float32 values, all of
-    one length}; anything else is a ValueError naming `vectors` (HistoryLibrary.load: one line naming the file)."""
+def decode_vector(text: str) -> np.ndarray:
+    """A stored vector (base64 of little-endian float32 values); binascii.Error (a ValueError) if not base64."""
+    return np.frombuffer(base64.b64decode(text, validate=True), VECTOR)
+
+
+def _vectors(data: Any) -> dict[str, dict[str, np.ndarray]]:
+    """A library file's `vectors` block, decoded and checked: embedder name -> {digest: finite float32 values, all
+    of one length}; anything else is a ValueError naming `vectors` (HistoryLibrary.load: one line naming the file)."""
     if not isinstance(data, dict):
         raise ValueError("`vectors` is not an object of embedder names")
     for name, block in data.items():
         if not isinstance(block, dict) or not all(isinstance(v, str) for v in block.values()):
             raise ValueError(f"vectors[{name!r}] is not an object of description digests to base64 strings")
         try:
-            vecs = [np.frombuffer(base64.b64decode(v, validate=True), VECTOR) for v in block.values()]
+            vecs = {d: decode_vector(v) for d, v in block.items()}
         except ValueError:  # (binascii.Error; a byte count that is not a multiple of 4)
             raise ValueError(f"vectors[{name!r}] holds a value that is not base64 of float32 values") from None
-        if len({len(v) for v in vecs}) > 1 or not all(len(v) and np.isfinite(v).all() for v in vecs):
+        if len({len(v) for v in vecs.values()}) > 1 or not all(len(v) and np.isfinite(v).all() for v in vecs.values()):
             raise ValueError(f"vectors[{name!r}] holds vectors of different lengths, empty or not finite")
+        data[name] = vecs
     return data
