@@ -106,8 +106,10 @@ def sweep_stopped() -> bool:
 # Python runs its cyclic collector after every 700 new container objects (its default gen-0 threshold). A WAAC step
 # makes thousands (a dict per field) and closing a run parses every transcript into millions, nearly all freed by
 # reference counting: the collector found little and took ~20% of a simulated WAAC run (issue 28, make bench).
-# Cycles are still collected, 14x less often; memory held by a cycle waits a little longer.
-COLLECT_EVERY = 10_000
+# Cycles are still collected, less often; memory held by a cycle waits a little longer (at most this many containers
+# of it per process: a few tens of MB). 10,000 left a WAAC worker ~44 gen-0 collections per 50 x 5 run, ~0.2 s;
+# 100,000 leaves ~2, ~0.07 s (C3's: 0.03 s -> none).
+COLLECT_EVERY = 100_000
 
 
 @contextmanager

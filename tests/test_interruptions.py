@@ -242,7 +242,7 @@ def test_ctrl_c_twice_during_concurrent_requests(tmp_path: Path, workers: str) -
 
 
 def test_ctrl_c_stops_a_process_pool_without_running_its_queued_chunks(tmp_path: Path) -> None:
-    """250 jobs go to the pool in chunks of 15: a stop must end the workers' episodes, not let them run the
+    """250 jobs go to the pool in chunks of 3: a stop must end the workers' episodes, not let them run the
     chunks already queued to them (dozens of episodes after the user asked to stop)."""
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "harness.cli", "experiment=c3", "n_tasks=50", "n_runs=5", "n_workers=2",
