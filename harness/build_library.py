@@ -113,9 +113,11 @@ def build(cfg: DictConfig, evaluation: Domain | None = None) -> HistoryLibrary:
     library.meta = _meta(cfg, str(dev.get("tasks", " ".join(dev.split))), total, verified, len(library.records))
     policy = build_policy(cfg)
     assert isinstance(policy, WAAC)
-    embedder = policy.embedder
-    if embedder is not None:  # §3.3.2's candidates embedded once here: a run then embeds only its queries
-        library.index(embedder)
+    try:
+        if policy.embedder is not None:  # §3.3.2's candidates embedded once here: a run then embeds only its queries
+            library.index(policy.embedder)
+    finally:
+        policy.close()  # (its artifact store's temporary folder)
     return library
 
 
@@ -193,8 +195,6 @@ def _close(old: Any, new: dict[str, dict[str, str]]) -> bool:
                    for name, block in new.items() for d, v in block.items())
     except (ValueError, TypeError):  # a damaged old block: written
         return False
-
-
 
 
 if __name__ == "__main__":

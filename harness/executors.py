@@ -115,7 +115,7 @@ def share(total: int, parts: int, index: int) -> int:
 
 def chunk_size(n_jobs: int, workers: int) -> int:
     """Jobs handed to a pool worker at a time: small, so the run's tail is short. A worker that takes the last
-    chunk works on alone while the others are idle; with 250 episodes in chunks of 15 that was ~0.3-0.5 s of a
+    chunk works on alone while the others are idle; with 250 episodes in chunks of 15 that was 0.2-0.55 s of a
     simulated WAAC run's ~9 s (issue 28), in chunks of 3 it is one or two episodes' time."""
     return max(1, n_jobs // (workers * CHUNKS_PER_WORKER))
 

@@ -379,7 +379,7 @@ def _job_and_pid(cfg: DictConfig, domain: object, job: int) -> dict[str, int]:
 def test_a_process_pool_hands_out_small_chunks_so_the_run_has_a_short_tail(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The worker that takes a run's last chunk works on alone: 250 episodes in chunks of 15 left one of two workers
-    idle for ~0.3-0.5 s of a ~9 s simulated WAAC run (issue 28). A worker now takes 3 of them at a time."""
+    idle for 0.2-0.55 s of a ~9 s simulated WAAC run (issue 28). A worker now takes 3 of them at a time."""
     chunks: list[int] = []
 
     class Pool(executors.ProcessPoolExecutor):
