@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -20,6 +21,24 @@ from harness.types import Message, ToolCall
 from harness.waac.schema import FieldSpec, InputSpec, Role, Schemas, ToolSchema
 
 TOKENS = TokenCounter("o200k_base")
+
+
+def store_reads(monkeypatch: Any) -> list[str]:
+    """From now on, the names of the files the artifact store reads, by either way it reads one: its verification
+    opens the file (harness.waac.artifacts' `open`), a recall reads it through pathlib. A test asserting a file was
+    *not* read must also see one read here (a positive control), or a store reading another way passes it."""
+    from harness.waac import artifacts
+
+    reads: list[str] = []
+    real_open, real_read = builtins.open, Path.read_bytes
+
+    def opened(file: Any, *a: Any, **k: Any) -> Any:
+        reads.append(Path(file).name)
+        return real_open(file, *a, **k)
+
+    monkeypatch.setattr(artifacts, "open", opened, raising=False)
+    monkeypatch.setattr(Path, "read_bytes", lambda p: reads.append(p.name) or real_read(p))
+    return reads
 
 
 def ctx(step: int = 0, budget: int | None = None) -> RenderContext:

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from _waac import ctx
+from _waac import ctx, store_reads
 from test_waac_policy import LIBRARY, _long_session
 from test_waac_projection import _itemizing, _pointed
 
@@ -182,14 +182,7 @@ def _first_pointer(monkeypatch: pytest.MonkeyPatch, clock_ahead: bool) -> tuple[
     monkeypatch.setattr(os, "stat", stat)
     policy.render(tr.history, ctx())
     f, ref = _pointed(policy)
-    reads: list[str] = []
-    real_read = Path.read_bytes
-    def logged(p: Path) -> bytes:
-        reads.append(p.name)
-        return real_read(p)
-
-    monkeypatch.setattr(Path, "read_bytes", logged)
-    return policy, tr, f.id, policy.store.path(ref), reads
+    return policy, tr, f.id, policy.store.path(ref), store_reads(monkeypatch)
 
 
 def test_a_new_artifact_is_signed_at_its_first_check_when_the_filesystem_clock_has_moved(
@@ -201,6 +194,10 @@ def test_a_new_artifact_is_signed_at_its_first_check_when_the_filesystem_clock_h
     policy.render(tr.history, ctx(1))
     out = policy.last[2]
     assert out is not None and out.applied[fid] == Level.POINTER and path.name not in reads
+    path.write_bytes(path.read_bytes()[:-3] + b"000")
+    reads.clear()  # (the rewrite's own read)
+    policy.render(tr.history, ctx(2))
+    assert path.name in reads  # a changed file is read again: the log sees the store's reads
 
 
 def test_a_rewrite_right_after_the_first_check_is_detected_whatever_the_clock_granularity(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from _support import CONFIG_DIR, task
-from _waac import EnvTrajectory, ctx
+from _waac import EnvTrajectory, ctx, store_reads
 from hydra import compose, initialize_config_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -310,10 +310,7 @@ def _signed_pointer(monkeypatch: pytest.MonkeyPatch) -> tuple[WAAC, EnvTrajector
         if policy.store.path(other.ref).stat().st_ctime_ns > path.stat().st_ctime_ns:
             break
     policy.render(tr.history, ctx(1))  # verified in full once more: now settled, its signature is recorded
-    reads: list[str] = []
-    real_read = Path.read_bytes
-    monkeypatch.setattr(Path, "read_bytes", lambda p: reads.append(p.name) or real_read(p))
-    return policy, tr, f.id, path, reads
+    return policy, tr, f.id, path, store_reads(monkeypatch)
 
 
 def test_a_signed_artifact_is_not_reread_each_step_and_a_same_size_rewrite_is_detected(
@@ -324,7 +321,9 @@ def test_a_signed_artifact_is_not_reread_each_step_and_a_same_size_rewrite_is_de
     policy.render(tr.history, ctx(2))
     assert policy.last[2].applied[fid] == Level.POINTER and path.name not in reads
     path.write_bytes(path.read_bytes()[:-3] + b"000")  # same size, other bytes, same inode
+    reads.clear()  # (the rewrite's own read)
     policy.render(tr.history, ctx(3))
+    assert path.name in reads  # its new signature made the store read it: the log sees the store's reads
     assert policy.last[2].applied[fid] == Level.EXACT and "changed" in policy.last[2].promoted_why[fid]
 
 
