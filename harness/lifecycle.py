@@ -42,6 +42,7 @@ from harness.errors import InputError
 # The stop flag is a plain attribute, not a threading.Event: signal handlers set it, and an Event's lock taken
 # by a handler that interrupted code already holding it would deadlock. Reads and writes are atomic under the GIL.
 _STOP: dict[str, str | None] = {"reason": None}
+_CLOSING = [False]  # in the run's closing pass (closing()): a signal stops the run without raising
 _SAID: set[str] = set()  # notes already written from a signal handler this run
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 STOP_GRACE_S = 15.0  # how long a stopping run waits for its episodes in flight before it leaves them behind
@@ -140,6 +141,10 @@ def signals_stop_the_run() -> Iterator[None]:
 
     def handler(signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
+        if _CLOSING[0] and not stopping():
+            request_stop(f"{name} received")
+            _say_once(f"\n{name}: the run is writing its tables and manifest; it stops once they are written.\n")
+            return
         if stopping():  # a second Ctrl-C must not cut the stop short: the count, tables and workers' exit follow it
             _say_once(f"\n{name}: already stopping ({stop_reason()}); the requests in flight finish (within "
                       f"{STOP_GRACE_S:g} s), then the tables are written. Ctrl-\\ (SIGQUIT) quits at once; whole "
@@ -154,6 +159,18 @@ def signals_stop_the_run() -> Iterator[None]:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+@contextmanager
+def closing() -> Iterator[None]:
+    """The run's closing pass (its tables, the manifest's end): a first SIGINT or SIGTERM landing in it stops the run
+    (the flag) without raising, so the pass completes. Raised there, its KeyboardInterrupt left the manifest
+    `running` for good (a sweep stopped while a job wrote its tables)."""
+    _CLOSING[0] = True
+    try:
+        yield
+    finally:
+        _CLOSING[0] = False
 
 
 def wait_at_most(alive: Callable[[], int], what: str, between: Callable[[], None] = lambda: time.sleep(0.1),

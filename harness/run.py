@@ -196,22 +196,23 @@ def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
             how = plan(cfg, jobs, bool(backends))  # refused: the out_dir's config and manifest stay as they were
         (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         manifest.begin(out_dir, cfg, print_, [t.task_id for t in domain.tasks], **manifest.domain_record(domain))
-        if jobs:
-            _share_models(cfg, how)
-        lifecycle.METER.reset(cfg.max_cost_usd, spent(out_dir, print_), ledger=out_dir / SPENT)
-        if jobs and lifecycle.METER.cap is not None and lifecycle.METER.spent >= lifecycle.METER.cap:
-            lifecycle.request_stop(f"max_cost_usd={cfg.max_cost_usd:g} was already reached by this out_dir")
-            jobs = []
         before = snapshot(out_dir)
-        try:
+        try:  # from the manifest's `running` on: a signal while WAAC's model loads is a stop, not a lasting `running`
+            if jobs:
+                _share_models(cfg, how)
+            lifecycle.METER.reset(cfg.max_cost_usd, spent(out_dir, print_), ledger=out_dir / SPENT)
+            if jobs and lifecycle.METER.cap is not None and lifecycle.METER.spent >= lifecycle.METER.cap:
+                lifecycle.request_stop(f"max_cost_usd={cfg.max_cost_usd:g} was already reached by this out_dir")
+                jobs = []
             if _regrade(cfg, domain, out_dir, print_, verbose):
                 before = snapshot(out_dir)  # a re-graded transcript is rewritten, not a new episode
             _drive(cfg, domain, jobs, how, out_dir)
         finally:  # even after a crash the tables and the manifest say what is there (a crash: partial at best)
-            episodes, _ = build_tables(out_dir, print_)
-            unfinished = bool(pending(cfg, domain, out_dir, print_))
-            manifest.finish(out_dir, episodes, interrupted=unfinished and (
-                lifecycle.stopping() or sys.exc_info()[0] is not None))
+            failed = sys.exc_info()[0] is not None
+            with lifecycle.closing():
+                episodes, _ = build_tables(out_dir, print_)
+                unfinished = bool(pending(cfg, domain, out_dir, print_))
+                manifest.finish(out_dir, episodes, interrupted=unfinished and (lifecycle.stopping() or failed))
     return _conclude(out_dir, episodes, Session(written(out_dir, print_, before), time.monotonic() - started),
                      unfinished, verbose)
 
@@ -529,11 +530,10 @@ def main(cfg: DictConfig) -> dict[str, list[str]]:
         print(f"error: the disk is full: {exc}; free space there and rerun the same command to resume",
               file=sys.stderr)
         raise SystemExit(EXIT_INPUT) from None
-    except KeyboardInterrupt:  # a signal outside the episode loop (pre-flight, writing tables): nothing is lost
+    except KeyboardInterrupt:  # a signal before the episode loop (pre-flight, loading a shared model): nothing is lost
         how = ("the sweep's command below resumes it" if os.environ.get(lifecycle.SWEEP_RESUMES)
                else "rerun the same command to resume")
-        print(f"\nStopped ({lifecycle.stop_reason()}) before the run started or while it wrote its tables; {how}",
-              file=sys.stderr)
+        print(f"\nStopped ({lifecycle.stop_reason()}) before the run's episodes started; {how}", file=sys.stderr)
         raise SystemExit(EXIT_INTERRUPTED) from None
     _judge_exit(cfg, episodes)
     return _recorded_since(mark)

@@ -130,3 +130,53 @@ def test_read_warns_naming_a_missing_or_unreadable_manifest(tmp_path: Path,
 def test_finish_without_begin_still_records_what_happened(tmp_path: Path) -> None:
     m = manifest.finish(tmp_path, _episodes("user_stop"))
     assert m["status"] == "partial"  # nothing says what was expected: never claimed complete
+
+
+def _signalled_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                   where: str) -> tuple[dict[str, object], BaseException | None]:
+    """A short simulated run through the real runner that gets a real SIGTERM `where`: while it loads the models
+    its workers share (after the manifest says `running`), or while it writes its tables; its manifest after, and
+    what the run raised."""
+    import os
+    import signal
+
+    from _support import CONFIG_DIR
+    from hydra import compose, initialize_config_dir
+
+    import harness.run as runner
+
+    def signalled(real: object) -> object:
+        def call(*args: object, **kwargs: object) -> object:
+            os.kill(os.getpid(), signal.SIGTERM)  # the runner's own handler takes it, as from `kill` or a sweep
+            return real(*args, **kwargs) if callable(real) else None
+        return call
+
+    target = {"models": "_share_models", "tables": "build_tables"}[where]
+    monkeypatch.setattr(runner, target, signalled(getattr(runner, target)))
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("config", ["experiment=c3", "n_tasks=2", "n_runs=1", f"out_dir={tmp_path}", "progress=false"])
+    raised: BaseException | None = None
+    try:
+        runner.run(cfg, verbose=False)
+    except (KeyboardInterrupt, SystemExit) as exc:  # caught here: pytest would take a KeyboardInterrupt as its own
+        raised = exc
+    record = manifest.read(tmp_path)
+    assert record is not None
+    return record, raised
+
+
+def test_a_signal_while_the_shared_models_load_leaves_a_partial_run_not_a_running_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The manifest says `running` before WAAC's embedding model loads (seconds): a stop landing there used to skip
+    the closing pass, and the run stayed `running` for good."""
+    record, raised = _signalled_run(tmp_path, monkeypatch, "models")
+    assert isinstance(raised, KeyboardInterrupt)  # (the command line says "Stopped ...; rerun the same command")
+    assert record["status"] == "partial" and record["ended"] is not None
+
+
+def test_a_signal_while_the_tables_are_written_lets_them_and_the_manifest_finish(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stop after the last episode, while the tables are written (a sweep stopped then): the closing pass
+    completes instead of raising out of it, and the run is complete."""
+    record, raised = _signalled_run(tmp_path, monkeypatch, "tables")
+    assert raised is None and record["status"] == "complete" and (tmp_path / "episodes.parquet").exists()
