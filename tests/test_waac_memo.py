@@ -307,3 +307,46 @@ def test_two_stores_of_one_shared_directory_writing_equal_bytes_at_once_both_suc
     assert first.problem(a.ref, '{"x": 1}', "e/f", 0) is None
     assert second.problem(nested[0].ref, '{"x": 1}', "e/g", 0) is None
     assert sorted(p.name for p in tmp_path.iterdir()) == [a.sha256]
+
+
+def test_a_rule_tables_decisions_are_shared_by_the_episodes_of_a_process_and_a_callables_are_not() -> None:
+    """Transfer memoizes each step's decision by its row: a rule table's (keyed by its content's fingerprint) for
+    every later episode of the process, so a second policy on the same session resolves nothing again; a callable
+    rule may hold state of its own and is asked afresh by each new Transfer."""
+    from harness.waac import analysis
+
+    resolved: list[tuple[Any, ...]] = []
+    real = analysis.Transfer._resolve
+
+    def counting(self: analysis.Transfer, step: analysis.Step) -> Level:
+        resolved.append(step.row())
+        return real(self, step)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(analysis.Transfer, "_resolve", counting)
+        analysis._TABLE_MEMOS.clear()
+        for run in range(2):
+            policy, tokens = WAAC(schemas(), library_path=LIBRARY), TokenCounter()
+            for step, h in enumerate(_long_session(30)):
+                policy.render(h, RenderContext(step, tokens))
+            if run == 0:
+                first, rows = len(resolved), {s.row() for m in policy.analysis._step_memo.values() for _, s in m}
+        assert first > 3 and len(resolved) == first  # the second episode resolved no row again
+        assert set(resolved) <= rows and len(set(resolved)) == first  # each row once, the first time it was met
+        asked: list[int] = []
+        step = next(s for m in policy.analysis._step_memo.values() for _, s in m)
+        for _ in range(2):
+            analysis.Transfer(lambda s: asked.append(1) or Level.DROP)(step)  # type: ignore[func-returns-value]
+        assert len(asked) == 2
+
+
+def test_a_records_rows_are_made_once_and_a_replaced_record_gets_its_own() -> None:
+    """A library record's rows are turned into tuples once per record (a record is replayed at every matching
+    episode); an equal-looking but different record object gets rows of its own."""
+    from harness.waac import analysis
+
+    record = {"rows": [["data", "x"], ["control", "y"]], "steps": []}
+    first = analysis._rows(record)
+    assert first == [("data", "x"), ("control", "y")] and analysis._rows(record) is first
+    other = {"rows": [["data", "z"]], "steps": []}
+    assert analysis._rows(other) == [("data", "z")]

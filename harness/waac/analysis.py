@@ -138,13 +138,20 @@ class Transfer:
 
     def __init__(self, rules: TransferRules | None = None) -> None:
         self.rules = rules if callable(rules) or rules is None else _checked(rules)
-        self._memo: dict[Step, Level] = {}
         self.fingerprint = _fingerprint(self.rules)
+        # decisions by step.row() (kept in the step: a Step's own hash rebuilt its tuple and called each enum's
+        # __hash__ per lookup); a rule table's are shared by every episode of the process (the fingerprint is
+        # the table's content), a callable's stay this instance's (it may hold state of its own)
+        self._memo: dict[tuple[Any, ...], Level] = {} if callable(self.rules) else _TABLE_MEMOS.setdefault(
+            self.fingerprint, {})
+        if len(self._memo) >= _TABLE_MEMO_MAX:
+            self._memo.clear()
 
     def __call__(self, step: Step) -> Level:
-        hit = self._memo.get(step)
+        row = step.row()
+        hit = self._memo.get(row)
         if hit is None:
-            hit = self._memo[step] = self._resolve(step)
+            hit = self._memo[row] = self._resolve(step)
         return hit
 
     def _resolve(self, step: Step) -> Level:
@@ -153,6 +160,9 @@ class Transfer:
             raise ValueError(f"Schemas.transfer_rules returned {custom!r} for {step.key()}: not a Level")
         return custom if custom is not None else _lookup(DEFAULT_TRANSFER, step.key()) or Level.DROP
 
+
+_TABLE_MEMOS: dict[str, dict[tuple[Any, ...], Level]] = {}  # rule-table fingerprint -> its decisions by step row
+_TABLE_MEMO_MAX = 100_000  # rows kept per table (a few hundred occur in a benchmark's runs)
 
 _KEY_VALUES = ({"data", "control"}, None, {"ok", "failed"}, {lv.value for lv in Level}, {r.value for r in Role})
 
@@ -295,7 +305,7 @@ class _Replay:
     """Replays a record's steps on the current graph: each step the walk meets must be the recorded one."""
 
     def __init__(self, record: dict[str, Any]) -> None:
-        self.rows = [tuple(r) for r in record.get("rows", [])]
+        self.rows = _rows(record)
         self.steps, self.i = record.get("steps", []), 0
 
     def __call__(self, frm: int, to: int, step: Step) -> Level | None:
@@ -305,7 +315,25 @@ class _Replay:
         if (a, b) != (frm, to) or not 0 <= row < len(self.rows) or self.rows[row] != step.row():
             return None
         self.i += 1
-        return Level(out)
+        return _LEVEL_OF.get(out) or Level(out)  # (an unknown value raises as Level() does)
+
+
+_LEVEL_OF = {lv.value: lv for lv in Level}  # Level(value) without EnumType.__call__ (a replayed step's level)
+_ROWS: dict[int, tuple[dict[str, Any], list[tuple[Any, ...]]]] = {}  # id(record) -> (record, its rows as tuples)
+_ROWS_MAX = 100_000
+
+
+def _rows(record: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """A library record's rule-input rows as tuples, made once per record and process (a record is replayed at
+    every episode that matches its fragment; the entry holds the record, so its id is not reused meanwhile)."""
+    hit = _ROWS.get(id(record))
+    if hit is not None and hit[0] is record:
+        return hit[1]
+    if len(_ROWS) >= _ROWS_MAX:
+        _ROWS.clear()
+    rows = [tuple(r) for r in record.get("rows", [])]
+    _ROWS[id(record)] = (record, rows)
+    return rows
 
 
 def replay(g: TraceGraph, eid: str, level: Level, record: dict[str, Any], fingerprint: str,
