@@ -41,16 +41,18 @@ def test_the_model_factory_is_made_once_per_run_and_records_what_a_backend_per_e
     """SimModel is stateful (its random streams): every episode still gets a backend of its own, from the one
     factory, and the transcripts are those of a backend built through Hydra for each episode."""
     made: list[int] = []
+    seeds: list[int] = []  # the backends the factory made: an episode building its own through Hydra is not here
     real = build.model_factory
 
     def counting(cfg: Any) -> Any:
         made.append(1)
-        return real(cfg)
+        make = real(cfg)
+        return lambda seed: seeds.append(seed) or make(seed)
 
     monkeypatch.setattr(runner, "model_factory", counting)
     overrides = ("experiment=c3", "n_tasks=3", "n_runs=2", "n_workers=1")
     runner.run(config(tmp_path / "factory", *overrides), verbose=False)
-    assert made == [1]
+    assert made == [1] and len(seeds) == 6  # made once, and every episode's backend came from it
     monkeypatch.setattr(runner, "_model", build.build_model)  # as before: Hydra's instantiate for every episode
     runner.run(config(tmp_path / "each", *overrides), verbose=False)
     factory, each = records(tmp_path / "factory"), records(tmp_path / "each")
@@ -273,10 +275,21 @@ def test_the_policy_factory_builds_what_build_policy_builds_with_new_objects_all
     monkeypatch.setattr(build, "build_policy", lambda cfg: built.append(1) or real(cfg))
     monkeypatch.setattr(runner, "check_policy_model", lambda cfg: None)  # its one policy per run is not an episode's
     overrides = ("experiment=c4", "n_tasks=3", "n_runs=2", "n_workers=1")
+    target = config(tmp_path, *overrides).policy._target_
+    walked: list[int] = []  # Hydra's instantiate of a whole policy config, by build_policy or any other way
+    real_instantiate = build.instantiate
+
+    def instantiating(node: Any, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("_partial_") and getattr(node, "get", lambda key: None)("_target_") == target:
+            walked.append(1)
+        return real_instantiate(node, *args, **kwargs)
+
+    monkeypatch.setattr(build, "instantiate", instantiating)
     runner.run(config(tmp_path / "factory", *overrides), verbose=False)
-    assert built == []  # no episode walked the policy config through Hydra
+    assert built == [] and walked == []  # no episode walked the policy config through Hydra
     monkeypatch.setattr(runner, "policy_factory", lambda cfg: lambda: real(cfg))  # as before: Hydra every episode
     runner.run(config(tmp_path / "each", *overrides), verbose=False)
+    assert len(walked) == 6  # the log sees Hydra build a policy (a positive control)
     factory, each = records(tmp_path / "factory"), records(tmp_path / "each")
     assert len(factory) == 6 and factory == each
 
@@ -289,9 +302,17 @@ def test_the_scripted_user_is_instantiated_once_per_run_and_each_episode_still_g
     built: list[int] = []
     real = build.build_user
     monkeypatch.setattr(build, "build_user", lambda cfg: built.append(1) or real(cfg))
+    handed: list[int] = []  # the users the run's factory gave: an episode instantiating its own is not here
+    real_factory = build.user_factory
+
+    def counting(cfg: Any) -> Any:
+        make = real_factory(cfg)
+        return lambda: handed.append(1) or make()
+
+    monkeypatch.setattr(runner, "user_factory", counting)
     overrides = ("experiment=c3", "n_tasks=3", "n_runs=2", "n_workers=1")
     runner.run(config(tmp_path / "factory", *overrides), verbose=False)
-    assert built == [1]
+    assert built == [1] and len(handed) == 6  # instantiated once, and every episode's user came from it
     make = build.user_factory(config(tmp_path, "experiment=c3"))
     task = build.build_domain(config(tmp_path, "experiment=c3")).tasks[0]
     assert make() is make() and make()(task) is not make()(task)  # type: ignore[misc]

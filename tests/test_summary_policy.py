@@ -101,6 +101,9 @@ def test_each_event_is_summarized_once_and_paid_for_once() -> None:
     made = [v for v in views if v.decisions.get("condensed")]
     assert len(made) >= 3
     assert len(spy.seen) == len(set(spy.seen))  # no call summarized twice
+    shown = {c.id for m in views[-1].messages for c in m.tool_calls}  # the calls still shown raw
+    assert set(spy.seen) == {c.id for m in history for c in m.tool_calls} - shown  # and each forgotten one was: the
+    # spy sees the summarizer's calls (a policy that never asked it would pass the line above)
     assert all(v.aux_usage == Usage() and v.aux_calls == 0 for v in views if not v.decisions.get("condensed"))
     assert sum(v.aux_calls for v in views) == len(made)
     assert sum(v.decisions["forgotten_events"] for v in made) == made[-1].decisions["summarized_events_total"]

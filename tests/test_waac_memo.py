@@ -26,7 +26,7 @@ from harness.waac.artifacts import ArtifactStore
 from harness.waac.lattice import Level
 from harness.waac.library import HistoryLibrary, Record, describe, fragment_key, key_of
 from harness.waac.policy import WAAC, _kind
-from harness.waac.projection import _COUNTS, Projection, Projector, _max_tokens
+from harness.waac.projection import _COUNTS, Projection, Projector, _count_key, _max_tokens
 from harness.waac.schema import Role, split_result, split_two_pass
 
 
@@ -101,7 +101,9 @@ def test_field_token_counts_shared_by_the_process_are_kept_per_encoding() -> Non
         counts[encoding] = Projector(tokens, ArtifactStore())._text_tokens(text)
         assert counts[encoding] == tokens.text(text)
     assert counts["o200k_base"] != counts["cl100k_base"]
-    # kept by digest: the process's memo holds no field text alive (a fetched page is 50,000 characters)
+    # kept by digest: the process's memo holds no field text alive (a fetched page is 50,000 characters); the
+    # counts are in it (a memo elsewhere, keyed by the text, would pass the second line)
+    assert all(_count_key(encoding, text, False) in _COUNTS for encoding in counts)
     assert not any(isinstance(part, str) and len(part) > 64 for key in _COUNTS for part in key)
 
 

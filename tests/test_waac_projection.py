@@ -226,6 +226,14 @@ def test_an_llm_summary_failing_a_check_rolls_back_to_exact_and_is_counted(reply
     assert view.decisions["summary_rollbacks"] == 1 and view.aux_calls == 1
     again = policy.render(h, ctx(1))
     assert again.decisions["summary_rollbacks"] == 1 and len(llm.prompts) == 1
+    # the same history again re-projects nothing, so the line above holds with no memo at all: the event is now
+    # projected anew (its other field at another level), and the rolled-back summary is still not asked again
+    projector = policy._projector
+    assert projector is not None
+    for body in (Level.EXACT, Level.DROP):
+        out = projector.project(h, policy.graph, {"w/Status": Level.SUMMARY, "w/Body": body}, policy.last[0].facts)
+        assert out.applied["w/Status"] == Level.EXACT and out.rollbacks == ["w/Status"]
+    assert len(llm.prompts) == 1
 
 
 def test_the_extractors_auxiliary_cost_is_logged_in_the_view() -> None:
