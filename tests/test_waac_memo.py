@@ -352,3 +352,51 @@ def test_a_records_rows_are_made_once_and_a_replaced_record_gets_its_own() -> No
     assert first == [("data", "x"), ("control", "y")] and analysis._rows(record) is first
     other = {"rows": [["data", "z"]], "steps": []}
     assert analysis._rows(other) == [("data", "z")]
+
+
+def test_a_tasks_later_run_reuses_the_splits_texts_and_counts_of_its_first_and_leaves_them_as_parsed() -> None:
+    """A result met again (equal content, another episode's string) is split once per process, and the JSON text
+    and token counts of its fields' values are made once: a second episode over an equal session splits, dumps
+    and counts none of them again (the first did: the spies see those paths). Shared by every graph, the Splits
+    must stay as parsed: the second episode's graph and projection leave each one equal to a fresh split."""
+    from harness.waac import graph, projection, schema
+
+    calls: dict[str, int] = {"split": 0, "dump": 0, "count": 0}
+    real_split, real_dumped = schema._split_result, graph._dumped
+    real_span, real_compact = Projector._span_tokens, Projector._compact_tokens
+
+    def counted(name: str, real: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if name == "dump":  # a value not dumped before (its entry holds it)
+                calls[name] += graph._TEXTS.get(id(args[0]), (None,))[0] is not args[0]
+            elif name != "count" or not isinstance(args[1].value, str):  # (a string field is counted by its text)
+                calls[name] += 1
+            return real(*args, **kwargs)
+        return call
+
+    schema._SPLITS.clear()
+    graph._TEXTS.clear()
+    projection._VALUE_COUNTS.clear()
+    seen: list[dict[str, int]] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(schema, "_split_result", counted("split", real_split))
+        mp.setattr(graph, "_dumped", counted("dump", real_dumped))
+        mp.setattr(Projector, "_span_tokens", counted("count", real_span))
+        mp.setattr(Projector, "_compact_tokens", counted("count", real_compact))
+        for _ in range(2):
+            policy, tokens = WAAC(schemas(), library_path=LIBRARY), TokenCounter()
+            for step, h in enumerate(_long_session(30)):
+                policy.render(h, RenderContext(step, tokens))
+            seen.append(dict(calls))
+            calls.update(dict.fromkeys(calls, 0))
+    first, second = seen
+    assert first["split"] > 5 and first["dump"] > 5 and first["count"] > 5
+    assert second == {"split": 0, "dump": 0, "count": 0}
+    assert schema._SPLITS and all(split == real_split(key[0], schemas().tools.get(_tool_of(key)))
+                                  for key, split in schema._SPLITS.items())
+
+
+def _tool_of(key: tuple[Any, ...]) -> str:
+    """The tool whose split settings a _SPLITS key holds (expense: every form tool shares them)."""
+    return next((name for name, s in schemas().tools.items()
+                 if len(key) > 1 and (s.containers, s.named_lists, s.item_name) == key[1:]), "")

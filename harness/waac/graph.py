@@ -71,8 +71,30 @@ class Field:
     @property
     def text(self) -> str:
         if self._text is None:
-            self._text = self.value if isinstance(self.value, str) else json.dumps(self.value, ensure_ascii=False)
+            self._text = self.value if isinstance(self.value, str) else _dumped(self.value)
         return self._text
+
+
+def _dumped(value: Any) -> str:
+    """json.dumps of a field's value, once per value object and process: a result met again is split once
+    (schema.split_result's memo), so the fields of a task's later runs hold the same, read-only, value objects.
+    The entry holds the value, so its id is not reused while it lives."""
+    hit = _TEXTS.get(id(value))
+    if hit is not None and hit[0] is value:
+        return hit[1]
+    text = json.dumps(value, ensure_ascii=False)
+    if len(_TEXTS) >= _TEXTS_MAX or _TEXT_CHARS[0] + len(text) > TEXT_MEMO_CHARS:
+        _TEXTS.clear()
+        _TEXT_CHARS[0] = 0
+    _TEXTS[id(value)] = (value, text)
+    _TEXT_CHARS[0] += len(text)
+    return text
+
+
+_TEXTS: dict[int, tuple[Any, str]] = {}
+_TEXTS_MAX = 50_000
+_TEXT_CHARS = [0]  # the characters of the texts _TEXTS holds
+TEXT_MEMO_CHARS = 16_000_000  # at most, per process
 
 
 @dataclass

@@ -318,26 +318,49 @@ class Projector:
                 f.text_tokens = self._text_tokens(json.dumps(f.value, ensure_ascii=False))
             return f.text_tokens
         if f.text_tokens is None:  # a compact original (json.dumps wrote it), or none, is counted once, for both
-            original = original_text(f, history) if f.msg_index < len(history) else None
-            if original is None:
-                f.text_tokens = self._field_tokens(f, history)
-            else:  # a JSON value is parsed from its original: its compact text, and so its count, follow from it
-                key = _count_key(self.tokens.encoding, original, True)
-                n = _COUNTS.get(key)
-                if n is None:
-                    n = self._field_tokens(f, history) if original == f.text else self._text_tokens(f.text)
-                    _remember(key, n)
-                f.text_tokens = n
+            f.text_tokens = self._of_value(f, "compact", history, self._compact_tokens)
         return f.text_tokens
+
+    def _compact_tokens(self, f: Field, history: Sequence[Message]) -> int:
+        original = original_text(f, history) if f.msg_index < len(history) else None
+        if original is None:
+            return self._field_tokens(f, history)
+        # a JSON value is parsed from its original: its compact text, and so its count, follow from it
+        key = _count_key(self.tokens.encoding, original, True)
+        n = _COUNTS.get(key)
+        if n is None:
+            n = self._field_tokens(f, history) if original == f.text else self._text_tokens(f.text)
+            _remember(key, n)
+        return n
+
+    def _of_value(self, f: Field, kind: str, history: Sequence[Message],
+                  count: Callable[[Field, Sequence[Message]], int]) -> int:
+        """count(f, history), kept per JSON value object of a located field and process: a result met again is
+        split once (schema.split_result's memo), so a task's later runs hold the same value objects, at the same
+        span of an equal content (the entry holds the value: its id is not reused meanwhile)."""
+        if isinstance(f.value, str) or f.span is None or f.msg_index >= len(history):
+            return count(f, history)
+        key = (self.tokens.encoding, kind, id(f.value))
+        hit = _VALUE_COUNTS.get(key)
+        if hit is not None and hit[0] is f.value:
+            return hit[1]
+        n = count(f, history)
+        if len(_VALUE_COUNTS) >= _COUNTS_MAX:
+            _VALUE_COUNTS.clear()
+        _VALUE_COUNTS[key] = (f.value, n)
+        return n
 
     def _field_tokens(self, f: Field, history: Sequence[Message]) -> int:
         """The field's original tokens, counted once: of its text (a string: its value); a JSON value's is its
         span of the message it was read from when located (the text it was parsed from: not serialized again)."""
         if f.tokens is None:
-            located = not isinstance(f.value, str) and f.msg_index < len(history)
-            original = original_text(f, history) if located else None
-            f.tokens = self._text_tokens(f.text if original is None else original)
+            f.tokens = self._of_value(f, "span", history, self._span_tokens)
         return f.tokens
+
+    def _span_tokens(self, f: Field, history: Sequence[Message]) -> int:
+        located = not isinstance(f.value, str) and f.msg_index < len(history)
+        original = original_text(f, history) if located else None
+        return self._text_tokens(f.text if original is None else original)
 
     def _text_tokens(self, text: str) -> int:
         """A field text's tokens, counted once per process: the same results recur across the runs of a task
@@ -377,6 +400,7 @@ class _Rep:
 
 _COUNTS: dict[tuple[str, bool, bytes], int] = {}  # (encoding, compact form of a JSON original?, text digest) -> tokens
 _COUNTS_MAX = 50_000
+_VALUE_COUNTS: dict[tuple[str, str, int], tuple[Any, int]] = {}  # (encoding, kind, id of a value) -> (value, tokens)
 
 
 def _count_key(encoding: str, text: str, compact: bool) -> tuple[str, bool, bytes]:

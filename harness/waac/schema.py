@@ -188,6 +188,30 @@ class Split(NamedTuple):
 
 
 def split_result(content: str, schema: ToolSchema | None) -> Split:
+    """_split_result, kept per process by the content and the schema's split settings: a task's runs and steps
+    see the same results again (a simulated 50 x 5 run parsed each distinct result ~5 times). The Split is
+    shared by every graph that meets the content, so nothing may change it (the graph and the projection only
+    read it: tests/test_waac_memo.py checks a session leaves it as parsed)."""
+    key = (content, schema.containers, schema.named_lists, schema.item_name) if schema else (content,)
+    hit = _SPLITS.get(key)
+    if hit is not None:
+        return hit
+    split = _split_result(content, schema)
+    if len(content) <= SPLIT_MEMO_CHARS // 64:  # (a huge page is parsed each time rather than crowd the rest out)
+        if _SPLIT_CHARS[0] + len(content) > SPLIT_MEMO_CHARS:
+            _SPLITS.clear()
+            _SPLIT_CHARS[0] = 0
+        _SPLITS[key] = split
+        _SPLIT_CHARS[0] += len(content)
+    return split
+
+
+_SPLITS: dict[tuple[Any, ...], Split] = {}
+_SPLIT_CHARS = [0]  # the characters of the contents _SPLITS holds
+SPLIT_MEMO_CHARS = 16_000_000  # at most, per process (with their parsed payloads: a few times that in memory)
+
+
+def _split_result(content: str, schema: ToolSchema | None) -> Split:
     """A result's fields, in order, with unique paths, their location in the result and their exact span in
     the content, and the scaffolding of its containers (their scalar keys: a form's name and caption), shown
     whenever any part of the container is. A result that is not a JSON object is one field `$text`.
