@@ -400,3 +400,25 @@ def _tool_of(key: tuple[Any, ...]) -> str:
     """The tool whose split settings a _SPLITS key holds (expense: every form tool shares them)."""
     return next((name for name, s in schemas().tools.items()
                  if len(key) > 1 and (s.containers, s.named_lists, s.item_name) == key[1:]), "")
+
+
+def test_the_memos_keyed_by_value_identity_let_go_with_the_split_memo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """graph._dumped and Projector._of_value hold the values they key: when split_result's memo fills and lets its
+    Splits go, they let theirs go too (never more alive than that memo's cap), and keep working."""
+    from harness.waac import graph, projection, schema
+
+    policy, tokens = WAAC(schemas(), library_path=LIBRARY), TokenCounter()
+    for step, h in enumerate(_long_session(20)):
+        policy.render(h, RenderContext(step, tokens))
+    assert graph._TEXTS and projection._VALUE_COUNTS
+    before, generation = set(graph._TEXTS), schema.split_memo_generation()
+    monkeypatch.setattr(schema, "SPLIT_MEMO_CHARS", 64 * (schema._SPLIT_CHARS[0] + 1))
+    schema._SPLIT_CHARS[0] = schema.SPLIT_MEMO_CHARS  # full: the next new content empties it
+    schema.split_result('{"fresh": [1, 2]}', None)
+    assert schema.split_memo_generation() == generation + 1 and len(schema._SPLITS) == 1
+    value = {"fresh": [3]}
+    assert graph._dumped(value) == '{"fresh": [3]}' and set(graph._TEXTS) == {id(value)} and not before & {id(value)}
+    f = next(f for f in policy.graph.fields.values() if not isinstance(f.value, str) and f.span is not None)
+    h = _long_session(20)[-1]
+    n = policy._projector._of_value(f, "probe", h, lambda *_: 7)  # type: ignore[union-attr]
+    assert n == 7 and list(projection._VALUE_COUNTS) == [(tokens.encoding, "probe", id(f.value))]

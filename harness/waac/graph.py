@@ -37,6 +37,7 @@ from harness.waac.schema import (
     TextPart,
     ToolSchema,
     flatten_args,
+    split_memo_generation,
     split_result,
     unique,
 )
@@ -83,9 +84,10 @@ def _dumped(value: Any) -> str:
     if hit is not None and hit[0] is value:
         return hit[1]
     text = json.dumps(value, ensure_ascii=False)
-    if len(_TEXTS) >= _TEXTS_MAX or _TEXT_CHARS[0] + len(text) > TEXT_MEMO_CHARS:
+    generation = split_memo_generation()
+    if len(_TEXTS) >= _TEXTS_MAX or _TEXT_CHARS[0] + len(text) > TEXT_MEMO_CHARS or generation != _TEXT_CHARS[1]:
         _TEXTS.clear()
-        _TEXT_CHARS[0] = 0
+        _TEXT_CHARS[:] = [0, generation]
     _TEXTS[id(value)] = (value, text)
     _TEXT_CHARS[0] += len(text)
     return text
@@ -93,8 +95,8 @@ def _dumped(value: Any) -> str:
 
 _TEXTS: dict[int, tuple[Any, str]] = {}
 _TEXTS_MAX = 50_000
-_TEXT_CHARS = [0]  # the characters of the texts _TEXTS holds
-TEXT_MEMO_CHARS = 16_000_000  # at most, per process
+_TEXT_CHARS = [0, 0]  # the characters of the texts _TEXTS holds, and the split memo's generation they belong to
+TEXT_MEMO_CHARS = 8_000_000  # at most, per process
 
 
 @dataclass

@@ -33,6 +33,7 @@ from harness.waac.artifacts import ArtifactStore, checksum, ref_of
 from harness.waac.extract import AuxUse
 from harness.waac.graph import Event, Field, TraceGraph
 from harness.waac.lattice import LEVELS, Level
+from harness.waac.schema import split_memo_generation
 
 COMPACTED = "$compacted"
 
@@ -345,8 +346,10 @@ class Projector:
         if hit is not None and hit[0] is f.value:
             return hit[1]
         n = count(f, history)
-        if len(_VALUE_COUNTS) >= _COUNTS_MAX:
-            _VALUE_COUNTS.clear()
+        generation = split_memo_generation()
+        if len(_VALUE_COUNTS) >= _COUNTS_MAX or generation != _VALUE_GENERATION[0]:
+            _VALUE_COUNTS.clear()  # (its values are let go with the split memo's: never more kept alive than there)
+            _VALUE_GENERATION[0] = generation
         _VALUE_COUNTS[key] = (f.value, n)
         return n
 
@@ -401,6 +404,7 @@ class _Rep:
 _COUNTS: dict[tuple[str, bool, bytes], int] = {}  # (encoding, compact form of a JSON original?, text digest) -> tokens
 _COUNTS_MAX = 50_000
 _VALUE_COUNTS: dict[tuple[str, str, int], tuple[Any, int]] = {}  # (encoding, kind, id of a value) -> (value, tokens)
+_VALUE_GENERATION = [0]  # the split memo's generation _VALUE_COUNTS belongs to
 
 
 def _count_key(encoding: str, text: str, compact: bool) -> tuple[str, bool, bytes]:
