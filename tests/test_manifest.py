@@ -144,6 +144,7 @@ def _signalled_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     from hydra import compose, initialize_config_dir
 
     import harness.run as runner
+    from harness import lifecycle
 
     def signalled(real: object) -> object:
         def call(*args: object, **kwargs: object) -> object:
@@ -160,6 +161,8 @@ def _signalled_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         runner.run(cfg, verbose=False)
     except (KeyboardInterrupt, SystemExit) as exc:  # caught here: pytest would take a KeyboardInterrupt as its own
         raised = exc
+    finally:  # the stop stays requested after the run (its process would exit): not for the next test's episodes
+        lifecycle.reset()
     record = manifest.read(tmp_path)
     assert record is not None
     return record, raised
