@@ -368,7 +368,7 @@ def test_a_tasks_later_run_reuses_the_splits_texts_and_counts_of_its_first_and_l
     def counted(name: str, real: Any) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
             if name == "dump":  # a value not dumped before (its entry holds it)
-                calls[name] += graph._TEXTS.get(id(args[0]), (None,))[0] is not args[0]
+                calls[name] += not graph._TEXTS.holds(args[0])
             elif name != "count" or not isinstance(args[1].value, str):  # (a string field is counted by its text)
                 calls[name] += 1
             return real(*args, **kwargs)
@@ -417,8 +417,38 @@ def test_the_memos_keyed_by_value_identity_let_go_with_the_split_memo(monkeypatc
     schema.split_result('{"fresh": [1, 2]}', None)
     assert schema.split_memo_generation() == generation + 1 and len(schema._SPLITS) == 1
     value = {"fresh": [3]}
-    assert graph._dumped(value) == '{"fresh": [3]}' and set(graph._TEXTS) == {id(value)} and not before & {id(value)}
+    assert graph._dumped(value) == '{"fresh": [3]}'
+    assert set(graph._TEXTS) == {(id(value),)} and not before & {(id(value),)}
     f = next(f for f in policy.graph.fields.values() if not isinstance(f.value, str) and f.span is not None)
     h = _long_session(20)[-1]
     n = policy._projector._of_value(f, "probe", h, lambda *_: 7)  # type: ignore[union-attr]
     assert n == 7 and list(projection._VALUE_COUNTS) == [(tokens.encoding, "probe", id(f.value))]
+
+
+def test_an_identity_memo_makes_once_per_object_and_key_and_keeps_within_its_bounds() -> None:
+    """harness.waac.memo.IdentityMemo, behind graph._dumped, Projector._of_value and analysis._rows: made once per
+    (key, object); an equal but distinct object is made again; emptied when a new entry would pass its entries or
+    its size, or when the generation it follows has moved."""
+    from harness.waac.memo import IdentityMemo
+
+    made: list[str] = []
+    generation = [0]
+    memo: IdentityMemo[str] = IdentityMemo(3, max_size=12, size=len, generation=lambda: generation[0])
+
+    def text(obj: list[int], *key: str) -> str:
+        return memo.get(obj, lambda: made.append(str(obj)) or str(obj), *key)  # type: ignore[func-returns-value]
+
+    a, b = [1], [1]
+    assert text(a) == text(a) == text(b) == "[1]" and made == ["[1]", "[1]"]  # b equals a but is not a
+    assert text(a, "other") == "[1]" and len(made) == 3 and memo.holds(a) and memo.holds(a, "other")
+    text([2])  # a 4th entry: the memo is emptied first
+    assert len(memo) == 1 and not memo.holds(a)
+    text([3, 4, 5])  # 3 + 9 characters: within max_size
+    assert len(memo) == 2
+    text([6])  # 12 + 3 > 12: emptied first
+    assert len(memo) == 1
+    c = [7]
+    text(c)
+    generation[0] += 1  # the split memo let its Splits go
+    text([8])
+    assert len(memo) == 1 and not memo.holds(c)

@@ -66,6 +66,7 @@ from typing import Any
 
 from harness.waac.graph import TraceGraph
 from harness.waac.lattice import Level, join, join_all
+from harness.waac.memo import IdentityMemo
 from harness.waac.obligations import Obligation, Rule, obligations
 from harness.waac.schema import Role
 
@@ -319,21 +320,13 @@ class _Replay:
 
 
 _LEVEL_OF = {lv.value: lv for lv in Level}  # Level(value) without EnumType.__call__ (a replayed step's level)
-_ROWS: dict[int, tuple[dict[str, Any], list[tuple[Any, ...]]]] = {}  # id(record) -> (record, its rows as tuples)
-_ROWS_MAX = 100_000
+_ROWS: IdentityMemo[list[tuple[Any, ...]]] = IdentityMemo(100_000)  # a record -> its rows as tuples
 
 
 def _rows(record: dict[str, Any]) -> list[tuple[Any, ...]]:
     """A library record's rule-input rows as tuples, made once per record and process (a record is replayed at
-    every episode that matches its fragment; the entry holds the record, so its id is not reused meanwhile)."""
-    hit = _ROWS.get(id(record))
-    if hit is not None and hit[0] is record:
-        return hit[1]
-    if len(_ROWS) >= _ROWS_MAX:
-        _ROWS.clear()
-    rows = [tuple(r) for r in record.get("rows", [])]
-    _ROWS[id(record)] = (record, rows)
-    return rows
+    every episode that matches its fragment)."""
+    return _ROWS.get(record, lambda: [tuple(r) for r in record.get("rows", [])])
 
 
 def replay(g: TraceGraph, eid: str, level: Level, record: dict[str, Any], fingerprint: str,

@@ -24,6 +24,7 @@ from typing import Any
 import networkx as nx
 
 from harness.types import Message, ToolCall
+from harness.waac.memo import IdentityMemo
 from harness.waac.schema import (
     KIND_ROLES,
     Arg,
@@ -78,25 +79,12 @@ class Field:
 
 def _dumped(value: Any) -> str:
     """json.dumps of a field's value, once per value object and process: a result met again is split once
-    (schema.split_result's memo), so the fields of a task's later runs hold the same, read-only, value objects.
-    The entry holds the value, so its id is not reused while it lives."""
-    hit = _TEXTS.get(id(value))
-    if hit is not None and hit[0] is value:
-        return hit[1]
-    text = json.dumps(value, ensure_ascii=False)
-    generation = split_memo_generation()
-    if len(_TEXTS) >= _TEXTS_MAX or _TEXT_CHARS[0] + len(text) > TEXT_MEMO_CHARS or generation != _TEXT_CHARS[1]:
-        _TEXTS.clear()
-        _TEXT_CHARS[:] = [0, generation]
-    _TEXTS[id(value)] = (value, text)
-    _TEXT_CHARS[0] += len(text)
-    return text
+    (schema.split_result's memo), so the fields of a task's later runs hold the same, read-only, value objects."""
+    return _TEXTS.get(value, lambda: json.dumps(value, ensure_ascii=False))
 
 
-_TEXTS: dict[int, tuple[Any, str]] = {}
-_TEXTS_MAX = 50_000
-_TEXT_CHARS = [0, 0]  # the characters of the texts _TEXTS holds, and the split memo's generation they belong to
 TEXT_MEMO_CHARS = 8_000_000  # at most, per process
+_TEXTS: IdentityMemo[str] = IdentityMemo(50_000, TEXT_MEMO_CHARS, len, split_memo_generation)
 
 
 @dataclass

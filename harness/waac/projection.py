@@ -33,6 +33,7 @@ from harness.waac.artifacts import ArtifactStore, checksum, ref_of
 from harness.waac.extract import AuxUse
 from harness.waac.graph import Event, Field, TraceGraph
 from harness.waac.lattice import LEVELS, Level
+from harness.waac.memo import IdentityMemo
 from harness.waac.schema import split_memo_generation
 
 COMPACTED = "$compacted"
@@ -341,17 +342,7 @@ class Projector:
         span of an equal content (the entry holds the value: its id is not reused meanwhile)."""
         if isinstance(f.value, str) or f.span is None or f.msg_index >= len(history):
             return count(f, history)
-        key = (self.tokens.encoding, kind, id(f.value))
-        hit = _VALUE_COUNTS.get(key)
-        if hit is not None and hit[0] is f.value:
-            return hit[1]
-        n = count(f, history)
-        generation = split_memo_generation()
-        if len(_VALUE_COUNTS) >= _COUNTS_MAX or generation != _VALUE_GENERATION[0]:
-            _VALUE_COUNTS.clear()  # (its values are let go with the split memo's: never more kept alive than there)
-            _VALUE_GENERATION[0] = generation
-        _VALUE_COUNTS[key] = (f.value, n)
-        return n
+        return _VALUE_COUNTS.get(f.value, lambda: count(f, history), self.tokens.encoding, kind)
 
     def _field_tokens(self, f: Field, history: Sequence[Message]) -> int:
         """The field's original tokens, counted once: of its text (a string: its value); a JSON value's is its
@@ -403,8 +394,8 @@ class _Rep:
 
 _COUNTS: dict[tuple[str, bool, bytes], int] = {}  # (encoding, compact form of a JSON original?, text digest) -> tokens
 _COUNTS_MAX = 50_000
-_VALUE_COUNTS: dict[tuple[str, str, int], tuple[Any, int]] = {}  # (encoding, kind, id of a value) -> (value, tokens)
-_VALUE_GENERATION = [0]  # the split memo's generation _VALUE_COUNTS belongs to
+# (encoding, kind, a value) -> its tokens; its values are let go with the split memo's (never more kept alive)
+_VALUE_COUNTS: IdentityMemo[int] = IdentityMemo(_COUNTS_MAX, generation=split_memo_generation)
 
 
 def _count_key(encoding: str, text: str, compact: bool) -> tuple[str, bool, bytes]:
