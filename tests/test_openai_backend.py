@@ -106,6 +106,23 @@ def test_retry_delay_honours_retry_after_and_backs_off_with_bounded_jitter() -> 
         assert 0.75 * base <= policy.delay(attempt, None, rng) <= 1.25 * base
 
 
+@pytest.mark.parametrize(("headers", "wait"), [
+    ({"retry-after-ms": "1500", "retry-after": "9"}, 1.5),  # the milliseconds first, as the OpenAI SDK reads them
+    ({"retry-after": "2"}, 2.0),
+    ({"retry-after": "Sun, 06 Dec 2026 18:00:30 GMT"}, 30.0),  # an HTTP date (RFC 9110): 30 s after `now`
+    ({"retry-after": "Sun, 06 Dec 2026 17:59:00 GMT"}, 0.0),  # a date already past: no wait
+    ({"retry-after-ms": "soon", "retry-after": "3"}, 3.0),
+    ({"retry-after": "soon"}, None), ({"retry-after": "nan"}, None), ({}, None)])
+def test_retry_after_is_read_in_milliseconds_seconds_or_an_http_date(headers: dict[str, str],
+                                                                     wait: float | None) -> None:
+    from types import SimpleNamespace
+
+    from harness.backends.openai_compat import retry_after_seconds
+
+    now = 1796580000.0  # Sun, 06 Dec 2026 18:00:00 GMT
+    assert retry_after_seconds(SimpleNamespace(response=SimpleNamespace(headers=headers)), now) == wait  # type: ignore[arg-type]
+
+
 def test_rate_limiter_makes_requests_wait_once_the_minute_budget_is_spent() -> None:
     limiter = RateLimiter(rpm=60, tpm=1000, burst=60)  # a minute's worth at once (the default is one second's)
     assert limiter.acquire(400) == 0.0 and limiter.acquire(400) == 0.0

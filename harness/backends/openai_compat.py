@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import json
 import logging
 import math
@@ -139,13 +140,31 @@ def is_context_overflow(exc: openai.APIStatusError) -> bool:
     return any(marker in text for marker in CONTEXT_MARKERS)
 
 
-def retry_after_seconds(exc: Exception) -> float | None:
+def retry_after_seconds(exc: Exception, now: float | None = None) -> float | None:
+    """How long the server asked to wait, as the OpenAI SDK reads it: `retry-after-ms`, else `retry-after` in
+    seconds or as an HTTP date (RFC 9110 §10.2.3); None when absent or unreadable (then the backoff decides)."""
     response = getattr(exc, "response", None)
-    value = response.headers.get("retry-after") if response is not None else None
+    headers = response.headers if response is not None else {}
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        seconds: float | None
+        try:
+            seconds = float(value) / scale
+        except ValueError:
+            seconds = _http_date_wait(value, time.time() if now is None else now) if scale == 1.0 else None
+        if seconds is not None and math.isfinite(seconds):
+            return max(0.0, seconds)
+    return None
+
+
+def _http_date_wait(value: str, now: float) -> float | None:
     try:
-        return float(value) if value is not None else None
-    except ValueError:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
         return None
+    return when.timestamp() - now if when.tzinfo is not None else None
 
 
 _CLIENTS: dict[tuple[str, str, float], openai.OpenAI] = {}
