@@ -145,6 +145,10 @@ def signals_stop_the_run() -> Iterator[None]:
             request_stop(f"{name} received")
             _say_once(f"\n{name}: the run is writing its tables and manifest; it stops once they are written.\n")
             return
+        if stopping() and _CLOSING[0]:  # nothing is in flight any more: only the tables and the manifest are left
+            _say_once(f"\n{name}: already stopping ({stop_reason()}); the tables and manifest are being written. "
+                      "Ctrl-\\ (SIGQUIT) quits at once; whole transcripts are kept either way.\n")
+            return
         if stopping():  # a second Ctrl-C must not cut the stop short: the count, tables and workers' exit follow it
             _say_once(f"\n{name}: already stopping ({stop_reason()}); the requests in flight finish (within "
                       f"{STOP_GRACE_S:g} s), then the tables are written. Ctrl-\\ (SIGQUIT) quits at once; whole "

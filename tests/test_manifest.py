@@ -132,8 +132,8 @@ def test_finish_without_begin_still_records_what_happened(tmp_path: Path) -> Non
     assert m["status"] == "partial"  # nothing says what was expected: never claimed complete
 
 
-def _signalled_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                   where: str) -> tuple[dict[str, object], BaseException | None]:
+def _signalled_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str,
+                   signals: int = 1) -> tuple[dict[str, object], BaseException | None]:
     """A short simulated run through the real runner that gets a real SIGTERM `where`: while it loads the models
     its workers share (after the manifest says `running`), or while it writes its tables; its manifest after, and
     what the run raised."""
@@ -148,7 +148,8 @@ def _signalled_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
     def signalled(real: object) -> object:
         def call(*args: object, **kwargs: object) -> object:
-            os.kill(os.getpid(), signal.SIGTERM)  # the runner's own handler takes it, as from `kill` or a sweep
+            for _ in range(signals):
+                os.kill(os.getpid(), signal.SIGTERM)  # the runner's own handler takes it, as from `kill` or a sweep
             return real(*args, **kwargs) if callable(real) else None
         return call
 
@@ -183,3 +184,13 @@ def test_a_signal_while_the_tables_are_written_lets_them_and_the_manifest_finish
     completes instead of raising out of it, and the run is complete."""
     record, raised = _signalled_run(tmp_path, monkeypatch, "tables")
     assert raised is None and record["status"] == "complete" and (tmp_path / "episodes.parquet").exists()
+
+
+def test_a_second_signal_while_the_tables_are_written_says_so_and_still_lets_them_finish(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    """A second stop during the closing pass is noted as such (no requests are in flight to wait for any more)."""
+    record, raised = _signalled_run(tmp_path, monkeypatch, "tables", signals=2)
+    assert raised is None and record["status"] == "complete"
+    err = capfd.readouterr().err
+    assert "already stopping (SIGTERM received); the tables and manifest are being written" in err
+    assert "requests in flight" not in err
