@@ -342,6 +342,24 @@ def test_a_rule_tables_decisions_are_shared_by_the_episodes_of_a_process_and_a_c
         assert len(asked) == 2
 
 
+def test_a_rule_tables_shared_decisions_stay_within_their_bound_within_one_episode(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-process decisions of a rule table are bounded while one Transfer fills them, not only when the next
+    is built: a long episode with ever new rows cannot grow them past _TABLE_MEMO_MAX."""
+    from harness.waac import analysis
+
+    monkeypatch.setattr(analysis, "_TABLE_MEMO_MAX", 3)
+    analysis._TABLE_MEMOS.clear()
+    transfer = analysis.Transfer(None)
+    sizes = []
+    for i in range(10):
+        transfer(analysis.Step("data", "Amount", f"arg{i}", "op", True, Level.EXACT, "src", True, "x", "Amount",
+                               Role.IDENTIFIER))
+        sizes.append(len(analysis._TABLE_MEMOS[transfer.fingerprint]))
+    assert max(sizes) == 3 and sizes[-1] >= 1
+    analysis._TABLE_MEMOS.clear()  # (made-up rows: not for a later test's episodes)
+
+
 def test_a_records_rows_are_made_once_and_a_replaced_record_gets_its_own() -> None:
     """A library record's rows are turned into tuples once per record (a record is replayed at every matching
     episode); an equal-looking but different record object gets rows of its own."""

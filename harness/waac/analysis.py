@@ -145,13 +145,13 @@ class Transfer:
         # the table's content), a callable's stay this instance's (it may hold state of its own)
         self._memo: dict[tuple[Any, ...], Level] = {} if callable(self.rules) else _TABLE_MEMOS.setdefault(
             self.fingerprint, {})
-        if len(self._memo) >= _TABLE_MEMO_MAX:
-            self._memo.clear()
 
     def __call__(self, step: Step) -> Level:
         row = step.row()
         hit = self._memo.get(row)
         if hit is None:
+            if len(self._memo) >= _TABLE_MEMO_MAX:  # (checked on a miss only: hits cost nothing more)
+                self._memo.clear()
             hit = self._memo[row] = self._resolve(step)
         return hit
 
