@@ -117,7 +117,6 @@ class Projector:
         self.exact_when_longer = exact_when_longer
         # (event, wanted levels, facts) -> (message, applied levels, pointer refs, rolled back, promoted)
         self._cache: dict[tuple[str, tuple[Level, ...], int], _Cached] = {}
-        self._summaries: dict[tuple[str, frozenset[str]], str | None] = {}  # checked text, None = rollback
         self._reps: dict[tuple[str, Level, frozenset[str] | None, bool], tuple[_Rep, bool]] = {}  # (rep, rolled back)
         self._shown_tokens: dict[str, int] = {}  # a stand-in's text -> its tokens (by self.tokens, set once)
         self._checked: dict[str, str | None] = {}  # pointer ref -> its verification in the current call
@@ -367,12 +366,10 @@ class Projector:
         return n
 
     def _summary(self, f: Field, required: frozenset[str], history: Sequence[Message]) -> str | None:
-        """Summarized and checked once per (field, required facts): an LLM is not asked again every step."""
-        key = (f.id, required)
-        if key not in self._summaries:
-            stated = self.summarizer(f, required) if f.spec is not None else []
-            self._summaries[key] = checked_summary(f, stated, required, self.tokens, original_text(f, history))
-        return self._summaries[key]
+        """The checked summary (None: rolled back). Asked once per (field, required facts): `_rep` keeps what it
+        gives (a SUMMARY's representation is never a promotion), so an LLM is not asked again every step."""
+        stated = self.summarizer(f, required) if f.spec is not None else []
+        return checked_summary(f, stated, required, self.tokens, original_text(f, history))
 
     def _problem(self, ref: str, f: Field, history: Sequence[Message]) -> str | None:
         """The store's verdict on a pointer, asked once per call: a ref names one field version, whose span of
