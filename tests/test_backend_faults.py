@@ -346,9 +346,17 @@ def test_no_new_attempt_after_a_stop_between_retries(stub: Any, fresh_lifecycle:
         return error(500, "boom")
 
     server = stub(fail_and_stop)
+    model, waited = backend(server.base_url), []
+
+    class Recording:  # the retry does not even wait for (or spend) the rate limit: the stop is checked first
+        def acquire(self, tokens: int) -> float:
+            waited.append(tokens)
+            return 0.0
+
+    model.limiter = Recording()  # type: ignore[assignment]
     with pytest.raises(lifecycle.Interrupted):
-        backend(server.base_url).generate(MESSAGES, [])
-    assert server.posts() == 1
+        model.generate(MESSAGES, [])
+    assert server.posts() == 1 and len(waited) == 1
 
 
 # 12. Pre-flight.
