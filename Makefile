@@ -105,9 +105,15 @@ $(LOCAL_STAMP): $(STAMP) $(SMOLLM_STAMP)
 METHOD_NAMES := waac% llmlingua% mem0%
 METHODS_DEPS = $(if $(filter $(METHOD_NAMES),$(1) $(patsubst policy=%,%,$(filter policy=%,$(ARGS))) $(if $(filter command line,$(origin policy)),$(subst $(comma), ,$(policy)))),$(METHODS_STAMP))
 comma := ,
-PINCH_DEPS := $(if $(filter pinchbench%,$(CONFIG)),$(LOCAL_STAMP) sandbox-deps \
-	$(if $(findstring agent_profile=openclaw,$(ARGS)),openclaw-profile) $(if $(findstring mocks.enabled=true,$(ARGS)),mock-deps))
-ODYSSEYS_DEPS := $(if $(filter odysseys%,$(CONFIG)),$(LOCAL_STAMP) $(BROWSER_STAMP) browser-deps)
+# A benchmark is named by CONFIG (pinchbench*, odysseys*), by env=... in ARGS or typed as a make variable; model=local
+# likewise (ARGS, MODEL= or model=) needs the local model server whatever the benchmark.
+BENCH_NAMED = $(strip $(filter $(1)%,$(CONFIG)) $(findstring env=$(1),$(ARGS)) \
+	$(if $(filter command line,$(origin env)),$(filter $(1)%,$(env))))
+PINCH_DEPS := $(if $(call BENCH_NAMED,pinchbench),$(LOCAL_STAMP) sandbox-deps \
+	$(if $(findstring agent_profile=openclaw,$(ARGS))$(filter openclaw%,$(benchmark.agent_profile)),openclaw-profile) \
+	$(if $(findstring mocks.enabled=true,$(ARGS))$(filter true,$(benchmark.mocks.enabled)),mock-deps))
+ODYSSEYS_DEPS := $(if $(call BENCH_NAMED,odysseys),$(LOCAL_STAMP) $(BROWSER_STAMP) browser-deps)
+LOCAL_DEPS := $(if $(findstring model=local,$(ARGS))$(filter local,$(MODEL) $(model)),$(LOCAL_STAMP))
 # `make run CONFIG=c3 model=sim_llmlike` (or MODEL=...) picks the model group like ARGS='model=...' does.
 MODEL_ARG = $(if $(or $(MODEL),$(model)),model=$(or $(MODEL),$(model)))
 # Hydra overrides typed as make variables (`make run CONFIG=c3 n_tasks=5 policy.n=3`) are passed on to run and sweep
@@ -116,7 +122,7 @@ MODEL_ARG = $(if $(or $(MODEL),$(model)),model=$(or $(MODEL),$(model)))
 # what make makes it: an environment variable of the command, never echoed into its command line. Each override is
 # quoted whole for the shell (a ' inside written as '\'').
 OWN_VARS := ANNOUNCE ARGS BENCH BENCH_DIR BROWSER_STAMP CONFIG DISCOVERY_PKG ENV EPISODE FAST FWS_PKG GWS_PKG HOME \
-	LIBRARY_DEPS LLAMA LOCAL_STAMP METHODS_DEPS METHODS_STAMP METHOD_NAMES MOCK_NODE MODEL MODEL_ARG NODE_PKG NPM_G \
+	BENCH_NAMED LIBRARY_DEPS LLAMA LOCAL_DEPS LOCAL_STAMP METHODS_DEPS METHODS_STAMP METHOD_NAMES MOCK_NODE MODEL MODEL_ARG NODE_PKG NPM_G \
 	ODYSSEYS_DEPS OPENCLAW_DIR OPENCLAW_NODE OPENCLAW_REQUESTS OPENCLAW_STAMP OPENCLAW_VERSION PINCH_DEPS PIP PORT PY \
 	PYTEST PYTHON RAY_STAMP RUN SAY SERVE SHELL SMOLLM_STAMP STAMP STEP SUDO SWEEP SWEEP_DEPS TEST_DEPS TEST_WORKERS \
 	VENV WHEELS model
@@ -129,7 +135,7 @@ OVERRIDES = $(strip $(foreach v,$(HYDRA_VARS),'$(v)=$(subst ','\'',$($(v)))'))
 UPPER_VARS = $(strip $(foreach v,$(filter-out $(OWN_VARS),$(.VARIABLES)),$(if $(and $(filter command line,$(origin $(v))),$(if $(call leftover,$(v),$(ENV_CHARS)),,upper)),$(v))))
 run sweep: export HARNESS_MAKE_VARS = $(UPPER_VARS)
 $(if $(filter command line,$(origin config)),$(error config=$(config): the make variable is CONFIG, upper case: make run CONFIG=$(config)))
-run: $(STAMP) bytecode $(call METHODS_DEPS,$(CONFIG)) $(PINCH_DEPS) $(ODYSSEYS_DEPS) ## Run an experiment: CONFIG=c1..c4|waac|waac_no_*|keep_last_n|...|pinchbench|pinchbench_workflow [model=sim_llmlike|openai|local] [n_tasks=5 ...: Hydra overrides, also in ARGS]; Hydra flags in ARGS ('--cfg job', '-m ...')
+run: $(STAMP) bytecode $(call METHODS_DEPS,$(CONFIG)) $(PINCH_DEPS) $(ODYSSEYS_DEPS) $(LOCAL_DEPS) ## Run an experiment: CONFIG=c1..c4|waac|waac_no_*|keep_last_n|...|pinchbench|pinchbench_workflow [model=sim_llmlike|openai|local] [n_tasks=5 ...: Hydra overrides, also in ARGS]; Hydra flags in ARGS ('--cfg job', '-m ...')
 	$(PY) -m harness.cli experiment=$(CONFIG) $(MODEL_ARG) $(OVERRIDES) $(ARGS)
 
 # WAAC's history library from the env's dev split (its env config's waac.dev), checked disjoint from evaluation.

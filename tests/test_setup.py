@@ -97,6 +97,10 @@ def test_each_install_step_says_what_and_why_before_it_runs(tmp_path: Path) -> N
     (("run", "CONFIG=c4", "ARGS=policy=mem0 n_tasks=1"), {"methods"}),
     (("run", "CONFIG=odysseys"), {"browser", "local"}),
     (("run", "CONFIG=pinchbench"), {"local"}),
+    (("run", "CONFIG=waac", "ARGS=env=pinchbench model=local"), {"methods", "local"}),  # as docs/methods.md runs it
+    (("run", "CONFIG=waac", "env=odysseys"), {"methods", "browser", "local"}),
+    (("run", "CONFIG=c3", "model=local"), {"local"}),
+    (("run", "CONFIG=c3", "ARGS=env=expense"), set()),
     (("sweep", "SWEEP=n_w"), set()),
     (("sweep", "SWEEP=n_w", "ARGS=hydra/launcher=ray +hydra.launcher.ray.init.num_cpus=2"), {"ray"}),
     (("sweep", "SWEEP=budget"), {"methods"}),
@@ -188,3 +192,14 @@ def test_make_compiles_the_bytecode_python_is_told_not_to_cache(tmp_path: Path) 
     loaded = subprocess.run([sys.executable, "-v", "-c", "import harness.tokens"], cwd=ROOT, capture_output=True,
                             text=True, timeout=60, env=env)
     assert f"code object from '{cached}'" in loaded.stderr, [x for x in loaded.stderr.splitlines() if "tokens" in x]
+
+
+@pytest.mark.parametrize("named", [("CONFIG=pinchbench",), ("CONFIG=waac", "ARGS=env=pinchbench"),
+                                   ("CONFIG=c4", "env=pinchbench")])
+def test_a_pinchbench_run_however_named_installs_its_sandbox(tmp_path: Path, named: tuple[str, ...]) -> None:
+    """The benchmark named by CONFIG, by env= in ARGS or as a make variable: `make run` installs bubblewrap (it
+    installed it only for CONFIG=pinchbench*, and the documented `CONFIG=waac ARGS='env=pinchbench ...'` stopped
+    at its first episode)."""
+    steps = plan("run", *named, venv=tmp_path / "v")
+    assert "command -v bwrap" in steps and "bubblewrap" in steps
+    assert "bubblewrap" not in plan("run", "CONFIG=waac", venv=tmp_path / "v")
