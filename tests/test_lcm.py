@@ -258,6 +258,14 @@ def test_a_window_cut_between_a_call_and_its_result_is_repaired() -> None:
     assert view.decisions["pairs_repaired"] == 1
     assert view.messages == history[:2] + history[-2:]
     assert_pairs_intact(view.messages)
+    # the other side: a call shown without its result loses the call (its text stays)
+    dangling = [*history, Message("assistant", "Checking.", (ToolCall("late", "form_click_control", "{}"),))]
+    view = LCM(summarizer=ExtractiveSummarizer()).render(dangling, RenderContext(0, TOKENS))
+    assert view.decisions["pairs_repaired"] == 1 and view.messages[:-1] == history
+    assert (view.messages[-1].content, view.messages[-1].tool_calls) == ("Checking.", ())
+    assert_pairs_intact(view.messages)
+    bare = [*history, Message("assistant", "", (ToolCall("late", "form_click_control", "{}"),))]
+    assert LCM(summarizer=ExtractiveSummarizer()).render(bare, RenderContext(0, TOKENS)).messages == history  # gone
 
 
 @dataclass

@@ -4,6 +4,7 @@ multimodal judges."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Sequence
@@ -167,6 +168,13 @@ def test_verdicts_are_cached_by_their_inputs_and_errors_are_not(tmp_path: Path,
     with caplog.at_level(logging.WARNING):
         assert not Judge(FakeJudge({"R1": "success"}), tmp_path).judge_episode(TASK, STEPS)[0].cached
     assert "ignoring invalid judge cache entry" in caplog.text
+    for field, value in (("status", "error"), ("key", "0" * 64)):  # readable, but no verdict / another's: a miss
+        cache = tmp_path / field
+        Judge(FakeJudge({"R1": "success"}), cache).judge_episode(TASK, STEPS)
+        assert Judge(FakeJudge({}), cache).judge_episode(TASK, STEPS)[0].cached  # intact: a hit
+        for entry in cache.glob("*.json"):
+            entry.write_text(json.dumps(json.loads(entry.read_text()) | {field: value}))
+        assert not Judge(FakeJudge({"R1": "success"}), cache).judge_episode(TASK, STEPS)[0].cached
 
 
 # --- screenshots -------------------------------------------------------------------------------------------------

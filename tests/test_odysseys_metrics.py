@@ -47,6 +47,8 @@ def test_exact_metrics_with_ungraded_items_and_episodes_left_out_and_counted() -
     assert m.perfect_by_level == {"easy": 1.0, "hard": 0.0} and m.perfect_hard == 0.0
     assert m.traj_eff_x100 == pytest.approx(100 * (0.1 + 0.0125 + 0.1) / 3)
     assert m.avg_steps == pytest.approx(10.6)
+    stepless = summarize(rows({**EPISODES, "G": ("easy", 0, "ss", True)}))  # no step: no efficiency (not inf)
+    assert stepless.scored_episodes == 4 and stepless.traj_eff_x100 == pytest.approx(m.traj_eff_x100)
 
 
 def test_an_error_is_never_a_success_nor_a_failure() -> None:

@@ -190,12 +190,18 @@ def test_the_console_prints_the_paired_line_only_beside_a_matching_reference_run
     assert "Paired vs" not in render(c3)  # no run folder given (a sweep's table): no line
     c2_out = root / "c2" / "2026-01-02_00-00-00"
     assert "Paired vs" not in render(episodes("c2").assign(seed=[1, 2, 3, 4]), out_dir=c2_out)  # C2 is the reference
+    # even beside another full-history run that covers it (the newer C2 above): a reference is never compared
+    assert "Paired vs" not in render(episodes("c2").assign(seed=[1, 2, 3, 4]),
+                                     out_dir=root / "c2" / "2026-01-01_00-00-00")
 
 
 def test_a_reference_run_on_other_tasks_is_no_match(tmp_path: Path) -> None:
     root = tmp_path / "results"
     out = _run(root, "c3", episodes("c3"))
     _run(root, "c2", episodes("c2").assign(task_id="hotel-009"))
+    assert "Paired vs" not in render(episodes("c3"), out_dir=out)
+    partly = episodes("c2").assign(task_id=["hotel-001", "hotel-009", "hotel-001", "hotel-009"])
+    _run(root, "c2", partly, "2026-01-02_00-00-00")  # shares hotel-001 only: it does not cover this run either
     assert "Paired vs" not in render(episodes("c3"), out_dir=out)
 
 

@@ -51,6 +51,9 @@ def test_off_by_one_cent_is_not_completed() -> None:
     assert not s.completed
     assert s.details["remaining"] == "0.01"
     assert s.amount_itemized_pct == pytest.approx(100 * 825 / 900)
+    off = score(FOLIO, exact(), "900.01")  # every line exact, but the report's Remaining is 0.01: not completed
+    assert off.details["remaining"] == "0.01" and off.details["missing"] == off.details["extra"] == 0
+    assert not off.completed
 
 
 def test_compensating_cent_errors_are_not_completed() -> None:
@@ -84,6 +87,9 @@ def test_extra_line_is_not_completed() -> None:
     assert not s.completed
     assert s.details["extra"] == 1 and s.details["remaining"] == "-12.00"
     assert s.amount_itemized_pct == 100.0
+    zero = score(FOLIO, [*exact(), saved(FolioLine("Laundry", "2026-03-03", "0.00", 1, "0.00"))], TOTAL)
+    assert zero.details["remaining"] == "0.00" and zero.details["extra"] == 1  # Remaining alone cannot see it
+    assert not zero.completed
 
 
 def test_split_line_with_zero_remaining_is_not_completed() -> None:
@@ -99,6 +105,12 @@ def test_duplicate_lines_count_as_a_multiset() -> None:
     assert not s.completed
     assert s.details["extra"] == 1 and s.details["missing"] == 5
     assert s.amount_itemized_pct == pytest.approx(100 * 25 / 900)
+    twice = [*FOLIO, FOLIO[4]]  # the same restaurant charge twice on the folio: both lines are needed, both count
+    both = score(twice, [*exact(), saved(FOLIO[4])], "975.00")
+    assert both.completed and both.amount_itemized_pct == 100.0
+    one = score(twice, exact(), "975.00")
+    assert not one.completed and one.details["missing"] == 1
+    assert one.amount_itemized_pct == pytest.approx(100 * 900 / 975)
 
 
 @pytest.mark.parametrize(("indices", "pct"), [((), 0.0), ((0,), 600 / 9), ((1, 2, 3), 75 / 9),

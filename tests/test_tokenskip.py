@@ -17,6 +17,7 @@ from harness.backends.sim_server import SimServer, answer, parse_request
 from harness.backends.tokenskip import TokenSkipBackend, with_ratio
 from harness.config import register
 from harness.errors import InputError
+from harness.policies.tokenskip import TokenSkip
 from harness.records import read_transcript
 from harness.run import run
 from harness.types import Message, ToolCall
@@ -43,6 +44,10 @@ def test_the_output_budget_is_scaled_by_the_ratio() -> None:
     body = backend.request(HISTORY, [])
     assert body["max_tokens"] == 500
     assert body["messages"][-1]["content"].endswith("<|eot_id|>0.5<|eot_id|>")
+    tiny = TokenSkipBackend(model="m", base_url="http://127.0.0.1:9/v1", api_key_env=None, checkpoint="ck",
+                            ratio=0.5, max_output_tokens=1, max_tokens_param="max_tokens")
+    sent = tiny.request(HISTORY, [])["max_tokens"]  # at least one token is sent, and the record says what was sent
+    assert sent == 1 == TokenSkip().record_model(tiny)["max_output_tokens"]
 
 
 class Recording(SimServer):

@@ -34,8 +34,12 @@ class TokenSkipBackend(OpenAICompatible):
 
     def request(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
         body = super().request(with_ratio(messages, self.ratio), tools)
-        body[self.max_tokens_param] = max(1, int(self.max_output_tokens * self.ratio))  # upstream's scaled budget
+        body[self.max_tokens_param] = self.scaled_output_tokens()
         return body
+
+    def scaled_output_tokens(self) -> int:
+        """Upstream's output budget scaled by the ratio, at least one token (what is sent and what is recorded)."""
+        return max(1, int(self.max_output_tokens * self.ratio))
 
 
 def with_ratio(messages: Sequence[Message], ratio: float) -> list[Message]:

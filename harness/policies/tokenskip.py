@@ -47,4 +47,4 @@ class TokenSkip(ContextPolicy):
 
     def record_model(self, model: Any) -> dict[str, Any]:
         return {"checkpoint": model.checkpoint, "ratio": model.ratio, "served_model": model.model,
-                "max_output_tokens": int(model.max_output_tokens * model.ratio)}
+                "max_output_tokens": model.scaled_output_tokens()}
