@@ -248,6 +248,17 @@ def test_below_the_threshold_the_view_is_the_history() -> None:
     assert policy.record()["compression_threshold_tokens"] == 96_000
 
 
+def test_a_policy_reused_for_another_history_starts_a_fresh_store() -> None:
+    """A history that is not an extension of the stored one starts afresh, also when it ends like the stored one
+    at the stored length (only its last message was compared: an earlier difference kept the other's store)."""
+    first, policy = pairs(2), LCM(summarizer=ExtractiveSummarizer())
+    run(policy, first)
+    other = [first[0], Message("user", "Itemize USMF-999999."), *first[2:], *pairs(3)[-2:]]
+    view = policy.render(other, RenderContext(0, TOKENS))
+    assert view.messages == other
+    assert [m.content for m in policy._seen] == [m.content for m in other]  # the store holds this history only
+
+
 def test_a_window_cut_between_a_call_and_its_result_is_repaired() -> None:
     history = pairs(6)
     fixed, tail = TOKENS.messages(history[:2]), TOKENS.messages(history[-2:])
