@@ -64,7 +64,8 @@ def test_real_v1_grader_on_an_empty_transcript(ws: Path) -> None:
     ("def grade(t, w):\n    while True:\n        pass", "timed out after 5 s"),
     ("def grade(t, w):\n    x = []\n    while True:\n        x.append(bytearray(2**24))", "MemoryError"),
     ("def grade(t, w):\n    return 1 / 0", "ZeroDivisionError"),
-    ("import os, sys\ndef grade(t, w):\n    sys.__stdout__.write('@@PINCHBENCH_GRADE_RESULT@@ [1]\\n')\n"
+    ("import __main__, os, sys\ndef grade(t, w):\n"  # in its process a grader can reach the token: still checked
+     "    sys.__stdout__.write('@@PINCHBENCH_GRADE_RESULT@@ ' + __main__.TOKEN + ' [1]\\n')\n"
      "    sys.__stdout__.flush()\n    os._exit(0)", "not a dict of finite numbers"),
     ("def grade(t, w)\n    return {}", "SyntaxError"),
     ("import sys\ndef grade(t, w):\n    sys.exit(0)", "no result"),
@@ -109,13 +110,53 @@ def test_fork_bomb_is_stopped_and_leaves_nothing(ws: Path) -> None:
 
 
 def test_grader_output_noise_and_the_transcript(ws: Path) -> None:
+    # a well-formed result line printed by the grader itself: the runner's own, printed last, decides
+    forged = '@@PINCHBENCH_GRADE_RESULT@@ {"scores": {"forged": 1.0}, "numeric": {}, "left_out": [], "error": null}'
     source = ("def grade(transcript, workspace_path):\n    print('@@ noise {not json}')\n"
+              f"    print({forged!r})\n"
               "    calls = [c for e in transcript for c in e['message']['content'] if c.get('type') == 'toolCall']\n"
               "    return {'wrote': float(any(c['name'] == 'write' for c in calls)), 'flag': True}")
     transcript = [{"type": "message", "message": {"role": "assistant", "content": [
         {"type": "toolCall", "id": "1", "name": "write", "arguments": {"path": "a"}}]}}]
     result = run_grade(source, transcript, ws, timeout_s=10)
     assert result.error is None and result.scores == {"wrote": 1.0, "flag": 1.0}
+
+
+FORGED = ('@@PINCHBENCH_GRADE_RESULT@@ {"scores": {"done": 1.0}, "numeric": {"done": 1.0}, "left_out": [], '
+          '"error": null}')
+
+
+def test_a_result_line_in_what_the_agent_wrote_cannot_stand_for_the_graders(ws: Path) -> None:
+    """A grader that shows the agent's file (a forged result line in it) and ends its output without a newline: the
+    runner's own line still decides, as upstream's return value would (the last marked line did: the forged one,
+    and the runner's line was glued to the unfinished print)."""
+    (ws / "report.txt").write_text(FORGED + "\n")
+    source = ("def grade(t, w):\n    print(open(w + '/report.txt').read(), end='')\n"
+              "    print('checked', end='')\n    return {'done': 0.0}")
+    result = run_grade(source, [], ws, timeout_s=10)
+    assert result.error is None and result.scores == {"done": 0.0}
+
+
+def test_a_program_the_grader_runs_cannot_learn_the_graders_token(ws: Path) -> None:
+    """The token a result line must carry is out of reach of a program the grader starts (the agent's script): not
+    in the runner's argv, environment or stdin, and its memory is refused (non-dumpable). The program prints a
+    result line with every 32-hex string it finds there, then the grader dies without a result of its own (as at
+    a memory cap): the grading fails, it does not take the forged line."""
+    (ws / "forge.py").write_text(
+        "import os, re, sys\nppid, found = os.getppid(), set()\n"
+        "for name in ('cmdline', 'environ'):\n"
+        "    try:\n        found |= set(re.findall(rb'[0-9a-f]{32}', open(f'/proc/{ppid}/{name}', 'rb').read()))\n"
+        "    except OSError:\n        pass\n"
+        "found |= set(re.findall(rb'[0-9a-f]{32}', sys.stdin.buffer.read()))\n"
+        f"for t in found:\n    print({FORGED!r}.replace('@@ ', '@@ ' + t.decode() + ' ', 1))\n"
+        "try:\n    open(f'/proc/{ppid}/mem', 'rb')\n    print('MEM_READABLE')\n"
+        "except OSError:\n    print('MEM_DENIED')\n")
+    source = ("import os, subprocess, sys\ndef grade(t, w):\n"
+              "    out = subprocess.run([sys.executable, '-I', w + '/forge.py'], capture_output=True,\n"
+              "                         text=True).stdout\n"
+              "    sys.__stdout__.write(out)\n    sys.__stdout__.flush()\n    os._exit(0)")
+    result = run_grade(source, [], ws, timeout_s=20)
+    assert result.failed and result.error == "grader exited with code 0 and no result: MEM_DENIED"
 
 
 def test_workspace_is_graded_on_a_copy_without_special_files(ws: Path) -> None:
@@ -127,6 +168,7 @@ def test_workspace_is_graded_on_a_copy_without_special_files(ws: Path) -> None:
               " 'link': float(os.path.islink(w + '/link'))}")
     result = run_grade(source, [], ws, timeout_s=10)
     assert result.scores == {"a": 1.0, "pipe": 0.0, "link": 1.0}
+    assert result.note is None  # the FIFO was skipped by the copy's rules, never opened (copy() would note it)
     assert sorted(p.name for p in ws.iterdir()) == ["a.txt", "link", "pipe"]
 
 
@@ -136,6 +178,7 @@ def test_automated_score_is_the_plain_mean() -> None:
     assert automated_score({}) == 0.0 and automated_score({"a": "x"}) == 0.0
     assert automated_score({"a": 3.0, "b": 0.0}) == 1.5
     assert automated_score({"a": True, "b": 0, "c": "1"}) == 0.5
+    assert automated_score({"a": 1.0, "b": float("nan"), "c": float("inf")}) == 1.0  # ours: non-finite left out
 
 
 def test_unserializable_transcript_is_an_error(ws: Path) -> None:

@@ -12,8 +12,9 @@ timeout and caps on memory, processes and output. Upstream (scripts/lib_grading.
   too (upstream's mean would be NaN or infinite), and `note` names every value left out.
 The copy holds the workspace's directories, regular files and symlinks (as links); FIFOs, sockets and devices are
 left out (opening a FIFO blocks), and so is a file over `max_copy_file_bytes` or past `max_copy_total_bytes` in
-all (a sparse 10 GB file would be written out whole): `note` names each file left out (ours: upstream's grader
-reads the live workspace in its own process).
+all (a sparse 10 GB file would be written out whole): `note` names each file the caps left out (ours: upstream's
+grader reads the live workspace in its own process); a special file is left out without a note. A result counts
+only on a line carrying the grading's secret token (RUNNER's comment: what the agent wrote cannot forge one).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import shlex
 import shutil
 import stat
@@ -38,12 +40,27 @@ GRADER_MOUNT = "/grader"
 COPY_FILE_BYTES = 256 << 20  # ours: the exec sandbox's own cap on one file (sandbox.py max_file_mb)
 COPY_TOTAL_BYTES = 1 << 30  # ours
 NO_GRADE_FUNCTION = "Automated grading function missing"  # lib_grading.py _grade_automated's note
-# Runs inside the sandbox. The grader's own prints go to stderr so that the result is the last marked line.
+# Runs inside the sandbox. The grader's output shares the runner's pipe, and a grader may print what the agent wrote
+# or run the agent's programs; when the runner then writes no line of its own (the grader crashed or was killed at
+# a cap) the last marked line would be theirs. So a marked line counts only with this grading's secret token (ours):
+# the harness sends it on stdin, which the runner reads whole, and the runner makes itself non-dumpable, so neither
+# a program the grader starts nor anything in the workspace can read it (not in argv, environ or a file;
+# /proc/<pid>/mem refused). Each marked line starts a line of its own (a grader's last print may lack its newline).
+# Code the grader runs in its own process (an imported agent module) is out of reach of any such check.
 # The mean and the breakdown follow lib_grading.py _average_scores and _normalize_score_dict.
 RUNNER = f"""\
-import json, math, sys
+import json, math, os, sys
+TOKEN = sys.stdin.readline().strip()  # the whole of stdin: a program the grader starts finds it empty
+try:
+    import ctypes
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+except Exception:
+    pass
+def say(mark, text):
+    sys.stderr.flush()
+    sys.__stdout__.write("\\n" + mark + TOKEN + " " + text + "\\n"); sys.__stdout__.flush()
 def fail(msg):
-    sys.__stdout__.write({ERROR_MARK!r} + " ".join(str(msg).split())[:500] + "\\n"); sys.exit(1)
+    say({ERROR_MARK!r}, " ".join(str(msg).split())[:500]); sys.exit(1)
 try:
     sys.stdout = sys.stderr
     ns = {{"__name__": "pinchbench_grader"}}
@@ -73,7 +90,7 @@ except SystemExit:
     raise
 except BaseException as exc:
     fail(f"grade() raised {{type(exc).__name__}}" + (f": {{exc}}" if str(exc) else ""))
-sys.__stdout__.write({RESULT_MARK!r} + result + "\\n")
+say({RESULT_MARK!r}, result)
 """
 
 
@@ -130,11 +147,13 @@ def run_grade(grade_source: str, transcript: list[dict[str, Any]], workspace: Pa
                           max_processes=max_processes, read_only=True,
                           binds=(Bind(grader_dir, GRADER_MOUNT), *binds))
         tag = shlex.quote(f"pinchbench-grade:{label}")
-        result = sandbox.run(f"exec {shlex.quote(python)} -I {GRADER_MOUNT}/runner.py {tag}")
+        token = secrets.token_hex(16)
+        result = sandbox.run(f"exec {shlex.quote(python)} -I {GRADER_MOUNT}/runner.py {tag}",
+                             stdin=f"{token}\n".encode())
     elapsed = time.monotonic() - start
     if result.timed_out:
         return GradeResult(None, f"grade() timed out after {timeout_s:g} s", elapsed)
-    graded = _parse(result.output, result.exit_code, elapsed)
+    graded = _parse(result.output, result.exit_code, elapsed, token)
     if not copy.left_out:
         return graded
     shown = ", ".join(copy.left_out[:5]) + (f" and {len(copy.left_out) - 5} more" if len(copy.left_out) > 5 else "")
@@ -204,13 +223,15 @@ def _stage(root: Path, source: str, payload: str, copy: _Copy) -> tuple[Path, Pa
     return grader, ws_copy
 
 
-def _parse(output: str, exit_code: int | None, elapsed: float) -> GradeResult:
-    """The last marked line decides; checked again here since the process's output is not trusted."""
+def _parse(output: str, exit_code: int | None, elapsed: float, token: str) -> GradeResult:
+    """The last line marked with this grading's token decides (another marked line is the grader's output);
+    checked again here since the process's output is not trusted."""
+    error, result = f"{ERROR_MARK}{token} ", f"{RESULT_MARK}{token} "
     for line in reversed(output.splitlines()):
-        if line.startswith(ERROR_MARK):
-            return GradeResult(None, line[len(ERROR_MARK):].strip() or "grade() failed", elapsed)
-        if line.startswith(RESULT_MARK):
-            return _checked(line[len(RESULT_MARK):], elapsed)
+        if line.startswith(error):
+            return GradeResult(None, line[len(error):].strip() or "grade() failed", elapsed)
+        if line.startswith(result):
+            return _checked(line[len(result):], elapsed)
     last = next((ln.strip() for ln in reversed(output.splitlines()) if ln.strip()), "no output")
     return GradeResult(None, f"grader exited with code {exit_code} and no result: {last[:300]}", elapsed)
 

@@ -149,8 +149,10 @@ class Sandbox:
         self.cap_hits: list[str] = []  # the total caps that stopped a command (memory, disk), for the record
 
     # ---- public -------------------------------------------------------------------------------------------
-    def run(self, command: str, workdir: str | None = None, timeout_s: float | None = None) -> ExecResult:
-        """Run `bash -c command` with cwd `workdir` (relative to the workspace, or under /workspace)."""
+    def run(self, command: str, workdir: str | None = None, timeout_s: float | None = None,
+            stdin: bytes | None = None) -> ExecResult:
+        """Run `bash -c command` with cwd `workdir` (relative to the workspace, or under /workspace); `stdin`: what
+        the command reads on its standard input (else nothing: /dev/null)."""
         cwd = self.sandbox_cwd(workdir)
         if self.as_root:
             _chown_tree(self.workspace, SANDBOX_UID)
@@ -159,7 +161,7 @@ class Sandbox:
         checks = self._checks(leaf)
         try:
             result = _execute(leaf.wrap(argv) if leaf else argv, timeout_s if timeout_s is not None else
-                              self.timeout_s, self.max_output_bytes, checks)
+                              self.timeout_s, self.max_output_bytes, checks, stdin)
             if leaf is not None and (killed := leaf.oom_kills()):
                 result = _with_cap(result, f"memory: the sandbox's total memory cap of {self.memory_mb} MB "
                                    f"(all its processes and /tmp together) was reached; {killed} process(es) "
@@ -273,13 +275,19 @@ def _chown_tree(root: Path, uid: int) -> None:
 
 
 def _execute(argv: list[str], timeout_s: float, cap: int,
-             checks: list[Callable[[int], str | None]] | None = None) -> ExecResult:
+             checks: list[Callable[[int], str | None]] | None = None, stdin: bytes | None = None) -> ExecResult:
     """Run bwrap, keep the last `cap` bytes of output, and kill the whole sandbox on timeout or when one of the
-    checked fallback's `checks` (polled every POLL_S) names a cap that was passed."""
+    checked fallback's `checks` (polled every POLL_S) names a cap that was passed. `stdin`: a few bytes (less than
+    a pipe holds, so writing them never waits for the command), written and closed at the start."""
     start = time.monotonic()
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     assert proc.stdout is not None
+    if proc.stdin is not None:  # (a command that exited at once read nothing: its pipe is broken)
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write(stdin or b"")
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
     tail = _TailReader(proc.stdout, cap)
     timed_out, breach = False, None
     try:
