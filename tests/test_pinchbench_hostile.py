@@ -90,6 +90,8 @@ def test_nan_and_huge_numbers_are_tool_errors_not_tracebacks_or_no_time_limit(tm
                       ("exec", '{"command": "true", "timeout": 1' + "0" * 400 + "}")):
         result = tools.execute(ToolCall("c", name, raw))
         assert result.is_error, (name, raw, result.content)
+        if name != "exec":  # refused by name, not by the int() it would fail in
+            assert result.content.endswith(("limit must be a positive integer", "offset must be a positive integer"))
     assert not tools.execute(ToolCall("c", "read", '{"path": "f.txt"}')).is_error
 
 

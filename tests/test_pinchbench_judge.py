@@ -27,6 +27,7 @@ from harness.envs.pinchbench.judge import (
     Judge,
     build_prompt,
     cache_key,
+    judged_files,
     normalise,
     parse_reply,
     parse_text,
@@ -155,6 +156,8 @@ def test_workspace_section_skips_hidden_skills_binary_and_links_and_v2_is_untrun
     files = user.split("## Workspace Files Created by Agent\n")[1].split("\n\n## Grading Rubric")[0]
     assert files == "### File: email_draft.txt\nSubject: Declining\n" + "y" * 4000 + "\n\n### File: sub/note.md\nnote"
     assert "secret" not in user and "image.png" not in user
+    # the link is no candidate at all (not merely unreadable later): only regular files are considered
+    assert judged_files(ws) == [Path("email_draft.txt"), Path("image.png"), Path("sub/note.md")]
 
 
 def test_no_files_means_no_section(tmp_path: Path) -> None:
@@ -198,6 +201,7 @@ def test_parse_gives_none_when_nothing_is_usable() -> None:
     assert parse_reply('{"notes": "no scores here"}') is None
     # upstream keeps a total it cannot renormalise, even outside [0, 1]
     assert parse_reply('{"scores": {"a": 7, "b": 9}, "total": 8}') == ({"a": 7.0, "b": 9.0}, 8.0, "")
+    assert parse_reply('{"scores": {"a": 7, "b": 1}, "total": 3}') == ({"a": 7.0, "b": 1.0}, 3.0, "")  # not their mean
 
 
 @pytest.mark.parametrize("case", json.loads((GOLDEN / "judge_replies.json").read_text())["replies"],

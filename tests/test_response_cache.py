@@ -54,6 +54,7 @@ def test_the_key_is_stored_in_the_entry_and_never_the_url_or_the_api_key(tmp_pat
 
 def tamper(path: Path, edit: str) -> None:
     value = json.loads(path.read_text())
+    rehashed, edit = edit.endswith("+rehashed"), edit.removesuffix("+rehashed")
     if edit == "empty":
         value = {}
     elif edit == "no-choices":
@@ -64,10 +65,13 @@ def tamper(path: Path, edit: str) -> None:
         value["_harness_key"] = "0" * 64
     elif edit == "not-an-object":
         value = [value]
+    if rehashed:  # its key and content hash valid: only the completion's shape is wrong
+        value[HASH_FIELD] = content_hash(value)
     path.write_text(json.dumps(value) if edit != "garbage" else "{not json")
 
 
-@pytest.mark.parametrize("edit", ["empty", "no-choices", "no-message", "edited-key", "not-an-object", "garbage"])
+@pytest.mark.parametrize("edit", ["empty", "no-choices", "no-message", "edited-key", "not-an-object", "garbage",
+                                  "no-choices+rehashed", "no-message+rehashed"])
 def test_an_invalid_entry_is_a_miss_with_a_warning_naming_the_file(tmp_path: Path, edit: str,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
     with SimServer() as s:

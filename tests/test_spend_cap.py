@@ -118,6 +118,7 @@ def test_64_concurrent_clients_never_spend_past_the_cap(tmp_path: Path, ledger: 
             t.join()
     worst = worst_case(model, request(99, 999))
     assert lifecycle.stop_reason().startswith(f"max_cost_usd={cap:g} reached")
+    assert "the next call" in lifecycle.stop_reason()  # a call refused before it was sent, not a bill settled past it
     assert server.posts == len(costs) > threads  # every call sent was answered and counted
     assert server.billed <= cap + worst  # the bound: never past the cap by more than one call
     assert server.billed <= cap  # reserved ahead, with the same token count the endpoint bills
