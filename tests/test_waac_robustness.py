@@ -236,3 +236,42 @@ def test_recall_returns_text_fields_as_text() -> None:
         art = policy.store.put(f.id, f.identity or f.id, f.version, content)
         out, error = policy.call_tool(ToolCall("r", "waac_recall", json.dumps({"ref": art.ref})))
         assert not error and json.loads(out)["Content"] == content
+
+
+DEEP = "[" * 5000 + "]" * 5000  # nested deeper than Python's JSON parser goes (RecursionError, not a JSONDecodeError)
+
+
+@pytest.mark.parametrize("where", ["result", "arguments"])
+@pytest.mark.parametrize("benchmark", ["expense", "pinchbench"])
+def test_a_result_or_arguments_nested_deeper_than_the_parser_goes_are_read_as_text(where: str,
+                                                                                   benchmark: str) -> None:
+    """An agent's output can be anything: a tool result or the model's arguments nested 5,000 deep ended a WAAC
+    episode with a RecursionError traceback; they are text (and malformed arguments) instead, as for Full."""
+    from harness.envs.pinchbench.waac import schemas as pinchbench_schemas
+
+    tool = "form_click_control" if benchmark == "expense" else "exec"
+    arguments = '{"controlName": "x", "x": ' + DEEP + "}" if where == "arguments" else '{"controlName": "x"}'
+    result = '{"a": ' + DEEP + "}" if where == "result" else '{"Status": "Success"}'
+    history = [Message("system", "s"), Message("user", "u")]
+    for i in range(3):
+        call = ToolCall(f"c{i}", tool, arguments)
+        history += [Message("assistant", "", (call,)), Message("tool", result, tool_call_id=call.id, name=tool)]
+    policy = WAAC(schemas() if benchmark == "expense" else pinchbench_schemas())
+    for n in range(3, len(history) + 1):
+        view = policy.render(history[:n], ctx(n))
+    assert len(view.messages) == len(history)
+    if where == "result":  # one text field of the whole result, never split
+        assert [policy.graph.fields[f].path for f in policy.graph.events["c0"].fields] == ["$text"]
+
+
+def test_the_other_readers_of_a_result_take_one_nested_too_deep_as_text() -> None:
+    """AgentFold's extractive summary line, Mem0's memory chunks and the WAAC recall's JSON check: text, no crash."""
+    from harness.policies.mem0_memory import memory_texts
+    from harness.policies.summarizers import ExtractiveSummarizer
+    from harness.waac.artifacts import _is_json
+
+    call = ToolCall("c", "exec", "{}")
+    deep = Message("tool", '{"a": ' + DEEP + "}", tool_call_id="c", name="exec")
+    assert ExtractiveSummarizer()._line(Message("assistant", "", (call,)), deep).startswith("- exec({}) -> {\"a\": [[[")
+    assert "".join(memory_texts([Message("assistant", "", (call,)), deep], 1, 4000)).count("[") == 5000
+    assert not _is_json(DEEP)

@@ -399,7 +399,7 @@ def memory_texts(history: Sequence[Message], i: int, limit: int) -> list[str]:
     if m.role == "tool":
         try:
             return json_chunks(json.loads(m.content), limit)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # (nested deeper than the parser or the chunking goes)
             pass
     text = _plain(history, i)
     return [text[k:k + limit] for k in range(0, len(text), limit)] if text else []

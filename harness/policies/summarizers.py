@@ -92,7 +92,7 @@ class ExtractiveSummarizer:
             return f"{head} -> no result"
         try:
             return f"{head} -> " + "; ".join(self._facts(json.loads(result.content)))
-        except (json.JSONDecodeError, TypeError, KeyError, AttributeError):  # not the shapes it knows: raw text
+        except (json.JSONDecodeError, TypeError, KeyError, AttributeError, RecursionError):  # not its shapes: raw text
             return f"{head} -> {result.content[:200]}"
 
     def _facts(self, payload: Any) -> list[str]:

@@ -292,6 +292,6 @@ def _is_json(text: str) -> bool:
         return False
     try:
         json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested deeper than the parser goes: spliced as a JSON string)
         return False
     return True

@@ -196,7 +196,10 @@ def split_result(content: str, schema: ToolSchema | None) -> Split:
     hit = _SPLITS.get(key)
     if hit is not None:
         return hit
-    split = _split_result(content, schema)
+    try:
+        split = _split_result(content, schema)
+    except RecursionError:  # nested deeper than the parser goes (an agent's output can be anything): its text
+        split = _text_split(content)
     if len(content) <= SPLIT_MEMO_CHARS // 64:  # (a huge page is parsed each time rather than crowd the rest out)
         if _SPLIT_CHARS[0] + len(content) > SPLIT_MEMO_CHARS:
             _SPLITS.clear()
@@ -421,7 +424,7 @@ def flatten_args(arguments: str, item_name: str | None = None) -> list[Arg]:
     becomes `<list>.<n>` = v (the schema's arg_item_name); any other list gives one pair per item."""
     try:
         args = json.loads(arguments or "{}")
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # (nested deeper than the parser goes: as text)
         return [Arg("$raw", arguments)]
     if not isinstance(args, dict):
         return [Arg("$raw", arguments)]

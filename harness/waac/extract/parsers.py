@@ -32,7 +32,7 @@ def parse_json(text: str) -> list[Part] | None:
     start = _skip(text, 0)
     try:
         value, end = _DECODER.raw_decode(text, start)
-    except json.JSONDecodeError:  # the first value is not JSON: neither are JSON lines
+    except (json.JSONDecodeError, RecursionError):  # the first value is not (readable) JSON: nor are JSON lines
         return None
     if text[end:].strip():
         return _json_lines(text)
@@ -75,7 +75,7 @@ def _json_lines(text: str) -> list[Part] | None:
         body = line.text.strip()
         try:
             json.loads(body)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return None
         offset = line.start + line.text.index(body)
         parts.append(Part(f"[{n}]", body, "record" if body.startswith("{") else "value", offset))
