@@ -214,3 +214,46 @@ def test_every_policy_runs_and_is_viewed_with_undecodable_names_and_cut_emoji(po
     assert view.write_report([out], tmp_path / "report.html")[0].is_file()
     _, blobs = view.report_data(view.collect([out]))
     assert [b for b in blobs.values() if "bad\\udcff01" in json.dumps(view.unpack_episode(b))]  # as listed
+
+
+def test_read_shows_what_upstream_shows_of_any_file_reading_it_in_chunks(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """`read` reads a file in chunks (harness.envs.pinchbench.tools._line_window) but shows what pi's read.ts shows of
+    the whole text split on "\\n" (a "\\r" stays, as in Node): random files of newlines, CR, multi-byte and invalid
+    UTF-8, every chunk size down to one byte, byte budgets cutting lines, windows before, inside and past the end."""
+    import random
+
+    from harness.envs.pinchbench import tools as pinch
+
+    rng, file = random.Random(28), tmp_path / "f"
+    pieces = [b"\n", b"\r\n", b"\r", "é€".encode(), b"\xff", b"\xe2\x82", b"ab" * 7, b""]
+    for _ in range(1500):
+        monkeypatch.setattr(pinch, "READ_CHUNK", rng.choice([1, 2, 3, 7, 64, 1 << 20]))
+        monkeypatch.setattr(pinch, "MAX_BYTES", rng.choice([5, 10, 50, 51200]))
+        data = b"".join(rng.choice(pieces) for _ in range(rng.randrange(40)))
+        file.write_bytes(data)
+        first, count = rng.randrange(12), rng.randrange(1, 8)
+        lines = data.decode("utf-8", errors="replace").split("\n")
+        window, total = pinch._line_window(file, first, count)
+        assert (pinch._fit_bytes(window), total) == (pinch._fit_bytes(lines[first:first + count]), len(lines)), data
+
+
+def test_reading_a_huge_file_holds_one_chunk_not_the_file(tmp_path: Path) -> None:
+    """An agent can write a 255 MB file of newlines (the sandbox's file cap) and `read` two lines of it: the whole
+    text and a list of every line took ~9x the file in the harness process (2.3 GB), a MemoryError in a small
+    container. The lines shown, and the count, are the same; what is allocated is about one chunk."""
+    import tracemalloc
+
+    from harness.envs.pinchbench.tools import READ_CHUNK
+
+    (tmp_path / "nl.txt").write_bytes(b"\n" * (16 << 20))
+    tools = WorkspaceTools(tmp_path, Sandbox(tmp_path, timeout_s=5, max_output_bytes=4096, memory_mb=256))
+    tracemalloc.start()
+    try:
+        result = tools.execute(ToolCall("c", "read", '{"path": "nl.txt", "offset": 3, "limit": 2}'))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not result.is_error and result.content.endswith(f"[Showing lines 3-4 of {(16 << 20) + 1}. Use offset=5 "
+                                                           "to continue.]")
+    assert peak < 3 * READ_CHUNK, peak

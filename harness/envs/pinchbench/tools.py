@@ -23,6 +23,7 @@ from harness.types import ToolCall, ToolSpec
 
 MAX_LINES = 2000  # pi-coding-agent truncate.ts: DEFAULT_MAX_LINES
 MAX_BYTES = 50 * 1024  # pi-coding-agent truncate.ts: DEFAULT_MAX_BYTES
+READ_CHUNK = 1 << 20  # ours: how much of a file `read` holds at once
 LS_LIMIT = 500  # pi-coding-agent ls.ts: default entry limit
 # OpenClaw also accepts Claude-Code-style argument names; they are mapped onto its own.
 ALIASES = {"file_path": "path", "old_string": "oldText", "new_string": "newText", "cwd": "workdir"}
@@ -144,16 +145,16 @@ class WorkspaceTools:
     # ---- tools ---------------------------------------------------------------------------------------------
     def _read(self, args: dict[str, Any]) -> str:
         host = self._regular_file(_required(args, "path"))
-        lines = host.read_text(encoding="utf-8", errors="replace").split("\n")
         offset = _positive(args.get("offset"), "offset", 1)
         limit = _positive(args.get("limit"), "limit", MAX_LINES)
-        if offset > len(lines):
-            raise ToolError(f"Offset {offset} is beyond end of file ({len(lines)} lines total)")
-        chosen = _fit_bytes(lines[offset - 1: offset - 1 + min(limit, MAX_LINES)])
+        window, total = _line_window(host, offset - 1, min(limit, MAX_LINES))
+        if offset > total:
+            raise ToolError(f"Offset {offset} is beyond end of file ({total} lines total)")
+        chosen = _fit_bytes(window)
         end = offset - 1 + len(chosen)
         text = "\n".join(chosen)
-        if end < len(lines):
-            text += f"\n\n[Showing lines {offset}-{end} of {len(lines)}. Use offset={end + 1} to continue.]"
+        if end < total:
+            text += f"\n\n[Showing lines {offset}-{end} of {total}. Use offset={end + 1} to continue.]"
         return text
 
     def _write(self, args: dict[str, Any]) -> str:
@@ -236,6 +237,40 @@ def _positive(value: Any, name: str, default: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or int(value) < 1:
         raise ToolError(f"{name} must be a positive integer")
     return int(value)
+
+
+def _line_window(path: Path, first: int, count: int) -> tuple[list[str], int]:
+    """Lines first .. first+count-1 of the file as `read_text(errors="replace").split("\\n")` gives them, and how
+    many lines it has, reading it in chunks: the lines kept stop where _fit_bytes would stop anyway (their raw bytes
+    past MAX_BYTES: decoding never makes a line shorter), so a 255 MB file costs one chunk of memory, not ~9x its size
+    (the whole text and a list of every line). Lines before and after the window are only counted."""
+    kept: list[bytearray] = []
+    line, size = 0, 0  # the line being read (0-based); raw bytes of the kept lines, with their newlines
+    with open(path, "rb") as fh:
+        while chunk := fh.read(READ_CHUNK):
+            start = 0
+            if line < first:  # skip to the window's first line
+                if line + chunk.count(b"\n") < first:
+                    line += chunk.count(b"\n")
+                    continue
+                while line < first:
+                    start, line = chunk.index(b"\n", start) + 1, line + 1
+            while line < first + count and size <= MAX_BYTES:
+                if len(kept) == line - first:
+                    kept.append(bytearray())
+                nl = chunk.find(b"\n", start)
+                stop = len(chunk) if nl < 0 else nl
+                room = MAX_BYTES + 4 - len(kept[-1])  # (the first line's truncation needs no more than this)
+                kept[-1] += chunk[start:start + max(0, min(room, stop - start))]
+                size += stop - start
+                if nl < 0:
+                    start = len(chunk)
+                    break
+                size, line, start = size + 1, line + 1, nl + 1
+            line += chunk.count(b"\n", start)  # past the window or its bytes: counted only
+    if first <= line < first + count and size <= MAX_BYTES and len(kept) == line - first:
+        kept.append(bytearray())  # the last line: after the last newline (empty for a file ending in one)
+    return [bytes(b).decode("utf-8", errors="replace") for b in kept], line + 1
 
 
 def _fit_bytes(lines: list[str]) -> list[str]:
