@@ -149,9 +149,11 @@ def test_implemented_tools_run_with_openclaws_arguments(tmp_path: Path) -> None:
     ([{"oldText": "x y", "newText": "z"}, {"oldText": "y z", "newText": "w"}], "overlap"),
     ([{"oldText": "x", "newText": "1"}, {"oldText": "q", "newText": "2"}], "Could not find edits[1]"),
     ([{"oldText": "x", "newText": "1"}, {"oldText": "y", "newText": "2"}], "Found 2 occurrences of edits[1]"),
-    ([], "at least one replacement")])
+    ([], "at least one replacement"),
+    ("[" * 5000 + "]" * 5000, "nested too deeply"),  # edits as a JSON string deeper than the parser goes
+    ("[1, 2", "edit: ")])
 @pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
-def test_a_bad_multi_edit_changes_nothing(tmp_path: Path, edits: list[Any], error: str) -> None:
+def test_a_bad_multi_edit_changes_nothing(tmp_path: Path, edits: list[Any] | str, error: str) -> None:
     write_profile(tmp_path / "profiles")
     d = domain(tmp_path / "profiles")
     episode = d.episode(d.tasks[0], None, EpisodeContext(0, tmp_path / "run"))

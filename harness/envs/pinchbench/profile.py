@@ -135,6 +135,8 @@ class OpenClawTools(WorkspaceTools):
                 edits.append({"oldText": args["oldText"], "newText": args["newText"]})
             path = args.get("path") or args.get("file_path")
             return ToolResult(self._apply_edits(str(path or ""), edits))
+        except RecursionError:  # edits given as a JSON string nested deeper than the parser goes
+            return ToolResult("edit: edits is nested too deeply to read", True)
         except (ToolError, ValueError, TypeError, OSError, AttributeError) as exc:
             return ToolResult(f"edit: {exc}" if not isinstance(exc, ToolError) else str(exc), True)
 
