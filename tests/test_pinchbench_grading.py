@@ -4,6 +4,7 @@ grading type and every failure kind against upstream's own results on the same f
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -250,3 +251,36 @@ def test_hybrid_weights_as_upstream_combines_them() -> None:
     assert combine({"automated": 0.7062937062937062, "llm_judge": 0.87}, {"automated": 0.4, "llm_judge": 0.6},
                    both) == pytest.approx(0.8045174825174824)  # upstream's tests/test_lib_grading.py
     assert combine({"llm_judge": None}, {}, ("llm_judge",)) == 0.0
+
+
+@pytest.mark.parametrize(("code", "full"), [(errno.ENOSPC, True), (errno.EDQUOT, True), (errno.EACCES, False)])
+def test_a_full_disk_while_copying_the_workspace_is_the_machines_failure(ws: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                         code: int, full: bool) -> None:
+    """No room for the grader's copy (another episode's large workspace copied meanwhile, a full /tmp) scored the
+    task 0 as a failed grading; it is an ENOSPC for harness.run, which stops the run and reruns the episode. Any other
+    copy failure is still the grading's."""
+    from harness.envs.pinchbench import grading
+
+    (ws / "answer.txt").write_text("42")
+
+    class Refusing:
+        def __init__(self, *_: object, **__: object) -> None:
+            pass
+
+        def __enter__(self) -> Refusing:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            pass
+
+        def write(self, _: bytes) -> int:
+            raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(grading, "open", Refusing, raising=False)  # _Copy.copy's target file
+    if full:
+        with pytest.raises(OSError) as raised:
+            run_grade("def grade(t, w):\n    return {'a': 1}", [], ws, timeout_s=10)
+        assert raised.value.errno == errno.ENOSPC and "grader's copy of the workspace" in str(raised.value)
+    else:
+        result = run_grade("def grade(t, w):\n    return {'a': 1}", [], ws, timeout_s=10)
+        assert result.failed and result.error is not None and "cannot copy workspace" in result.error

@@ -19,6 +19,7 @@ only on a line carrying the grading's secret token (RUNNER's comment: what the a
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -132,12 +133,15 @@ def run_grade(grade_source: str, transcript: list[dict[str, Any]], workspace: Pa
         payload = json.dumps(transcript)
     except (TypeError, ValueError) as exc:
         return GradeResult(None, f"transcript is not JSON-serializable: {exc}")
-    with tempfile.TemporaryDirectory(prefix="pinchbench-grade-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="pinchbench-grade-") as tmp:  # (ENOSPC here: as it comes)
         root = Path(tmp)
         copy = _Copy(workspace, max_copy_file_bytes, max_copy_total_bytes)
         try:
             grader_dir, ws_copy = _stage(root, grade_source, payload, copy)
         except OSError as exc:
+            if _disk_full(exc):  # the machine's, not the grader's or the agent's: harness.run reruns the episode
+                raise OSError(errno.ENOSPC, f"no space left for the grader's copy of the workspace in "
+                                            f"{root.parent}: {exc}") from None
             return GradeResult(None, f"cannot copy workspace {workspace} for grading: {exc}")
         except RecursionError:  # shutil.copytree recurses per directory level
             return GradeResult(None, f"cannot copy workspace {workspace} for grading: its folders nest deeper "
@@ -161,6 +165,15 @@ def run_grade(grade_source: str, transcript: list[dict[str, Any]], workspace: Pa
     if graded.failed:  # e.g. the grader read a file left out: its error says why the file was not there
         return replace(graded, error=f"{graded.error} ({note})")
     return replace(graded, note="; ".join(n for n in (graded.note, note) if n))
+
+
+def _disk_full(exc: OSError) -> bool:
+    """ENOSPC or EDQUOT, also among the errors copytree gathers into one shutil.Error (as text: its errno is lost)."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    full = (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT))
+    gathered = exc.args[0] if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) else []
+    return any(isinstance(e, tuple) and any(text in str(e[-1]) for text in full) for e in gathered)
 
 
 class _Copy:
