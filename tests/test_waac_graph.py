@@ -36,10 +36,17 @@ def test_fields_are_typed_and_data_edges_follow_bindings() -> None:
     grid = next(f for f in g.fields.values() if f.path == "Form.Grids.ExpenseReportsGrid" and f.event == g.order[3])
     select = g.order[4]
     assert g.g.has_edge(grid.id, f"{select}/in:rowNumber")  # the row number came from the grid it names
+    # the newest field showing a value binds it (two versions of the grid show its name)
+    assert g.data_sources(select) == [(grid.id, "GridName", "gridName"), (grid.id, "GridRow", "rowNumber")]
     filt = g.events[g.order[3]]
     (source,) = g.g.predecessors(f"{filt.id}/in:filterValue")  # the newest field showing the report number
     assert source == f"{g.order[2]}/Form.Grids.ExpenseReportsGrid" and filt.inputs[-1][2] in g.fields[source].text
     assert nx.is_directed_acyclic_graph(g.g)
+    # a row number binds to the grid its scope argument names, not to the newest grid showing that row
+    tr.call("form_select_grid_row", {"gridName": "ExpenseReportsGrid", "rowNumber": 1})
+    g.update(tr.history)
+    assert '"RowNumber": 1,' in g.fields[f"{g.order[-2]}/Form.Grids.ExpenseLinesGrid"].text  # the newer grid
+    assert (f"{select}/Form.Grids.ExpenseReportsGrid", "GridRow", "rowNumber") in g.data_sources(g.order[-1])
 
 
 def test_versions_and_control_edges() -> None:

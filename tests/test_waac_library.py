@@ -141,6 +141,11 @@ def test_exact_matches_transfer_policies_and_fusion_never_goes_below_d() -> None
     online = WAAC(schemas(), use_library=False)
     online.render(tr.history, ctx())
     assert any(online.last[1][f] != Level.EXACT for f in policy._proposal)  # so the library did raise levels
+    dropped = {k: (frag, dict.fromkeys(pol, Level.DROP)) for k, (frag, pol) in cps.items()}
+    low = WAAC(schemas(), library=_library_from(dropped))  # an all-DROP precedent lowers nothing d demands
+    low.render(tr.history, ctx())
+    needed = [f for f in low._proposal if low.last[0].d.get(f, Level.DROP) != Level.DROP]
+    assert needed and all(low.last[1][f] == low.last[0].d[f] for f in needed)
 
 
 def test_similarity_matching_needs_compatibility_and_the_threshold() -> None:

@@ -279,6 +279,9 @@ def test_a_summary_missing_a_required_fact_rolls_back_to_exact() -> None:
     policy, shown = _summary_case("Status=Archived")  # not a fact of the source: no summary can state it
     assert policy.last[2].applied["w/Status"] == Level.EXACT and json.loads(shown)["Status"] == "Success"
     assert policy.last[2].rollbacks == ["w/Status"]
+    # a summary stating only what it can (a fact of the source) but not the required one rolls back too
+    policy, shown = _summary_case("Status=Archived", FakeLLM("Status=Success"))
+    assert policy.last[2].applied["w/Status"] == Level.EXACT and policy.last[2].rollbacks == ["w/Status"]
 
 
 def test_summarizer_output_is_checked_for_facts_traceability_and_length() -> None:
@@ -296,6 +299,9 @@ def test_summarizer_output_is_checked_for_facts_traceability_and_length() -> Non
     long.value, long._text = "word " * 400, None
     assert checked_summary(long, [long.value], frozenset(), ctx().tokens) is None  # over the length bound
     assert checked_summary(f, [f.value], frozenset(), ctx().tokens) == f.value
+    quote = f.value[2:11]  # traceable (a verbatim quote of the source), yet not the required fact
+    assert checked_summary(f, [quote], frozenset(), ctx().tokens, f.value) == quote
+    assert need and checked_summary(f, [quote], need, ctx().tokens, f.value) is None
 
 
 def test_projection_keeps_pairs_and_never_touches_the_history() -> None:
@@ -380,6 +386,8 @@ def test_a_summary_or_pointer_longer_than_its_field_is_shown_exact() -> None:
     policy.render(short, ctx())
     out = Projector(ctx().tokens, policy.store).project(short, policy.graph, {"s/Results": Level.POINTER}, {})
     assert out.applied["s/Results"] == Level.EXACT and json.loads(out.messages[-1].content)["Results"] == [1]
+    out = Projector(ctx().tokens, policy.store).project(short, policy.graph, {"s/Status": Level.SUMMARY}, {})
+    assert out.applied["s/Status"] == Level.EXACT and not out.rollbacks  # "Status=Success" is longer than "Success"
     rows = [{"Code": f"A-{i}", "Name": f"Item number {i}", "Rate": i} for i in range(30)]
     long = opening() + exchange("s", "search", {}, json.dumps({"Status": "Success", "Results": rows}))
     policy = WAAC(toy_schemas())

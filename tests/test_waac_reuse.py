@@ -5,6 +5,7 @@ recomputed, and validated reuse plus recomputation equals full analysis."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,14 +13,14 @@ from _support import task
 from _waac import BagOfWords, EnvTrajectory, ctx, exchange, opening
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_waac_analysis import APPLY_FAILS, LOOKUP, _pool, code_schemas
+from test_waac_analysis import APPLY_FAILS, LOOKUP, SEARCH, _pool, code_schemas
 from test_waac_projection import _itemizing
 
 from harness.envs.expense.waac import schemas
 from harness.types import Message
 from harness.waac.analysis import Analysis, Requirements
 from harness.waac.lattice import Level
-from harness.waac.library import HistoryLibrary
+from harness.waac.library import HistoryLibrary, Match, fragment, key_of
 from harness.waac.policy import WAAC
 from harness.waac.schema import Schemas
 
@@ -101,6 +102,11 @@ def test_a_new_consumer_changes_the_fragment_so_its_old_records_are_not_offered(
     assert "L" in policy.analysis._hints
     run_against_full(h + exchange("a1", "apply_code", {"code": "ABC-1"}, APPLY_FAILS[1].content, True), policy)
     assert "L" not in policy.analysis._hints and policy.graph.events["L"].out_edges
+    # at the same recency, only the consumer tells the two fragments apart
+    other = WAAC(code_schemas(), use_library=False)
+    other.render(h + exchange("s1", "search", {}, SEARCH), ctx())
+    assert key_of(fragment(other.graph, other.graph.events["L"], 1)) != key_of(
+        fragment(policy.graph, policy.graph.events["L"], 1))
 
 
 def test_records_computed_under_other_transfer_rules_are_rejected() -> None:
@@ -125,8 +131,20 @@ def test_a_similarity_match_is_uncertain_applicability_and_seeds_nothing() -> No
     shifted = HistoryLibrary({f"x{k}": r for k, r in lib.records.items()}, read_only=True)
     policy = WAAC(schemas(), library=shifted, embedder=BagOfWords(), threshold=0.0)
     reqs = run_against_full(_itemizing(2, task(7)).history, policy)
-    assert any(m.kind == "similarity" for m in policy._matches.values())
+    similar = [m for m in policy._matches.values() if m.kind == "similarity"]
+    assert similar and not any(m.analysis for m in similar)  # the library hands a similar match no records
     assert not policy.analysis._hints and _counts(reqs)[:2] == (0, 0)
+    # nor does the policy seed from one, even if a library offered its candidate's records
+    real = shifted.match
+
+    def offering(*args: Any) -> Match:
+        m = real(*args)
+        return replace(m, analysis=tuple(shifted.records[m.key].analysis)) if m.kind == "similarity" else m
+
+    shifted.match = offering  # type: ignore[method-assign]
+    offered = WAAC(schemas(), library=shifted, embedder=BagOfWords(), threshold=0.0)
+    run_against_full(_itemizing(2, task(7)).history, offered)
+    assert any(m.analysis for m in offered._matches.values()) and not offered.analysis._hints
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -14,7 +14,7 @@ from test_waac_analysis import _pool
 
 from harness.envs.expense.waac import schemas
 from harness.types import Message, ToolCall
-from harness.waac.lattice import Level
+from harness.waac.lattice import LEVELS, Level
 from harness.waac.library import Match
 from harness.waac.policy import WAAC
 
@@ -48,9 +48,9 @@ class RecencyLibrary:
     consumers), so a stale key shows up as a different proposal."""
 
     def match(self, frag: dict, key: str, embedder: object, threshold: float) -> Match:  # type: ignore[type-arg]
-        by = {"latest": Level.EXACT, "recent": Level.POINTER, "older": Level.SUMMARY}[frag["recency"]]
-        level = Level.DROP if frag["consumers"] and any(s for *_, s in frag["fields"]) else by
-        return Match("exact", {f[0]: level for f in frag["fields"]}, 1.0, key)
+        # each of the three alone moves every field's level (recency class, consumers added, superseded)
+        shift = ("latest", "recent", "older").index(frag["recency"]) + len(frag["consumers"])
+        return Match("exact", {f[0]: LEVELS[(shift + f[3]) % 4] for f in frag["fields"]}, 1.0, key)
 
 
 def _policy(kind: str) -> WAAC:
