@@ -52,6 +52,10 @@ def test_it_starts_at_the_bound_and_a_429_cuts_the_calls_in_flight() -> None:
     slots = hold(gate, 16)
     answer(slots[:1], 429)  # refused while 16 were in flight
     assert gate.limit == 8 and gate.cuts == 1
+    few = AdaptiveConcurrency(maximum=16)
+    four = hold(few, 4)
+    answer(four[:1], 429)  # refused while 4 were in flight: half of those, not half of the bound
+    assert few.limit == 2
 
 
 def test_refusals_of_calls_sent_before_the_cut_do_not_cut_again() -> None:
@@ -76,13 +80,22 @@ def test_503_cuts_other_failures_do_not() -> None:
 
 def test_successes_restore_it_by_one_per_round_trip_up_to_the_bound() -> None:
     gate = AdaptiveConcurrency(maximum=6)
+    for _ in range(2):
+        call(gate)  # successes before the cut do not count toward the climb after it
     slots = hold(gate, 6)
     answer(slots, 429)
     assert gate.limit == 3
+    for _ in range(2):
+        call(gate)
+    assert gate.limit == 3
+    call(gate)
+    assert gate.limit == 4  # +1 after `limit` (3) clean successes
     for _ in range(3):
         call(gate)
-    assert gate.limit == 4  # +1 after `limit` (3) clean successes
-    for _ in range(4 + 5 + 100):
+    assert gate.limit == 4  # the count starts again: the next +1 takes 4 more
+    call(gate)
+    assert gate.limit == 5
+    for _ in range(5 + 100):
         call(gate)
     assert gate.limit == 6  # never above max_in_flight
 

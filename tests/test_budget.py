@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from _support import ScriptedModel, calls, say, task
 from _waac import ctx
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_pair_scan import messages
 from test_policies import histories
@@ -31,6 +31,7 @@ from harness.policies.budget import (
 from harness.records import episode_row
 from harness.report.budget import reference_tokens
 from harness.tokens import TokenCounter
+from harness.types import Message
 from harness.waac.lattice import Level
 from harness.waac.library import HistoryLibrary
 from harness.waac.policy import WAAC
@@ -39,6 +40,7 @@ TOKENS = TokenCounter()
 
 
 @given(histories(), st.integers(0, 3000))
+@example([Message("system", "s"), Message("user", "u"), Message("assistant", "Thanks.")], 0)  # no pair to evict
 def test_a_fitted_view_is_within_budget_or_says_it_is_not(history: list, budget: int) -> None:  # type: ignore[type-arg]
     fit = fit_to_budget(list(history), 2, budget, TOKENS)
     assert fit.compressible_tokens == compressible_tokens(fit.messages, 2, TOKENS)

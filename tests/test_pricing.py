@@ -72,6 +72,8 @@ def test_openai_prefix_rule_1024_minimum_in_128_steps() -> None:
     assert cache.observe(req(600, 500, 100, 50), 1).read_tokens == 1152  # 1200 common -> 9 x 128
     diverging = Request(((0,) * 600, (1,) * 500, (2,) * 30 + (9,) * 70))  # inside segment 2, after 30 tokens
     assert cache.observe(diverging, 2).read_tokens == 1024  # 600 + 500 + 30 = 1130 -> 8 x 128
+    later = Request(((0,) * 600, (1,) * 500, (2,) * 60 + (8,) * 40))  # shares 60 with segment 2 of the 2nd request
+    assert cache.observe(later, 3).read_tokens == 1152  # 600 + 500 + 60 = 1160 -> 9 x 128: the partial part counts
     small = PrefixCache(cache_model("openai"))
     small.observe(req(600, 400, 50), 0)
     assert small.observe(req(600, 400, 60, fill=(0, 1, 7)), 1).read_tokens == 0  # 1000 common: under 1,024
@@ -82,6 +84,10 @@ def test_openai_cache_expires_after_idle_minutes() -> None:
     cache.observe(req(2000), 0)
     assert cache.observe(req(2000, 10), 299).read_tokens == 1920  # 4.98 min idle: alive (and refreshed)
     assert cache.observe(req(2000, 20), 299 + 301).read_tokens == 0  # 5.02 min after its last use: gone
+    kept = PrefixCache(cache_model("openai", expiry_min=5))
+    kept.observe(req(2000), 0)
+    kept.observe(req(2000), 299)  # a hit refreshes the entry ...
+    assert kept.observe(req(2000, 10), 299 + 299).read_tokens == 1920  # ... alive 9.97 min after it was written
 
 
 def test_anthropic_breakpoints_write_then_read() -> None:
@@ -97,6 +103,7 @@ def test_anthropic_breakpoints_write_then_read() -> None:
 def test_anthropic_minimum_lookback_and_expiry() -> None:
     cache = PrefixCache(cache_model("anthropic"))
     assert cache.observe(req(100, 800, 200, 3, bps=(1, 2)), 0) == CacheUse(0, 1100)  # 900 at the system: too short
+    assert cache.observe(req(100, 800, 50, 3, fill=(0, 1, 9), bps=(1, 2)), 1) == CacheUse(0, 0)  # so never written
     cache = PrefixCache(cache_model("anthropic"))
     cache.observe(req(100, 1000, 10, bps=(2,)), 0)  # an entry at segment 2 only
     long = req(100, 1000, 10, *([5] * 22), bps=(24,))

@@ -50,6 +50,8 @@ def test_the_long_run_rate_is_bounded_by_capacity_plus_rate_times_time() -> None
         rl.acquire(1)
         sent += 1
     assert sent <= 10 + 10 * clock.now + 1  # the old limiter let ~1,200 out in the first minute
+    clock.now += 60.0  # an idle minute refills the bucket to its capacity, not to a minute's worth
+    assert [rl.acquire(1) for _ in range(10)] == [0.0] * 10 and rl.acquire(1) > 0
 
 
 def test_burst_sets_the_capacity() -> None:
@@ -69,6 +71,8 @@ def test_tokens_are_smoothed_and_a_request_larger_than_the_bucket_still_goes() -
     rl2, clock2 = limiter(rpm=None, tpm=6000)
     assert rl2.acquire(1000) == 0.0  # larger than the bucket: goes when the bucket is full
     assert rl2.acquire(50) == pytest.approx(9.5)  # and its excess is paid back before the next request
+    clock2.now += 60.0  # idle for a minute: the bucket holds 100 tokens again, not a minute's 6,000
+    assert rl2.acquire(100) == 0.0 and rl2.acquire(100) == pytest.approx(1.0)
 
 
 def test_no_limits_never_wait() -> None:

@@ -159,6 +159,7 @@ def test_an_unreadable_json_cell_is_named_and_kept_apart(tmp_path: Path, caplog:
     ({"view": [0, 1], "view_provenance": [{"kind": "kept", "sources": [0]}]}, "not one per view message"),
     ({"view": [0], "view_provenance": [{"kind": "deleted", "sources": [0]}]}, "an unknown kind"),
     ({"view": [0], "view_provenance": [{"kind": "kept", "sources": ["0"]}]}, "a source not an index"),
+    ({"view": [0], "view_provenance": [{"kind": "kept", "sources": [True]}]}, "a bool is not an index"),
     ({"view": [0]}, "none recorded (written before provenance)"),
 ])
 def test_view_provenance_is_read_only_when_it_is_whole(record: dict[str, Any], why: str) -> None:

@@ -96,6 +96,9 @@ def test_name_costs_its_tokens_plus_one(tok: TokenCounter) -> None:
     plain = tok.message(Message("system", body))
     named = tok.message(Message("system", body, name="context_summary"))
     assert named == plain + PER_NAME + tok.text("context_summary")
+    # ... except on a tool result: the harness names it for readers, the chat format does not send the name
+    result = '{"Status": "Success"}'
+    assert tok.message(Message("tool", result, tool_call_id="c", name="form_save_form")) == 4 + tok.text(result)
 
 
 def test_tool_calls_cost_name_and_raw_arguments(tok: TokenCounter) -> None:
