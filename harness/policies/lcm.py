@@ -298,7 +298,7 @@ class LCM(ContextPolicy):
         """Append the messages not yet stored; a history that is not an extension of the stored one (a policy
         object reused for another episode) starts a fresh store."""
         n = len(self._seen)
-        if n > len(history) or not all(a is b or a == b for a, b in zip(history[:n], self._seen, strict=True)):
+        if n > len(history) or not all(a is b or a == b for a, b in zip(history, self._seen, strict=False)):
             self._reset()
             n = 0
         for seq in range(n, len(history)):

@@ -240,10 +240,11 @@ def _positive(value: Any, name: str, default: int) -> int:
 
 
 def _line_window(path: Path, first: int, count: int) -> tuple[list[str], int]:
-    """Lines first .. first+count-1 of the file as `read_text(errors="replace").split("\\n")` gives them, and how
-    many lines it has, reading it in chunks: the lines kept stop where _fit_bytes would stop anyway (their raw bytes
-    past MAX_BYTES: decoding never makes a line shorter), so a 255 MB file costs one chunk of memory, not ~9x its size
-    (the whole text and a list of every line). Lines before and after the window are only counted."""
+    """Lines first .. first+count-1 of the file's text (UTF-8, errors replaced) split on "\\n" as pi's read.ts splits
+    Node's text (a "\\r" stays), and how many lines it has, reading it in chunks: the lines kept stop where
+    _fit_bytes would stop anyway (their raw bytes past MAX_BYTES: decoding never makes a line shorter), so a 255 MB
+    file costs one chunk of memory, not ~9x its size (the whole text and a list of every line). Lines before and
+    after the window are only counted."""
     kept: list[bytearray] = []
     line, size = 0, 0  # the line being read (0-based); raw bytes of the kept lines, with their newlines
     with open(path, "rb") as fh:
