@@ -702,11 +702,16 @@ class Browser:
         from playwright.sync_api import TimeoutError as PwTimeout
 
         page = self._page()
+        timeout_ms = self.config.action_timeout_s * 1000
         for attempt in range(3):
             loads = self._loads.get(page, 0)
             try:
-                snapshot = page.aria_snapshot(mode="ai", timeout=self.config.action_timeout_s * 1000)
-                title, *scroll = page.locator(":root").evaluate(_HEAD_JS, timeout=self.config.action_timeout_s * 1000)
+                root = page.locator(":root")
+                # Playwright's page snapshot waits for a body (or frameset): an SVG document, or one stopped before
+                # its body, has none, and every read of it timed out as "keeps loading"
+                reader = page if root.evaluate("() => !!document.body", timeout=timeout_ms) else root
+                snapshot = reader.aria_snapshot(mode="ai", timeout=timeout_ms)
+                title, *scroll = root.evaluate(_HEAD_JS, timeout=timeout_ms)
                 break
             except PwTimeout:  # a page that reloads or redirects itself for good, or a hung one
                 self._stop_loading(page)
