@@ -721,11 +721,12 @@ class Browser:
                     if self._loads.get(page, 0) == loads:  # it was loading page after page meanwhile
                         raise
                 if attempt == 2:
-                    raise ActionError(f"the page could not be read within {self.config.action_timeout_s:g}s: it "
-                                      "keeps loading (it reloads or redirects itself)") from None
+                    raise ActionError(_keeps_loading(self.config.action_timeout_s)) from None
             except Error as exc:  # a page that navigates while read (a redirect): read it again once loaded
-                if attempt == 2 or not _is_navigating(exc):
+                if not _is_navigating(exc):
                     raise
+                if attempt == 2:  # the page's doing, as above (it was a BrowserCrashed: the episode an infra_error)
+                    raise ActionError(_keeps_loading(self.config.action_timeout_s)) from None
                 with contextlib.suppress(Error):
                     page.wait_for_load_state("domcontentloaded", timeout=self.config.navigation_timeout_s * 1000)
         text, elements = render_snapshot(snapshot)
@@ -1038,6 +1039,10 @@ def _is_crash(exc: BaseException) -> bool:
     from playwright._impl._errors import TargetClosedError
 
     return isinstance(exc, TargetClosedError) or any(w in str(exc) for w in _CRASH_WORDS)
+
+
+def _keeps_loading(timeout_s: float) -> str:
+    return f"the page could not be read within {timeout_s:g}s: it keeps loading (it reloads or redirects itself)"
 
 
 def _is_navigating(exc: BaseException) -> bool:
