@@ -226,10 +226,11 @@ def check_ctrl_c_then_resume(cmd: list[str], out: Path, expected: int) -> None:
 
 def test_ctrl_c_twice_during_a_process_pool_run(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    # 40 episodes: the signal must land before the last (12 simulated ones take about 0.2 s after the third)
-    cmd = [sys.executable, "-m", "harness.cli", "experiment=c3", "n_tasks=40", "n_runs=1", "n_workers=2",
+    # 100 episodes: the signal must land before the last (40 left a tail of ~0.6 s after the third, which a
+    # starved poll loop can miss)
+    cmd = [sys.executable, "-m", "harness.cli", "experiment=c3", "n_tasks=50", "n_runs=2", "n_workers=2",
            f"out_dir={out}", "progress=false"]
-    check_ctrl_c_then_resume(cmd, out, expected=40)
+    check_ctrl_c_then_resume(cmd, out, expected=100)
 
 
 @pytest.mark.parametrize("workers", ["n_workers=2", "n_workers=1"], ids=["processes", "threads"])
@@ -237,8 +238,8 @@ def test_ctrl_c_twice_during_concurrent_requests(tmp_path: Path, workers: str) -
     """concurrency=8 against a loopback endpoint (processes x threads, or threads); the resume command carries
     an override with spaces and braces (+model.prices=...), so it must be quoted to work when pasted."""
     with RecordingEndpoint(latency_s=0.05) as endpoint:
-        cmd = command(endpoint.base_url, tmp_path, workers, "concurrency=8", n_tasks=12)
-        check_ctrl_c_then_resume(cmd, tmp_path / "out", expected=12)
+        cmd = command(endpoint.base_url, tmp_path, workers, "concurrency=8", n_tasks=24)  # (12 left a short tail)
+        check_ctrl_c_then_resume(cmd, tmp_path / "out", expected=24)
 
 
 def test_ctrl_c_stops_a_process_pool_without_running_its_queued_chunks(tmp_path: Path) -> None:

@@ -173,9 +173,9 @@ def test_a_missing_key_variable_is_an_infra_failure_not_a_crash(server: SimServe
 
 
 def test_429_500_and_stall_are_retried_and_the_run_completes(server: SimServer, tmp_path: Path) -> None:
-    faults = [Fault("429", retry_after=1.0), Fault("500"), Fault("stall", seconds=2.0)]
-    with FaultProxy(server.base_url.removesuffix("/v1"), faults) as proxy:
-        episodes = run(openai_cfg(proxy.base_url, tmp_path / "r", "n_tasks=1", "model.timeout_s=0.5",
+    faults = [Fault("429", retry_after=1.0), Fault("500"), Fault("stall", seconds=8.0)]
+    with FaultProxy(server.base_url.removesuffix("/v1"), faults) as proxy:  # (a 0.5 s timeout for every call
+        episodes = run(openai_cfg(proxy.base_url, tmp_path / "r", "n_tasks=1", "model.timeout_s=3",  # was tight)
                                   "model.retry.base_delay_s=0.05"), verbose=False)
         log = proxy.log
     assert episodes.completed.all() and (episodes.termination == "user_stop").all()
