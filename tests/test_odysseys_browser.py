@@ -5,6 +5,7 @@ archive entry, a killed or hung browser), and that no Chromium process outlives 
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import json
 import os
@@ -687,6 +688,96 @@ def test_a_popup_that_closes_itself_leaves_the_browser_in_the_other_tab(tmp_path
             result = call(tools, "scroll", direction="down")
             assert not result.is_error or "the tab closed itself; now on tab [0]" in result.content, result.content
         assert b.alive and call(tools, "read_page").url == s.url("r", "/opener.html")
+
+
+def hostile_site(tmp_path: Path) -> Path:
+    """Plain pages, a popup that closes itself 1 s after it opens (with a beacon just before), and a page that
+    opens five windows every 100 ms."""
+    (tmp_path / "x").mkdir()
+    for name in ("a", "b"):
+        (tmp_path / "x" / f"{name}.html").write_text(f"<title>{name.upper()}</title><p>page {name}</p>")
+    (tmp_path / "x" / "opener.html").write_text("<title>Opener</title><a href='/later.html' target=_blank>later</a>")
+    (tmp_path / "x" / "later.html").write_text(
+        '<title>Later</title><p>bye soon</p><script>setTimeout(() => { navigator.sendBeacon("/closing");'
+        " window.close(); }, 1000)</script>")
+    (tmp_path / "x" / "storm.html").write_text(
+        "<title>Storm</title><script>setInterval(() => { for (let i = 0; i < 5; i++) window.open('/a.html') },"
+        " 100)</script>")
+    return tmp_path
+
+
+def crash_renderer(b: Browser) -> None:
+    """What a page that runs out of memory does to its renderer ("Aw, Snap"), at once: chrome://crash (which the
+    agent's goto refuses; Playwright's own goto reaches it)."""
+    def crash() -> None:
+        with contextlib.suppress(Exception):  # (the navigation fails with the renderer)
+            b._page().goto("chrome://crash", timeout=10_000)
+    b._run("test", crash)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("tabs", [2, 1])
+def test_a_tab_whose_renderer_crashes_is_closed_not_a_crashed_browser(tabs: int, tmp_path: Path) -> None:
+    """The renderer's crash event ended the whole browser: a BrowserCrashed for every call after (an infra_error
+    that every resume met again), though the browser and the other tabs were fine."""
+    with FixtureSites(hostile_site(tmp_path)) as s, Browser(FAST) as b:
+        tools = BrowserTools(b, None)
+        call(tools, "goto", url=s.url("x", "/a.html"))
+        if tabs == 2:
+            call(tools, "tab_open", url=s.url("x", "/b.html"))
+        crash_renderer(b)
+        result = call(tools, "read_page")
+        now = s.url("x", "/a.html") if tabs == 2 else "about:blank"
+        assert result.is_error and "the page crashed (it ran out of memory, or its renderer failed); its tab was " \
+            f"closed; now on tab [0] ({now})" in result.content, result.content
+        assert b.alive and not call(tools, "goto", url=s.url("x", "/b.html")).is_error
+
+
+@pytest.mark.browser
+def test_the_only_tab_closing_itself_leaves_a_blank_tab_not_a_crashed_browser(tmp_path: Path) -> None:
+    """A popup whose opener the agent closed, then closing itself (as sign-in and payment popups do), left no tab:
+    a BrowserCrashed ("Target page, context or browser has been closed")."""
+    with FixtureSites(hostile_site(tmp_path)) as s, Browser(FAST) as b:
+        tools = BrowserTools(b, None)
+        page = call(tools, "goto", url=s.url("x", "/opener.html"))
+        assert call(tools, "click", element=number(page, 'link "later"')).url == s.url("x", "/later.html")
+        assert not call(tools, "tab_close", index=0).is_error
+        deadline = time.monotonic() + 60
+        while not any(h.path == "/closing" for h in s.log) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        result = call(tools, "read_page")
+        assert result.is_error and "the tab closed itself; now on tab [0] (about:blank)" in result.content, \
+            result.content
+        assert b.alive and not call(tools, "goto", url=s.url("x", "/a.html")).is_error
+
+
+@pytest.mark.browser
+def test_a_page_cannot_open_windows_on_its_own(tmp_path: Path) -> None:
+    """Playwright launches Chromium with its popup blocker off: five windows every 100 ms made hundreds of tabs,
+    calls of 20 s and more, and at last a watchdog kill (an infra_error). A click still opens one (the tests of
+    popups above)."""
+    with FixtureSites(hostile_site(tmp_path)) as s, Browser(FAST) as b:
+        tools = BrowserTools(b, None)
+        call(tools, "goto", url=s.url("x", "/storm.html"))
+        counts = []
+        for _ in range(2):  # (Chromium lets the first few through, as the load's own activation)
+            time.sleep(1.0)
+            counts.append(call(tools, "read_page").content.count(s.url("x", "/a.html")))
+        assert counts[0] == counts[1] < 10, counts
+
+
+@pytest.mark.browser
+def test_a_killed_browser_leaves_nothing_in_the_temp_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chromium keeps its singleton socket in $TMPDIR, which only a clean exit removes: every killed browser left a
+    folder there (176 on one machine). It is under the profile now, deleted at close."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))  # Chromium's environment is made from this process's
+    with FixtureSites(hostile_site(tmp_path)) as s, Browser(FAST) as b:
+        call(BrowserTools(b, None), "goto", url=s.url("x", "/a.html"))
+        os.kill(main_process(b), signal.SIGKILL)
+    assert not list(temp.glob("org.chromium.*")), list(temp.iterdir())
 
 
 @pytest.mark.browser

@@ -431,6 +431,7 @@ class Browser:
         self._cdp: dict[Page, CDPSession] = {}
         self._loads: dict[Page, int] = {}  # main-frame navigations seen per tab: a reloading page is not hung
         self._hung: Page | None = None  # the tab that last failed the probe's trivial script
+        self._crashed: set[Page] = set()  # tabs whose renderer crashed (out of memory, "Aw, Snap"): the page's doing
         self._used: list[Page] = []  # the tabs the current call acted in
         self._worker = _Worker()
         try:
@@ -464,9 +465,14 @@ class Browser:
         args = [*CHROMIUM_ARGS, *(NO_NETWORK_ARGS if c.source == "replay" else ()), *c.extra_args]
         # Chromium's crash handler and caches go under the profile too: nothing outside it, and every process
         # of this browser has the profile path on its command line (how close() finds them).
+        # TMPDIR too: Chromium keeps its singleton socket there, left behind by every killed browser
+        (self._profile / "tmp").mkdir(exist_ok=True)
         env = {**os.environ, "XDG_CONFIG_HOME": str(self._profile / "xdg-config"),
-               "XDG_CACHE_HOME": str(self._profile / "xdg-cache")}
+               "XDG_CACHE_HOME": str(self._profile / "xdg-cache"), "TMPDIR": str(self._profile / "tmp")}
         options: dict[str, Any] = dict(
+            # Playwright turns Chromium's popup blocker off: a page opening windows on a timer then buried the
+            # browser in tabs (hundreds, each stealing the focus) until the watchdog killed it (an infra_error)
+            ignore_default_args=["--disable-popup-blocking"],
             executable_path=c.executable, headless=True, args=args, env=env, service_workers="block",
             accept_downloads=False, viewport={"width": c.viewport_width, "height": c.viewport_height})
         if c.source == "record":
@@ -552,12 +558,15 @@ class Browser:
         self._hung, self._used = None, [self._current] if self._current is not None else []
         try:
             return fn()
-        except PwTimeout:  # a tab that failed the probe: hung by its own content, or the browser is
-            hung = self._hung or self._current
-            if hung is None or not self._browser_answers():
-                raise
-            raise TabClosed(f"{what}: {self._close_hung(hung)}") from None
         except Error as exc:
+            # a tab whose renderer crashed alone (out of memory, "Aw, Snap") is the page's doing, closed as a hung
+            # one is (it was a BrowserCrashed: an infra_error that every resume met again)
+            crashed = next((p for p in dict.fromkeys(self._used) if p in self._crashed), None)
+            if crashed is not None or isinstance(exc, PwTimeout):  # (or a tab that failed the probe: hung by its
+                stuck = crashed or self._hung or self._current  # own content, or the browser is)
+                if stuck is None or not self._browser_answers():
+                    raise
+                raise TabClosed(f"{what}: {self._close_hung(stuck, crashed is not None)}") from None
             # the tab the call started in, or one it went on in (a popup its click opened, then read)
             if not _is_crash(exc) or not any(self._closed_under(p) for p in dict.fromkeys(self._used)):
                 raise
@@ -584,9 +593,10 @@ class Browser:
             return False
         return True
 
-    def _close_hung(self, hung: Page) -> str:
-        """Close a tab hung by its content (the browser ends its renderer); the agent goes on in the newest other
-        tab, or in the fresh blank one when the hung tab was the only one. Returns what the agent is told."""
+    def _close_hung(self, hung: Page, crashed: bool = False) -> str:
+        """Close a tab hung by its content (the browser ends its renderer) or whose renderer crashed; the agent
+        goes on in the newest other tab, or in the fresh blank one when that tab was the only one. Returns what
+        the agent is told."""
         fresh = self._current
         with contextlib.suppress(Exception):  # already gone: the same outcome
             hung.close(run_before_unload=False)
@@ -598,16 +608,20 @@ class Browser:
             self._forget(fresh)
         now = self._page()
         self._elements.pop(now, None)  # numbers from an older reading of that tab are not the ones shown last
-        return (f"the page stopped answering (a script on it runs without end, or it is too heavy to read in "
-                f"time); its tab was closed; now on tab [{self._tabs.index(now)}] ({_tab_label(now)}); "
+        why = ("the page crashed (it ran out of memory, or its renderer failed)" if crashed else
+               "the page stopped answering (a script on it runs without end, or it is too heavy to read in time)")
+        return (f"{why}; its tab was closed; now on tab [{self._tabs.index(now)}] ({_tab_label(now)}); "
                 "read_page() shows it")
 
     def _closed_under(self, page: Page) -> bool:
-        """Whether `page` closed while other tabs stay open (then it is forgotten, as its close event does)."""
+        """Whether `page` closed under the call (then it is forgotten, as its close event does; when it was the
+        last tab, a blank one is opened)."""
         if not (page.is_closed() or page not in self._tabs):
             return False
         self._forget(page)
-        return any(not p.is_closed() for p in self._tabs)
+        if not any(not p.is_closed() for p in self._tabs):  # the only tab closed itself (a popup whose opener the
+            self._adopt(self._context.new_page())  # agent closed): a blank one takes its place (a browser gone
+        return True  # cannot open it: that error escapes, a BrowserCrashed)
 
     def _set_crash(self, reason: str) -> None:
         if self._crash is None and self._worker is not None:
@@ -657,7 +671,7 @@ class Browser:
         """A new tab (ours or a popup the page opened) joins the tab list and becomes the active one."""
         if page not in self._tabs:
             self._tabs.append(page)
-            page.on("crash", lambda p: self._set_crash(f"the page crashed: {p.url}"))
+            page.on("crash", lambda p: self._crashed.add(p))
             page.on("close", self._forget)
             page.on("framenavigated", lambda frame: self._loaded(page, frame))
         self._current = page
@@ -672,6 +686,7 @@ class Browser:
         self._elements.pop(page, None)
         self._cdp.pop(page, None)
         self._loads.pop(page, None)
+        self._crashed.discard(page)
         if self._current is page:
             self._current = self._tabs[-1] if self._tabs else None
 
