@@ -22,11 +22,13 @@ import pytest
 from _samples import ARIA_SNAPSHOT as SNAPSHOT
 
 from harness.envs.odysseys.browser import (
+    ActionError,
     Browser,
     BrowserConfig,
     BrowserCrashed,
     BrowserUnavailable,
     chromium_processes,
+    normalize_url,
     profile_prefix,
     render_snapshot,
 )
@@ -260,6 +262,22 @@ def test_the_cap_is_applied_and_recorded(browser: Browser, sites: FixtureSites) 
     assert "use find(text) to search the rest" in capped.content
     full = call(BrowserTools(browser, None), "read_page")
     assert not full.truncated and full.observation_chars == len(full.content)
+
+
+@pytest.mark.parametrize(("url", "opened"), [
+    ("example.com/a", "https://example.com/a"), ("localhost:8000/x", "https://localhost:8000/x"),
+    ("127.0.0.1:8080", "https://127.0.0.1:8080"), ("http://h.org:81/", "http://h.org:81/"),
+    ("about:blank", "about:blank"),
+    ("mailto:info@example.com", "mailto:"), ("data:text/html,<p>x", "data:"), ("javascript:alert(1)", "javascript:"),
+    ("tel:+15551234", "tel:"), ("file:/etc/passwd", "file:"), ("Mailto:someone@host:25/x", "mailto:")])
+def test_an_address_is_opened_as_an_address_bar_would(url: str, opened: str) -> None:
+    """A scheme with no "//" was taken for a host: mailto:info@example.com became https://mailto:info@example.com
+    (user mailto, host example.com), and the agent landed on example.com."""
+    if opened.endswith(":"):
+        with pytest.raises(ActionError, match=f"only http\\(s\\) URLs can be opened, not {opened}$"):
+            normalize_url(url)
+    else:
+        assert normalize_url(url) == opened
 
 
 @pytest.mark.browser

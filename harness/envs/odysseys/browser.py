@@ -999,6 +999,9 @@ def _check_setup(config: BrowserConfig, archive: Path | None) -> None:
                                  "browser.source=record")
 
 
+_BARE_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):(?!\d)")
+
+
 def normalize_url(url: str) -> str:
     """http(s) and about: only (no file: or chrome: pages for an agent); a bare host gets https:// as in an
     address bar."""
@@ -1008,6 +1011,9 @@ def normalize_url(url: str) -> str:
     if url.startswith("about:"):
         return url
     if "://" not in url:
+        bare = _BARE_SCHEME.match(url)  # mailto:a@b.org, data:..., javascript:...: "https://" made mailto a user
+        if bare:  # name and opened b.org (a colon before a port, as in localhost:8000, is a host's)
+            raise ActionError(f"only http(s) URLs can be opened, not {bare.group(1).lower()}:")
         url = "https://" + url
     scheme = urlsplit(url).scheme.lower()
     if scheme not in ("http", "https"):
