@@ -281,6 +281,22 @@ def test_an_address_is_opened_as_an_address_bar_would(url: str, opened: str) -> 
 
 
 @pytest.mark.browser
+def test_a_click_that_cannot_land_says_why(tmp_path: Path) -> None:
+    """The reason was the call log's last step, a retry's "waiting 500ms"."""
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "o.html").write_text(
+        '<title>O</title><button>covered</button><button disabled>off</button>'
+        '<div style="position:fixed;inset:0;background:#fff8">overlay</div>')
+    with FixtureSites(tmp_path) as s, Browser(BrowserConfig(navigation_timeout_s=10, action_timeout_s=1)) as b:
+        tools = BrowserTools(b, None)
+        page = call(tools, "goto", url=s.url("o", "/o.html"))
+        covered = call(tools, "click", element=number(page, 'button "covered"')).content
+        assert covered.endswith("timed out after 1s (<div>overlay</div> intercepts pointer events)"), covered
+        off = call(tools, "click", element=number(page, 'button "off"')).content
+        assert off.endswith("timed out after 1s (element is not enabled)"), off
+
+
+@pytest.mark.browser
 def test_bad_arguments_are_tool_errors(tools: BrowserTools, sites: FixtureSites) -> None:
     page = call(tools, "goto", url=sites.url("shop", "/kettle.html"))
     cases = {

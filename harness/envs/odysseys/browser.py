@@ -999,6 +999,7 @@ def _check_setup(config: BrowserConfig, archive: Path | None) -> None:
                                  "browser.source=record")
 
 
+_RETRY_STEP = re.compile(r"waiting \d+ms|retrying \w+ action")
 _BARE_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):(?!\d)")
 
 
@@ -1051,8 +1052,10 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _call_log_reason(exc: BaseException) -> str:
-    """The last step of Playwright's call log (e.g. 'element is not visible'), which says why it timed out."""
+    """The last step of Playwright's call log that says why it timed out (e.g. 'element is not enabled', '<div>
+    intercepts pointer events'); its retry steps say nothing ('waiting 500ms' was all the agent was told)."""
     steps = [s.strip()[2:] for s in str(exc).splitlines() if s.strip().startswith("- ")]
+    steps = [s for s in steps if not _RETRY_STEP.fullmatch(s)] or steps
     return f" ({steps[-1]})" if steps else ""
 
 
