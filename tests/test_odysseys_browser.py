@@ -297,6 +297,25 @@ def test_a_click_that_cannot_land_says_why(tmp_path: Path) -> None:
 
 
 @pytest.mark.browser
+def test_a_link_to_a_named_window_opened_before_goes_on_in_that_tab(tmp_path: Path) -> None:
+    """The second link into target=results got no new tab, and waiting for one was a false "timed out" error after
+    the whole navigation timeout (the tab had loaded the page)."""
+    (tmp_path / "n").mkdir()
+    (tmp_path / "n" / "named.html").write_text(
+        "<title>Named</title><a href='/a.html' target=results>to a</a> <a href='/b.html' target=results>to b</a>")
+    for name in ("a", "b"):
+        (tmp_path / "n" / f"{name}.html").write_text(f"<title>{name.upper()}</title><p>page {name}</p>")
+    with FixtureSites(tmp_path) as s, Browser(BrowserConfig(navigation_timeout_s=20, action_timeout_s=5)) as b:
+        tools = BrowserTools(b, None)
+        page = call(tools, "goto", url=s.url("n", "/named.html"))
+        assert call(tools, "click", element=number(page, 'link "to a"')).url == s.url("n", "/a.html")
+        call(tools, "tab_switch", index=0)
+        result = call(tools, "click", element=number(page, 'link "to b"'))
+        assert not result.is_error and result.url == s.url("n", "/b.html"), result.content
+        assert "Tabs: [0] " in result.content and "[1] " + s.url("n", "/b.html") + " (active)" in result.content
+
+
+@pytest.mark.browser
 def test_bad_arguments_are_tool_errors(tools: BrowserTools, sites: FixtureSites) -> None:
     page = call(tools, "goto", url=sites.url("shop", "/kettle.html"))
     cases = {
@@ -640,7 +659,8 @@ def test_a_page_that_loads_page_after_page_while_unreadable_is_a_tool_error_not_
         start_reloading(b)
         result = call(tools, "read_page")
         assert result.is_error and "keeps loading (it reloads or redirects itself)" in result.content, result.content
-        assert asked.count("probe") >= 2, asked  # timed out each time: the loads seen meanwhile decided it
+        assert "probe" in asked, asked  # it timed out: the loads seen meanwhile decided (a later attempt may be
+        # cut by a new document instead: the same verdict)
         assert b.alive and "tab was closed" not in result.content
 
 
@@ -797,10 +817,10 @@ def test_a_page_cannot_open_windows_on_its_own(tmp_path: Path) -> None:
         tools = BrowserTools(b, None)
         call(tools, "goto", url=s.url("x", "/storm.html"))
         counts = []
-        for _ in range(2):  # (Chromium lets the first few through, as the load's own activation)
-            time.sleep(1.0)
+        for _ in range(2):  # (Chromium lets the first few through, as the load's own activation: 4 when idle, 10
+            time.sleep(1.0)  # on a busy machine; the storm opens 50 a second)
             counts.append(call(tools, "read_page").content.count(s.url("x", "/a.html")))
-        assert counts[0] == counts[1] < 10, counts
+        assert counts[0] == counts[1], counts
 
 
 @pytest.mark.browser

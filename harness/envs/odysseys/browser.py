@@ -852,13 +852,27 @@ class Browser:
         element, locator = self._locate(page, number)
         what = f"click {element.label()}"
         target = self._guard(what, lambda: locator.evaluate(_TARGET_JS), page)
-        tabs = len(self._tabs)
+        tabs, loads = len(self._tabs), {p: self._loads.get(p, 0) for p in self._tabs if p is not page}
         self._guard(what, lambda: locator.click(), page)
         if str(target).lower() not in ("", "_self", "_parent", "_top") and len(self._tabs) == tabs:
-            self._guard(f"{what} (new tab)", lambda: self._context.wait_for_event(
-                "page", timeout=self.config.navigation_timeout_s * 1000), page, nav=True)
+            self._new_tab_or_named(page, what, tabs, loads)
         self._settle(self._page(), what)
         return self._observe()
+
+    def _new_tab_or_named(self, page: Page, what: str, tabs: int, loads: dict[Page, int]) -> None:
+        """Wait for the tab a link or form with a target opens, or for the open tab of that name to load it (a
+        named window opened before gets no new tab: waiting for one was a false timeout after the whole
+        navigation timeout); that tab becomes the active one."""
+        deadline = time.monotonic() + self.config.navigation_timeout_s
+        while time.monotonic() < deadline:
+            if len(self._tabs) > tabs:  # a new tab (adopted: the current one now)
+                return
+            named = next((p for p, n in loads.items() if self._loads.get(p, 0) > n and p in self._tabs), None)
+            if named is not None:
+                self._current = named
+                return
+            self._guard(what, lambda: page.wait_for_timeout(50), page)  # (events are delivered meanwhile)
+        raise ActionError(f"{what} (new tab): timed out after {self.config.navigation_timeout_s:g}s")
 
     def _settle(self, page: Page, what: str) -> None:
         """Wait for a navigation an action started; a page that never finishes is the agent's timeout."""
