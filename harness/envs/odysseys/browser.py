@@ -1013,7 +1013,8 @@ def _check_setup(config: BrowserConfig, archive: Path | None) -> None:
                                  "browser.source=record")
 
 
-_RETRY_STEP = re.compile(r"waiting \d+ms|retrying \w+ action")
+_RETRY_STEP = re.compile(r"(waiting|retrying|attempting|scrolling|done scrolling|locator resolved"
+                         r"|element is visible, enabled and stable)\b.*")
 _BARE_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):(?!\d)")
 
 
