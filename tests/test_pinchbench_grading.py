@@ -284,3 +284,32 @@ def test_a_full_disk_while_copying_the_workspace_is_the_machines_failure(ws: Pat
     else:
         result = run_grade("def grade(t, w):\n    return {'a': 1}", [], ws, timeout_s=10)
         assert result.failed and result.error is not None and "cannot copy workspace" in result.error
+
+
+def test_the_graders_copy_is_made_beside_the_workspace_and_a_killed_runs_copy_is_swept(
+        ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy the grader reads is a hidden sibling of the workspace, in the run folder, not in the system's temp
+    directory (up to 1 GB an episode, left there for good by a killed run); free_workspace, which a rerun calls,
+    removes one a killed run left."""
+    from harness.envs.pinchbench import grading
+    from harness.envs.pinchbench.sandbox import free_workspace
+
+    (ws / "answer.txt").write_text("42")
+    staged, stage = [], grading._stage
+
+    def recorded(root: Path, *args: Any) -> Any:
+        staged.append(root)
+        return stage(root, *args)
+
+    monkeypatch.setattr(grading, "_stage", recorded)
+    result = run_grade("import os\ndef grade(t, w):\n    return {'a': float(os.path.exists(w + '/answer.txt'))}",
+                       [], ws, timeout_s=20)
+    assert result.scores == {"a": 1.0}
+    (root,) = staged
+    assert root.parent == ws.parent and root.name.startswith(f".{ws.name}.grade-") and not root.exists()
+    stale = ws.parent / f".{ws.name}.grade-killed"
+    (stale / "workspace").mkdir(parents=True)
+    other = ws.parent / ".other.grade-x"
+    other.mkdir()
+    free_workspace(ws)
+    assert not stale.exists() and not ws.exists() and other.exists()  # only this workspace's leftovers

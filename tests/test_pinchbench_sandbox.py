@@ -313,3 +313,16 @@ def test_an_exec_writing_past_the_disk_cap_is_stopped_and_the_files_are_kept(tmp
         disk.release()
     assert (root / "keep.txt").read_text() == "kept" and not os.path.ismount(root)
     assert not (tmp_path / "capped.img").exists()
+
+
+def test_a_system_tool_that_hangs_is_an_oserror_its_callers_handle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hung umount or a cp of a huge kept workspace past the bound raised subprocess.TimeoutExpired, which the
+    disk cap's callers (`except OSError`: release quietly, detach a busy mount) let through as a traceback."""
+    import errno
+
+    monkeypatch.setattr(sandbox_mod, "TOOL_TIMEOUT_S", 0.2)
+    start = time.monotonic()
+    with pytest.raises(OSError) as raised:
+        sandbox_mod._run(["sleep", "30"])
+    assert raised.value.errno == errno.ETIMEDOUT and "sleep did not finish in 0.2 s" in str(raised.value)
+    assert time.monotonic() - start < 20  # the tool was killed, not waited for

@@ -122,6 +122,11 @@ def automated_score(scores: dict[str, Any]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+def grade_copy_prefix(workspace: Path) -> str:
+    """The name the grader's copy of `workspace` starts with: a hidden sibling of it (free_workspace removes it)."""
+    return f".{workspace.name}.grade-"
+
+
 def run_grade(grade_source: str, transcript: list[dict[str, Any]], workspace: Path, timeout_s: float = 60.0,
               memory_mb: int = 512, max_processes: int = 32, max_output_bytes: int = 1 << 20,
               label: str = "", max_copy_file_bytes: int = COPY_FILE_BYTES,
@@ -133,7 +138,9 @@ def run_grade(grade_source: str, transcript: list[dict[str, Any]], workspace: Pa
         payload = json.dumps(transcript)
     except (TypeError, ValueError) as exc:
         return GradeResult(None, f"transcript is not JSON-serializable: {exc}")
-    with tempfile.TemporaryDirectory(prefix="pinchbench-grade-") as tmp:  # (ENOSPC here: as it comes)
+    # beside the workspace, in the run folder (never the system temp directory: up to COPY_TOTAL_BYTES an
+    # episode, and a killed run's copy is swept by free_workspace on the rerun); ENOSPC here: as it comes
+    with tempfile.TemporaryDirectory(prefix=grade_copy_prefix(workspace), dir=workspace.parent) as tmp:
         root = Path(tmp)
         copy = _Copy(workspace, max_copy_file_bytes, max_copy_total_bytes)
         try:

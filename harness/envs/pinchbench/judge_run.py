@@ -62,7 +62,7 @@ def regrade_episode(domain: PinchBenchDomain, task: Task, records: list[dict[str
         raise CannotRegrade(f"its transcript cannot be read back ({type(exc).__name__}: {exc})") from None
     usage = [Usage(_int(s.get("input_tokens")), _int(s.get("output_tokens")), _int(s.get("cached_input_tokens")),
                    _int(s.get("reasoning_tokens"))) for s in records if s.get("type") == "step"]
-    with tempfile.TemporaryDirectory(prefix="pinchbench-regrade-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=".regrade-", dir=out_dir) as tmp:  # in the run folder, as all it writes
         episode = domain.episode(task, None, EpisodeContext(run, Path(tmp), **context))
         try:
             fresh = (Path(tmp) / "workspaces" / workspace.name).resolve()

@@ -60,6 +60,7 @@ TOOLS = {"bwrap": "bubblewrap", "setpriv": "util-linux", "unshare": "util-linux"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 EXTRA_PIDS = 8  # bwrap's two processes and the relay of the mocks, above max_processes (RLIMIT_NPROC still holds)
 POLL_S = 0.25  # the checked fallback's polling interval
+TOOL_TIMEOUT_S = 120.0  # a system tool of the disk cap (mount, umount, cp of a kept workspace) past this fails
 HOST_MIN_FREE = 1 << 20  # bytes: less than this left on the disk holding a workspace is a full disk
 log = logging.getLogger("harness.pinchbench.sandbox")
 _WARNED: set[str] = set()
@@ -622,7 +623,7 @@ def _release_quietly(root: Path, image: Path, state: dict[str, bool]) -> None:
 
 def free_workspace(root: Path) -> None:
     """Delete a workspace folder and what a killed run may have left of it: a mounted filesystem, its image, a
-    half-made copy. A rerun calls this before building the workspace again."""
+    half-made copy, the grader's copy. A rerun calls this before building the workspace again."""
     root = Path(root)
     for mount in _mounts_under(root):  # deepest first: a chain's segments are mounted inside its folder
         _unmount(mount)
@@ -630,7 +631,7 @@ def free_workspace(root: Path) -> None:
         remove_tree(root) if root.is_dir() and not root.is_symlink() else root.unlink()
     (root.parent / f"{root.name}.img").unlink(missing_ok=True)
     if root.parent.is_dir():
-        for stale in root.parent.glob(f".{root.name}.keep-*"):
+        for stale in [*root.parent.glob(f".{root.name}.keep-*"), *root.parent.glob(f".{root.name}.grade-*")]:
             remove_tree(stale, ignore_errors=True)
 
 
@@ -655,7 +656,10 @@ def _unmount(root: Path) -> None:
 
 def _run(argv: list[str]) -> None:
     """A system tool; its failure as an OSError (ENOSPC when it says the device is full)."""
-    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    try:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:  # (killed by subprocess.run) a hung umount or a huge cp: the callers' OSError
+        raise OSError(errno.ETIMEDOUT, f"{argv[0]} did not finish in {TOOL_TIMEOUT_S:g} s") from None
     if done.returncode != 0:
         message = (done.stderr or done.stdout).strip().splitlines()
         text = f"{argv[0]} failed: {message[-1] if message else f'exit {done.returncode}'}"
