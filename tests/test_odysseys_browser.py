@@ -164,6 +164,8 @@ def test_setup_problems_are_one_line_errors(tmp_path: Path) -> None:
         Browser(BrowserConfig(source="record"))
     with pytest.raises(InputError, match="browser.source: 'offline' is not one of live, record, replay"):
         BrowserConfig(source="offline")
+    with pytest.raises(InputError, match="browser.dialogs: 'ok' is not one of accept, dismiss"):
+        BrowserConfig(dialogs="ok")
     with pytest.raises(InputError, match="browser.navigation_timeout_s: 0"):
         BrowserConfig(navigation_timeout_s=0)
 
@@ -974,3 +976,47 @@ def test_both_mode_adds_the_image_to_the_text_and_aria_mode_sends_none(
 def test_an_unknown_observation_mode_is_one_line() -> None:
     with pytest.raises(InputError, match=r"^browser.observation: 'pixels' is not one of aria, screenshot, both$"):
         BrowserConfig(observation="pixels")
+
+
+def dialog_site(tmp_path: Path) -> Path:
+    """A page whose buttons open each kind of dialog and write the answer into the title; one that asks before
+    it is left."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "index.html").write_text(
+        "<title>Dialogs</title>"
+        "<button onclick=\"document.title = confirm('Delete the item?') ? 'deleted' : 'kept'\">Delete</button>"
+        "<button onclick=\"document.title = 'name: ' + prompt('Your name?', 'Ann')\">Name</button>"
+        "<button onclick=\"for (let i = 0; i < 8; i++) alert('saved ' + i); document.title = 'saved'\">Save</button>"
+        "<a href=\"away.html\">Away</a>"
+        "<script>onbeforeunload = e => { e.preventDefault(); e.returnValue = 'unsaved'; }</script>")
+    (tmp_path / "d" / "away.html").write_text("<title>Away</title><p>Left</p>")
+    return tmp_path
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("answer", ["accept", "dismiss"])
+def test_a_pages_dialogs_are_answered_as_configured_and_the_agent_is_told(tmp_path: Path, answer: str) -> None:
+    """Playwright dismissed every dialog silently: a confirm('Delete?') could never be accepted, a prompt never
+    answered, and the agent was not told why its click did nothing. Each is answered as browser.dialogs says, and
+    the call's result says what the dialog said and the answer; an alert loop is described 5 times, then counted."""
+    config = dataclasses.replace(STEADY, dialogs=answer)
+    accepted = answer == "accept"
+    with FixtureSites(dialog_site(tmp_path)) as s, Browser(config) as b:
+        tools = BrowserTools(b, None)
+        page = call(tools, "goto", url=s.url("d", "/index.html"))
+        assert "The page" not in page.content  # no dialog, no note
+        result = call(tools, "click", element=number(page, 'button "Delete"'))
+        note = f'The page asked to confirm: "Delete the item?"; answered {"OK" if accepted else "Cancel"}.'
+        assert result.content.splitlines()[1] == note, result.content  # after the first line, before the page
+        assert result.url and f"Title: {'deleted' if accepted else 'kept'}" in result.content
+        result = call(tools, "click", element=number(page, 'button "Name"'))
+        assert ('The page asked for input: "Your name?"; answered ' + ('OK with "Ann".' if accepted else "Cancel.")
+                in result.content and f"Title: name: {'Ann' if accepted else 'null'}" in result.content)
+        result = call(tools, "click", element=number(page, 'button "Save"'))
+        alerts = [line for line in result.content.splitlines() if line.startswith("The page showed an alert")]
+        assert alerts == [f'The page showed an alert: "saved {i}" (closed with OK).' for i in range(5)]
+        assert "(and 3 more dialogs, answered the same way)" in result.content and "Title: saved" in result.content
+        assert "The page" not in call(tools, "read_page").content  # told once
+        result = call(tools, "click", element=number(page, 'link "Away"'))
+        assert "The page asked before leaving it" in result.content, result.content
+        assert ("Title: Away" in result.content) == accepted

@@ -47,7 +47,7 @@ from urllib.parse import urlsplit
 from harness.errors import InputError
 
 if TYPE_CHECKING:
-    from playwright.sync_api import BrowserContext, CDPSession, Locator, Page, Playwright, Route
+    from playwright.sync_api import BrowserContext, CDPSession, Dialog, Locator, Page, Playwright, Route
 
 T = TypeVar("T")
 SOURCES = ("live", "record", "replay")
@@ -55,6 +55,9 @@ WAIT_UNTIL = ("load", "domcontentloaded")
 SCROLL_DIRECTIONS = ("up", "down", "top", "bottom")
 # What the agent is shown (BrowserTools): the ARIA text, a screenshot of the viewport, or both
 OBSERVATIONS = ("aria", "screenshot", "both")
+DIALOGS = ("accept", "dismiss")  # how a page's confirm, prompt and beforeunload dialogs are answered
+DIALOG_NOTES = 5  # dialogs a call's result describes (an alert() loop: the rest only counted)
+DIALOG_TEXT = 300  # characters of a dialog's message shown
 SETUP_HINT = "run `make browser-deps` (apt-get install -y chromium)"
 # Headless Chromium as root, with nothing started in the background (without these, its background connections
 # make the loopback servers refuse connections many at a time).
@@ -115,11 +118,13 @@ class BrowserConfig:
     viewport_height: int = 800
     extra_args: tuple[str, ...] = ()
     observation: str = "aria"
+    dialogs: str = "accept"
 
     def __post_init__(self) -> None:
         _choice("browser.source", self.source, SOURCES)
         _choice("browser.observation", self.observation, OBSERVATIONS)
         _choice("browser.wait_until", self.wait_until, WAIT_UNTIL)
+        _choice("browser.dialogs", self.dialogs, DIALOGS)
         for key in ("navigation_timeout_s", "action_timeout_s", "hang_timeout_s"):
             value = getattr(self, key)
             if value is not None and not (_number(value) and 0 < value <= MAX_TIMEOUT_S):
@@ -204,6 +209,21 @@ class _Node:
 _ITEM = re.compile(r"^( *)- (.*)$")
 _HEAD = re.compile(r'^(?P<role>[\w-]+)(?: "(?P<name>(?:[^"\\]|\\.)*)")?(?P<attrs>(?: \[[^\]]*\])*)$')
 _ATTR = re.compile(r"\[([^\]]*)\]")
+
+
+def dialog_note(kind: str, message: str, accepted: bool, default: str = "") -> str:
+    """One line telling the agent what a dialog said and how it was answered."""
+    text = " ".join(message.split())
+    shown = json.dumps(text[:DIALOG_TEXT] + ("..." if len(text) > DIALOG_TEXT else ""), ensure_ascii=False)
+    if kind == "alert":
+        return f"The page showed an alert: {shown} (closed with OK)."
+    if kind == "beforeunload":
+        return (f"The page asked before leaving it: {shown}; answered "
+                + ("Leave." if accepted else "Stay (the page was not left)."))
+    if kind == "prompt":
+        return (f"The page asked for input: {shown}; answered "
+                + (f"OK with {json.dumps(default, ensure_ascii=False)}." if accepted else "Cancel."))
+    return f"The page asked to confirm: {shown}; answered {'OK' if accepted else 'Cancel'}."
 
 
 def parse_snapshot(text: str) -> list[_Node]:
@@ -433,6 +453,9 @@ class Browser:
         self._hung: Page | None = None  # the tab that last failed the probe's trivial script
         self._crashed: set[Page] = set()  # tabs whose renderer crashed (out of memory, "Aw, Snap"): the page's doing
         self._used: list[Page] = []  # the tabs the current call acted in
+        self._dialogs: list[str] = []  # notes on the dialogs answered since the last take_dialogs()
+        self._dialogs_more = 0  # and how many more (past DIALOG_NOTES)
+        self._dialog_lock = threading.Lock()  # answered in the worker, taken in the caller's thread
         self._worker = _Worker()
         try:
             self._worker.call(self._launch, timeout=max(60.0, self.config.hang_s))
@@ -674,7 +697,36 @@ class Browser:
             page.on("crash", lambda p: self._crashed.add(p))
             page.on("close", self._forget)
             page.on("framenavigated", lambda frame: self._loaded(page, frame))
+            page.on("dialog", self._on_dialog)
         self._current = page
+
+    def _on_dialog(self, dialog: Dialog) -> None:
+        """Answer a page's dialog at once, as browser.dialogs says (an alert has only OK), and note it for the call's
+        result: Playwright dismissed every dialog silently, so a confirm("Delete?") was never accepted, a prompt
+        never answered, and the agent never told why its click did nothing."""
+        from playwright.sync_api import Error
+
+        accept = self.config.dialogs == "accept" or dialog.type == "alert"
+        with contextlib.suppress(Error):  # (its page closed meanwhile)
+            if not accept:
+                dialog.dismiss()
+            elif dialog.type == "prompt":
+                dialog.accept(dialog.default_value)
+            else:
+                dialog.accept()
+        note = dialog_note(dialog.type, dialog.message, accept, dialog.default_value)
+        with self._dialog_lock:
+            if len(self._dialogs) < DIALOG_NOTES:
+                self._dialogs.append(note)
+            else:
+                self._dialogs_more += 1
+
+    def take_dialogs(self) -> list[str]:
+        """Notes on the dialogs the pages showed since the last call of this (each answered as it came)."""
+        with self._dialog_lock:
+            notes, more = self._dialogs, self._dialogs_more
+            self._dialogs, self._dialogs_more = [], 0
+        return notes + ([f"(and {more} more dialog{'s' if more > 1 else ''}, answered the same way)"] if more else [])
 
     def _loaded(self, page: Page, frame: Any) -> None:
         if frame.parent_frame is None:
