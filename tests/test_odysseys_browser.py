@@ -115,6 +115,19 @@ def test_render_snapshot_numbers_interactive_elements_in_document_order() -> Non
         (4, "generic", "", "e9"), (5, "checkbox", "Gift", "e11")]
 
 
+def test_a_preformatted_text_keeps_its_lines_where_the_snapshot_collapsed_them() -> None:
+    """The snapshot makes a <pre>'s (or a text/plain document's) line breaks and indentation one space each; given
+    the page's <pre> texts, an item (or text node) showing one collapsed shows its lines, one item each. An item
+    whose text is not one of them (a paragraph, a <pre> holding a link) is left as it is."""
+    snapshot = "\n".join(['- generic [active] [ref=e1]:', '  - paragraph [ref=e2]: "Rates: see below"',
+                           "  - code [ref=e3]: name,price kettle,20 cup, 3", "  - text: a b c",
+                           "  - paragraph [ref=e4]: one two"])
+    text, _ = render_snapshot(snapshot, ["name,price\nkettle,20\n\n  cup,\u200b 3\n", "a\n  b\tc", "one\nthree"])
+    assert text == "\n".join(["- paragraph: Rates: see below", "- code:", "  - name,price", "  - kettle,20",
+                               "  - ", "  -   cup,\u200b 3", "- a", "-   b\tc", "- paragraph: one two"])
+    assert render_snapshot(snapshot)[0].splitlines()[1] == "- code: name,price kettle,20 cup, 3"  # none given
+
+
 def test_cap_text_cuts_at_a_line_and_says_how_much() -> None:
     text = "\n".join(f"line {i}" for i in range(200))
     capped, truncated = cap_text(text, 300)
@@ -1020,3 +1033,18 @@ def test_a_pages_dialogs_are_answered_as_configured_and_the_agent_is_told(tmp_pa
         result = call(tools, "click", element=number(page, 'link "Away"'))
         assert "The page asked before leaving it" in result.content, result.content
         assert ("Title: Away" in result.content) == accepted
+
+
+@pytest.mark.browser
+def test_a_plain_text_document_and_a_pre_block_keep_their_lines(tools: BrowserTools, tmp_path: Path) -> None:
+    """A CSV or robots.txt opened in the browser, and a code block, read as one line each before (the snapshot
+    collapses whitespace): 'name,price kettle,20 cup,3'."""
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "data.txt").write_text("name,price\nkettle,20\n\n  cup,3\n")
+    (tmp_path / "p" / "code.html").write_text("<title>Code</title><p>Run:</p><pre>make run\n  CONFIG=c4</pre>"
+                                              "<pre>one line</pre><p>Done</p>")
+    with FixtureSites(tmp_path) as s:
+        plain = call(tools, "goto", url=s.url("p", "/data.txt")).content
+        assert plain.endswith("\n\n- generic:\n  - name,price\n  - kettle,20\n  - \n  -   cup,3"), plain
+        code = call(tools, "goto", url=s.url("p", "/code.html")).content
+        assert "- paragraph: Run:\n- generic:\n  - make run\n  -   CONFIG=c4\n- generic: one line\n" in code, code

@@ -37,7 +37,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +55,7 @@ WAIT_UNTIL = ("load", "domcontentloaded")
 SCROLL_DIRECTIONS = ("up", "down", "top", "bottom")
 # What the agent is shown (BrowserTools): the ARIA text, a screenshot of the viewport, or both
 OBSERVATIONS = ("aria", "screenshot", "both")
+MAX_PREFORMATTED, MAX_PREFORMATTED_CHARS = 100, 200_000  # <pre> blocks read per observation, characters of each
 DIALOGS = ("accept", "dismiss")  # how a page's confirm, prompt and beforeunload dialogs are answered
 DIALOG_NOTES = 5  # dialogs a call's result describes (an alert() loop: the rest only counted)
 DIALOG_TEXT = 300  # characters of a dialog's message shown
@@ -77,7 +78,11 @@ _NAVIGATING_WORDS = ("Execution context was destroyed", "navigating", "Frame was
 # the title and scroll position in one call with a timeout (Page.title and Page.evaluate take none: a page that
 # started a busy loop just after its snapshot held them until the watchdog killed the whole browser)
 _HEAD_JS = ("() => [document.title, Math.round(scrollY), innerHeight,"
-            " (document.documentElement || {}).scrollHeight || innerHeight]")
+            " (document.documentElement || {}).scrollHeight || innerHeight,"
+            # preformatted text of more than one line (a <pre>; a text/plain document is one): the snapshot
+            # collapses its line breaks and indentation, and a CSV or a code block then reads as one line
+            " [...document.querySelectorAll('pre')].map(e => e.innerText).filter(t => t.includes('\\n'))"
+            f".slice(0, {MAX_PREFORMATTED}).map(t => t.slice(0, {MAX_PREFORMATTED_CHARS}))]")
 _TARGET_JS = ("e => { const a = e.closest('a[href], area[href], form') || e.form;"
               " return a ? (a.getAttribute('target') || '') : ''; }")
 _OPTIONS_JS = ("e => e.tagName === 'SELECT' ?"
@@ -276,26 +281,48 @@ def _unquote(value: str) -> str:
     return value
 
 
-def render_snapshot(snapshot: str) -> tuple[str, tuple[Element, ...]]:
-    """The page text with numbered interactive elements, and those elements (numbered 1.. in document order)."""
+def render_snapshot(snapshot: str, preformatted: Sequence[str] = ()) -> tuple[str, tuple[Element, ...]]:
+    """The page text with numbered interactive elements, and those elements (numbered 1.. in document order).
+    `preformatted`: the page's multi-line <pre> texts; an item whose text is one of them, as the snapshot collapses
+    it, shows its lines instead, one item each with its indentation."""
     lines: list[str] = []
     elements: list[Element] = []
+    pre = {collapsed(t): t for t in preformatted}
     for node in parse_snapshot(snapshot):
-        _render(node, 0, False, lines, elements)
+        _render(node, 0, False, lines, elements, pre)
     return "\n".join(lines), tuple(elements)
 
 
-def _render(node: _Node, depth: int, inside: bool, lines: list[str], elements: list[Element]) -> None:
+def collapsed(text: str) -> str:
+    """Text as an ARIA snapshot shows it: whitespace runs made one space, trimmed, zero-width characters gone."""
+    return " ".join(text.replace("\u200b", "").replace("\u00ad", "").split())
+
+
+def _emit(lines: list[str], depth: int, key: str, value: str | None, pre: dict[str, str]) -> None:
+    """One item's line; a preformatted text as its lines, one deeper item each."""
+    original = pre.get(value) if value else None
+    if original is None:
+        lines.append("  " * depth + "- " + _join(key, value))
+        return
+    lines.append("  " * depth + "- " + key + ":")
+    lines.extend("  " * (depth + 1) + "- " + line.rstrip() for line in original.strip("\n").split("\n"))
+
+
+def _render(node: _Node, depth: int, inside: bool, lines: list[str], elements: list[Element],
+            pre: dict[str, str]) -> None:
     if node.key.startswith("/"):  # a property (/url, /placeholder): shown on its parent's line
         return
     head = _HEAD.match(node.key)
     if node.key == "text":
-        lines.append("  " * depth + "- " + (node.value or ""))
+        if node.value in pre:  # (a text node's line has no key: its lines go at its own depth)
+            lines.extend("  " * depth + "- " + line.rstrip() for line in pre[node.value].strip("\n").split("\n"))
+        else:
+            lines.append("  " * depth + "- " + (node.value or ""))
         return
     if head is None:
-        lines.append("  " * depth + "- " + _join(node.key, node.value))
+        _emit(lines, depth, node.key, node.value, pre)
         for child in node.children:
-            _render(child, depth + 1, inside, lines, elements)
+            _render(child, depth + 1, inside, lines, elements, pre)
         return
     attrs = _ATTR.findall(head.group("attrs") or "")
     ref = next((a[4:] for a in attrs if a.startswith("ref=")), "")
@@ -303,7 +330,7 @@ def _render(node: _Node, depth: int, inside: bool, lines: list[str], elements: l
     numbered = bool(ref) and (role in INTERACTIVE_ROLES or ("cursor=pointer" in attrs and not inside))
     if role == "generic" and name is None and node.value is None and not numbered:  # a layout wrapper
         for child in node.children:
-            _render(child, depth, inside, lines, elements)
+            _render(child, depth, inside, lines, elements, pre)
         return
     text = role + (f' "{name}"' if name is not None else "")
     text += "".join(f" [{a}]" for a in attrs if not a.startswith(("ref=", "cursor=")) and a != "active")
@@ -313,9 +340,9 @@ def _render(node: _Node, depth: int, inside: bool, lines: list[str], elements: l
     for child in node.children:
         if child.key.startswith("/"):
             text += f" -> {child.value}" if child.key == "/url" else f" {child.key[1:]}={json.dumps(child.value)}"
-    lines.append("  " * depth + "- " + _join(text, node.value))
+    _emit(lines, depth, text, node.value, pre)
     for child in node.children:
-        _render(child, depth + 1, inside or numbered, lines, elements)
+        _render(child, depth + 1, inside or numbered, lines, elements, pre)
 
 
 def _join(key: str, value: str | None) -> str:
@@ -778,7 +805,7 @@ class Browser:
                 # its body, has none, and every read of it timed out as "keeps loading"
                 reader = page if root.evaluate("() => !!document.body", timeout=timeout_ms) else root
                 snapshot = reader.aria_snapshot(mode="ai", timeout=timeout_ms)
-                title, *scroll = root.evaluate(_HEAD_JS, timeout=timeout_ms)
+                title, *scroll, preformatted = root.evaluate(_HEAD_JS, timeout=timeout_ms)
                 break
             except PwTimeout:  # a page that reloads or redirects itself for good, or a hung one
                 self._stop_loading(page)
@@ -796,7 +823,7 @@ class Browser:
                     raise ActionError(_keeps_loading(self.config.action_timeout_s)) from None
                 with contextlib.suppress(Error):
                     page.wait_for_load_state("domcontentloaded", timeout=self.config.navigation_timeout_s * 1000)
-        text, elements = render_snapshot(snapshot)
+        text, elements = render_snapshot(snapshot, preformatted)
         self._elements[page] = {e.number: e for e in elements}
         tabs = tuple(_tab_label(p) for p in self._tabs)
         return Observation(page.url, title, tabs, self._tabs.index(page), text, elements,
