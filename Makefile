@@ -71,7 +71,7 @@ $(SMOLLM_STAMP): $(STAMP)
 	@touch $(SMOLLM_STAMP)
 
 $(BROWSER_STAMP): $(STAMP) pyproject.toml
-	$(SAY) "installing the 'browser' extra (playwright, ~0.2 GB) into $(VENV): it drives Debian's Chromium for Odysseys"
+	$(SAY) "installing the 'browser' extra (playwright, ~0.2 GB; pypdf) into $(VENV): it drives Debian's Chromium for Odysseys"
 	$(PIP) -e '.[browser]'
 	@touch $(BROWSER_STAMP)
 

@@ -1048,3 +1048,49 @@ def test_a_plain_text_document_and_a_pre_block_keep_their_lines(tools: BrowserTo
         assert plain.endswith("\n\n- generic:\n  - name,price\n  - kettle,20\n  - \n  -   cup,3"), plain
         code = call(tools, "goto", url=s.url("p", "/code.html")).content
         assert "- paragraph: Run:\n- generic:\n  - make run\n  -   CONFIG=c4\n- generic: one line\n" in code, code
+
+
+@pytest.mark.browser
+def test_a_pdf_opened_in_the_browser_is_read_as_its_text(tools: BrowserTools, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chromium's PDF viewer shows no snapshot: a report linked from a page read as an empty page. Its bytes are
+    fetched again and read by pypdf (tests/test_odysseys_pdf.py); find searches that text; a PDF over the size
+    cap says so."""
+    import harness.envs.odysseys.browser as browser_module
+
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "index.html").write_text('<title>Docs</title><a href="report.pdf">Report</a>')
+    (tmp_path / "r" / "report.pdf").write_bytes((Path(__file__).parent / "fixtures" / "odysseys" / "report.pdf")
+                                               .read_bytes())
+    with FixtureSites(tmp_path) as s:
+        page = call(tools, "goto", url=s.url("r", "/index.html"))
+        shown = call(tools, "click", element=number(page, 'link "Report"'))
+        assert shown.url == s.url("r", "/report.pdf") and not shown.is_error
+        assert shown.content.endswith(
+            "\n\n- PDF document, 3 pages (its text, read by pypdf):\n  - page 1:\n    - Annual report\n"
+            "    - Revenue was $12.5 million in 2025.\n  - page 2:\n    - Outlook\n    - Costs fell by 4%.\n"
+            "  - page 3: (no text; an image of text, if any, is not read)"), shown.content
+        found = call(tools, "find", text="costs fell")
+        assert "1 line(s) of the page contain" in found.content and "- Costs fell by 4%." in found.content
+        monkeypatch.setattr(browser_module, "MAX_PDF_BYTES", 1000)
+        big = call(tools, "goto", url=s.url("r", "/report.pdf"))  # a new document: read again
+        assert "- PDF document: its text is not shown: it is over the 1,000-byte limit (" in big.content, big.content
+
+
+@pytest.mark.browser
+def test_a_pdf_in_record_and_replay_says_its_text_is_read_live_only_and_the_archive_is_saved(tmp_path: Path) -> None:
+    """A HAR keeps the viewer's page for a PDF, not its bytes, and a fetch from the viewer while the HAR records
+    made its save hang at close (5 times in 8): record and replay show the same note, and the archive is saved."""
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "report.pdf").write_bytes((Path(__file__).parent / "fixtures" / "odysseys" / "report.pdf")
+                                               .read_bytes())
+    archive, shown = tmp_path / "a.har", []
+    with FixtureSites(tmp_path) as s:
+        url = s.url("r", "/report.pdf")
+        for source in ("record", "replay"):
+            with Browser(dataclasses.replace(STEADY, source=source), archive) as b:
+                shown.append(call(BrowserTools(b, None), "goto", url=url).content)
+            assert archive.is_file()
+    assert shown[0] == shown[1] and shown[0].endswith(
+        "\n\n- PDF document: its text is not shown: it is read with browser.source=live only (a HAR archive keeps "
+        "Chromium's viewer page, not the PDF's bytes)"), shown

@@ -27,6 +27,7 @@ thread), so each Browser runs its own Playwright in a private worker thread; cal
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 from urllib.parse import urlsplit
 
+from harness.envs.odysseys import pdftext
 from harness.errors import InputError
 
 if TYPE_CHECKING:
@@ -56,6 +58,9 @@ SCROLL_DIRECTIONS = ("up", "down", "top", "bottom")
 # What the agent is shown (BrowserTools): the ARIA text, a screenshot of the viewport, or both
 OBSERVATIONS = ("aria", "screenshot", "both")
 MAX_PREFORMATTED, MAX_PREFORMATTED_CHARS = 100, 200_000  # <pre> blocks read per observation, characters of each
+MAX_PDF_BYTES = 50 * 2**20  # a PDF larger than this is not read
+PDF_NOT_ARCHIVED = ("it is read with browser.source=live only (a HAR archive keeps Chromium's viewer page, not the "
+                    "PDF's bytes)")
 DIALOGS = ("accept", "dismiss")  # how a page's confirm, prompt and beforeunload dialogs are answered
 DIALOG_NOTES = 5  # dialogs a call's result describes (an alert() loop: the rest only counted)
 DIALOG_TEXT = 300  # characters of a dialog's message shown
@@ -82,7 +87,25 @@ _HEAD_JS = ("() => [document.title, Math.round(scrollY), innerHeight,"
             # preformatted text of more than one line (a <pre>; a text/plain document is one): the snapshot
             # collapses its line breaks and indentation, and a CSV or a code block then reads as one line
             " [...document.querySelectorAll('pre')].map(e => e.innerText).filter(t => t.includes('\\n'))"
-            f".slice(0, {MAX_PREFORMATTED}).map(t => t.slice(0, {MAX_PREFORMATTED_CHARS}))]")
+            f".slice(0, {MAX_PREFORMATTED}).map(t => t.slice(0, {MAX_PREFORMATTED_CHARS})), document.contentType]")
+# a PDF document's bytes, fetched again from the page (through the browser's routes: a replay reads the archive),
+# at most `max` bytes and `ms` milliseconds: [status, size, base64 | null when larger | the error's text]
+_FETCH_JS = """async (_, [max, ms]) => {
+  const ctl = new AbortController(), timer = setTimeout(() => ctl.abort(), ms);
+  try {
+    const r = await fetch(location.href, {signal: ctl.signal}), reader = r.body.getReader(), chunks = [];
+    for (let size = 0;;) {
+      const {done, value} = await reader.read();
+      if (done) break;
+      size += value.length;
+      if (size > max) { ctl.abort(); return [r.status, size, null]; }
+      chunks.push(value);
+    }
+    const url = await new Promise((ok, no) => { const f = new FileReader();
+      f.onload = () => ok(f.result); f.onerror = () => no(f.error); f.readAsDataURL(new Blob(chunks)); });
+    return [r.status, 0, url.slice(url.indexOf(',') + 1)];
+  } catch (e) { return [0, 0, String(e)]; } finally { clearTimeout(timer); }
+}"""
 _TARGET_JS = ("e => { const a = e.closest('a[href], area[href], form') || e.form;"
               " return a ? (a.getAttribute('target') || '') : ''; }")
 _OPTIONS_JS = ("e => e.tagName === 'SELECT' ?"
@@ -214,6 +237,22 @@ class _Node:
 _ITEM = re.compile(r"^( *)- (.*)$")
 _HEAD = re.compile(r'^(?P<role>[\w-]+)(?: "(?P<name>(?:[^"\\]|\\.)*)")?(?P<attrs>(?: \[[^\]]*\])*)$')
 _ATTR = re.compile(r"\[([^\]]*)\]")
+
+
+def render_pdf(pdf: pdftext.PdfText) -> str:
+    """A PDF's text as page items: one per line of text, under its page's item."""
+    if pdf.error is not None:
+        return f"- PDF document: its text is not shown: {pdf.error}"
+    lines = [f"- PDF document, {pdf.n_pages} page{'s' if pdf.n_pages != 1 else ''} (its text, read by pypdf):"]
+    for number, text in enumerate(pdf.pages, 1):
+        rows = [row.rstrip() for row in text.splitlines() if row.strip()]
+        lines.append(f"  - page {number}:" if rows else f"  - page {number}: (no text; an image of text, if any, is "
+                                                        "not read)")
+        lines.extend(f"    - {row}" for row in rows)
+    if len(pdf.pages) < pdf.n_pages:
+        lines.append(f"  - (pages {len(pdf.pages) + 1} to {pdf.n_pages} are not read: the first {len(pdf.pages)} "
+                     "are shown)")
+    return "\n".join(lines)
 
 
 def dialog_note(kind: str, message: str, accepted: bool, default: str = "") -> str:
@@ -483,6 +522,7 @@ class Browser:
         self._dialogs: list[str] = []  # notes on the dialogs answered since the last take_dialogs()
         self._dialogs_more = 0  # and how many more (past DIALOG_NOTES)
         self._dialog_lock = threading.Lock()  # answered in the worker, taken in the caller's thread
+        self._pdfs: dict[Page, tuple[int, str, str]] = {}  # per tab: its loads, URL and text of the PDF it shows
         self._worker = _Worker()
         try:
             self._worker.call(self._launch, timeout=max(60.0, self.config.hang_s))
@@ -766,6 +806,7 @@ class Browser:
         self._cdp.pop(page, None)
         self._loads.pop(page, None)
         self._crashed.discard(page)
+        self._pdfs.pop(page, None)
         if self._current is page:
             self._current = self._tabs[-1] if self._tabs else None
 
@@ -805,7 +846,7 @@ class Browser:
                 # its body, has none, and every read of it timed out as "keeps loading"
                 reader = page if root.evaluate("() => !!document.body", timeout=timeout_ms) else root
                 snapshot = reader.aria_snapshot(mode="ai", timeout=timeout_ms)
-                title, *scroll, preformatted = root.evaluate(_HEAD_JS, timeout=timeout_ms)
+                title, *scroll, preformatted, content_type = root.evaluate(_HEAD_JS, timeout=timeout_ms)
                 break
             except PwTimeout:  # a page that reloads or redirects itself for good, or a hung one
                 self._stop_loading(page)
@@ -824,10 +865,33 @@ class Browser:
                 with contextlib.suppress(Error):
                     page.wait_for_load_state("domcontentloaded", timeout=self.config.navigation_timeout_s * 1000)
         text, elements = render_snapshot(snapshot, preformatted)
+        if content_type == "application/pdf":  # the viewer shows no snapshot: its text, read from its bytes
+            text = self._pdf_text(page)
         self._elements[page] = {e.number: e for e in elements}
         tabs = tuple(_tab_label(p) for p in self._tabs)
         return Observation(page.url, title, tabs, self._tabs.index(page), text, elements,
                            tuple(int(v) for v in scroll))  # type: ignore[arg-type]
+
+    def _pdf_text(self, page: Page) -> str:
+        """The text of the PDF the tab shows, read once per document (a scroll or find reads it again)."""
+        key = (self._loads.get(page, 0), page.url)
+        if self._pdfs.get(page, (None, None))[:2] != key:
+            self._pdfs[page] = (*key, render_pdf(self._read_pdf(page)))
+        return self._pdfs[page][2]
+
+    def _read_pdf(self, page: Page) -> pdftext.PdfText:
+        if self.config.source != "live":  # (a fetch from the viewer while a HAR records made its save hang at
+            return pdftext.PdfText(error=PDF_NOT_ARCHIVED)  # close, 5 times in 8: the archive lost)
+        timeout_s = self.config.navigation_timeout_s
+        status, size, data = page.locator(":root").evaluate(
+            _FETCH_JS, [MAX_PDF_BYTES, timeout_s * 1000], timeout=self.config.action_timeout_s * 1000)
+        if data is None:
+            return pdftext.PdfText(error=f"it is over the {MAX_PDF_BYTES:,}-byte limit ({size:,} bytes read)")
+        if not status:
+            return pdftext.PdfText(error=f"its bytes could not be fetched again within {timeout_s:g} s ({data})")
+        if status >= 400:
+            return pdftext.PdfText(error=f"fetching its bytes again was answered HTTP {status}")
+        return pdftext.extract(base64.b64decode(data), timeout_s=self.config.action_timeout_s)
 
     def element(self, number: int) -> Element:
         """The element numbered `number` in the active tab's latest observation."""
