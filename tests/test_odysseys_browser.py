@@ -660,8 +660,8 @@ def test_a_page_that_loads_page_after_page_while_unreadable_is_a_tool_error_not_
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Its documents kept changing, so it was not hung: reading it was a BrowserCrashed ("hung"), and the episode an
     infra_error that every resume reran and met again."""
-    patient = dataclasses.replace(FAST, hang_timeout_s=180.0)  # six reloads waited for: not the watchdog's 11 s
-    with FixtureSites(reloading(tmp_path)) as s, Browser(patient) as b:  # on a busy machine (CI killed one)
+    long_watch = dataclasses.replace(FAST, hang_timeout_s=180.0)  # six reloads waited for: not the watchdog's 11 s
+    with FixtureSites(reloading(tmp_path)) as s, Browser(long_watch) as b:  # on a busy machine (CI killed one)
         tools = BrowserTools(b, None)
         assert not call(tools, "goto", url=s.url("r", "/reload.html")).is_error
         asked = unreadable(monkeypatch, reloads=True)

@@ -534,6 +534,7 @@ class Browser:
     def _launch(self) -> None:
         from playwright.sync_api import sync_playwright
 
+        (self._profile / "tmp").mkdir(exist_ok=True)  # Chromium's TMPDIR (_launch_options)
         self._pw: Playwright = sync_playwright().start()
         self._context: BrowserContext = self._pw.chromium.launch_persistent_context(
             str(self._profile), **self._launch_options())
@@ -555,8 +556,7 @@ class Browser:
         args = [*CHROMIUM_ARGS, *(NO_NETWORK_ARGS if c.source == "replay" else ()), *c.extra_args]
         # Chromium's crash handler and caches go under the profile too: nothing outside it, and every process
         # of this browser has the profile path on its command line (how close() finds them).
-        # TMPDIR too: Chromium keeps its singleton socket there, left behind by every killed browser
-        (self._profile / "tmp").mkdir(exist_ok=True)
+        # TMPDIR too: Chromium keeps its singleton socket there, left behind by every killed browser (_launch makes it)
         env = {**os.environ, "XDG_CONFIG_HOME": str(self._profile / "xdg-config"),
                "XDG_CACHE_HOME": str(self._profile / "xdg-cache"), "TMPDIR": str(self._profile / "tmp")}
         options: dict[str, Any] = dict(
