@@ -123,8 +123,8 @@ def test_a_preformatted_text_keeps_its_lines_where_the_snapshot_collapsed_them()
                            "  - code [ref=e3]: name,price kettle,20 cup, 3", "  - text: a b c",
                            "  - paragraph [ref=e4]: one two"])
     text, _ = render_snapshot(snapshot, ["name,price\nkettle,20\n\n  cup,\u200b 3\n", "a\n  b\tc", "one\nthree"])
-    assert text == "\n".join(["- paragraph: Rates: see below", "- code:", "  - name,price", "  - kettle,20",
-                               "  - ", "  -   cup,\u200b 3", "- a", "-   b\tc", "- paragraph: one two"])
+    assert text == "\n".join(["- paragraph: Rates: see below", "- code:", "  - | name,price", "  - | kettle,20",
+                               "  - |", "  - |   cup,\u200b 3", "- | a", "- |   b\tc", "- paragraph: one two"])
     assert render_snapshot(snapshot)[0].splitlines()[1] == "- code: name,price kettle,20 cup, 3"  # none given
 
 
@@ -1045,9 +1045,15 @@ def test_a_plain_text_document_and_a_pre_block_keep_their_lines(tools: BrowserTo
                                               "<pre>one line</pre><p>Done</p>")
     with FixtureSites(tmp_path) as s:
         plain = call(tools, "goto", url=s.url("p", "/data.txt")).content
-        assert plain.endswith("\n\n- generic:\n  - name,price\n  - kettle,20\n  - \n  -   cup,3"), plain
+        assert plain.endswith("\n\n- generic:\n  - | name,price\n  - | kettle,20\n  - |\n  - |   cup,3"), plain
         code = call(tools, "goto", url=s.url("p", "/code.html")).content
-        assert "- paragraph: Run:\n- generic:\n  - make run\n  -   CONFIG=c4\n- generic: one line\n" in code, code
+        assert "- paragraph: Run:\n- generic:\n  - | make run\n  - |   CONFIG=c4\n- generic: one line\n" in code, code
+        # a page's own <pre> elements that are not HTML (SVG's) have no innerText: the page is still read
+        (tmp_path / "p" / "svg.html").write_text(
+            "<title>Svg</title><pre>a\nb</pre><script>document.body.appendChild(document.createElementNS("
+            "'http://www.w3.org/2000/svg', 'pre')).textContent = 'c';</script>")
+        odd = call(tools, "goto", url=s.url("p", "/svg.html"))
+        assert not odd.is_error and "- generic:\n  - | a\n  - | b" in odd.content, odd.content
 
 
 @pytest.mark.browser
@@ -1067,11 +1073,11 @@ def test_a_pdf_opened_in_the_browser_is_read_as_its_text(tools: BrowserTools, tm
         shown = call(tools, "click", element=number(page, 'link "Report"'))
         assert shown.url == s.url("r", "/report.pdf") and not shown.is_error
         assert shown.content.endswith(
-            "\n\n- PDF document, 3 pages (its text, read by pypdf):\n  - page 1:\n    - Annual report\n"
-            "    - Revenue was $12.5 million in 2025.\n  - page 2:\n    - Outlook\n    - Costs fell by 4%.\n"
+            "\n\n- PDF document, 3 pages (its text, read by pypdf):\n  - page 1:\n    - | Annual report\n"
+            "    - | Revenue was $12.5 million in 2025.\n  - page 2:\n    - | Outlook\n    - | Costs fell by 4%.\n"
             "  - page 3: (no text; an image of text, if any, is not read)"), shown.content
         found = call(tools, "find", text="costs fell")
-        assert "1 line(s) of the page contain" in found.content and "- Costs fell by 4%." in found.content
+        assert "1 line(s) of the page contain" in found.content and "- | Costs fell by 4%." in found.content
         monkeypatch.setattr(browser_module, "MAX_PDF_BYTES", 1000)
         big = call(tools, "goto", url=s.url("r", "/report.pdf"))  # a new document: read again
         assert "- PDF document: its text is not shown: it is over the 1,000-byte limit (" in big.content, big.content
@@ -1079,8 +1085,9 @@ def test_a_pdf_opened_in_the_browser_is_read_as_its_text(tools: BrowserTools, tm
 
 @pytest.mark.browser
 def test_a_pdf_in_record_and_replay_says_its_text_is_read_live_only_and_the_archive_is_saved(tmp_path: Path) -> None:
-    """A HAR keeps the viewer's page for a PDF, not its bytes, and a fetch from the viewer while the HAR records
-    made its save hang at close (5 times in 8): record and replay show the same note, and the archive is saved."""
+    """A HAR keeps the viewer's page for a PDF, not its bytes: record and replay show the same note. The archive
+    is saved: recording the viewer's ~200 chrome:// and extension files made its save hang at close on a busy
+    machine (3 times in 4, and in a fresh-clone CI); only http(s) is recorded now."""
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "report.pdf").write_bytes((Path(__file__).parent / "fixtures" / "odysseys" / "report.pdf")
                                                .read_bytes())
@@ -1091,6 +1098,9 @@ def test_a_pdf_in_record_and_replay_says_its_text_is_read_live_only_and_the_arch
             with Browser(dataclasses.replace(STEADY, source=source), archive) as b:
                 shown.append(call(BrowserTools(b, None), "goto", url=url).content)
             assert archive.is_file()
+            if source == "record":
+                urls = [e["request"]["url"] for e in json.loads(archive.read_text())["log"]["entries"]]
+                assert url in urls and all(u.startswith("http") for u in urls), urls
     assert shown[0] == shown[1] and shown[0].endswith(
         "\n\n- PDF document: its text is not shown: it is read with browser.source=live only (a HAR archive keeps "
         "Chromium's viewer page, not the PDF's bytes)"), shown

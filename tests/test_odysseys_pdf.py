@@ -30,8 +30,8 @@ def test_what_cannot_be_read_is_a_reason_never_an_exception() -> None:
 def test_a_pdf_is_shown_as_one_item_per_line_under_its_page() -> None:
     text = render_pdf(pdftext.PdfText(("Annual report\n  \nRevenue up ", ""), 5))
     assert text.splitlines() == [
-        "- PDF document, 5 pages (its text, read by pypdf):", "  - page 1:", "    - Annual report",
-        "    - Revenue up", "  - page 2: (no text; an image of text, if any, is not read)",
+        "- PDF document, 5 pages (its text, read by pypdf):", "  - page 1:", "    - | Annual report",
+        "    - | Revenue up", "  - page 2: (no text; an image of text, if any, is not read)",
         "  - (pages 3 to 5 are not read: the first 2 are shown)"]
     assert render_pdf(pdftext.PdfText(error="it is encrypted")) == \
         "- PDF document: its text is not shown: it is encrypted"

@@ -326,3 +326,33 @@ def test_a_system_tool_that_hangs_is_an_oserror_its_callers_handle(monkeypatch: 
         sandbox_mod._run(["sleep", "30"])
     assert raised.value.errno == errno.ETIMEDOUT and "sleep did not finish in 0.2 s" in str(raised.value)
     assert time.monotonic() - start < 20  # the tool was killed, not waited for
+
+
+def test_a_kept_workspace_whose_copy_times_out_stays_in_its_image(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Releasing a capped workspace copies its files out of the image; a copy past the bound (a huge workspace)
+    used to remove the copy, unmount and delete the image: the agent's files were gone. They stay mounted there for
+    free_workspace, which a rerun calls."""
+    import errno
+
+    from harness.envs.pinchbench.sandbox import free_workspace
+
+    root = tmp_path / "capped"
+    disk = sandbox_mod.WorkspaceDisk(root, 32, "auto")
+    if not disk.mounted:
+        pytest.skip(f"no loop filesystem here ({disk.why_not})")
+    (root / "keep.txt").write_text("kept")
+    real = sandbox_mod._run
+
+    def slow_copy(argv: list[str]) -> None:
+        if argv[0] == "cp":
+            raise OSError(errno.ETIMEDOUT, "cp did not finish in 120 s")
+        real(argv)
+
+    monkeypatch.setattr(sandbox_mod, "_run", slow_copy)
+    with pytest.raises(OSError, match="cp did not finish"):
+        disk.release()
+    assert os.path.ismount(root) and (root / "keep.txt").read_text() == "kept" and disk.image.exists()
+    monkeypatch.setattr(sandbox_mod, "_run", real)
+    free_workspace(root)
+    assert not root.exists() and not disk.image.exists() and not os.path.ismount(root)

@@ -295,3 +295,18 @@ def test_the_rules_equal_a_from_scratch_recomputation_at_every_step_and_look_onl
         kinds.update(k for k, _ in got)
     assert kinds == {"task_fact", "tabs", "archived_page"}
     assert max(looked[20:]) <= 2, looked  # each step's new events, not the history
+
+
+def test_a_preformatted_line_that_starts_like_an_element_number_is_page_text() -> None:
+    """A <pre> or PDF line such as "[1] Smith 2020" is shown marked `| `: WAAC's parser of the observation takes
+    it as page text, not as element [1] (which would move the real [1] to another path)."""
+    from harness.envs.odysseys.browser import render_pdf, render_snapshot
+    from harness.envs.odysseys.pdftext import PdfText
+    from harness.envs.odysseys.waac import PAGE_PARSER
+
+    page, _ = render_snapshot("- generic [ref=e1]: \"[1] Smith 2020 [2] Lee 2021\"\n- link \"Home\" [ref=e2]",
+                              ["[1] Smith 2020\n[2] Lee 2021"])
+    for shown in (page, render_pdf(PdfText(("[1] Smith 2020\n[2] Lee 2021",), 1))):
+        parts = PAGE_PARSER.parse(f"Clicked.\n\nURL: https://a.example/\nTitle: t\n\n{shown}") or []
+        assert [p.path for p in parts if p.kind == "element"] == (["[1]"] if shown is page else []), parts
+        assert "[1] Smith 2020" in "".join(p.text for p in parts if p.kind != "element")

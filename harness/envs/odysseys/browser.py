@@ -57,10 +57,11 @@ WAIT_UNTIL = ("load", "domcontentloaded")
 SCROLL_DIRECTIONS = ("up", "down", "top", "bottom")
 # What the agent is shown (BrowserTools): the ARIA text, a screenshot of the viewport, or both
 OBSERVATIONS = ("aria", "screenshot", "both")
-MAX_PREFORMATTED, MAX_PREFORMATTED_CHARS = 100, 200_000  # <pre> blocks read per observation, characters of each
+MAX_PREFORMATTED, MAX_PREFORMATTED_CHARS = 100, 200_000  # <pre> blocks read per observation, characters in all
 MAX_PDF_BYTES = 50 * 2**20  # a PDF larger than this is not read
 PDF_NOT_ARCHIVED = ("it is read with browser.source=live only (a HAR archive keeps Chromium's viewer page, not the "
                     "PDF's bytes)")
+PDF_FETCH_S = 20.0  # a PDF's second download, at most (its reading by pypdf: action_timeout_s)
 DIALOGS = ("accept", "dismiss")  # how a page's confirm, prompt and beforeunload dialogs are answered
 DIALOG_NOTES = 5  # dialogs a call's result describes (an alert() loop: the rest only counted)
 DIALOG_TEXT = 300  # characters of a dialog's message shown
@@ -85,11 +86,18 @@ _NAVIGATING_WORDS = ("Execution context was destroyed", "navigating", "Frame was
 _HEAD_JS = ("() => [document.title, Math.round(scrollY), innerHeight,"
             " (document.documentElement || {}).scrollHeight || innerHeight,"
             # preformatted text of more than one line (a <pre>; a text/plain document is one): the snapshot
-            # collapses its line breaks and indentation, and a CSV or a code block then reads as one line
-            " [...document.querySelectorAll('pre')].map(e => e.innerText).filter(t => t.includes('\\n'))"
-            f".slice(0, {MAX_PREFORMATTED}).map(t => t.slice(0, {MAX_PREFORMATTED_CHARS})), document.contentType]")
-# a PDF document's bytes, fetched again from the page (through the browser's routes: a replay reads the archive),
-# at most `max` bytes and `ms` milliseconds: [status, size, base64 | null when larger | the error's text]
+            # collapses its line breaks and indentation, and a CSV or a code block then reads as one line. Bounded
+            # (blocks, characters; a <pre> inside another is its text already); a page's own doing (a <pre> in
+            # SVG has no innerText, a replaced Array.prototype) gives none, never a failed read
+            f" (() => {{ try {{ const out = []; let left = {MAX_PREFORMATTED_CHARS};"
+            " for (const e of document.querySelectorAll('pre')) {"
+            f" if (out.length >= {MAX_PREFORMATTED} || left <= 0) break;"
+            " if (e.parentElement && e.parentElement.closest('pre')) continue;"
+            " const t = String(e.innerText ?? e.textContent ?? '');"
+            " if (t.indexOf('\\n') >= 0) { out.push(t.slice(0, left)); left -= t.length; } }"
+            " return out; } catch (err) { return []; } })(), document.contentType]")
+# a PDF document's bytes, fetched again from the page (browser.source=live), at most `max` bytes and `ms`
+# milliseconds: [status, size, base64 | null when larger | the error's text]
 _FETCH_JS = """async (_, [max, ms]) => {
   const ctl = new AbortController(), timer = setTimeout(() => ctl.abort(), ms);
   try {
@@ -248,17 +256,22 @@ def render_pdf(pdf: pdftext.PdfText) -> str:
         rows = [row.rstrip() for row in text.splitlines() if row.strip()]
         lines.append(f"  - page {number}:" if rows else f"  - page {number}: (no text; an image of text, if any, is "
                                                         "not read)")
-        lines.extend(f"    - {row}" for row in rows)
+        lines.extend(f"    - | {row}" for row in rows)
     if len(pdf.pages) < pdf.n_pages:
         lines.append(f"  - (pages {len(pdf.pages) + 1} to {pdf.n_pages} are not read: the first {len(pdf.pages)} "
                      "are shown)")
     return "\n".join(lines)
 
 
+def _shown_text(text: str) -> str:
+    """A page's text in a note: one line, at most DIALOG_TEXT characters, quoted."""
+    line = " ".join(text.split())
+    return json.dumps(line[:DIALOG_TEXT] + ("..." if len(line) > DIALOG_TEXT else ""), ensure_ascii=False)
+
+
 def dialog_note(kind: str, message: str, accepted: bool, default: str = "") -> str:
     """One line telling the agent what a dialog said and how it was answered."""
-    text = " ".join(message.split())
-    shown = json.dumps(text[:DIALOG_TEXT] + ("..." if len(text) > DIALOG_TEXT else ""), ensure_ascii=False)
+    shown = _shown_text(message)
     if kind == "alert":
         return f"The page showed an alert: {shown} (closed with OK)."
     if kind == "beforeunload":
@@ -266,7 +279,7 @@ def dialog_note(kind: str, message: str, accepted: bool, default: str = "") -> s
                 + ("Leave." if accepted else "Stay (the page was not left)."))
     if kind == "prompt":
         return (f"The page asked for input: {shown}; answered "
-                + (f"OK with {json.dumps(default, ensure_ascii=False)}." if accepted else "Cancel."))
+                + (f"OK with {_shown_text(default)}." if accepted else "Cancel."))
     return f"The page asked to confirm: {shown}; answered {'OK' if accepted else 'Cancel'}."
 
 
@@ -344,7 +357,14 @@ def _emit(lines: list[str], depth: int, key: str, value: str | None, pre: dict[s
         lines.append("  " * depth + "- " + _join(key, value))
         return
     lines.append("  " * depth + "- " + key + ":")
-    lines.extend("  " * (depth + 1) + "- " + line.rstrip() for line in original.strip("\n").split("\n"))
+    lines.extend(_rows(original, depth + 1))
+
+
+def _rows(text: str, depth: int) -> list[str]:
+    """Preformatted text as items, one per line, each marked `| ` (its own indentation kept after it): a line such
+    as "[1] Smith 2020" must not read as a numbered element, to the agent or to WAAC's parser of this format."""
+    lines = text.strip("\n").split("\n")
+    return ["  " * depth + "- |" + (" " + line.rstrip() if line.strip() else "") for line in lines]
 
 
 def _render(node: _Node, depth: int, inside: bool, lines: list[str], elements: list[Element],
@@ -354,7 +374,7 @@ def _render(node: _Node, depth: int, inside: bool, lines: list[str], elements: l
     head = _HEAD.match(node.key)
     if node.key == "text":
         if node.value in pre:  # (a text node's line has no key: its lines go at its own depth)
-            lines.extend("  " * depth + "- " + line.rstrip() for line in pre[node.value].strip("\n").split("\n"))
+            lines.extend(_rows(pre[node.value], depth))
         else:
             lines.append("  " * depth + "- " + (node.value or ""))
         return
@@ -543,6 +563,7 @@ class Browser:
         if self.config.source == "replay" and self.archive is not None:
             self._context.route("**/*", self._archive_miss)  # reached only when the archive has no answer
             self._context.route_from_har(self.archive, not_found="fallback")
+        self._context.on("dialog", self._on_dialog)  # before any page: a popup's first script may ask at once
         self._context.on("page", self._adopt)
         self._context.on("close", lambda _: self._set_crash("the browser closed unexpectedly (crashed or killed)"))
         for page in self._context.pages:
@@ -569,6 +590,9 @@ class Browser:
             assert self.archive is not None
             self.archive.parent.mkdir(parents=True, exist_ok=True)
             options["record_har_path"] = str(self.archive)
+            # the web only: recording Chromium's own chrome:// and extension pages (a PDF's viewer loads ~200) made
+            # the archive's save at close hang on a busy machine, 3 times in 4: the archive was lost
+            options["record_har_url_filter"] = re.compile(r"^https?://")
         return options
 
     def processes(self) -> list[Proc]:
@@ -764,7 +788,6 @@ class Browser:
             page.on("crash", lambda p: self._crashed.add(p))
             page.on("close", self._forget)
             page.on("framenavigated", lambda frame: self._loaded(page, frame))
-            page.on("dialog", self._on_dialog)
         self._current = page
 
     def _on_dialog(self, dialog: Dialog) -> None:
@@ -866,7 +889,7 @@ class Browser:
                     page.wait_for_load_state("domcontentloaded", timeout=self.config.navigation_timeout_s * 1000)
         text, elements = render_snapshot(snapshot, preformatted)
         if content_type == "application/pdf":  # the viewer shows no snapshot: its text, read from its bytes
-            text = self._pdf_text(page)
+            text, elements = self._pdf_text(page), ()
         self._elements[page] = {e.number: e for e in elements}
         tabs = tuple(_tab_label(p) for p in self._tabs)
         return Observation(page.url, title, tabs, self._tabs.index(page), text, elements,
@@ -880,18 +903,26 @@ class Browser:
         return self._pdfs[page][2]
 
     def _read_pdf(self, page: Page) -> pdftext.PdfText:
-        if self.config.source != "live":  # (a fetch from the viewer while a HAR records made its save hang at
-            return pdftext.PdfText(error=PDF_NOT_ARCHIVED)  # close, 5 times in 8: the archive lost)
-        timeout_s = self.config.navigation_timeout_s
-        status, size, data = page.locator(":root").evaluate(
-            _FETCH_JS, [MAX_PDF_BYTES, timeout_s * 1000], timeout=self.config.action_timeout_s * 1000)
+        from playwright.sync_api import Error
+
+        if self.config.source != "live":  # (record, replay: see PDF_NOT_ARCHIVED)
+            return pdftext.PdfText(error=PDF_NOT_ARCHIVED)
+        timeout_s, read_s = PDF_FETCH_S, self.config.action_timeout_s
+        worker = self._worker  # the download and the reading are added to the call's bound (the watchdog's)
+        if worker is not None and threading.current_thread() is worker.thread:
+            worker.grace += timeout_s + read_s + 2.0
+        try:
+            status, size, data = page.locator(":root").evaluate(
+                _FETCH_JS, [MAX_PDF_BYTES, timeout_s * 1000], timeout=self.config.action_timeout_s * 1000)
+        except Error as exc:  # (the tab navigated meanwhile: the next read reads the new document)
+            return pdftext.PdfText(error=f"its bytes could not be fetched again ({_first_line(exc)})")
         if data is None:
             return pdftext.PdfText(error=f"it is over the {MAX_PDF_BYTES:,}-byte limit ({size:,} bytes read)")
         if not status:
-            return pdftext.PdfText(error=f"its bytes could not be fetched again within {timeout_s:g} s ({data})")
+            return pdftext.PdfText(error=f"its bytes could not be fetched again in {timeout_s:g} s ({data})")
         if status >= 400:
             return pdftext.PdfText(error=f"fetching its bytes again was answered HTTP {status}")
-        return pdftext.extract(base64.b64decode(data), timeout_s=self.config.action_timeout_s)
+        return pdftext.extract(base64.b64decode(data), timeout_s=read_s)
 
     def element(self, number: int) -> Element:
         """The element numbered `number` in the active tab's latest observation."""

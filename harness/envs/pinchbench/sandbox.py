@@ -606,6 +606,8 @@ def _release(root: Path, image: Path, state: dict[str, bool], keep: bool) -> Non
         except OSError as exc:
             failure = exc
             remove_tree(copy, ignore_errors=True)
+            if exc.errno == errno.ETIMEDOUT:  # (a huge workspace) its files stay in the mounted image, which
+                raise  # free_workspace removes on a rerun: not unmounted and deleted here
     _unmount(root)
     state["mounted"] = False
     image.unlink(missing_ok=True)
