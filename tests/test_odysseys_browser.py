@@ -710,8 +710,9 @@ def test_a_page_whose_document_stays_while_unreadable_is_hung(tmp_path: Path,
 def test_a_page_that_reloads_itself_for_good_never_crashes_the_browser(tmp_path: Path) -> None:
     """The real thing, whatever Chromium's timing makes of it (read between two reloads, unreadable, stopped by a
     timeout, taken for hung): a tool error at worst, never a BrowserCrashed, and the next page opens. The
-    deterministic tests above pin each verdict."""
-    with FixtureSites(restless_site(tmp_path)) as s, Browser(FAST) as b:
+    deterministic tests above pin each verdict. (The watchdog gets 180 s: FAST's derived 11 s for a whole goto and
+    its read of a page reloading every 100 ms was met by a busy machine's `make test`, which killed the browser.)"""
+    with FixtureSites(restless_site(tmp_path)) as s, Browser(dataclasses.replace(FAST, hang_timeout_s=180.0)) as b:
         tools = BrowserTools(b, None)
         for i in range(6):
             (call(tools, "goto", url=s.url("r", "/reload.html")) if i % 2 == 0 else call(tools, "read_page"))

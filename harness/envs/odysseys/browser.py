@@ -256,7 +256,7 @@ def render_pdf(pdf: pdftext.PdfText) -> str:
         rows = [row.rstrip() for row in text.splitlines() if row.strip()]
         lines.append(f"  - page {number}:" if rows else f"  - page {number}: (no text; an image of text, if any, is "
                                                         "not read)")
-        lines.extend(f"    - | {row}" for row in rows)
+        lines.extend(_rows("\n".join(rows), 2) if rows else ())
     if len(pdf.pages) < pdf.n_pages:
         lines.append(f"  - (pages {len(pdf.pages) + 1} to {pdf.n_pages} are not read: the first {len(pdf.pages)} "
                      "are shown)")

@@ -2,7 +2,8 @@
 
 Chromium shows a PDF in its viewer, whose content no accessibility snapshot reaches: the agent read an empty page.
 The browser fetches the document's bytes again (browser.py) and this module gives its text, page by page. The
-child process bounds a hostile or huge PDF: its time (`timeout_s`), its memory (RLIMIT_AS) and what it returns
+child process bounds a hostile or huge PDF: its time (`timeout_s`; its CPU time too, RLIMIT_CPU, so a child whose
+parent was killed ends by itself), its memory (RLIMIT_AS) and what it returns
 (`max_pages`, `max_chars`), so a PDF that makes pypdf loop or inflate a stream without end is a note on the page,
 never a hung or killed browser.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import resource
 import subprocess
 import sys
@@ -31,11 +33,14 @@ class PdfText:
 
 def extract(data: bytes, timeout_s: float, max_pages: int = 200, max_chars: int = 2_000_000) -> PdfText:
     """The text of a PDF's pages, read by pypdf in a child process of its own."""
+    cpu_s = math.ceil(timeout_s) + 1
     try:
-        done = subprocess.run([sys.executable, "-m", __name__, str(max_pages), str(max_chars)], input=data,
-                              capture_output=True, timeout=timeout_s)
+        done = subprocess.run([sys.executable, "-m", __name__, str(max_pages), str(max_chars), str(cpu_s)],
+                              input=data, capture_output=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:  # (the child is killed)
         return PdfText(error=f"its text took longer than {timeout_s:g} s to read")
+    except OSError as exc:  # no child could start (no memory, no process slot): the machine's, said on the page
+        return PdfText(error=f"its text could not be read (no process to read it: {exc.strerror or exc})")
     try:
         out = json.loads(done.stdout)
     except ValueError:
@@ -66,8 +71,9 @@ def _read(data: bytes, max_pages: int, max_chars: int) -> dict[str, object]:
 
 
 def main() -> None:
+    max_pages, max_chars, cpu_s = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
-    max_pages, max_chars = int(sys.argv[1]), int(sys.argv[2])
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))  # SIGXCPU past it, whoever waits for the child
     sys.stdout.write(json.dumps(_read(sys.stdin.buffer.read(), max_pages, max_chars)))
 
 

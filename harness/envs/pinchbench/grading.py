@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.envs.pinchbench.sandbox import WORKSPACE_MOUNT, Bind, Sandbox, python_for_sandbox
+from harness.envs.pinchbench.sandbox import WORKSPACE_MOUNT, Bind, Sandbox, grade_copy_prefix, python_for_sandbox
 
 RESULT_MARK = "@@PINCHBENCH_GRADE_RESULT@@ "
 ERROR_MARK = "@@PINCHBENCH_GRADE_ERROR@@ "
@@ -120,11 +120,6 @@ def automated_score(scores: dict[str, Any]) -> float:
     no clamping. Non-finite values are left out (upstream's mean would be NaN or infinite)."""
     values = [float(v) for v in scores.values() if isinstance(v, int | float) and math.isfinite(float(v))]
     return sum(values) / len(values) if values else 0.0
-
-
-def grade_copy_prefix(workspace: Path) -> str:
-    """The name the grader's copy of `workspace` starts with: a hidden sibling of it (free_workspace removes it)."""
-    return f".{workspace.name}.grade-"
 
 
 def run_grade(grade_source: str, transcript: list[dict[str, Any]], workspace: Path, timeout_s: float = 60.0,

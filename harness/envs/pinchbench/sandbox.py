@@ -633,8 +633,14 @@ def free_workspace(root: Path) -> None:
         remove_tree(root) if root.is_dir() and not root.is_symlink() else root.unlink()
     (root.parent / f"{root.name}.img").unlink(missing_ok=True)
     if root.parent.is_dir():
-        for stale in [*root.parent.glob(f".{root.name}.keep-*"), *root.parent.glob(f".{root.name}.grade-*")]:
+        for stale in [*root.parent.glob(f".{root.name}.keep-*"), *root.parent.glob(f"{grade_copy_prefix(root)}*")]:
             remove_tree(stale, ignore_errors=True)
+
+
+def grade_copy_prefix(workspace: Path) -> str:
+    """The name the grader's copy of `workspace` starts with (grading.run_grade): a hidden sibling of it, which
+    free_workspace removes."""
+    return f".{workspace.name}.grade-"
 
 
 def _mounts_under(root: Path) -> list[Path]:
