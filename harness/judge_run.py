@@ -35,6 +35,7 @@ from harness import lifecycle
 from harness.backends.base import LLMBackend
 from harness.backends.local import serving
 from harness.build import build_domain, build_judge, build_model, judge_context
+from harness.envs.base import sweep_leftovers
 from harness.envs.odysseys import judge_run as odysseys_run
 from harness.envs.odysseys.judge import Judge
 from harness.envs.odysseys.metrics import om2w_summary
@@ -231,6 +232,7 @@ def judge_folder(run_dir: Path, overrides: Sequence[str]) -> tuple[Regraded, lis
         domain = build_domain(cfg)
         if not can_regrade(domain):  # a PinchBench domain (a workflow run's too) grades a saved episode again
             raise InputError(f"{run_dir}: not a PinchBench run (its benchmark is {getattr(domain, 'name', '?')})")
+        sweep_leftovers(domain, run_dir)  # what a killed run or `make judge` left (the lock is ours)
         result = regrade_run(domain, run_dir, print_, lambda: judge_context(cfg, build_model(cfg, int(cfg.seed))),
                              include_no_judge=True)
         episodes, _ = build_tables(run_dir, print_)

@@ -51,7 +51,7 @@ from harness.build import (
     user_factory,
 )
 from harness.config import register
-from harness.envs.base import Domain, EpisodeContext
+from harness.envs.base import Domain, EpisodeContext, sweep_leftovers
 from harness.episode import EpisodeResult, run_episode
 from harness.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_JUDGE, InputError
 from harness.executors import execute, plan
@@ -188,6 +188,7 @@ def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
         with _removed_if_refused(out_dir, locked=True):
             check_resume(out_dir, print_)
             remove_interrupted_writes(out_dir)  # a killed run's half-written temp files (the lock is ours)
+            sweep_leftovers(domain, out_dir)  # and the benchmark's own (a killed `make judge`'s scratch episode)
             jobs = pending(cfg, domain, out_dir, print_)
             if jobs:
                 preflight.check_cap_fits_a_call(cfg.max_cost_usd, backends)

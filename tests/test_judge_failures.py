@@ -206,8 +206,10 @@ def test_a_judge_that_fails_fails_the_run_and_its_parts_are_regraded_when_it_ans
     assert agent_calls > 0 and len(sent) >= 3
 
     endpoint.judge_mode, endpoint.judge_prompts = "ok", []  # the judge is back
+    leftovers = _killed_leftovers(out)
     done = harness("-m", "harness.cli", *overrides(endpoint, out)) if regrade == "resume" else make_judge(out)
     assert done.returncode == 0, last_lines(done, 30)
+    assert not [p for p in leftovers if p.exists()]  # what a killed `make judge` or grader left: swept first
     assert last(done.stdout).startswith("Judge: all 3 judge-graded parts graded by anthropic/claude-haiku-4.5")
     assert "Re-graded 3 of 3 judge-graded parts not graded, in 3 episodes" in done.stdout
     assert endpoint.agent_calls == agent_calls  # the agent was not re-run
@@ -218,6 +220,18 @@ def test_a_judge_that_fails_fails_the_run_and_its_parts_are_regraded_when_it_ans
     assert episodes.loc[list(JUDGED), "judge_regraded_parts"].tolist() == [1, 1, 1]
     assert episodes.not_graded_parts.sum() == 0
     assert transcript_lines(out) == before  # every line but the closing record is the episode as it ran
+
+
+def _killed_leftovers(out: Path) -> list[Path]:
+    """What a `make judge` killed mid-grade leaves in the run folder: its scratch episode and the grader's copy of
+    a workspace (a hidden sibling of it); the lock holder's next run or `make judge` removes them."""
+    workspace = next(p for p in (out / "workspaces").iterdir() if p.is_dir() and not p.name.startswith("."))
+    scratch = out / ".regrade-killed" / "workspaces" / workspace.name
+    copy = workspace.parent / f".{workspace.name}.grade-killed"
+    for folder in (scratch, copy):
+        folder.mkdir(parents=True)
+        (folder / "notes.md").write_text("left behind")
+    return [scratch.parents[1], copy]
 
 
 def test_make_judge_exits_non_zero_while_the_judge_is_still_down(tmp_path: Path, endpoint: Endpoint) -> None:

@@ -80,6 +80,13 @@ class Domain(Protocol):
                 context: EpisodeContext | None = None) -> Episode: ...
 
 
+def sweep_leftovers(domain: Domain, out_dir: Path) -> list[Path]:
+    """What killed processes of this benchmark left in the run folder, removed by its optional hook (PinchBench's:
+    re-grade scratch episodes, graders' workspace copies); only with the run's lock held. Returns those removed."""
+    sweep = getattr(domain, "sweep_leftovers", None)
+    return list(sweep(out_dir)) if callable(sweep) else []
+
+
 TaskT = TypeVar("TaskT")
 
 

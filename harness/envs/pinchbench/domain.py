@@ -27,7 +27,15 @@ from harness.envs.pinchbench.mocks import FwsMock, MockSandbox, MockSettings, as
 from harness.envs.pinchbench.profile import AgentProfile, OpenClawTools, load_profile, overhead
 from harness.envs.pinchbench.requirements import Need, needs_for
 from harness.envs.pinchbench.requirements import reason as needs_reason
-from harness.envs.pinchbench.sandbox import Sandbox, SandboxUnavailable, WorkspaceDisk, free_workspace, require_tools
+from harness.envs.pinchbench.sandbox import (
+    Sandbox,
+    SandboxUnavailable,
+    WorkspaceDisk,
+    free_leftover,
+    free_workspace,
+    grade_copies,
+    require_tools,
+)
 from harness.envs.pinchbench.scoring import TaskGrade, grade_task, mean_score, not_reached
 from harness.envs.pinchbench.tasks import Benchmark, PinchTask, Session, load_benchmark, select, subset
 from harness.envs.pinchbench.tools import UNAVAILABLE_SPECS, ToolResult, WorkspaceTools
@@ -412,6 +420,19 @@ class PinchBenchDomain:
         from harness.envs.pinchbench.judge_run import regrade_episode  # judge_run builds episodes of this domain
 
         return regrade_episode(self, task, records, out_dir, context)
+
+    def sweep_leftovers(self, out_dir: Path) -> list[Path]:
+        """What a killed process left in the run folder besides its episodes' own files: a re-grade's scratch
+        episode (`.regrade-*`, `make judge` killed) and graders' copies of workspaces (`workspaces/.<ws>.grade-*`,
+        of episodes that will not run again). Called with the run's lock held, before any episode or re-grade
+        starts: nothing of this run is using them. Returns those removed."""
+        from harness.envs.pinchbench.judge_run import SCRATCH_PREFIX
+
+        stale = [p for p in out_dir.glob(f"{SCRATCH_PREFIX}*") if p.is_dir() and not p.is_symlink()]
+        stale += grade_copies(out_dir / "workspaces")
+        for path in stale:
+            free_leftover(path)
+        return stale
 
 
 def _pinch_ids(task: Task) -> list[str]:

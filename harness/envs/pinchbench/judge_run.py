@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from harness.envs.pinchbench.domain import PinchBenchDomain, PinchEpisode
 
 SPENT = ("judge_calls", "judge_input_tokens", "judge_output_tokens", "judge_cost_usd")
+SCRATCH_PREFIX = ".regrade-"  # a re-grade's scratch episode, in the run folder (PinchBenchDomain.sweep_leftovers)
 
 
 def _int(value: Any) -> int:
@@ -62,7 +63,7 @@ def regrade_episode(domain: PinchBenchDomain, task: Task, records: list[dict[str
         raise CannotRegrade(f"its transcript cannot be read back ({type(exc).__name__}: {exc})") from None
     usage = [Usage(_int(s.get("input_tokens")), _int(s.get("output_tokens")), _int(s.get("cached_input_tokens")),
                    _int(s.get("reasoning_tokens"))) for s in records if s.get("type") == "step"]
-    with tempfile.TemporaryDirectory(prefix=".regrade-", dir=out_dir) as tmp:  # in the run folder, as all it writes
+    with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=out_dir) as tmp:  # in the run folder, as all it writes
         episode = domain.episode(task, None, EpisodeContext(run, Path(tmp), **context))
         try:
             fresh = (Path(tmp) / "workspaces" / workspace.name).resolve()

@@ -643,6 +643,19 @@ def grade_copy_prefix(workspace: Path) -> str:
     return f".{workspace.name}.grade-"
 
 
+def grade_copies(folder: Path) -> list[Path]:
+    """The graders' copies of the workspaces in `folder` (grade_copy_prefix's names)."""
+    return [p for p in folder.glob(".*.grade-*") if p.is_dir() and not p.is_symlink()] if folder.is_dir() else []
+
+
+def free_leftover(path: Path) -> None:
+    """A folder a killed process left behind (a grader's copy, a re-grade's scratch episode): what is mounted in
+    it first (a disk-capped workspace's image), then the folder."""
+    for mount in _mounts_under(path):
+        _unmount(mount)
+    remove_tree(path, ignore_errors=True)
+
+
 def _mounts_under(root: Path) -> list[Path]:
     """Mount points at or below `root` (/proc/self/mounts), deepest first."""
     base = os.path.realpath(root)
