@@ -128,6 +128,17 @@ def test_a_preformatted_text_keeps_its_lines_where_the_snapshot_collapsed_them()
     assert render_snapshot(snapshot)[0].splitlines()[1] == "- code: name,price kettle,20 cup, 3"  # none given
 
 
+def test_an_editors_own_text_is_shown_as_its_value_where_the_snapshot_dropped_it() -> None:
+    """Playwright's snapshot drops the text a (contenteditable) textbox holds directly; given by ref, it is shown as
+    the textbox's value, whitespace collapsed. A textbox with a value of its own (an <input>'s) keeps it."""
+    snapshot = "\n".join(['- generic [active] [ref=e1]:', '  - textbox "Body" [ref=e2]',
+                           '  - textbox "To" [ref=e3]: ana@example.org', "  - textbox [ref=e4]"])
+    text, elements = render_snapshot(snapshot, (), {"e2": "Dear team,\n  the draft", "e3": "not this"})
+    assert text == "\n".join(['- [1] textbox "Body": Dear team, the draft', '- [2] textbox "To": ana@example.org',
+                               "- [3] textbox"])
+    assert [e.ref for e in elements] == ["e2", "e3", "e4"]
+
+
 def test_cap_text_cuts_at_a_line_and_says_how_much() -> None:
     text = "\n".join(f"line {i}" for i in range(200))
     capped, truncated = cap_text(text, 300)
@@ -741,6 +752,31 @@ def test_a_document_without_a_body_is_read(case: str, tmp_path: Path) -> None:
         assert not result.is_error and shown in result.content, result.content
         if case == "svg":
             assert "Title: Chart" in result.content and "Sales 42" in result.content
+
+
+@pytest.mark.browser
+def test_an_editable_area_without_a_role_is_numbered_typed_into_and_shows_its_text(tmp_path: Path) -> None:
+    """A contenteditable mail body with no role was not numbered (nothing could type into it) and, empty, not shown
+    at all; a textbox editor's own text was dropped by the snapshot. Now each editor is a numbered textbox showing
+    its text once: its own text as its value, a paragraph's as the paragraph (not again as the value)."""
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "compose.html").write_text(
+        "<title>Compose</title><h1>New message</h1>"
+        '<div contenteditable="true" aria-label="Message body"></div>'
+        '<div contenteditable><p>Kept paragraph</p></div>'
+        '<div role="textbox" contenteditable>Existing <b>draft</b> text</div>'
+        '<div contenteditable="false">Not editable</div><div>Plain text</div>')
+    with FixtureSites(tmp_path) as s, Browser(STEADY) as b:
+        tools = BrowserTools(b, None)
+        page = call(tools, "goto", url=s.url("r", "/compose.html")).content
+        body = number(call(tools, "read_page"), 'textbox "Message body"')
+        assert re.search(r"\[\d+\] textbox: Existing draft text", page), page
+        assert re.search(r"\[\d+\] textbox:?\n\s+- paragraph: Kept paragraph", page), page
+        assert page.count("Kept paragraph") == 1 and "Not editable" in page and "Plain text" in page
+        assert not re.search(r"\[\d+\] \w+:? (Not editable|Plain text)", page), page
+        typed = call(tools, "type", element=body, text="Dear team, see the report")
+        assert not typed.is_error, typed.content
+        assert f'[{body}] textbox "Message body": Dear team, see the report' in typed.content, typed.content
 
 
 @pytest.mark.browser

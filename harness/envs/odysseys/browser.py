@@ -38,7 +38,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +114,29 @@ _FETCH_JS = """async (_, [max, ms]) => {
     return [r.status, 0, url.slice(url.indexOf(',') + 1)];
   } catch (e) { return [0, 0, String(e)]; } finally { clearTimeout(timer); }
 }"""
+# Before each snapshot, in the round trip that asks whether the document has a body: an editable area with no role
+# (a contenteditable root: a mail body, a comment box) is not numbered by Playwright's snapshot, and not shown at
+# all when empty, so it is given role=textbox (an attribute set on the page: with `data-harness-text` below, the
+# only changes the harness makes to one). A textbox's own text (not inside a paragraph or other block) is dropped
+# by the snapshot (an <input>'s value is shown instead): it is read here, and the editors holding some are marked
+# `data-harness-text` so their refs can be looked up (Browser._editor_texts). Bounded (EDITABLE_MARKS editors,
+# EDITABLE_CHARS characters and 2,000 text nodes each); a page's own doing gives none, never a failed read.
+EDITABLE_MARKS, EDITABLE_CHARS = 20, 5_000
+EDITOR_LOOKUP_MS = 2_000  # an editor's ref lookup, at most (an action's timeout when shorter)
+_BODY_JS = ("(_, [most, chars]) => { const texts = []; try {"
+            " for (const e of document.querySelectorAll('[data-harness-text]')) e.removeAttribute('data-harness-text');"
+            " for (const e of document.querySelectorAll('[contenteditable]')) {"
+            " if (texts.length >= most) break;"
+            " if (!e.isContentEditable || (e.parentElement && e.parentElement.isContentEditable)) continue;"
+            " const role = e.getAttribute('role'); if (role === null) e.setAttribute('role', 'textbox');"
+            " else if (role !== 'textbox') continue;"
+            " const walk = document.createTreeWalker(e, NodeFilter.SHOW_TEXT); let own = '';"
+            " for (let n = walk.nextNode(), i = 0; n && i < 2000 && own.length < chars; n = walk.nextNode(), i++) {"
+            " let p = n.parentElement;"
+            " while (p && p !== e && ['inline', 'contents'].includes(getComputedStyle(p).display)) p = p.parentElement;"
+            " if (p === e) own += n.nodeValue; }"
+            " if (own.trim()) { e.setAttribute('data-harness-text', ''); texts.push(own.slice(0, chars)); } }"
+            " } catch (err) {} return [!!document.body, texts]; }")
 _TARGET_JS = ("e => { const a = e.closest('a[href], area[href], form') || e.form;"
               " return a ? (a.getAttribute('target') || '') : ''; }")
 _OPTIONS_JS = ("e => e.tagName === 'SELECT' ?"
@@ -245,6 +268,7 @@ class _Node:
 _ITEM = re.compile(r"^( *)- (.*)$")
 _HEAD = re.compile(r'^(?P<role>[\w-]+)(?: "(?P<name>(?:[^"\\]|\\.)*)")?(?P<attrs>(?: \[[^\]]*\])*)$')
 _ATTR = re.compile(r"\[([^\]]*)\]")
+_REF = re.compile(r"\[ref=([^\]]+)\]")
 
 
 def render_pdf(pdf: pdftext.PdfText) -> str:
@@ -333,15 +357,17 @@ def _unquote(value: str) -> str:
     return value
 
 
-def render_snapshot(snapshot: str, preformatted: Sequence[str] = ()) -> tuple[str, tuple[Element, ...]]:
+def render_snapshot(snapshot: str, preformatted: Sequence[str] = (),
+                    texts: Mapping[str, str] | None = None) -> tuple[str, tuple[Element, ...]]:
     """The page text with numbered interactive elements, and those elements (numbered 1.. in document order).
     `preformatted`: the page's multi-line <pre> texts; an item whose text is one of them, as the snapshot collapses
-    it, shows its lines instead, one item each with its indentation."""
+    it, shows its lines instead, one item each with its indentation. `texts`: ref -> the text of an editor the
+    snapshot shows without it (a contenteditable textbox's own text), shown as its value."""
     lines: list[str] = []
     elements: list[Element] = []
     pre = {collapsed(t): t for t in preformatted}
     for node in parse_snapshot(snapshot):
-        _render(node, 0, False, lines, elements, pre)
+        _render(node, 0, False, lines, elements, pre, texts or {})
     return "\n".join(lines), tuple(elements)
 
 
@@ -368,7 +394,7 @@ def _rows(text: str, depth: int) -> list[str]:
 
 
 def _render(node: _Node, depth: int, inside: bool, lines: list[str], elements: list[Element],
-            pre: dict[str, str]) -> None:
+            pre: dict[str, str], texts: Mapping[str, str]) -> None:
     if node.key.startswith("/"):  # a property (/url, /placeholder): shown on its parent's line
         return
     head = _HEAD.match(node.key)
@@ -381,7 +407,7 @@ def _render(node: _Node, depth: int, inside: bool, lines: list[str], elements: l
     if head is None:
         _emit(lines, depth, node.key, node.value, pre)
         for child in node.children:
-            _render(child, depth + 1, inside, lines, elements, pre)
+            _render(child, depth + 1, inside, lines, elements, pre, texts)
         return
     attrs = _ATTR.findall(head.group("attrs") or "")
     ref = next((a[4:] for a in attrs if a.startswith("ref=")), "")
@@ -389,7 +415,7 @@ def _render(node: _Node, depth: int, inside: bool, lines: list[str], elements: l
     numbered = bool(ref) and (role in INTERACTIVE_ROLES or ("cursor=pointer" in attrs and not inside))
     if role == "generic" and name is None and node.value is None and not numbered:  # a layout wrapper
         for child in node.children:
-            _render(child, depth, inside, lines, elements, pre)
+            _render(child, depth, inside, lines, elements, pre, texts)
         return
     text = role + (f' "{name}"' if name is not None else "")
     text += "".join(f" [{a}]" for a in attrs if not a.startswith(("ref=", "cursor=")) and a != "active")
@@ -399,9 +425,10 @@ def _render(node: _Node, depth: int, inside: bool, lines: list[str], elements: l
     for child in node.children:
         if child.key.startswith("/"):
             text += f" -> {child.value}" if child.key == "/url" else f" {child.key[1:]}={json.dumps(child.value)}"
-    _emit(lines, depth, text, node.value, pre)
+    value = node.value if node.value is not None or ref not in texts else collapsed(texts[ref])
+    _emit(lines, depth, text, value, pre)
     for child in node.children:
-        _render(child, depth + 1, inside or numbered, lines, elements, pre)
+        _render(child, depth + 1, inside or numbered, lines, elements, pre, texts)
 
 
 def _join(key: str, value: str | None) -> str:
@@ -867,8 +894,9 @@ class Browser:
                 root = page.locator(":root")
                 # Playwright's page snapshot waits for a body (or frameset): an SVG document, or one stopped before
                 # its body, has none, and every read of it timed out as "keeps loading"
-                reader = page if root.evaluate("() => !!document.body", timeout=timeout_ms) else root
-                snapshot = reader.aria_snapshot(mode="ai", timeout=timeout_ms)
+                body, editors = root.evaluate(_BODY_JS, [EDITABLE_MARKS, EDITABLE_CHARS], timeout=timeout_ms)
+                texts = self._editor_texts(page, editors, timeout_ms)  # before the page's snapshot (see there)
+                snapshot = (page if body else root).aria_snapshot(mode="ai", timeout=timeout_ms)
                 title, *scroll, preformatted, content_type = root.evaluate(_HEAD_JS, timeout=timeout_ms)
                 break
             except PwTimeout:  # a page that reloads or redirects itself for good, or a hung one
@@ -887,13 +915,32 @@ class Browser:
                     raise ActionError(_keeps_loading(self.config.action_timeout_s)) from None
                 with contextlib.suppress(Error):
                     page.wait_for_load_state("domcontentloaded", timeout=self.config.navigation_timeout_s * 1000)
-        text, elements = render_snapshot(snapshot, preformatted)
+        text, elements = render_snapshot(snapshot, preformatted, texts)
         if content_type == "application/pdf":  # the viewer shows no snapshot: its text, read from its bytes
             text, elements = self._pdf_text(page), ()
         self._elements[page] = {e.number: e for e in elements}
         tabs = tuple(_tab_label(p) for p in self._tabs)
         return Observation(page.url, title, tabs, self._tabs.index(page), text, elements,
                            tuple(int(v) for v in scroll))  # type: ignore[arg-type]
+
+    @staticmethod
+    def _editor_texts(page: Page, texts: list[str], timeout_ms: float) -> dict[str, str]:
+        """Ref -> the text the snapshot dropped, of each editor _BODY_JS marked: its ref is the first line of its
+        own snapshot (Playwright keeps an element's ref across snapshots). Taken before the page's snapshot: an
+        action's `aria-ref=` resolves in the last snapshot taken, which must be the page's. One round trip per
+        editor with such text (most pages: none); one not shown (hidden, gone meanwhile) is left out."""
+        from playwright.sync_api import Error
+
+        marked, out = page.locator("[data-harness-text]"), {}
+        for i, text in enumerate(texts):
+            try:  # (a locator waits for its element: one the page removed meanwhile would wait out the timeout)
+                first = marked.nth(i).aria_snapshot(mode="ai", timeout=min(timeout_ms, EDITOR_LOOKUP_MS))
+            except Error:  # (its TimeoutError too) gone, or the page busy: the rest are left out as well
+                break
+            found = _REF.search(first.split("\n", 1)[0])
+            if found:
+                out[found.group(1)] = text
+        return out
 
     def _pdf_text(self, page: Page) -> str:
         """The text of the PDF the tab shows, read once per document (a scroll or find reads it again)."""
