@@ -1073,6 +1073,34 @@ def test_a_pages_dialogs_are_answered_as_configured_and_the_agent_is_told(tmp_pa
 
 
 @pytest.mark.browser
+def test_a_download_is_refused_and_the_agent_is_told(tmp_path: Path) -> None:
+    """A click on a link to a file to download did nothing visible, and a goto of one failed with Playwright's
+    "Download is starting": the result now says which file was not kept, once, and a second note is counted."""
+    (tmp_path / "f").mkdir()
+    (tmp_path / "f" / "data.csv").write_text("name,qty\nkettle,2\n")
+    (tmp_path / "f" / "index.html").write_text(
+        '<title>Files</title><a href="/data.csv" download="sales.csv">Sales</a>'
+        "<button onclick=\"for (let i = 0; i < 7; i++) { const a = document.createElement('a');"
+        " a.href = 'data:text/plain,x'; a.download = 'part' + i + '.txt'; a.click(); }\">All</button>")
+    with FixtureSites(tmp_path) as s, Browser(STEADY) as b:
+        tools = BrowserTools(b, None)
+        page = call(tools, "goto", url=s.url("f", "/index.html"))
+        result = call(tools, "click", element=number(page, 'link "Sales"'))
+        note = (f'The page started a download of "sales.csv" from {s.url("f", "/data.csv")}; this browser keeps '
+                "no downloads, so the file cannot be opened or read here.")
+        assert not result.is_error and result.content.splitlines()[1] == note, result.content
+        assert "download" not in call(tools, "read_page").content  # told once
+        result = call(tools, "goto", url=s.url("f", "/data.csv"))
+        assert result.is_error and result.content.splitlines()[0].endswith(
+            "data.csv: it is a file to download, not a page"), result.content
+        assert result.content.splitlines()[1].startswith('The page started a download of "data.csv"'), result.content
+        result = call(tools, "click", element=number(page, 'button "All"'))
+        notes = [line for line in result.content.splitlines() if line.startswith("The page started a download")]
+        assert notes[0].startswith('The page started a download of "part0.txt"; this browser')  # (no data: URL)
+        assert len(notes) == 5 and "(and 2 more downloads, not kept either)" in result.content, result.content
+
+
+@pytest.mark.browser
 def test_a_plain_text_document_and_a_pre_block_keep_their_lines(tools: BrowserTools, tmp_path: Path) -> None:
     """A CSV or robots.txt opened in the browser, and a code block, read as one line each before (the snapshot
     collapses whitespace): 'name,price kettle,20 cup,3'."""

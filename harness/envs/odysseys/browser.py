@@ -49,7 +49,7 @@ from harness.envs.odysseys import pdftext
 from harness.errors import InputError
 
 if TYPE_CHECKING:
-    from playwright.sync_api import BrowserContext, CDPSession, Dialog, Locator, Page, Playwright, Route
+    from playwright.sync_api import BrowserContext, CDPSession, Dialog, Download, Locator, Page, Playwright, Route
 
 T = TypeVar("T")
 SOURCES = ("live", "record", "replay")
@@ -63,8 +63,9 @@ PDF_NOT_ARCHIVED = ("it is read with browser.source=live only (a HAR archive kee
                     "PDF's bytes)")
 PDF_FETCH_S = 20.0  # a PDF's second download, at most (its reading by pypdf: action_timeout_s)
 DIALOGS = ("accept", "dismiss")  # how a page's confirm, prompt and beforeunload dialogs are answered
-DIALOG_NOTES = 5  # dialogs a call's result describes (an alert() loop: the rest only counted)
+DIALOG_NOTES = 5  # dialogs (and downloads) a call's result describes (an alert() loop: the rest only counted)
 DIALOG_TEXT = 300  # characters of a dialog's message shown
+DOWNLOAD_EVENT_S = 2.0  # a goto that is a download waits for its download event at most this long
 SETUP_HINT = "run `make browser-deps` (apt-get install -y chromium)"
 # Headless Chromium as root, with nothing started in the background (without these, its background connections
 # make the loopback servers refuse connections many at a time).
@@ -305,6 +306,13 @@ def dialog_note(kind: str, message: str, accepted: bool, default: str = "") -> s
         return (f"The page asked for input: {shown}; answered "
                 + (f"OK with {_shown_text(default)}." if accepted else "Cancel."))
     return f"The page asked to confirm: {shown}; answered {'OK' if accepted else 'Cancel'}."
+
+
+def download_note(filename: str, url: str) -> str:
+    """One line telling the agent that a download it started was not kept."""
+    source = "" if url.startswith(("blob:", "data:")) else f" from {url[:DIALOG_TEXT]}"
+    return (f"The page started a download of {_shown_text(filename)}{source}; this browser keeps no downloads, "
+            "so the file cannot be opened or read here.")
 
 
 def parse_snapshot(text: str) -> list[_Node]:
@@ -566,9 +574,9 @@ class Browser:
         self._hung: Page | None = None  # the tab that last failed the probe's trivial script
         self._crashed: set[Page] = set()  # tabs whose renderer crashed (out of memory, "Aw, Snap"): the page's doing
         self._used: list[Page] = []  # the tabs the current call acted in
-        self._dialogs: list[str] = []  # notes on the dialogs answered since the last take_dialogs()
-        self._dialogs_more = 0  # and how many more (past DIALOG_NOTES)
-        self._dialog_lock = threading.Lock()  # answered in the worker, taken in the caller's thread
+        self._notes: list[str] = []  # on the dialogs answered and downloads refused since the last take_notes()
+        self._notes_more: dict[str, int] = {}  # and how many more of each kind (past DIALOG_NOTES)
+        self._note_lock = threading.Lock()  # noted in the worker, taken in the caller's thread
         self._pdfs: dict[Page, tuple[int, str, str]] = {}  # per tab: its loads, URL and text of the PDF it shows
         self._worker = _Worker()
         try:
@@ -815,6 +823,7 @@ class Browser:
             page.on("crash", lambda p: self._crashed.add(p))
             page.on("close", self._forget)
             page.on("framenavigated", lambda frame: self._loaded(page, frame))
+            page.on("download", self._on_download)
         self._current = page
 
     def _on_dialog(self, dialog: Dialog) -> None:
@@ -831,19 +840,40 @@ class Browser:
                 dialog.accept(dialog.default_value)
             else:
                 dialog.accept()
-        note = dialog_note(dialog.type, dialog.message, accept, dialog.default_value)
-        with self._dialog_lock:
-            if len(self._dialogs) < DIALOG_NOTES:
-                self._dialogs.append(note)
-            else:
-                self._dialogs_more += 1
+        self._note("dialog", dialog_note(dialog.type, dialog.message, accept, dialog.default_value))
 
-    def take_dialogs(self) -> list[str]:
-        """Notes on the dialogs the pages showed since the last call of this (each answered as it came)."""
-        with self._dialog_lock:
-            notes, more = self._dialogs, self._dialogs_more
-            self._dialogs, self._dialogs_more = [], 0
-        return notes + ([f"(and {more} more dialog{'s' if more > 1 else ''}, answered the same way)"] if more else [])
+    def _on_download(self, download: Download) -> None:
+        """A download the page started (a link to an attachment, a goto of one) is refused (the context keeps no
+        downloads: no file of unbounded size is written) and noted for the call's result: a click on it did
+        nothing visible, and the agent was not told why."""
+        self._note("download", download_note(download.suggested_filename, download.url))
+
+    def _await_download(self, page: Page) -> None:
+        """The goto's failure came before its download event (it is delivered with a later message): waited for,
+        at most DOWNLOAD_EVENT_S, so this call's result has its note, not the next one's."""
+        from playwright.sync_api import Error
+
+        with self._note_lock:
+            noted = any(n.startswith("The page started a download") for n in self._notes) or self._notes_more
+        if not noted:
+            with contextlib.suppress(Error):  # (its TimeoutError too: no note then, the error line stands)
+                page.wait_for_event("download", timeout=DOWNLOAD_EVENT_S * 1000)
+
+    def _note(self, kind: str, note: str) -> None:
+        with self._note_lock:
+            if len(self._notes) < DIALOG_NOTES:
+                self._notes.append(note)
+            else:
+                self._notes_more[kind] = self._notes_more.get(kind, 0) + 1
+
+    def take_notes(self) -> list[str]:
+        """Notes on the dialogs the pages showed (each answered as it came) and the downloads they started, since
+        the last call of this."""
+        with self._note_lock:
+            notes, more = self._notes, self._notes_more
+            self._notes, self._notes_more = [], {}
+        how = {"dialog": "answered the same way", "download": "not kept either"}
+        return notes + [f"(and {n} more {kind}{'s' if n > 1 else ''}, {how[kind]})" for kind, n in more.items()]
 
     def _loaded(self, page: Page, frame: Any) -> None:
         if frame.parent_frame is None:
@@ -1015,7 +1045,13 @@ class Browser:
         return self._run(f"goto {target}", lambda: self._navigate(self._page(), target))
 
     def _navigate(self, page: Page, url: str) -> Observation:
-        self._guard(f"could not open {url}", lambda: page.goto(url, wait_until=self._wait_until), page, nav=True)
+        try:
+            self._guard(f"could not open {url}", lambda: page.goto(url, wait_until=self._wait_until), page, nav=True)
+        except ActionError as exc:  # Playwright's "Download is starting": the download's note says the rest
+            if "Download is starting" not in str(exc):
+                raise
+            self._await_download(page)
+            raise ActionError(f"could not open {url}: it is a file to download, not a page") from None
         return self._observe()
 
     def go_back(self) -> Observation:

@@ -150,10 +150,10 @@ class BrowserTools:
             text, is_error = f"{header}\n\n{page}", False
         except (ActionError, ValueError) as exc:  # ArgumentError and malformed JSON arguments are ValueErrors
             text, is_error = f"Error: {_named(call.name, str(exc))}", True
-        dialogs = self.browser.take_dialogs()
-        if dialogs:  # after the first line, before the page: what the observation cap cuts is the page's end
+        notes = self.browser.take_notes()  # dialogs answered, downloads refused
+        if notes:  # after the first line, before the page: what the observation cap cuts is the page's end
             first, gap, rest = text.partition("\n\n")
-            text = "\n".join([first, *dialogs]) + gap + rest
+            text = "\n".join([first, *notes]) + gap + rest
         misses = tuple(url for url, kind in self.browser.archive_misses[misses_before:] if kind == "document")
         if misses:
             text = f"Error: not in the replay archive (no network in replay mode): {misses[-1]}\n\n{text}"
