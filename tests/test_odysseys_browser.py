@@ -564,7 +564,7 @@ def later_site(tmp_path: Path) -> Path:
 
 
 @pytest.mark.browser
-@pytest.mark.parametrize("tool", ["click", "scroll", "find"])
+@pytest.mark.parametrize("tool", ["click", "scroll", "find", "read_page"])
 def test_a_page_that_hangs_between_two_steps_is_a_tool_error(tool: str, tmp_path: Path) -> None:
     """The next call's first Playwright call took no timeout (Locator.count, Page.evaluate): it waited for the
     watchdog, which killed the whole browser (an infra_error)."""
@@ -579,9 +579,10 @@ def test_a_page_that_hangs_between_two_steps_is_a_tool_error(tool: str, tmp_path
         assert b._run("test", lambda: b._page().evaluate("window.later && (setTimeout(() => { for(;;){} }, 0), true)"))
         time.sleep(0.5)
         args = {"click": {"element": number(page, 'button "Later"')}, "scroll": {"direction": "down"},
-                "find": {"text": "needle"}}[tool]
+                "find": {"text": "needle"}, "read_page": {}}[tool]
         result = call(tools, tool, **args)
         assert result.is_error and "the page stopped answering" in result.content, result.content
+        assert result.content.startswith(f"Error: {tool}") and "read the page" not in result.content  # named once
         assert b.alive and call(tools, "read_page").url == s.url("l", "/plain.html")
 
 

@@ -910,7 +910,7 @@ class Browser:
     # ---- observation ------------------------------------------------------------------------------------------
     def observe(self) -> Observation:
         """The active tab as text, numbering its interactive elements afresh."""
-        return self._run("read the page", self._observe)
+        return self._run("read_page", self._observe)  # (the tool's name: its error is named once)
 
     def _observe(self) -> Observation:
         from playwright.sync_api import Error
