@@ -132,11 +132,12 @@ def test_an_editors_own_text_is_shown_as_its_value_where_the_snapshot_dropped_it
     """Playwright's snapshot drops the text a (contenteditable) textbox holds directly; given by ref, it is shown as
     the textbox's value, whitespace collapsed. A textbox with a value of its own (an <input>'s) keeps it."""
     snapshot = "\n".join(['- generic [active] [ref=e1]:', '  - textbox "Body" [ref=e2]',
-                           '  - textbox "To" [ref=e3]: ana@example.org', "  - textbox [ref=e4]"])
+                           '  - textbox "To" [ref=e3]: ana@example.org', "  - textbox [ref=e4]:",
+                           "    - generic [ref=e5] [cursor=pointer]: ana"])
     text, elements = render_snapshot(snapshot, (), {"e2": "Dear team,\n  the draft", "e3": "not this"})
     assert text == "\n".join(['- [1] textbox "Body": Dear team, the draft', '- [2] textbox "To": ana@example.org',
-                               "- [3] textbox"])
-    assert [e.ref for e in elements] == ["e2", "e3", "e4"]
+                               "- [3] textbox", "  - [4] generic: ana"])  # (a mention chip in an editor)
+    assert [e.ref for e in elements] == ["e2", "e3", "e4", "e5"]
 
 
 def test_cap_text_cuts_at_a_line_and_says_how_much() -> None:
@@ -766,6 +767,8 @@ def test_an_editable_area_without_a_role_is_numbered_typed_into_and_shows_its_te
         '<div contenteditable="true" aria-label="Message body"></div>'
         '<div contenteditable><p>Kept paragraph</p></div>'
         '<div role="textbox" contenteditable>Existing <b>draft</b> text</div>'
+        '<div contenteditable>First<br>second <strong>bold</strong> end</div>'
+        '<h2 contenteditable>Editable heading</h2><table><tr><td contenteditable>Cell</td></tr></table>'
         '<div contenteditable="false">Not editable</div><div>Plain text</div>')
     with FixtureSites(tmp_path) as s, Browser(STEADY) as b:
         tools = BrowserTools(b, None)
@@ -774,6 +777,9 @@ def test_an_editable_area_without_a_role_is_numbered_typed_into_and_shows_its_te
         assert re.search(r"\[\d+\] textbox: Existing draft text", page), page
         assert re.search(r"\[\d+\] textbox:?\n\s+- paragraph: Kept paragraph", page), page
         assert page.count("Kept paragraph") == 1 and "Not editable" in page and "Plain text" in page
+        # a line break at <br>; a <strong> shows its own text (not again in the value)
+        assert re.search(r"\[\d+\] textbox: First second end\n\s+- strong: bold\n", page), page
+        assert '- heading "Editable heading" [level=2]' in page and "cell" in page  # roles of their own kept
         assert not re.search(r"\[\d+\] \w+:? (Not editable|Plain text)", page), page
         typed = call(tools, "type", element=body, text="Dear team, see the report")
         assert not typed.is_error, typed.content

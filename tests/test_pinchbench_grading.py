@@ -286,6 +286,29 @@ def test_a_full_disk_while_copying_the_workspace_is_the_machines_failure(ws: Pat
         assert result.failed and result.error is not None and "cannot copy workspace" in result.error
 
 
+def test_a_run_sweeps_graders_copies_of_workspaces_and_chain_segments_but_never_an_agents_files(
+        tmp_path: Path) -> None:
+    """sweep_leftovers (a run's or `make judge`'s first step, under the run lock): the copies beside single
+    workspaces, and, in a workflow run, beside a chain's segment workspaces one level down; never a folder of that
+    name the agent made inside its own workspace."""
+    from harness.envs.pinchbench.domain import PinchBenchDomain
+    from harness.envs.pinchbench.workflow import PinchBenchWorkflows
+
+    out = tmp_path / "run"
+    single = out / "workspaces" / "task_a__run0"
+    agents = single / ".notes.grade-draft"  # the agent's own folder, in its workspace
+    chain = out / "workspaces" / "chain-k2-000__run0"
+    copies = [out / "workspaces" / ".task_a__run0.grade-x", chain / ".00_task_a.grade-y", out / ".regrade-z"]
+    for folder in (agents, chain / "00_task_a", *copies):
+        folder.mkdir(parents=True)
+        (folder / "f.txt").write_text("x")
+    removed = PinchBenchWorkflows.sweep_leftovers(object.__new__(PinchBenchWorkflows), out)
+    assert sorted(removed) == sorted(copies) and not any(p.exists() for p in copies)
+    assert agents.exists() and (chain / "00_task_a").exists()  # (a workflow run looks into chains' folders only)
+    (chain / ".00_task_a.grade-y").mkdir()  # a single-task run does not look into its episodes' folders
+    assert PinchBenchDomain.sweep_leftovers(object.__new__(PinchBenchDomain), out) == []
+
+
 def test_the_graders_copy_is_made_beside_the_workspace_and_a_killed_runs_copy_is_swept(
         ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The copy the grader reads is a hidden sibling of the workspace, in the run folder, not in the system's temp

@@ -118,26 +118,58 @@ _FETCH_JS = """async (_, [max, ms]) => {
 # Before each snapshot, in the round trip that asks whether the document has a body: an editable area with no role
 # (a contenteditable root: a mail body, a comment box) is not numbered by Playwright's snapshot, and not shown at
 # all when empty, so it is given role=textbox (an attribute set on the page: with `data-harness-text` below, the
-# only changes the harness makes to one). A textbox's own text (not inside a paragraph or other block) is dropped
-# by the snapshot (an <input>'s value is shown instead): it is read here, and the editors holding some are marked
-# `data-harness-text` so their refs can be looked up (Browser._editor_texts). Bounded (EDITABLE_MARKS editors,
-# EDITABLE_CHARS characters and 2,000 text nodes each); a page's own doing gives none, never a failed read.
-EDITABLE_MARKS, EDITABLE_CHARS = 20, 5_000
-EDITOR_LOOKUP_MS = 2_000  # an editor's ref lookup, at most (an action's timeout when shorter)
-_BODY_JS = ("(_, [most, chars]) => { const texts = []; try {"
-            " for (const e of document.querySelectorAll('[data-harness-text]')) e.removeAttribute('data-harness-text');"
-            " for (const e of document.querySelectorAll('[contenteditable]')) {"
-            " if (texts.length >= most) break;"
-            " if (!e.isContentEditable || (e.parentElement && e.parentElement.isContentEditable)) continue;"
-            " const role = e.getAttribute('role'); if (role === null) e.setAttribute('role', 'textbox');"
-            " else if (role !== 'textbox') continue;"
-            " const walk = document.createTreeWalker(e, NodeFilter.SHOW_TEXT); let own = '';"
-            " for (let n = walk.nextNode(), i = 0; n && i < 2000 && own.length < chars; n = walk.nextNode(), i++) {"
-            " let p = n.parentElement;"
-            " while (p && p !== e && ['inline', 'contents'].includes(getComputedStyle(p).display)) p = p.parentElement;"
-            " if (p === e) own += n.nodeValue; }"
-            " if (own.trim()) { e.setAttribute('data-harness-text', ''); texts.push(own.slice(0, chars)); } }"
-            " } catch (err) {} return [!!document.body, texts]; }")
+# only changes the harness makes to one); only an element with no role of its own (a <div>, <span>, <p>, ...): an
+# editable heading, cell or link stays one. A textbox's own text, the text no element of its own shows (a
+# paragraph, a link, a <strong>, as Playwright builds its tree), is dropped by the snapshot (an <input>'s value is
+# shown instead): it is read here, a line break at each <br> or block, and each editor holding some is marked
+# `data-harness-text=<its index>` so its ref can be looked up (Browser._editor_texts). Bounded: until EDITABLE_MARKS
+# editors hold such text, EDITABLE_CHARS characters and EDITABLE_NODES nodes read each (then cut, marked "[...]");
+# top document only (not frames, not shadow roots); a page's own doing gives none, never a failed read.
+EDITABLE_MARKS, EDITABLE_CHARS, EDITABLE_NODES = 20, 5_000, 2_000
+EDITOR_LOOKUP_MS = 2_000  # the editors' ref lookups in all, at most (an action's timeout when shorter)
+_BODY_JS = """(_, [most, chars, nodes]) => {
+  const texts = [];
+  const PLAIN = new Set(['DIV', 'SPAN', 'P', 'SECTION', 'ARTICLE', 'PRE', 'BLOCKQUOTE']);  // no role of their own
+  const ROLED = new Set(['A', 'STRONG', 'EM', 'CODE', 'MARK', 'DEL', 'S', 'INS', 'SUB', 'SUP', 'TIME', 'IMG',
+                         'BUTTON', 'INPUT', 'SELECT', 'TEXTAREA', 'METER', 'PROGRESS', 'OUTPUT', 'DFN', 'Q']);
+  const own = (n, e) => {  // whether the snapshot drops this text node of the textbox e (none of its own shows it)
+    for (let p = n.parentElement; p && p !== e; p = p.parentElement) {
+      const st = getComputedStyle(p), role = p.getAttribute('role');
+      if (st.display === 'none' || st.visibility === 'hidden' || p.getAttribute('aria-hidden') === 'true')
+        return false;
+      if (role === 'presentation' || role === 'none') continue;
+      if (st.display !== 'inline' || (role && role !== 'generic') || ROLED.has(p.tagName)
+          || p.childNodes.length !== 1) return false;
+    }
+    return true;
+  };
+  try {
+    for (const e of document.querySelectorAll('[data-harness-text]')) e.removeAttribute('data-harness-text');
+    for (const e of document.querySelectorAll('[contenteditable]')) {
+      if (texts.length >= most) break;
+      if (!e.isContentEditable || (e.parentElement && e.parentElement.isContentEditable)) continue;
+      const role = e.getAttribute('role');
+      if (role === null && PLAIN.has(e.tagName)) e.setAttribute('role', 'textbox');
+      else if (role !== 'textbox') continue;
+      const walk = document.createTreeWalker(e, NodeFilter.SHOW_ELEMENT | NodeFilter.SHOW_TEXT);
+      let text = '', gap = false, cut = false;
+      for (let n = walk.nextNode(), i = 0; n; n = walk.nextNode(), i++) {
+        if (i >= nodes || text.length >= chars) { cut = true; break; }
+        if (n.nodeType === 1) {
+          gap = gap || n.tagName === 'BR' || getComputedStyle(n).display !== 'inline';
+        } else if (n.nodeValue.trim() && own(n, e)) {
+          text += (gap && text ? '\\n' : '') + n.nodeValue;
+          gap = false;
+        }
+      }
+      if (text.trim()) {
+        e.setAttribute('data-harness-text', String(texts.length));
+        texts.push(cut ? text.slice(0, chars) + ' [...]' : text);
+      }
+    }
+  } catch (err) {}
+  return [!!document.body, texts];
+}"""
 _TARGET_JS = ("e => { const a = e.closest('a[href], area[href], form') || e.form;"
               " return a ? (a.getAttribute('target') || '') : ''; }")
 _OPTIONS_JS = ("e => e.tagName === 'SELECT' ?"
@@ -269,7 +301,6 @@ class _Node:
 _ITEM = re.compile(r"^( *)- (.*)$")
 _HEAD = re.compile(r'^(?P<role>[\w-]+)(?: "(?P<name>(?:[^"\\]|\\.)*)")?(?P<attrs>(?: \[[^\]]*\])*)$')
 _ATTR = re.compile(r"\[([^\]]*)\]")
-_REF = re.compile(r"\[ref=([^\]]+)\]")
 
 
 def render_pdf(pdf: pdftext.PdfText) -> str:
@@ -418,7 +449,7 @@ def _render(node: _Node, depth: int, inside: bool, lines: list[str], elements: l
             _render(child, depth + 1, inside, lines, elements, pre, texts)
         return
     attrs = _ATTR.findall(head.group("attrs") or "")
-    ref = next((a[4:] for a in attrs if a.startswith("ref=")), "")
+    ref = _ref(attrs)
     role, name = head.group("role"), head.group("name")
     numbered = bool(ref) and (role in INTERACTIVE_ROLES or ("cursor=pointer" in attrs and not inside))
     if role == "generic" and name is None and node.value is None and not numbered:  # a layout wrapper
@@ -435,8 +466,13 @@ def _render(node: _Node, depth: int, inside: bool, lines: list[str], elements: l
             text += f" -> {child.value}" if child.key == "/url" else f" {child.key[1:]}={json.dumps(child.value)}"
     value = node.value if node.value is not None or ref not in texts else collapsed(texts[ref])
     _emit(lines, depth, text, value, pre)
-    for child in node.children:
-        _render(child, depth + 1, inside or numbered, lines, elements, pre, texts)
+    for child in node.children:  # (an editor's own clickable parts, a mention chip, keep their numbers)
+        _render(child, depth + 1, inside or (numbered and role != "textbox"), lines, elements, pre, texts)
+
+
+def _ref(attrs: list[str]) -> str:
+    """A snapshot node's aria ref, from its bracketed attributes ("" when it has none)."""
+    return next((a[4:] for a in attrs if a.startswith("ref=")), "")
 
 
 def _join(key: str, value: str | None) -> str:
@@ -577,6 +613,7 @@ class Browser:
         self._notes: list[str] = []  # on the dialogs answered and downloads refused since the last take_notes()
         self._notes_more: dict[str, int] = {}  # and how many more of each kind (past DIALOG_NOTES)
         self._note_lock = threading.Lock()  # noted in the worker, taken in the caller's thread
+        self._downloads = 0  # downloads refused so far (a goto that is one waits for its own)
         self._pdfs: dict[Page, tuple[int, str, str]] = {}  # per tab: its loads, URL and text of the PDF it shows
         self._worker = _Worker()
         try:
@@ -846,16 +883,15 @@ class Browser:
         """A download the page started (a link to an attachment, a goto of one) is refused (the context keeps no
         downloads: no file of unbounded size is written) and noted for the call's result: a click on it did
         nothing visible, and the agent was not told why."""
+        self._downloads += 1
         self._note("download", download_note(download.suggested_filename, download.url))
 
-    def _await_download(self, page: Page) -> None:
+    def _await_download(self, page: Page, before: int) -> None:
         """The goto's failure came before its download event (it is delivered with a later message): waited for,
-        at most DOWNLOAD_EVENT_S, so this call's result has its note, not the next one's."""
+        at most DOWNLOAD_EVENT_S, unless one came since `before`, so this call's result has its note."""
         from playwright.sync_api import Error
 
-        with self._note_lock:
-            noted = any(n.startswith("The page started a download") for n in self._notes) or self._notes_more
-        if not noted:
+        if self._downloads == before:
             with contextlib.suppress(Error):  # (its TimeoutError too: no note then, the error line stands)
                 page.wait_for_event("download", timeout=DOWNLOAD_EVENT_S * 1000)
 
@@ -924,7 +960,8 @@ class Browser:
                 root = page.locator(":root")
                 # Playwright's page snapshot waits for a body (or frameset): an SVG document, or one stopped before
                 # its body, has none, and every read of it timed out as "keeps loading"
-                body, editors = root.evaluate(_BODY_JS, [EDITABLE_MARKS, EDITABLE_CHARS], timeout=timeout_ms)
+                body, editors = root.evaluate(_BODY_JS, [EDITABLE_MARKS, EDITABLE_CHARS, EDITABLE_NODES],
+                                              timeout=timeout_ms)
                 texts = self._editor_texts(page, editors, timeout_ms)  # before the page's snapshot (see there)
                 snapshot = (page if body else root).aria_snapshot(mode="ai", timeout=timeout_ms)
                 title, *scroll, preformatted, content_type = root.evaluate(_HEAD_JS, timeout=timeout_ms)
@@ -956,20 +993,27 @@ class Browser:
     @staticmethod
     def _editor_texts(page: Page, texts: list[str], timeout_ms: float) -> dict[str, str]:
         """Ref -> the text the snapshot dropped, of each editor _BODY_JS marked: its ref is the first line of its
-        own snapshot (Playwright keeps an element's ref across snapshots). Taken before the page's snapshot: an
-        action's `aria-ref=` resolves in the last snapshot taken, which must be the page's. One round trip per
-        editor with such text (most pages: none); one not shown (hidden, gone meanwhile) is left out."""
+        own snapshot (Playwright keeps an element's ref across snapshots), found by its index (an editor the page
+        removed meanwhile cannot shift the others' texts). Taken before the page's snapshot: an action's
+        `aria-ref=` resolves in the last snapshot taken, which must be the page's. One round trip per editor with
+        such text (most pages: none), EDITOR_LOOKUP_MS in all; one not shown (hidden, gone) is left out."""
         from playwright.sync_api import Error
 
-        marked, out = page.locator("[data-harness-text]"), {}
+        out: dict[str, str] = {}
+        deadline = time.monotonic() + min(timeout_ms, EDITOR_LOOKUP_MS) / 1000
         for i, text in enumerate(texts):
-            try:  # (a locator waits for its element: one the page removed meanwhile would wait out the timeout)
-                first = marked.nth(i).aria_snapshot(mode="ai", timeout=min(timeout_ms, EDITOR_LOOKUP_MS))
-            except Error:  # (its TimeoutError too) gone, or the page busy: the rest are left out as well
+            left = deadline - time.monotonic()
+            if left <= 0:
                 break
-            found = _REF.search(first.split("\n", 1)[0])
-            if found:
-                out[found.group(1)] = text
+            try:  # (a locator waits for its element: one removed meanwhile waits out what is left)
+                nodes = parse_snapshot(page.locator(f'[data-harness-text="{i}"]').aria_snapshot(
+                    mode="ai", timeout=left * 1000))
+            except Error:  # (its TimeoutError too) gone, doubled by the page, or the page busy
+                continue
+            head = _HEAD.match(nodes[0].key) if nodes else None
+            ref = _ref(_ATTR.findall(head.group("attrs") or "")) if head else ""
+            if ref:
+                out[ref] = text
         return out
 
     def _pdf_text(self, page: Page) -> str:
@@ -1045,12 +1089,13 @@ class Browser:
         return self._run(f"goto {target}", lambda: self._navigate(self._page(), target))
 
     def _navigate(self, page: Page, url: str) -> Observation:
+        downloads = self._downloads
         try:
             self._guard(f"could not open {url}", lambda: page.goto(url, wait_until=self._wait_until), page, nav=True)
         except ActionError as exc:  # Playwright's "Download is starting": the download's note says the rest
             if "Download is starting" not in str(exc):
                 raise
-            self._await_download(page)
+            self._await_download(page, downloads)
             raise ActionError(f"could not open {url}: it is a file to download, not a page") from None
         return self._observe()
 

@@ -429,10 +429,15 @@ class PinchBenchDomain:
         from harness.envs.pinchbench.judge_run import SCRATCH_PREFIX
 
         stale = [p for p in out_dir.glob(f"{SCRATCH_PREFIX}*") if p.is_dir() and not p.is_symlink()]
-        stale += grade_copies(out_dir / "workspaces")
+        stale += [copy for folder in self.workspace_folders(out_dir) for copy in grade_copies(folder)]
         for path in stale:
             free_leftover(path)
         return stale
+
+    def workspace_folders(self, out_dir: Path) -> list[Path]:
+        """The folders the run's workspaces are made in (a grader's copy is a sibling of its workspace): one here,
+        where an episode's folder is its workspace (never looked into: the agent's files)."""
+        return [out_dir / "workspaces"]
 
 
 def _pinch_ids(task: Task) -> list[str]:

@@ -25,6 +25,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness.envs.base import EpisodeContext, UserModel
 from harness.envs.pinchbench.domain import (
@@ -69,6 +70,9 @@ def draw_chains(pool: list[str], size: int, n_chains: int, seed: int) -> list[li
     return chains
 
 
+CHAIN_PREFIX = "chain-k"  # a chain's task id: chain-k<size>-<index>
+
+
 @dataclass
 class PinchBenchWorkflows(PinchBenchDomain):
     """`n_tasks` chains of `size` PinchBench tasks drawn from the selected ones (PinchBenchDomain's filters);
@@ -82,8 +86,14 @@ class PinchBenchWorkflows(PinchBenchDomain):
             raise InputError("n_tasks=null: a workflow run's n_tasks is its number of chains; give one "
                              "(e.g. n_tasks=10)")
         chains = draw_chains([t.id for t in chosen], self.size, self.n_tasks, self.chain_seed)
-        return [Task(f"chain-k{self.size}-{i:03d}", self.benchmark.by_id(c[0]).turns[0].prompt, {"chain": c})
+        return [Task(f"{CHAIN_PREFIX}{self.size}-{i:03d}", self.benchmark.by_id(c[0]).turns[0].prompt, {"chain": c})
                 for i, c in enumerate(chains)]
+
+    def workspace_folders(self, out_dir: Path) -> list[Path]:
+        """A chain's episode folder holds its segments' workspaces (`<chain>__run<r>/<p>_<task>`), graded one by
+        one: their copies are there."""
+        top = out_dir / "workspaces"
+        return [top, *(p for p in top.glob(f"{CHAIN_PREFIX}*__run*") if p.is_dir() and not p.is_symlink())]
 
     def episode(self, task: Task, user_factory: Callable[[Task], UserModel] | None,
                 context: EpisodeContext | None = None) -> PinchEpisode:
