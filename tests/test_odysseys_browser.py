@@ -1144,6 +1144,7 @@ def test_a_pdf_opened_in_the_browser_is_read_as_its_text(tools: BrowserTools, tm
         page = call(tools, "goto", url=s.url("r", "/index.html"))
         shown = call(tools, "click", element=number(page, 'link "Report"'))
         assert shown.url == s.url("r", "/report.pdf") and not shown.is_error
+        assert [h.path for h in s.log].count("/report.pdf") == 1  # its bytes from the viewer's copy, not again
         assert shown.content.endswith(
             "\n\n- PDF document, 3 pages (its text, read by pypdf):\n  - page 1:\n    - | Annual report\n"
             "    - | Revenue was $12.5 million in 2025.\n  - page 2:\n    - | Outlook\n    - | Costs fell by 4%.\n"

@@ -61,7 +61,7 @@ MAX_PREFORMATTED, MAX_PREFORMATTED_CHARS = 100, 200_000  # <pre> blocks read per
 MAX_PDF_BYTES = 50 * 2**20  # a PDF larger than this is not read
 PDF_NOT_ARCHIVED = ("it is read with browser.source=live only (a HAR archive keeps Chromium's viewer page, not the "
                     "PDF's bytes)")
-PDF_FETCH_S = 20.0  # a PDF's second download, at most (its reading by pypdf: action_timeout_s)
+PDF_FETCH_S = 20.0  # a PDF's bytes fetched again (cached or not), at most (its reading by pypdf: action_timeout_s)
 DIALOGS = ("accept", "dismiss")  # how a page's confirm, prompt and beforeunload dialogs are answered
 DIALOG_NOTES = 5  # dialogs (and downloads) a call's result describes (an alert() loop: the rest only counted)
 DIALOG_TEXT = 300  # characters of a dialog's message shown
@@ -97,12 +97,14 @@ _HEAD_JS = ("() => [document.title, Math.round(scrollY), innerHeight,"
             " const t = String(e.innerText ?? e.textContent ?? '');"
             " if (t.indexOf('\\n') >= 0) { out.push(t.slice(0, left)); left -= t.length; } }"
             " return out; } catch (err) { return []; } })(), document.contentType]")
-# a PDF document's bytes, fetched again from the page (browser.source=live), at most `max` bytes and `ms`
+# a PDF document's bytes, fetched again from the page (browser.source=live): from the browser's cache when it kept
+# the viewer's copy (not downloaded twice; a response it may not keep is), at most `max` bytes and `ms`
 # milliseconds: [status, size, base64 | null when larger | the error's text]
 _FETCH_JS = """async (_, [max, ms]) => {
   const ctl = new AbortController(), timer = setTimeout(() => ctl.abort(), ms);
   try {
-    const r = await fetch(location.href, {signal: ctl.signal}), reader = r.body.getReader(), chunks = [];
+    const r = await fetch(location.href, {signal: ctl.signal, cache: 'force-cache'}),  // the viewer's copy
+      reader = r.body.getReader(), chunks = [];
     for (let size = 0;;) {
       const {done, value} = await reader.read();
       if (done) break;
