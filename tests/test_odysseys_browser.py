@@ -768,6 +768,8 @@ def test_an_editable_area_without_a_role_is_numbered_typed_into_and_shows_its_te
         '<div contenteditable><p>Kept paragraph</p></div>'
         '<div role="textbox" contenteditable>Existing <b>draft</b> text</div>'
         '<div contenteditable>First<br>second <strong>bold</strong> end</div>'
+        '<div contenteditable>Old <s>struck</s> new</div>'  # (<s> has no role: its text is the editor's)
+        f'<div contenteditable>{"y" * 6000}</div>'
         '<h2 contenteditable>Editable heading</h2><table><tr><td contenteditable>Cell</td></tr></table>'
         '<div contenteditable="false">Not editable</div><div>Plain text</div>')
     with FixtureSites(tmp_path) as s, Browser(STEADY) as b:
@@ -780,6 +782,8 @@ def test_an_editable_area_without_a_role_is_numbered_typed_into_and_shows_its_te
         # a line break at <br>; a <strong> shows its own text (not again in the value)
         assert re.search(r"\[\d+\] textbox: First second end\n\s+- strong: bold\n", page), page
         assert '- heading "Editable heading" [level=2]' in page and "cell" in page  # roles of their own kept
+        assert re.search(r"\[\d+\] textbox: Old struck new\n", page), page
+        assert re.search(r"\[\d+\] textbox: y{5000} \[\.\.\.\]\n", page), page  # cut, and said so
         assert not re.search(r"\[\d+\] \w+:? (Not editable|Plain text)", page), page
         typed = call(tools, "type", element=body, text="Dear team, see the report")
         assert not typed.is_error, typed.content

@@ -120,53 +120,65 @@ _FETCH_JS = """async (_, [max, ms]) => {
 # Before each snapshot, in the round trip that asks whether the document has a body: an editable area with no role
 # (a contenteditable root: a mail body, a comment box) is not numbered by Playwright's snapshot, and not shown at
 # all when empty, so it is given role=textbox (an attribute set on the page: with `data-harness-text` below, the
-# only changes the harness makes to one); only an element with no role of its own (a <div>, <span>, <p>, ...): an
-# editable heading, cell or link stays one. A textbox's own text, the text no element of its own shows (a
-# paragraph, a link, a <strong>, as Playwright builds its tree), is dropped by the snapshot (an <input>'s value is
-# shown instead): it is read here, a line break at each <br> or block, and each editor holding some is marked
-# `data-harness-text=<its index>` so its ref can be looked up (Browser._editor_texts). Bounded: until EDITABLE_MARKS
-# editors hold such text, EDITABLE_CHARS characters and EDITABLE_NODES nodes read each (then cut, marked "[...]");
-# top document only (not frames, not shadow roots); a page's own doing gives none, never a failed read.
+# only changes the harness makes to one): an element with no role of its own (a <div>, <span>, a custom element;
+# and a <p>, <article>, <blockquote>, <section>), never <body>; an editable heading, cell or list item keeps its
+# role and is not numbered. A textbox's own text, which the snapshot drops (an <input>'s value is shown instead),
+# is read here by the snapshot's own rule (Playwright 1.65: an element gives a node of its own unless it is
+# presentational or a generic inline one whose only child is that text), a line break at each <br> or block, and
+# each editor holding some is marked `data-harness-text=<its index>` so its ref can be looked up
+# (Browser._editor_texts). Bounded: until EDITABLE_MARKS visible editors hold such text, EDITABLE_CHARS characters
+# each (then cut, marked "[...]"); an editor of more than EDITABLE_NODES nodes is not looked up (its own snapshot
+# would take seconds) and shows none; top document only (not frames or shadow roots); a page's own doing (a
+# replaced Set) gives none, never a failed read.
 EDITABLE_MARKS, EDITABLE_CHARS, EDITABLE_NODES = 20, 5_000, 2_000
 EDITOR_LOOKUP_MS = 2_000  # the editors' ref lookups in all, at most (an action's timeout when shorter)
 _BODY_JS = """(_, [most, chars, nodes]) => {
   const texts = [];
-  const PLAIN = new Set(['DIV', 'SPAN', 'P', 'SECTION', 'ARTICLE', 'PRE', 'BLOCKQUOTE']);  // no role of their own
-  const ROLED = new Set(['A', 'STRONG', 'EM', 'CODE', 'MARK', 'DEL', 'S', 'INS', 'SUB', 'SUP', 'TIME', 'IMG',
-                         'BUTTON', 'INPUT', 'SELECT', 'TEXTAREA', 'METER', 'PROGRESS', 'OUTPUT', 'DFN', 'Q']);
-  const own = (n, e) => {  // whether the snapshot drops this text node of the textbox e (none of its own shows it)
-    for (let p = n.parentElement; p && p !== e; p = p.parentElement) {
-      const st = getComputedStyle(p), role = p.getAttribute('role');
-      if (st.display === 'none' || st.visibility === 'hidden' || p.getAttribute('aria-hidden') === 'true')
-        return false;
-      if (role === 'presentation' || role === 'none') continue;
-      if (st.display !== 'inline' || (role && role !== 'generic') || ROLED.has(p.tagName)
-          || p.childNodes.length !== 1) return false;
-    }
-    return true;
-  };
   try {
+    const ROLED = new Set(['ARTICLE', 'ASIDE', 'BLOCKQUOTE', 'BUTTON', 'CAPTION', 'CODE', 'DATALIST', 'DD', 'DEL',
+      'DETAILS', 'DFN', 'DIALOG', 'DT', 'EM', 'FIELDSET', 'FIGURE', 'FOOTER', 'H1', 'H2', 'H3', 'H4', 'H5', 'H6',
+      'HEADER', 'HR', 'HTML', 'IMG', 'INPUT', 'INS', 'LI', 'MAIN', 'MARK', 'MATH', 'MENU', 'METER', 'NAV', 'OL',
+      'OPTGROUP', 'OPTION', 'OUTPUT', 'P', 'PROGRESS', 'SEARCH', 'SELECT', 'STRONG', 'SUB', 'SUP', 'SVG', 'TABLE',
+      'TBODY', 'TD', 'TEXTAREA', 'TFOOT', 'TH', 'THEAD', 'TIME', 'TR', 'UL']);  // Playwright's implicit roles
+    const TEXTLIKE = new Set(['P', 'ARTICLE', 'BLOCKQUOTE', 'SECTION']);  // roles a textbox may replace
+    const named = e => e.hasAttribute('aria-label') || e.hasAttribute('aria-labelledby') || e.hasAttribute('title');
+    const implicit = e => ROLED.has(e.tagName) || (['A', 'AREA'].includes(e.tagName) && e.hasAttribute('href'))
+      || (['SECTION', 'FORM'].includes(e.tagName) && named(e));
+    const own = (n, e) => {  // whether the snapshot drops this text node of the textbox e
+      for (let p = n.parentElement, first = true; p && p !== e; p = p.parentElement, first = false) {
+        const st = getComputedStyle(p), role = p.getAttribute('role');
+        if (st.display === 'none' || st.visibility !== 'visible') return false;  // not shown at all
+        if (role === 'presentation' || role === 'none') continue;
+        if (first && (role === null || role === 'generic') && !implicit(p) && p.childNodes.length === 1
+            && ['inline', 'contents'].includes(st.display)) continue;
+        return false;  // an element of its own shows it
+      }
+      return true;
+    };
     for (const e of document.querySelectorAll('[data-harness-text]')) e.removeAttribute('data-harness-text');
     for (const e of document.querySelectorAll('[contenteditable]')) {
       if (texts.length >= most) break;
       if (!e.isContentEditable || (e.parentElement && e.parentElement.isContentEditable)) continue;
       const role = e.getAttribute('role');
-      if (role === null && PLAIN.has(e.tagName)) e.setAttribute('role', 'textbox');
+      if (role === null && e.tagName !== 'BODY' && (!implicit(e) || TEXTLIKE.has(e.tagName)))
+        e.setAttribute('role', 'textbox');
       else if (role !== 'textbox') continue;
+      if (!e.getClientRects().length) continue;  // not shown: no slot taken
       const walk = document.createTreeWalker(e, NodeFilter.SHOW_ELEMENT | NodeFilter.SHOW_TEXT);
-      let text = '', gap = false, cut = false;
-      for (let n = walk.nextNode(), i = 0; n; n = walk.nextNode(), i++) {
-        if (i >= nodes || text.length >= chars) { cut = true; break; }
+      let text = '', gap = false, big = false;
+      for (let n = walk.nextNode(), i = 0; n && text.length <= chars; n = walk.nextNode(), i++) {
+        if (i >= nodes) { big = true; break; }
         if (n.nodeType === 1) {
-          gap = gap || n.tagName === 'BR' || getComputedStyle(n).display !== 'inline';
+          const d = getComputedStyle(n).display;
+          gap = gap || n.tagName === 'BR' || !['inline', 'contents', 'none'].includes(d);
         } else if (n.nodeValue.trim() && own(n, e)) {
           text += (gap && text ? '\\n' : '') + n.nodeValue;
           gap = false;
         }
       }
-      if (text.trim()) {
+      if (!big && text.trim()) {
         e.setAttribute('data-harness-text', String(texts.length));
-        texts.push(cut ? text.slice(0, chars) + ' [...]' : text);
+        texts.push(text.length > chars ? text.slice(0, chars) + ' [...]' : text);
       }
     }
   } catch (err) {}
