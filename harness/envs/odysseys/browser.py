@@ -141,7 +141,7 @@ _BODY_JS = """(_, [most, chars, nodes]) => {
       'OPTGROUP', 'OPTION', 'OUTPUT', 'P', 'PROGRESS', 'SEARCH', 'SELECT', 'STRONG', 'SUB', 'SUP', 'SVG', 'TABLE',
       'TBODY', 'TD', 'TEXTAREA', 'TFOOT', 'TH', 'THEAD', 'TIME', 'TR', 'UL']);  // Playwright's implicit roles
     const TEXTLIKE = new Set(['P', 'ARTICLE', 'BLOCKQUOTE', 'SECTION']);  // roles a textbox may replace
-    const named = e => e.hasAttribute('aria-label') || e.hasAttribute('aria-labelledby') || e.hasAttribute('title');
+    const named = e => e.hasAttribute('aria-label') || e.hasAttribute('aria-labelledby');  // as Playwright's
     const implicit = e => ROLED.has(e.tagName) || (['A', 'AREA'].includes(e.tagName) && e.hasAttribute('href'))
       || (['SECTION', 'FORM'].includes(e.tagName) && named(e));
     const own = (n, e) => {  // whether the snapshot drops this text node of the textbox e

@@ -650,8 +650,8 @@ def grade_copies(folder: Path) -> list[Path]:
 
 def free_leftover(path: Path) -> None:
     """A folder a killed process left behind (a grader's copy, a re-grade's scratch episode): what is mounted in
-    it first (a disk-capped workspace's image), then the folder. One that cannot be freed now (a mount still
-    busy) is logged and left for a later run: it never stops this one."""
+    it first (a disk-capped workspace's image), then the folder. One that cannot be freed now (an unmount that
+    fails or times out, even detached) is logged and left for a later run: it never stops this one."""
     try:
         for mount in _mounts_under(path):
             _unmount(mount)
