@@ -39,6 +39,18 @@ def test_another_endpoint_with_the_same_model_name_is_not_served_the_first_ones_
     assert len(entries(tmp_path)) == 2
 
 
+def test_a_server_the_runner_starts_is_keyed_by_its_model_not_its_port(tmp_path: Path) -> None:
+    """model=local's server gets a new port each run (harness.backends.local): its replies are still replayed."""
+    with SimServer() as a, SimServer() as b:
+        first = model(a.base_url, tmp_path)
+        first.serve = True
+        first.generate(MESSAGES, [])
+        again = model(b.base_url, tmp_path)
+        again.serve = True
+        assert again.generate(MESSAGES, []).cached and b.requests == 0
+    assert len(entries(tmp_path)) == 1
+
+
 def test_the_key_is_stored_in_the_entry_and_never_the_url_or_the_api_key(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HARNESS_CACHE_KEY", "sk-cache-SECRET-1234")
