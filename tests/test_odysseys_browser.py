@@ -764,14 +764,16 @@ def test_an_editable_area_without_a_role_is_numbered_typed_into_and_shows_its_te
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "compose.html").write_text(
         "<title>Compose</title><h1>New message</h1>"
-        '<div contenteditable="true" aria-label="Message body"></div>'
+        + "".join(f'<div contenteditable style="display:none">Hidden draft {i}</div>' for i in range(20))
+        + '<div contenteditable="true" aria-label="Message body"></div>'
         '<div contenteditable><p>Kept paragraph</p></div>'
         '<div role="textbox" contenteditable>Existing <b>draft</b> text</div>'
         '<div contenteditable>First<br>second <strong>bold</strong> end</div>'
         '<div contenteditable>Old <s>struck</s> new</div>'  # (<s> has no role: its text is the editor's)
         f'<div contenteditable>{"y" * 6000}</div>'
         '<h2 contenteditable>Editable heading</h2><table><tr><td contenteditable>Cell</td></tr></table>'
-        '<div contenteditable="false">Not editable</div><div>Plain text</div>')
+        '<div contenteditable="false">Not editable</div><div>Plain text</div>'
+        f'<div contenteditable>Big start{"<br>" * 2001}</div>')
     with FixtureSites(tmp_path) as s, Browser(STEADY) as b:
         tools = BrowserTools(b, None)
         page = call(tools, "goto", url=s.url("r", "/compose.html")).content
@@ -785,6 +787,9 @@ def test_an_editable_area_without_a_role_is_numbered_typed_into_and_shows_its_te
         assert re.search(r"\[\d+\] textbox: Old struck new\n", page), page
         assert re.search(r"\[\d+\] textbox: y{5000} \[\.\.\.\]\n", page), page  # cut, and said so
         assert not re.search(r"\[\d+\] \w+:? (Not editable|Plain text)", page), page
+        # hidden editors take none of the 20 slots (the values above); one of > 2,000 nodes is not looked up
+        assert "Hidden draft" not in page and re.search(r"\[\d+\] textbox\n", page), page
+        assert "Big start" not in page, page
         typed = call(tools, "type", element=body, text="Dear team, see the report")
         assert not typed.is_error, typed.content
         assert f'[{body}] textbox "Message body": Dear team, see the report' in typed.content, typed.content
