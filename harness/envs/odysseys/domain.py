@@ -32,7 +32,6 @@ from harness.outcome import FAILED
 from harness.types import ImagePart, Message, Score, Task, ToolCall, ToolSpec, Usage
 
 ROOT = Path(__file__).resolve().parents[3]
-STEP_BUDGET = 100  # upstream's step budget (SOURCE.md): set max_steps=100
 SYSTEM_PROMPT = """You are a web agent operating a real browser to complete the user's task, which may span \
 several websites. Each tool returns the current page as text: its URL and title, the open tabs, and the page's \
 interactive elements numbered like [12] link "Cart" — use those numbers with click, type and select. Open new \
