@@ -30,8 +30,9 @@ Reading (`read_steps`) follows upstream's judge: rows are grouped by `step_num`;
 `action` plus its arguments as sorted JSON (without an `action` key), or its `action_line` when `action` is empty
 or `screenshot`, distinct texts joined by " -> "; its response, screenshot and url are the last non-empty ones.
 Checked against upstream's script itself (only its API client replaced by a fake): it finds such a run folder's
-episodes, skips an unfinished one, reads the task ids from the folder names and sends, rubric by rubric, prompts
-identical to judge.py's (which add `URL:` lines only when urls were recorded).
+episodes, skips an unfinished one, reads the task ids from the folder names and sends, rubric by rubric, the prompts
+judge.py sends without `URL:` lines (judge.py adds them when urls were recorded, as a harness run's are; upstream's
+script does not read them).
 """
 
 from __future__ import annotations
