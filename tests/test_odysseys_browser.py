@@ -1117,6 +1117,22 @@ def test_a_download_is_refused_and_the_agent_is_told(tmp_path: Path) -> None:
 
 
 @pytest.mark.browser
+def test_a_site_is_told_what_a_visible_chrome_tells_it(tools: BrowserTools, tmp_path: Path) -> None:
+    """Upstream's agent drives a visible Chrome; headless Chromium under Playwright said navigator.webdriver=true and
+    "HeadlessChrome" in its user agent (header and script), which a live site's bot check reads."""
+    (tmp_path / "u").mkdir()
+    (tmp_path / "u" / "who.html").write_text(
+        "<title>Who</title><p id=o></p><script>document.getElementById('o').textContent ="
+        " 'webdriver ' + navigator.webdriver + ' agent ' + navigator.userAgent</script>")
+    with FixtureSites(tmp_path) as s:
+        page = call(tools, "goto", url=s.url("u", "/who.html")).content
+        header = next(h.user_agent for h in s.log if h.path == "/who.html")
+    shown = re.search(r"webdriver (\w+) agent (.+)", page)
+    assert shown and shown.group(1) == "false" and shown.group(2) == header, page
+    assert re.search(r" Chrome/\d+\.0\.0\.0 ", header) and "Headless" not in header, header
+
+
+@pytest.mark.browser
 def test_a_plain_text_document_and_a_pre_block_keep_their_lines(tools: BrowserTools, tmp_path: Path) -> None:
     """A CSV or robots.txt opened in the browser, and a code block, read as one line each before (the snapshot
     collapses whitespace): 'name,price kettle,20 cup,3'."""
@@ -1186,3 +1202,17 @@ def test_a_pdf_in_record_and_replay_says_its_text_is_read_live_only_and_the_arch
     assert shown[0] == shown[1] and shown[0].endswith(
         "\n\n- PDF document: its text is not shown: it is read with browser.source=live only (a HAR archive keeps "
         "Chromium's viewer page, not the PDF's bytes)"), shown
+
+
+@pytest.mark.browser  # (Chromium's version gives the default)
+def test_a_user_agent_of_the_users_own_replaces_the_visible_chromes(tmp_path: Path) -> None:
+    """browser.extra_args' `--user-agent=` is the only one Chromium is given (which of two it takes is its own rule)."""
+    from types import SimpleNamespace
+
+    def agents(extra: tuple[str, ...]) -> list[str]:
+        owner = SimpleNamespace(config=BrowserConfig(extra_args=extra), _profile=tmp_path, archive=None)
+        return [a for a in Browser._launch_options(owner)["args"] if a.startswith("--user-agent=")]  # type: ignore[arg-type]
+
+    assert agents(("--user-agent=Mine/1.0",)) == ["--user-agent=Mine/1.0"]
+    (default,) = agents(())
+    assert "Chrome/" in default and "Headless" not in default

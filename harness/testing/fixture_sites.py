@@ -42,6 +42,7 @@ class Hit:
     method: str
     path: str
     body: str = ""
+    user_agent: str = ""  # its User-Agent header
 
 
 class FixtureSites:
@@ -184,7 +185,7 @@ class _SiteHandler(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode("utf-8", "replace")
         site = self.owner.site_of(self.name, self.headers.get("Host"))
         parts = urlsplit(self.path)
-        self.owner._record(Hit(site or "?", self.command, self.path, body))
+        self.owner._record(Hit(site or "?", self.command, self.path, body, self.headers.get("User-Agent", "")))
         if parts.path.startswith(STALL_PREFIX):
             self.owner.closing.wait()  # never answers while the sites are up
             self.close_connection = True

@@ -31,10 +31,12 @@ import base64
 import contextlib
 import json
 import os
+import platform
 import queue
 import re
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -72,6 +74,10 @@ SETUP_HINT = "run `make browser-deps` (apt-get install -y chromium)"
 CHROMIUM_ARGS = ("--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--disable-breakpad", "--disable-crash-reporter")
+# Upstream's agent drives a visible Chrome (Odysseys' README: OSWorld's runner). Headless Chromium under Playwright
+# tells every site otherwise (navigator.webdriver, "HeadlessChrome" in its user agent), which invites the bot checks
+# that end a live task; these flags say what a visible Chrome says. A user agent in browser.extra_args wins.
+AS_VISIBLE_CHROME = ("--disable-blink-features=AutomationControlled",)
 # Replay: every request is answered by a route; one that escapes goes to a proxy that is not there.
 NO_NETWORK_ARGS = ("--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>")
 # Roles an agent can act on (WAI-ARIA widget roles); options of a list are chosen with select(), not numbered.
@@ -528,6 +534,25 @@ def descendants(table: dict[int, Proc], roots: set[int]) -> set[int]:
     return found
 
 
+_AGENTS: dict[str, tuple[str, ...]] = {}
+
+
+def user_agent_args(executable: str) -> tuple[str, ...]:
+    """`--user-agent=` with the user agent a visible Chrome of this Chromium's version sends (the reduced form,
+    Chrome/<major>.0.0.0, as headless sends too, without "Headless"); none when its version cannot be read."""
+    if executable not in _AGENTS:
+        try:
+            out = subprocess.run([executable, "--version"], capture_output=True, text=True, timeout=30,
+                                 check=False).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        major = re.search(r"\b(\d+)\.\d+\.\d+\.\d+\b", out)
+        system = f"X11; Linux {platform.machine()}"
+        _AGENTS[executable] = (f"--user-agent=Mozilla/5.0 ({system}) AppleWebKit/537.36 (KHTML, like Gecko) "
+                               f"Chrome/{major.group(1)}.0.0.0 Safari/537.36",) if major else ()
+    return _AGENTS[executable]
+
+
 def chromium_processes(ancestor: int | None = None, marker: str | None = None) -> list[Proc]:
     """Live (not zombie) Chromium processes below `ancestor`, or whose command line contains `marker`, and their
     descendants. Tests use it to prove that nothing is left running."""
@@ -660,7 +685,9 @@ class Browser:
 
     def _launch_options(self) -> dict[str, Any]:
         c = self.config
-        args = [*CHROMIUM_ARGS, *(NO_NETWORK_ARGS if c.source == "replay" else ()), *c.extra_args]
+        agent = () if any(a.startswith("--user-agent=") for a in c.extra_args) else user_agent_args(c.executable)
+        args = [*CHROMIUM_ARGS, *AS_VISIBLE_CHROME, *agent, *(NO_NETWORK_ARGS if c.source == "replay" else ()),
+                *c.extra_args]
         # Chromium's crash handler and caches go under the profile too: nothing outside it, and every process
         # of this browser has the profile path on its command line (how close() finds them).
         # TMPDIR too: Chromium keeps its singleton socket there, left behind by every killed browser (_launch makes it)
