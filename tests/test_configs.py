@@ -164,10 +164,11 @@ def test_n_tasks_defaults_per_benchmark_and_reaches_each_domain() -> None:
 def test_the_step_budget_is_the_benchmarks_whatever_the_experiment() -> None:
     """Odysseys' 100 steps (upstream's) and PinchBench's safety caps were set by their own experiments only: `make run
     CONFIG=waac ARGS='env=odysseys ...'` (docs/methods.md) ran Odysseys with the expense benchmark's 60."""
-    expected = {(): 60, ("experiment=waac",): 60, ("experiment=odysseys",): 100, ("experiment=waac", "env=odysseys"): 100,
-                ("experiment=c3", "env=odysseys"): 100, ("experiment=waac", "env=pinchbench"): 1000,
-                ("experiment=pinchbench",): 1000, ("experiment=masking", "env=pinchbench_workflow"): 16000,
-                ("experiment=pinchbench_workflow",): 16000, ("experiment=waac", "env=odysseys", "max_steps=7"): 7}
+    expected = {(): 60, ("experiment=waac",): 60, ("experiment=odysseys",): 100,
+                ("experiment=waac", "env=odysseys"): 100, ("experiment=c3", "env=odysseys"): 100,
+                ("experiment=waac", "env=pinchbench"): 1000, ("experiment=pinchbench",): 1000,
+                ("experiment=masking", "env=pinchbench_workflow"): 16000, ("experiment=pinchbench_workflow",): 16000,
+                ("experiment=waac", "env=odysseys", "max_steps=7"): 7}
     assert {o: load(*o).max_steps for o in expected} == expected
 
 
