@@ -92,6 +92,18 @@ def test_prompt_is_upstreams_for_one_rubric_item() -> None:
     assert action_history([]) == "No actions recorded."
 
 
+def test_the_open_tabs_are_shown_where_they_changed() -> None:
+    """Upstream's screenshots show the window's tab strip and ours do not: the history says which tabs were open, at
+    the first step that recorded them and wherever they changed (an error step records none: nothing is shown)."""
+    a, ab = "[0] A (active)", "[0] A | [1] B (active)"
+    steps = [Step(1, "goto a", tabs=a), Step(2, "scroll", tabs=a), Step(3, "tab_open b", tabs=ab),
+             Step(4, "click [9]"), Step(5, "click [3]", tabs=ab), Step(6, "tab_close 1", tabs=a)]
+    history = action_history(steps)
+    assert history == ("1. Action: goto a\nTabs: [0] A (active)\n2. Action: scroll\n"
+                       "3. Action: tab_open b\nTabs: [0] A | [1] B (active)\n4. Action: click [9]\n"
+                       "5. Action: click [3]\n6. Action: tab_close 1\nTabs: [0] A (active)"), history
+
+
 @pytest.mark.parametrize(("reply", "parsed"), [
     ('Thoughts: saw it\nStatus: "success"', ("success", "saw it")),
     ("thoughts: nope\nstatus: FAILURE", ("failure", "thoughts: nope\nstatus: FAILURE")),  # upstream: Thoughts: cased

@@ -23,7 +23,7 @@ from harness.envs.odysseys.layout import (
 )
 from harness.types import Message, ToolCall
 
-FIELDS = ["step_num", "action", "arguments", "response", "screenshot_file", "action_line", "final", "url"]
+FIELDS = ["step_num", "action", "arguments", "response", "screenshot_file", "action_line", "final", "url", "tabs"]
 
 
 def history() -> list[Message]:
@@ -47,20 +47,20 @@ def test_rows_carry_upstream_fields_per_tool_call_and_the_final_answer(tmp_path:
     outside = tmp_path / "elsewhere.png"
     outside.write_bytes(b"png2")
     write_episode(folder, history(), screenshots={"c1": inside, "c2": str(outside), "c3": tmp_path / "gone.png"},
-                  urls={"c1": "http://a.test/", "c2": "http://a.test/b"})
+                  urls={"c1": "http://a.test/", "c2": "http://a.test/b"}, tabs={"c2": "[0] A (active)"})
     rows = read_rows(folder)
     assert all(list(row) == FIELDS for row in rows)
     assert rows == [
         {"step_num": 1, "action": "goto", "arguments": {"url": "http://a.test/"}, "response": "Searching first.",
          "screenshot_file": "step1.png", "action_line": 'goto({"url": "http://a.test/"})', "final": False,
-         "url": "http://a.test/"},
+         "url": "http://a.test/", "tabs": ""},
         {"step_num": 1, "action": "click", "arguments": {"element": 3}, "response": "Searching first.",
          "screenshot_file": "shots/step001_elsewhere.png", "action_line": 'click({"element": 3})', "final": False,
-         "url": "http://a.test/b"},
+         "url": "http://a.test/b", "tabs": "[0] A (active)"},
         {"step_num": 2, "action": "type", "arguments": {}, "response": "", "screenshot_file": "",
-         "action_line": 'type({"element": 5, "text": "x")', "final": False, "url": ""},
+         "action_line": 'type({"element": 5, "text": "x")', "final": False, "url": "", "tabs": ""},
         {"step_num": 3, "action": "", "arguments": {}, "response": "The price is $5.", "screenshot_file": "",
-         "action_line": "", "final": True, "url": ""},
+         "action_line": "", "final": True, "url": "", "tabs": ""},
     ]
     assert (folder / "shots" / "step001_elsewhere.png").read_bytes() == b"png2"  # copied in: self-contained
     assert (folder / "result.txt").read_text() == "0\n" and is_complete(folder)
@@ -76,10 +76,10 @@ def test_an_unfinished_episode_has_no_result_txt(tmp_path: Path) -> None:
 
 
 def test_reading_groups_rows_by_step_as_upstreams_judge(tmp_path: Path) -> None:
-    folder = write_episode(tmp_path / "e", history(), urls={"c2": "http://a.test/b"})
+    folder = write_episode(tmp_path / "e", history(), urls={"c2": "http://a.test/b"}, tabs={"c1": "[0] A (active)"})
     assert read_steps(folder) == [
         Step(1, 'goto {"url": "http://a.test/"} -> click {"element": 3}', "Searching first.", "",
-             "http://a.test/b", False),
+             "http://a.test/b", False, "[0] A (active)"),
         Step(2, "type", "", "", "", False),
         Step(3, "", "The price is $5.", "", "", True),
     ]

@@ -95,6 +95,8 @@ def test_a_two_site_task_runs_and_is_judged_per_rubric_exactly(recorded: tuple[P
     assert [s["action"] for s in steps if not s["final"]] == ["goto", "find", "tab_open"] and steps[-1]["final"]
     acted = [s for s in steps if not s["final"]]
     assert (folder / "result.txt").exists() and all((folder / s["screenshot_file"]).is_file() for s in acted)
+    # the open tabs after each call, for the judge (its screenshots show no tab strip): a second after tab_open
+    assert [s["tabs"].count(" | ") + 1 for s in acted] == [1, 1, 2] and acted[-1]["tabs"].endswith("(active)"), acted
     assert (tmp / "har" / f"{TASK}.har").exists()
     manifest = json.loads((tmp / "record" / "manifest.json").read_text())  # which task file and observation
     assert manifest["provenance"] == {"odysseys_version": row.odysseys_version,

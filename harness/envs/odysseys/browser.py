@@ -299,11 +299,15 @@ class Observation:
     elements: tuple[Element, ...] = ()
     scroll: tuple[int, int, int] = (0, 0, 0)
 
+    def tabs_line(self) -> str:
+        """The open tabs, the active one marked: `[0] Title | [1] Other (active)`."""
+        return " | ".join(f"[{i}] {t}" + (" (active)" if i == self.active_tab else "") for i, t in enumerate(self.tabs))
+
     def head(self) -> str:
         """URL, title, tabs and scroll position: what a screenshot of the viewport does not show."""
-        tabs = " | ".join(f"[{i}] {t}" + (" (active)" if i == self.active_tab else "") for i, t in enumerate(self.tabs))
         y, height, total = self.scroll
-        return f"URL: {self.url}\nTitle: {self.title}\nTabs: {tabs}\nScroll: {y}-{y + height} of {total} px"
+        return (f"URL: {self.url}\nTitle: {self.title}\nTabs: {self.tabs_line()}\n"
+                f"Scroll: {y}-{y + height} of {total} px")
 
     def text(self) -> str:
         return (f"{self.head()}\n"

@@ -110,7 +110,8 @@ class OdysseysEpisode:
         if self.folder is not None:
             shots = {k: r.screenshot_file for k, r in self.env.records.items() if r.screenshot_file}
             urls = {k: r.url for k, r in self.env.records.items() if r.url}
-            write_episode(self.folder, history, shots, urls, complete=complete)
+            tabs = {k: r.tabs for k, r in self.env.records.items() if r.tabs}
+            write_episode(self.folder, history, shots, urls, complete=complete, tabs=tabs)
             if complete:
                 steps = read_steps(self.folder)
                 judgments = self.judge.judge_episode(self.odyssey, steps, self.folder)

@@ -10,6 +10,9 @@ says success (upstream: satisfied anywhere in the trajectory; the prompt says so
 Where we differ, and why:
 - Each history line also shows the page URL after the step (`URL: ...`) when the run recorded one: upstream's
   judges read it off the screenshots' address bar, a text-only judge has no other way to see where the agent was.
+  Likewise the open tabs (`Tabs: [0] Title | [1] Title (active)`), at the first step that recorded them and at each
+  step where they changed: upstream's screenshots show the window's tab strip, ours the page alone, and many
+  rubric items ask for pages left open in tabs.
 - Screenshots are sent only to a backend that declares `multimodal = True` (a declared capability, never guessed
   from the model's name; Odysseys' default judge, configs/judge/gemini.yaml, declares it) and offers
   `generate_with_images(messages, images)` (`ImageBackend`; `image_parts` builds the OpenAI content parts it
@@ -104,12 +107,16 @@ class RubricJudgment:
 # ---- the prompt ------------------------------------------------------------------------------------------------
 
 def action_history(steps: Sequence[Step]) -> str:
-    """Numbered steps (upstream's `Full Action History`): `i. Response: ...` / `Action: ...`, plus `URL: ...`
-    (ours, see the module docstring); a step with none of them keeps its number but prints nothing."""
-    lines = []
+    """Numbered steps (upstream's `Full Action History`): `i. Response: ...` / `Action: ...`, plus `URL: ...` and
+    `Tabs: ...` when they changed (ours, see the module docstring); a step with none of them keeps its number but
+    prints nothing."""
+    lines, shown_tabs = [], ""
     for i, step in enumerate(steps, start=1):
+        tabs = step.tabs.strip() if step.tabs.strip() != shown_tabs else ""
+        shown_tabs = step.tabs.strip() or shown_tabs
         parts = [f"{label}: {value.strip()}" for label, value in
-                 (("Response", step.response), ("Action", step.action), ("URL", step.url)) if value.strip()]
+                 (("Response", step.response), ("Action", step.action), ("URL", step.url), ("Tabs", tabs))
+                 if value.strip()]
         if parts:
             lines.append(f"{i}. " + "\n".join(parts))
     return "\n".join(lines) if lines else "No actions recorded."

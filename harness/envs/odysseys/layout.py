@@ -5,7 +5,8 @@ A run folder holds `<run_dir>/odysseys/run<r>/<task_id>/` per episode (OSWorld's
 by the task id, and upstream's judge takes the task id from the folder's name: `<task_id>__run<r>` would not
 parse there), with
 - `steps.jsonl`: one JSON line per row, fields `step_num`, `action`, `arguments`, `response`, `screenshot_file`,
-  `action_line`, `final` (upstream's), and `url` (ours: the page after the action; upstream ignores unknown keys);
+  `action_line`, `final` (upstream's), and `url` and `tabs` (ours: the page and the open tabs after the action;
+  upstream ignores unknown keys);
 - `result.txt`: a number, written last. Upstream's judge grades only folders whose result.txt is numeric (a
   finished run). OSWorld writes its evaluator's result there, and the evaluator upstream's task converter
   configures (`infeasible`) gives 0 unless the agent declared the task infeasible, which our agents cannot do:
@@ -17,8 +18,8 @@ How a harness history maps onto it (`layout_rows`):
 - each of its tool calls is one row: `action` = the tool's name, `arguments` = the call's JSON object (a call whose
   arguments are not a JSON object keeps them as written in `action_line` and has `arguments` {}), `response` = the
   assistant's text beside the calls (repeated on each row of the step; upstream keeps it once), `action_line` =
-  `name(arguments as written)`, `screenshot_file` and `url` = what the environment recorded after that call
-  (`screenshots` / `urls`, keyed by tool-call id), `final` = false;
+  `name(arguments as written)`, `screenshot_file`, `url` and `tabs` = what the environment recorded after that call
+  (`screenshots` / `urls` / `tabs`, keyed by tool-call id), `final` = false;
 - an assistant message without tool calls is one row with `action` "" and its text as `response`; the last
   one of the history, the agent's answer, has `final` = true;
 - system, user and tool messages are not rows (the judge gets the task on its own; upstream's steps hold no
@@ -72,6 +73,7 @@ class Step:
     screenshot: str = ""  # as written in steps.jsonl: resolve with `screenshot_path`
     url: str = ""
     final: bool = False
+    tabs: str = ""  # the open tabs after the step (ours, like url)
 
 
 # --- folder names ------------------------------------------------------------------------------------------------
@@ -89,24 +91,25 @@ def parse_episode_dir(folder: Path) -> tuple[str, int] | None:
 # --- writing -----------------------------------------------------------------------------------------------------
 
 def layout_rows(history: Sequence[Message], screenshots: Mapping[str, str | Path] | None = None,
-                urls: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+                urls: Mapping[str, str] | None = None, tabs: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """The steps.jsonl rows of a history (see the module docstring); screenshot paths are kept as given."""
-    screenshots, urls = screenshots or {}, urls or {}
+    screenshots, urls, tabs = screenshots or {}, urls or {}, tabs or {}
     turns = [m for m in history if m.role == "assistant"]
     rows: list[dict[str, Any]] = []
     for step_num, message in enumerate(turns, start=1):
         if not message.tool_calls:
-            rows.append(_row(step_num, "", {}, message.content, "", "", "", final=step_num == len(turns)))
+            rows.append(_row(step_num, "", {}, message.content, "", "", "", "", final=step_num == len(turns)))
         for call in message.tool_calls:
             rows.append(_row(step_num, call.name, _arguments(call), message.content, f"{call.name}({call.arguments})",
-                             str(screenshots.get(call.id, "")), urls.get(call.id, ""), final=False))
+                             str(screenshots.get(call.id, "")), urls.get(call.id, ""), tabs.get(call.id, ""),
+                             final=False))
     return rows
 
 
 def _row(step_num: int, action: str, arguments: dict[str, Any], response: str, action_line: str, screenshot: str,
-         url: str, final: bool) -> dict[str, Any]:
+         url: str, tabs: str, final: bool) -> dict[str, Any]:
     return {"step_num": step_num, "action": action, "arguments": arguments, "response": response,
-            "screenshot_file": screenshot, "action_line": action_line, "final": final, "url": url}
+            "screenshot_file": screenshot, "action_line": action_line, "final": final, "url": url, "tabs": tabs}
 
 
 def _arguments(call: ToolCall) -> dict[str, Any]:
@@ -117,11 +120,12 @@ def _arguments(call: ToolCall) -> dict[str, Any]:
 
 
 def write_episode(folder: Path, history: Sequence[Message], screenshots: Mapping[str, str | Path] | None = None,
-                  urls: Mapping[str, str] | None = None, complete: bool = True) -> Path:
+                  urls: Mapping[str, str] | None = None, complete: bool = True,
+                  tabs: Mapping[str, str] | None = None) -> Path:
     """Write `steps.jsonl` (and `result.txt` when the episode finished) into `folder`; returns the folder. A rerun
     of the episode replaces both (an unfinished rerun removes an older result.txt)."""
     folder = Path(folder)
-    rows = [_with_local_screenshot(folder, row) for row in layout_rows(history, screenshots, urls)]
+    rows = [_with_local_screenshot(folder, row) for row in layout_rows(history, screenshots, urls, tabs)]
     atomic_write(folder / STEPS_FILE, "".join(json_text(row) + "\n" for row in rows))
     if complete:
         atomic_write(folder / RESULT_FILE, "0\n")  # last: a folder with result.txt is whole (module docstring)
@@ -207,7 +211,7 @@ def _step(num: int, rows: list[dict[str, Any]]) -> Step:
         if text and text not in actions:
             actions.append(text)
     return Step(num, " -> ".join(actions), _last(rows, "response"), _last(rows, "screenshot_file", "screenshot"),
-                _last(rows, "url"), any(row.get("final") is True for row in rows))
+                _last(rows, "url"), any(row.get("final") is True for row in rows), _last(rows, "tabs"))
 
 
 def action_text(row: dict[str, Any]) -> str:

@@ -107,6 +107,7 @@ class BrowserResult:
     step: int = 0
     screenshot_note: str = ""
     images: tuple[ImagePart, ...] = ()  # the screenshot shown to the agent (browser.observation=screenshot|both)
+    tabs: str = ""  # the open tabs after the call (Observation.tabs_line; "" after an error: not observed)
 
     def record(self) -> dict[str, Any]:
         """Everything but the content (and the images' bytes), for a transcript line."""
@@ -142,11 +143,13 @@ class BrowserTools:
         self.step += 1
         misses_before = len(self.browser.archive_misses)
         handler = self._handlers.get(call.name)
+        tabs = ""
         try:
             if handler is None:
                 raise ArgumentError(f"unknown tool '{call.name}'; available tools: {', '.join(self._handlers)}")
             header, observation = handler(call.parsed_arguments())
             page = observation.head() if self.mode == "screenshot" else observation.text()
+            tabs = observation.tabs_line()
             text, is_error = f"{header}\n\n{page}", False
         except (ActionError, ValueError) as exc:  # ArgumentError and malformed JSON arguments are ValueErrors
             text, is_error = f"Error: {_named(call.name, str(exc))}", True
@@ -170,7 +173,7 @@ class BrowserTools:
         elif note and self.mode != "aria":
             content += f"\n(no screenshot: {note})"
         return BrowserResult(content, is_error, self.browser.url(), shot, truncated, len(text), self.cap, misses,
-                             self.step, note, images)
+                             self.step, note, images, tabs)
 
     def _screenshot(self) -> tuple[str | None, ActionError | None]:
         if self.screenshots_dir is None:
