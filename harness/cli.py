@@ -16,6 +16,7 @@ Exit status: 0; 2 for a mistake in the command; 130 stopped (resume with the sam
 from __future__ import annotations
 
 import atexit
+import contextlib
 import difflib
 import os
 import signal
@@ -77,8 +78,9 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from harness import scratch
 from harness.build import build_domain, check_policy_model
 from harness.config import BENCHMARK_SETTINGS, MAKE_VARS, RENAMED, RunConfig, misnamed_make_variable
-from harness.errors import InputError, one_line
-from harness.resume import check_shape, folder_problem
+from harness.errors import EXIT_INPUT, InputError, one_line
+from harness.io import atomic_write
+from harness.resume import HYDRA_DIR, HYDRA_RECORD, check_shape, folder_problem, run_file_problem
 from harness.run import CONFIG_DIR, FRESH_OUT_DIR, FRESH_TOP, judge_status, main, record_jobs
 from harness.sweep import installed, missing_launcher
 
@@ -417,9 +419,29 @@ def run_once(overrides: list[str]) -> None:
             out = Path(cfg.out_dir).absolute()
             os.environ[FRESH_OUT_DIR] = str(out)
             os.environ[FRESH_TOP] = str(next(p for p in reversed([out, *out.parents]) if not p.exists()))
-        run_and_report(lambda: _run_job(hydra, cfg, task))
+        with _record_kept_if_refused(Path(cfg.out_dir)):
+            run_and_report(lambda: _run_job(hydra, cfg, task))
     finally:
         GlobalHydra.instance().clear()
+
+
+@contextlib.contextmanager
+def _record_kept_if_refused(out_dir: Path) -> Iterator[None]:
+    """An existing run folder's .hydra record (what `make runs` and the sweep tables read as its overrides) is put
+    back when the run is refused after Hydra rewrote it (exit 2: a live run holds the folder, a different
+    configuration, a pre-flight): a refused command left its own overrides there, even in a live run's folder."""
+    hydra = out_dir / HYDRA_DIR
+    kept = {hydra / n: (hydra / n).read_bytes() for n in HYDRA_RECORD if (hydra / n).is_file()} \
+        if hydra.is_dir() else {}
+    try:
+        yield
+    except SystemExit as exc:
+        if exc.code == EXIT_INPUT:
+            with contextlib.suppress(OSError):  # (the refusal is what the user is told, whatever happens here)
+                for path, data in kept.items():
+                    if path.read_bytes() != data:
+                        atomic_write(path, data)
+        raise
 
 
 def main_hydra(task: Any) -> Hydra:
@@ -588,7 +610,7 @@ def check_out_dir(out_dir: Path) -> str | None:
     transcripts = out_dir / "transcripts"  # (the transcripts' folder: a file there would fail the first write)
     if out_dir.is_dir() and (transcripts.exists() or transcripts.is_symlink()) and not transcripts.is_dir():
         return f"error: {transcripts} is a file, not the transcripts' folder; remove it or choose another out_dir"
-    return folder_problem(out_dir, "out_dir")
+    return folder_problem(out_dir, "out_dir") or run_file_problem(out_dir)
 
 
 def check_hydra_dir(cfg: DictConfig) -> str | None:

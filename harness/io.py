@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -17,6 +18,17 @@ Signature = tuple[int, int, int, int]  # st_ino, st_size, st_mtime_ns, st_ctime_
 def signature(st: os.stat_result) -> Signature:
     """A file's version: a rewrite in place changes its times (ctime cannot be set back), a replacement its inode."""
     return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def irregular(path: Path) -> bool:
+    """`path` is there but is no regular file (a folder, a FIFO whose reading waits for a writer forever, a device,
+    a socket, a broken link): what a run or a report must name and leave, not open."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return os.path.islink(path)  # a broken link
+    except OSError:
+        return True
 
 
 def _umask() -> int:

@@ -45,7 +45,7 @@ from harness.errors import EXIT_JUDGE, InputError, one_line
 from harness.records import build_tables
 from harness.regrade import Regraded, can_regrade, regrade_run
 from harness.report.console import judge_lines, judge_outcome
-from harness.resume import read_marker
+from harness.resume import read_marker, run_file_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 JUDGE_CONFIGS = ROOT / "configs" / "judge"
@@ -85,6 +85,7 @@ def judge_names() -> list[str]:
 def odysseys_config(run_dir: Path, overrides: Sequence[str]) -> DictConfig:
     """The run's config.yaml (its `model`, `seed`, `encoding`, `judge`), its judge replaced by `judge=NAME`
     (configs/judge/NAME.yaml) and then changed by `judge.KEY=VALUE` overrides."""
+    _check_files(Path(run_dir))
     path = Path(run_dir) / "config.yaml"
     base = OmegaConf.load(path) if path.exists() else OmegaConf.create({})
     assert isinstance(base, DictConfig)
@@ -212,9 +213,17 @@ def _is_pinchbench_run(folder: Path) -> bool:
     return (folder / "config.yaml").is_file() and (folder / "transcripts").is_dir() and (folder / "openclaw").is_dir()
 
 
+def _check_files(run_dir: Path) -> None:
+    """The run folder's own files are regular files (a FIFO at config.yaml or .lock made the judge wait forever)."""
+    problem = run_file_problem(run_dir)
+    if problem:
+        raise InputError(problem.removeprefix("error: "))
+
+
 def run_config(run_dir: Path, overrides: Sequence[str]) -> DictConfig:
     """The run's config.yaml, its judge replaced by `judge=NAME` (configs/judge/NAME.yaml) and then changed by
     `judge.KEY=VALUE` overrides."""
+    _check_files(run_dir)
     try:
         cfg = OmegaConf.load(run_dir / "config.yaml")
     except (OSError, OmegaConfBaseException, ValueError) as exc:

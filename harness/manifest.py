@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from omegaconf import DictConfig
 
-from harness.io import atomic_write
+from harness.io import atomic_write, irregular
 
 if TYPE_CHECKING:
     import pandas as pd  # in annotations only: nothing heavy before a run's first request (issue 28)
@@ -193,6 +193,9 @@ def _existing(out_dir: Path) -> dict[str, Any]:
 
 
 def _load(path: Path) -> dict[str, Any] | None:
+    if irregular(path):  # (a FIFO's read would wait forever)
+        log.warning("unreadable manifest %s: not a file", path)
+        return None
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.config import EXECUTORS
 from harness.envs.base import Domain
 from harness.errors import InputError, share, whole_number
+from harness.io import irregular
 from harness.records import State, transcript_files, transcript_path, transcript_state
 from harness.tokens import ENCODINGS
 
@@ -153,6 +154,26 @@ def prepare_out_dir(value: str) -> Path:
     except OSError as exc:
         raise InputError(f"out_dir={value} cannot be used: {exc.strerror or exc}") from None
     return out_dir
+
+
+# The files of a run folder the harness (and Hydra, in .hydra/) writes or reads: each must be a regular file where
+# it is there (a folder there failed with a traceback; a FIFO's open waited for a writer forever)
+RUN_FILES = (MARKER, "manifest.json", "spent_usd.txt", ".spend.lock", ".lock", "config.yaml", "run.log")
+HYDRA_DIR, HYDRA_RECORD = ".hydra", ("config.yaml", "hydra.yaml", "overrides.yaml")
+
+
+def run_file_problem(out_dir: Path) -> str | None:
+    """None when each of out_dir's own files (RUN_FILES, its tables *.parquet, .hydra's record) that is there is a
+    regular file; else one line naming the first that is not."""
+    if not out_dir.is_dir():
+        return None
+    tables = sorted(p.name for p in out_dir.glob("*.parquet"))
+    hydra = out_dir / HYDRA_DIR
+    if hydra.exists() and not hydra.is_dir():
+        return f"error: {hydra} is not a folder; remove it or choose another out_dir"
+    paths = [out_dir / n for n in (*RUN_FILES, *tables)] + [hydra / n for n in HYDRA_RECORD]
+    bad = next((p for p in paths if irregular(p)), None)
+    return None if bad is None else f"error: {bad} is not a file; remove it or choose another out_dir"
 
 
 def folder_problem(folder: Path, key: str) -> str | None:

@@ -19,6 +19,7 @@ from harness import executors, lifecycle
 from harness.config import register
 from harness.errors import InputError
 from harness.records import build_tables, read_transcript
+from harness.resume import RUN_FILES
 from harness.run import fingerprint, plan, run
 
 register()
@@ -455,3 +456,63 @@ def test_the_env_waac_block_stays_out_of_other_policies_fingerprints_and_waacs_c
     waac = fingerprint(config(tmp_path, f"policy.library_path={lib}", experiment="waac"))
     lib.write_text('{"meta": {"rebuilt": true}, "records": []}\n')
     assert fingerprint(config(tmp_path, f"policy.library_path={lib}", experiment="waac")) != waac
+
+
+@pytest.mark.timeout(120)  # a FIFO opened as one of these waited for a writer forever
+@pytest.mark.parametrize("name", [*RUN_FILES, "episodes.parquet", "steps.parquet", ".hydra/overrides.yaml"])
+def test_a_run_folder_file_that_is_not_a_file_is_one_line_naming_it(tmp_path: Path, name: str) -> None:
+    """A FIFO at manifest.json, spent_usd.txt, .lock, run.log or .hydra's record made a resumed run (Hydra's own
+    writes too) wait forever; a folder there failed with a traceback. The command's check names it first."""
+    from harness.cli import check_out_dir
+
+    run(config(tmp_path))
+    path = tmp_path / name
+    path.unlink(missing_ok=True)
+    path.parent.mkdir(exist_ok=True)  # (.hydra: Hydra's, and this run was not started through it)
+    os.mkfifo(path)
+    assert check_out_dir(tmp_path) == f"error: {path} is not a file; remove it or choose another out_dir"
+    os.unlink(path)
+    path.mkdir()
+    assert check_out_dir(tmp_path) == f"error: {path} is not a file; remove it or choose another out_dir"
+
+
+@pytest.mark.timeout(120)
+def test_the_command_refuses_a_fifo_in_its_run_folder_and_a_refusal_keeps_its_record(tmp_path: Path) -> None:
+    """End to end: Hydra opens run.log and writes .hydra before the run's own code; the command stops first. A run
+    refused later (another configuration) left its own overrides in the folder's .hydra: they are put back."""
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "harness.cli", "experiment=c3", "n_tasks=2", "n_runs=1", "progress=false",
+               f"out_dir={out}"]
+    subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=100)
+    (out / "run.log").unlink()
+    os.mkfifo(out / "run.log")
+    record = (out / ".hydra" / "overrides.yaml").read_bytes()
+    done = subprocess.run([*command, "seed=7"], cwd=ROOT, capture_output=True, text=True, timeout=100)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"error: {out / 'run.log'} is not a file; remove it or choose another out_dir"], done.stderr
+    assert (out / ".hydra" / "overrides.yaml").read_bytes() == record
+    # refused after Hydra rewrote .hydra (another configuration): the folder's record is put back
+    os.unlink(out / "run.log")
+    kept = {p.name: p.read_bytes() for p in (out / ".hydra").iterdir()}
+    other = subprocess.run([*command[:3], "experiment=c4", *command[4:]], cwd=ROOT, capture_output=True, text=True,
+                           timeout=100)
+    assert other.returncode == 2 and "different configuration" in other.stderr, other.stderr
+    assert {p.name: p.read_bytes() for p in (out / ".hydra").iterdir()} == kept
+
+
+@pytest.mark.timeout(120)
+def test_reports_and_the_judge_skip_a_run_folder_whose_files_are_fifos(tmp_path: Path) -> None:
+    """`make runs`, `make tables` and `make judge` waited forever on a FIFO at manifest.json, episodes.parquet,
+    .lock or config.yaml; now the folder is named and passed over (the judge: one line)."""
+    from harness import judge_run
+    from harness.report import runs
+
+    folder = tmp_path / "results" / "c3" / "x"
+    run(config(folder))
+    for name in ("manifest.json", "episodes.parquet", ".lock"):
+        (folder / name).unlink(missing_ok=True)
+        os.mkfifo(folder / name)
+    (listed,) = runs.discover(tmp_path / "results")
+    assert listed.path == folder and listed.problem == "episodes.parquet is not a file", listed
+    with pytest.raises(InputError, match=r"manifest.json is not a file; remove it"):
+        judge_run.odysseys_config(folder, [])

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from harness import manifest as manifests
+from harness.io import irregular
 from harness.records import PARQUET_VERSION, VERSION_KEY, State, check_transcript, check_version, steps_of
 from harness.text import is_utf8, printable
 from harness.types import PROVENANCE_KINDS, Provenance
@@ -72,6 +73,8 @@ def problem(parquet: Path, required: tuple[str, ...] | None = None) -> str | Non
     """Why a parquet file cannot feed a table (missing, unreadable, no rows, without a column every report reads:
     `required`, by default REQUIRED for its file name), or None if it can. A file written in a newer records
     format is an InputError (harness.records.check_version)."""
+    if irregular(parquet):  # (a FIFO's read would wait forever)
+        return f"{parquet.name} is not a file"
     if not parquet.exists():
         return f"no {parquet.name}"
     try:
@@ -126,6 +129,8 @@ def warn_skip(folder: Path, why: str) -> None:
 def peek(parquet: Path, columns: list[str]) -> pd.DataFrame | None:
     """Those of `columns` the table has (maybe none), quietly None when it is missing or unreadable (the caller
     falls back; read_frame is the one that warns); a newer format is still refused."""
+    if irregular(parquet):
+        return None
     try:
         with _source(parquet) as source:
             schema = pq.read_schema(source)  # (a file is read by seeking, footer first: one open serves both)

@@ -36,6 +36,7 @@ from typing import Any
 import pandas as pd
 
 from harness import manifest as manifests
+from harness.io import irregular
 from harness.report import cli
 from harness.report.reader import (
     EPISODES,
@@ -244,6 +245,8 @@ def _shown_status(run: Run) -> str:
 
 def _alive(folder: Path) -> bool:
     """Whether the process named in the run's lock file (harness.lifecycle.RunLock) is alive; True when unknown."""
+    if irregular(folder / ".lock"):  # (a FIFO's read would wait forever)
+        return True
     try:
         pid = int((folder / ".lock").read_text().split()[0])
     except (OSError, ValueError, IndexError):
