@@ -598,7 +598,13 @@ def check_run(cfg: DictConfig) -> str | None:
 
 
 def check_failures(cfg: DictConfig) -> None:
-    """The simulated agent's failure model (model.failures), checked before any episode: InputError naming the key."""
+    """The simulated agent's noise, latency and failure model (model.noise, model.latency, model.failures), checked
+    before any episode: InputError naming the key."""
+    if str(cfg.model.get("_target_", "")).startswith("harness.backends.sim."):
+        from harness.backends.sim.model import sim_settings
+
+        sim_settings(*(OmegaConf.to_container(cfg.model[k], resolve=True) if cfg.model.get(k) is not None else None
+                       for k in ("noise", "latency")))  # type: ignore[arg-type]
     if cfg.model.get("failures") is not None:
         from harness.backends.sim.failures import FailureModel
 

@@ -468,3 +468,20 @@ def test_a_bad_yaml_file_in_a_config_dir_is_one_line(tmp_path: Path, content: by
                            *FAST, f"out_dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     refused(proc, reason)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("override", "reason"), [
+    ("model.noise.enabled=flase", "model.noise.enabled='flase' must be true or false"),
+    ("model.noise.confusion_max=abc", "model.noise.confusion_max='abc' must be a probability between 0 and 1"),
+    ("model.noise.degradation_max=5", "model.noise.degradation_max=5 must be a probability between 0 and 1"),
+    ("model.noise.degradation_onset_tokens=-3", "model.noise.degradation_onset_tokens=-3 must be a number of at least"),
+    ("model.latency.decode_tokens_per_s=0", "model.latency.decode_tokens_per_s=0 must be a number above 0"),
+    ("+model.latency.warmup_s=1", "model.latency: unknown key 'warmup_s'"),
+])
+def test_the_simulated_agents_noise_and_latency_are_checked_before_the_run(override: str, reason: str) -> None:
+    """OmegaConf reads the model block untyped: `noise.enabled=flase` ran with the noise on (a string is true), and
+    `noise.confusion_max=abc` crashed every episode."""
+    problem = cli.check(["experiment=c3", override, "out_dir=/tmp/never-made"])
+    assert problem is not None and problem.startswith(f"error: {reason}"), problem
+    assert cli.check(["experiment=c3", "model.noise.enabled=false", "model.latency.overhead_s=0",
+                      "out_dir=/tmp/never-made"]) is None

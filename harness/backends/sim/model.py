@@ -8,15 +8,17 @@ context policy. With `noise.enabled=false` it behaves perfectly. Its latency is 
 from __future__ import annotations
 
 import json
+import math
 import random
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 from harness.backends.sim import expense
 from harness.backends.sim.failures import EVENT, FailureModel, Failures, event_text
 from harness.backends.sim.reader import read
 from harness.backends.sim.slip import slip
+from harness.errors import InputError
 from harness.tokens import TokenCounter
 from harness.types import Completion, FolioLine, Latency, Message, ToolCall, ToolSpec, Usage
 
@@ -31,6 +33,36 @@ class NoiseConfig:
     degradation_onset_tokens: int = 16000
     degradation_per_1k_tokens: float = 0.002
     degradation_max: float = 0.3
+
+
+PROBABILITIES = ("confusion_per_conflicting_snapshot", "confusion_max", "degradation_per_1k_tokens", "degradation_max")
+
+
+def sim_settings(noise: Mapping[str, Any] | None, latency: Mapping[str, Any] | None) -> tuple[NoiseConfig, Latency]:
+    """model.noise and model.latency, checked (InputError naming the key): OmegaConf reads the model's block untyped,
+    so `noise.enabled=flase` ran with the noise on and `noise.confusion_max=abc` crashed every episode."""
+    for block, raw, kind in (("noise", noise, NoiseConfig), ("latency", latency, Latency)):
+        valid = {f.name for f in fields(kind)}
+        unknown = sorted(set(raw or {}) - valid)
+        if unknown:
+            raise InputError(f"model.{block}: unknown key {unknown[0]!r}; valid: {', '.join(sorted(valid))}")
+        for key, value in (raw or {}).items():
+            _check_setting(f"model.{block}.{key}", key, value)
+    return NoiseConfig(**(noise or {})), Latency(**(latency or {}))
+
+
+def _check_setting(where: str, key: str, value: Any) -> None:
+    if key == "enabled":
+        if not isinstance(value, bool):
+            raise InputError(f"{where}={value!r} must be true or false")
+        return
+    number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if key in PROBABILITIES and not (number and 0 <= value <= 1):
+        raise InputError(f"{where}={value!r} must be a probability between 0 and 1")
+    if key.endswith("_per_s") and not (number and value > 0):
+        raise InputError(f"{where}={value!r} must be a number above 0")
+    if not (number and value >= 0):
+        raise InputError(f"{where}={value!r} must be a number of at least 0")
 
 
 class Draw:
@@ -93,10 +125,9 @@ class SimModel:
                  latency: dict[str, Any] | None = None, executor: str = "process",
                  failures: dict[str, Any] | None = None) -> None:
         self.name, self.context_window, self.seed = name, context_window, seed
-        self.noise = NoiseConfig(**(noise or {}))
+        self.noise, self.latency = sim_settings(noise, latency)
         self.failures = FailureModel.from_dict(failures)
         self.streams = Failures.streams_for(seed)
-        self.latency = Latency(**(latency or {}))
         self.rng = random.Random(seed)
         self.tokens = TokenCounter(encoding)
         self.calls = 0
