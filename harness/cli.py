@@ -576,7 +576,18 @@ def _targets(node: Any) -> Iterator[str]:
 
 def check_run(cfg: DictConfig) -> str | None:
     """The run's shape and output, checked before Hydra creates the out_dir: a zero n_tasks or n_runs used to end
-    in a traceback and an empty episodes.parquet, an unwritable out_dir in a traceback from deep in Hydra."""
+    in a traceback and an empty episodes.parquet, an unwritable out_dir in a traceback from deep in Hydra. A value
+    that does not resolve (`n_tasks=${oops}`, `~n_tasks` while env.n_tasks refers to it) is one line too."""
+    try:
+        return _check_run(cfg)
+    except OmegaConfBaseException as exc:
+        lines = [ln.strip() for ln in str(exc).strip().splitlines()]
+        where = next((ln.removeprefix("full_key:").strip() for ln in lines if ln.startswith("full_key:")), "")
+        return f"error: the config does not resolve: {lines[0] if lines else type(exc).__name__}" + (
+            f" (in {where})" if where else "")
+
+
+def _check_run(cfg: DictConfig) -> str | None:
     try:
         check_shape(cfg)  # the run's own settings (n_runs, out_dir, max_steps, budget, ...)
     except InputError as exc:

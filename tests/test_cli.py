@@ -485,3 +485,10 @@ def test_the_simulated_agents_noise_and_latency_are_checked_before_the_run(overr
     assert problem is not None and problem.startswith(f"error: {reason}"), problem
     assert cli.check(["experiment=c3", "model.noise.enabled=false", "model.latency.overhead_s=0",
                       "out_dir=/tmp/never-made"]) is None
+
+
+@pytest.mark.parametrize(("override", "key"), [("~n_tasks", "n_tasks"), ("n_tasks=${oops}", "oops")])
+def test_a_value_that_does_not_resolve_is_one_line(override: str, key: str) -> None:
+    """Both printed OmegaConf's traceback (84 and 132 lines) from the benchmark's build."""
+    problem = cli.check(["experiment=c3", override, "out_dir=/tmp/never-made"])
+    assert problem == f"error: the config does not resolve: Interpolation key '{key}' not found (in env.n_tasks)"
