@@ -325,6 +325,8 @@ def transcript_files(out_dir: Path) -> list[Path]:
             continue  # an atomic write's temp file
         if NAME.match(path.name) and path.is_file():
             paths.append(path)
+        elif NAME.match(path.name):
+            log.warning("ignoring %s: named as a transcript but not a file", path)
         else:
             log.warning("ignoring %s: not a transcript (transcripts are named <task_id>__run<N>.jsonl)", path)
     return paths

@@ -462,11 +462,18 @@ def test_make_runs_shows_a_run_whose_process_is_gone_as_killed_not_running(tmp_p
     shutil.copytree(FIXTURE, root)
     (c4,) = [p for p in (root / "c4").iterdir() if p.is_dir()]
     record = json_.loads((c4 / "manifest.json").read_text())
-    (c4 / "manifest.json").write_text(json_.dumps({**record, "status": "running"}))
+    (c4 / "manifest.json").write_text(json_.dumps({**record, "status": "running", "episodes": {"done": 0}}))
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     (c4 / ".lock").write_text(gone.stdout)  # the pid of a process that has ended
-    status = runs.main(["--results", str(root)]).set_index("experiment").status
-    assert status["c4"].startswith("killed (its manifest says running") and status["c3"] == "complete"
+    listed = runs.main(["--results", str(root)]).set_index("experiment")
+    assert listed.status["c4"].startswith("killed (its manifest says running") and listed.status["c3"] == "complete"
+    assert listed.episodes["c4"] == f"0/{record['expected_episodes']}"
+    # the transcripts it wrote are counted (its manifest, written as the session began, says 0); each is whole
+    (c4 / "transcripts").mkdir()
+    for name in ("hotel-001__run0.jsonl", "hotel-002__run0.jsonl", ".hotel-003__run0.jsonl.x.tmp", "notes.jsonl"):
+        (c4 / "transcripts" / name).write_text("{}\n")
+    episodes = runs.main(["--results", str(root)]).set_index("experiment").episodes
+    assert episodes["c4"] == f"2/{record['expected_episodes']}", episodes["c4"]
     (c4 / ".lock").write_text(f"{os.getpid()}\n")  # a live process holds it: running
     assert runs.main(["--results", str(root)]).set_index("experiment").status["c4"] == "running"
 

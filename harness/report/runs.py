@@ -37,6 +37,7 @@ import pandas as pd
 
 from harness import manifest as manifests
 from harness.io import irregular
+from harness.records import NAME
 from harness.report import cli
 from harness.report.reader import (
     EPISODES,
@@ -260,6 +261,12 @@ def _alive(folder: Path) -> bool:
     return True
 
 
+def _written(folder: Path) -> int:
+    """The whole transcripts of a killed run (each is written whole or not at all): its manifest, last written when
+    a session began, still counts what was done before it."""
+    return sum(1 for p in (folder / "transcripts").glob("*.jsonl") if NAME.match(p.name) and p.is_file())
+
+
 def listing(runs: list[Run], results: Path) -> pd.DataFrame:
     """`make runs`'s table, one row per run folder."""
     rows = []
@@ -267,10 +274,12 @@ def listing(runs: list[Run], results: Path) -> pd.DataFrame:
         m = run.manifest or {}
         git = m.get("git", {})
         rev = str(git.get("revision", "unknown"))[:10]
+        status = _shown_status(run)
+        done = _written(run.path) if status.startswith("killed") else m.get("episodes", {}).get("done", "?")
         rows.append({
             "experiment": run.experiment,
-            "status": _shown_status(run),
-            "episodes": f"{m.get('episodes', {}).get('done', '?')}/{m.get('expected_episodes', '?')}"
+            "status": status,
+            "episodes": f"{done}/{m.get('expected_episodes', '?')}"
                         + (f" +{others}" if (others := m.get("episodes", {}).get("others")) else ""),
             "tasks x runs": f"{m.get('n_tasks', '?')} x {m.get('n_runs', '?')}",
             "model": m.get("model", "?"), "simulated": {"True": "yes", "False": "no"}.get(str(m.get("simulated")), "?"),
