@@ -336,3 +336,24 @@ def test_the_graders_copy_is_made_beside_the_workspace_and_a_killed_runs_copy_is
     other.mkdir()
     free_workspace(ws)
     assert not stale.exists() and not ws.exists() and other.exists()  # only this workspace's leftovers
+
+
+def test_the_grader_is_given_the_clones_private_image_key_as_upstream_stages_it(ws: Path, tmp_path: Path) -> None:
+    """lib_grading.py _build_automated_namespace: task_image_identification's grader reads the clone's
+    assets/image_classification_answer_key.json through a global (without it, a fixed fallback answer). The key is
+    staged for the grader only: the agent's workspace never holds it."""
+    import shutil
+
+    clone = tmp_path / "clone"
+    shutil.copytree(FIXTURES / "v2", clone)
+    key = {"version": 1, "images": {"img_1.jpg": {"label": "bacon cheeseburger", "original_filename": "b.jpg"}}}
+    source = ("import json\nfrom pathlib import Path\ndef grade(t, w):\n"
+              "    path = globals().get('_PINCHBENCH_PRIVATE_IMAGE_KEY_PATH')\n"
+              "    if not path:\n        return {'key': 0.0}\n"
+              "    label = json.loads(Path(path).read_text())['images']['img_1.jpg']['label']\n"
+              "    return {'key': 1.0 if label == 'bacon cheeseburger' else 0.5}\n")
+    task = replace(load_benchmark(clone).by_id("task_sales_summary"), grade_source=source, grading_type="automated")
+    assert grade_task(task, [], ws, Judge(None), version=2).score == 0.0  # a clone without the key: no global
+    (clone / "assets" / "image_classification_answer_key.json").write_text(json.dumps(key))
+    assert grade_task(task, [], ws, Judge(None), version=2).score == 1.0
+    assert not list(ws.rglob("image_classification_answer_key.json"))

@@ -41,6 +41,9 @@ GRADER_MOUNT = "/grader"
 COPY_FILE_BYTES = 256 << 20  # ours: the exec sandbox's own cap on one file (sandbox.py max_file_mb)
 COPY_TOTAL_BYTES = 1 << 30  # ours
 NO_GRADE_FUNCTION = "Automated grading function missing"  # lib_grading.py _grade_automated's note
+# lib_grading.py _build_automated_namespace: the clone's private answer key (task_image_identification's), staged for
+# the grader and named in its globals; the agent never sees it (it is not in the workspace)
+IMAGE_KEY = "image_classification_answer_key.json"
 # Runs inside the sandbox. The grader's output shares the runner's pipe, and a grader may print what the agent wrote
 # or run the agent's programs; when the runner then writes no line of its own (the grader crashed or was killed at
 # a cap) the last marked line would be theirs. So a marked line counts only with this grading's secret token (ours):
@@ -65,6 +68,8 @@ def fail(msg):
 try:
     sys.stdout = sys.stderr
     ns = {{"__name__": "pinchbench_grader"}}
+    if os.path.isfile({GRADER_MOUNT + "/" + IMAGE_KEY!r}):
+        ns["_PINCHBENCH_PRIVATE_IMAGE_KEY_PATH"] = {GRADER_MOUNT + "/" + IMAGE_KEY!r}
     exec(compile(open({GRADER_MOUNT + "/grade.py"!r}).read(), "grade.py", "exec"), ns)
     error = None
     if not callable(ns.get("grade")):
@@ -125,9 +130,10 @@ def automated_score(scores: dict[str, Any]) -> float:
 def run_grade(grade_source: str, transcript: list[dict[str, Any]], workspace: Path, timeout_s: float = 60.0,
               memory_mb: int = 512, max_processes: int = 32, max_output_bytes: int = 1 << 20,
               label: str = "", max_copy_file_bytes: int = COPY_FILE_BYTES,
-              max_copy_total_bytes: int = COPY_TOTAL_BYTES) -> GradeResult:
+              max_copy_total_bytes: int = COPY_TOTAL_BYTES, answer_key: Path | None = None) -> GradeResult:
     """Run `grade()` over a copy of `workspace`; see the module docstring. `label` (e.g. the task id) is put on
-    the grader's command line so that `ps` shows which task a grader belongs to."""
+    the grader's command line so that `ps` shows which task a grader belongs to. `answer_key`: the clone's
+    assets/IMAGE_KEY, staged for the grader as upstream stages it."""
     start = time.monotonic()
     try:
         payload = json.dumps(transcript)
@@ -139,7 +145,7 @@ def run_grade(grade_source: str, transcript: list[dict[str, Any]], workspace: Pa
         root = Path(tmp)
         copy = _Copy(workspace, max_copy_file_bytes, max_copy_total_bytes)
         try:
-            grader_dir, ws_copy = _stage(root, grade_source, payload, copy)
+            grader_dir, ws_copy = _stage(root, grade_source, payload, copy, answer_key)
         except OSError as exc:
             if _disk_full(exc):  # the machine's, not the grader's or the agent's: harness.run reruns the episode
                 raise OSError(errno.ENOSPC, f"no space left for the grader's copy of the workspace in "
@@ -225,14 +231,17 @@ class _Copy:
         shutil.copystat(src, dst, follow_symlinks=False)
 
 
-def _stage(root: Path, source: str, payload: str, copy: _Copy) -> tuple[Path, Path]:
-    """Write the grader's files and copy the workspace (see `_Copy`)."""
+def _stage(root: Path, source: str, payload: str, copy: _Copy, answer_key: Path | None = None) -> tuple[Path, Path]:
+    """Write the grader's files (and the answer key, when given) and copy the workspace (see `_Copy`)."""
     os.chmod(root, 0o755)  # bwrap binds as root, but the grader runs unprivileged and must traverse it
     grader = root / "grader"
     grader.mkdir(mode=0o755)
     for name, text in (("runner.py", RUNNER), ("grade.py", source), ("transcript.json", payload)):
         (grader / name).write_text(text, encoding="utf-8")
         (grader / name).chmod(0o644)
+    if answer_key is not None:
+        shutil.copyfile(answer_key, grader / IMAGE_KEY)
+        (grader / IMAGE_KEY).chmod(0o644)
     ws_copy = root / "workspace"
     shutil.copytree(copy.workspace, ws_copy, symlinks=True, ignore=copy.ignore, copy_function=copy.copy)
     return grader, ws_copy

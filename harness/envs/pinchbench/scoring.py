@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness.envs.pinchbench.grading import GradeResult, run_grade
+from harness.envs.pinchbench.grading import IMAGE_KEY, GradeResult, run_grade
 from harness.envs.pinchbench.judge import PROMPT_MAX_CHARS, Judge, JudgeResult
 from harness.envs.pinchbench.tasks import PinchTask
 
@@ -108,8 +108,9 @@ def grade_task(task: PinchTask, transcript: Sequence[dict[str, Any]], workspace:
             automated, scores, error = 0.0, {}, NO_CODE
         else:
             source = task.grade_source
+            key = task.file.parent.parent / "assets" / IMAGE_KEY  # <clone>/tasks/<task>.md -> <clone>/assets/
             result = clock.run(lambda: run_grade(source, list(transcript), workspace, grade_timeout_s, label=task.id,
-                                                 **(caps or {})))
+                                                 answer_key=key if key.is_file() else None, **(caps or {})))
             if result is None:
                 result = GradeResult(None, clock.stalled("the grader"))
             if result.failed:  # upstream: the exception leaves grade_task, the task scores 0, no judge call
