@@ -45,6 +45,11 @@ def test_exact_metrics_with_ungraded_items_and_episodes_left_out_and_counted() -
     assert m.rubric_avg == pytest.approx(8 / 13)
     assert (m.perfect, m.partial, m.avg_hit) == (pytest.approx(1 / 3), pytest.approx(2 / 3), 2.0)
     assert m.perfect_by_level == {"easy": 1.0, "hard": 0.0} and m.perfect_hard == 0.0
+    # upstream's by_level: a level's graded items pooled (D's error left out, F's none), its scored episodes' efficiency
+    assert m.rubric_avg_by_level == {"easy": 1.0, "medium": 1.0, "hard": pytest.approx(3 / 8)}
+    by_level = m.traj_eff_x100_by_level
+    assert by_level["easy"] == pytest.approx(10.0) and by_level["hard"] == pytest.approx(100 * (0.0125 + 0.1) / 2)
+    assert math.isnan(by_level["medium"]) and m.as_dict()["traj_eff_x100_hard"] == by_level["hard"]
     assert m.traj_eff_x100 == pytest.approx(100 * (0.1 + 0.0125 + 0.1) / 3)
     assert m.avg_steps == pytest.approx(10.6)
     stepless = summarize(rows({**EPISODES, "G": ("easy", 0, "ss", True)}))  # no step: no efficiency (not inf)

@@ -246,6 +246,10 @@ def test_table2_ours_beside_the_papers(results: Path, tmp_path: Path) -> None:
     assert t["WAAC ours"][["Perfect (%)", "Perfect (Hard) (%)", "Partial >= 50% (%)", "Rubric Avg (%)",
                            "Avg. Steps", "Traj. Eff.", "Input (M)", "Output (M)"]].tolist() == [
         "50.0", "100.0", "100.0", "71.4", "2.0", "29.17", "1.500", "0.150"]
+    # upstream's by_level for the hard tasks (t2, t3): graded items pooled (t3's error left out), scored episodes
+    hard = ["Rubric Avg (Hard) (%)", "Traj. Eff. (Hard)"]
+    assert t["Vanilla ours"][hard].tolist() == ["60.0", "25.00"]  # 3/5; t2 only: 100 x 0.5 / 2
+    assert t["WAAC ours"][hard].tolist() == ["80.0", "33.33"] and t["Vanilla paper"][hard].tolist() == ["–", "–"]
     assert t["Vanilla ours"][["Episodes", "Episodes scored", "Episodes partly graded", "Items judge errors",
                               "Judge", "Simulated"]].tolist() == ["3", "2", "1", "1", "keyword-judge", "yes"]
     assert t["Vanilla paper"][["Perfect (%)", "Perfect (Hard) (%)", "Rubric Avg (%)", "Avg. Steps", "Traj. Eff.",

@@ -49,8 +49,11 @@ ROWS = (("O-M2W Judge (%)", "o_m2w", "o_m2w", 1),
         ("Partial >= 50% (%)", "partial", "partial", 1), ("Rubric Avg (%)", "rubric_avg", "rubric_avg", 1),
         ("Avg. Hit", "avg_hit", "avg_hit", 1),
         ("Avg. Steps", "avg_steps", "steps", 1), ("Traj. Eff.", "traj_eff_x100", "traj_eff", 2),
+        # upstream's by_level, beside Perfect (Hard): not in the paper's table
+        ("Rubric Avg (Hard) (%)", "rubric_avg_hard", "rubric_avg_hard", 1),
+        ("Traj. Eff. (Hard)", "traj_eff_x100_hard", "traj_eff_hard", 2),
         ("Input (M)", "input_m", "input_m", 3), ("Output (M)", "output_m", "output_m", 3))
-PERCENT = {"o_m2w", "perfect", "perfect_hard", "partial", "rubric_avg"}
+PERCENT = {"o_m2w", "perfect", "perfect_hard", "partial", "rubric_avg", "rubric_avg_hard"}
 OWN = {"o_m2w"}  # from WebJudge's verdicts, not from the judged rubric items
 TEXT_ONLY = "text-only judge"
 SELF_JUDGED = "self-judged (the agent's model)"

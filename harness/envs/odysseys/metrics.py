@@ -8,6 +8,7 @@ WAAC's Table 2 reports them (B.1):
   satisfied per episode;
 - Avg. Steps: mean step count; Traj. Eff.: the mean over episodes of (the episode's average rubric score / its
   steps), x 100 as WAAC's table prints it (upstream `trajectory_efficiency_x100`; episodes with no step skipped).
+- By level (upstream's `by_level`): Rubric Avg and Traj. Eff. within each level too (Table 2 shows the hard ones).
 - O-M2W Judge: the share of episodes WebJudge (webjudge.py, Online-Mind2Web's judge) calls a success, over the
   episodes it gave a verdict (`om2w_summary`).
 An episode is one (task, run); with several runs every run is one more episode, as upstream counts run folders.
@@ -57,13 +58,18 @@ class OdysseyMetrics:
     avg_steps: float
     traj_eff_x100: float
     perfect_by_level: dict[str, float] = field(default_factory=dict)
+    # upstream's summary by_level also gives each level's rubric average and trajectory efficiency
+    rubric_avg_by_level: dict[str, float] = field(default_factory=dict)
+    traj_eff_x100_by_level: dict[str, float] = field(default_factory=dict)
 
     @property
     def perfect_hard(self) -> float:
         return self.perfect_by_level.get("hard", NAN)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"perfect_hard": self.perfect_hard}
+        return asdict(self) | {"perfect_hard": self.perfect_hard,
+                               "rubric_avg_hard": self.rubric_avg_by_level.get("hard", NAN),
+                               "traj_eff_x100_hard": self.traj_eff_x100_by_level.get("hard", NAN)}
 
 
 def episode_columns(judgments: Sequence[RubricJudgment]) -> dict[str, Any]:
@@ -147,15 +153,28 @@ def summarize(rows: pd.DataFrame) -> OdysseyMetrics:
     scored = done[done.fully_graded]
     graded = int(done.n_success.sum() + done.n_failure.sum())
     stepped = scored[pd.to_numeric(scored.n_steps, errors="coerce") > 0]
+    levels = _levels(done)
     return OdysseyMetrics(
         episodes=len(per), incomplete_episodes=len(per) - len(done), scored_episodes=len(scored),
         partly_graded_episodes=len(done) - len(scored), rubric_items=int(done.n_items.sum()), graded_items=graded,
         error_items=int(done.n_error.sum()), not_judged_items=int(done.n_not_judged.sum()),
-        rubric_avg=float(done.n_success.sum()) / graded if graded else NAN,
+        rubric_avg=_rubric_avg(done),
         perfect=_mean(scored.perfect), partial=_mean(scored.partial), avg_hit=_mean(scored.n_success),
         avg_steps=_mean(pd.to_numeric(done.n_steps, errors="coerce")),
-        traj_eff_x100=100 * _mean(stepped.avg_score / stepped.n_steps.astype(float)),
-        perfect_by_level={lv: _mean(scored[scored.level == lv].perfect) for lv in _levels(scored)})
+        traj_eff_x100=_traj_eff_x100(stepped),
+        perfect_by_level={lv: _mean(scored[scored.level == lv].perfect) for lv in _levels(scored)},
+        rubric_avg_by_level={lv: _rubric_avg(done[done.level == lv]) for lv in levels},
+        traj_eff_x100_by_level={lv: _traj_eff_x100(stepped[stepped.level == lv]) for lv in levels})
+
+
+def _rubric_avg(done: pd.DataFrame) -> float:
+    """The micro average over the graded items of these episodes."""
+    graded = int(done.n_success.sum() + done.n_failure.sum())
+    return float(done.n_success.sum()) / graded if graded else NAN
+
+
+def _traj_eff_x100(stepped: pd.DataFrame) -> float:
+    return 100 * _mean(stepped.avg_score / stepped.n_steps.astype(float))
 
 
 def _levels(scored: pd.DataFrame) -> list[str]:
