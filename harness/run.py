@@ -359,7 +359,9 @@ def _without_hydra_stub(out_dir: Path) -> None:
 
 
 def _made_here(out_dir: Path) -> bool:
-    return os.environ.get(FRESH_OUT_DIR) == str(out_dir.absolute())
+    """The folder this command's Hydra made: the one harness.cli saw missing, or a sweep job's own numbered folder
+    (a refused job left `<sweep>/<k>/` holding only Hydra's stub; the callers remove nothing else)."""
+    return os.environ.get(FRESH_OUT_DIR) == str(out_dir.absolute()) or _in_multirun()
 
 
 def _hydra_stub_only(out_dir: Path) -> bool:

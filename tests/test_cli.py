@@ -148,6 +148,15 @@ def test_a_sweep_whose_first_job_is_refused_is_one_line_before_anything_is_made(
     assert not (tmp_path / "sweep").exists()
 
 
+def test_a_sweeps_later_job_refused_leaves_no_folder_of_its_own(tmp_path: Path) -> None:
+    """Job 1 (policy.n=-1) is refused after job 0 ran: its folder held only Hydra's stub and was left behind."""
+    sweep = subprocess.run([sys.executable, "-m", "harness.cli", "-m", "experiment=c3", "policy.n=1,-1", "n_tasks=2",
+                            "n_runs=1", "progress=false", f"out_dir={tmp_path / 'sweep'}"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=180)
+    assert "policy.n=-1 is not a whole number >= 0" in sweep.stderr, sweep.stderr
+    assert (tmp_path / "sweep" / "0" / "episodes.parquet").is_file() and not (tmp_path / "sweep" / "1").exists()
+
+
 def test_an_unknown_key_still_lists_the_valid_keys(tmp_path: Path) -> None:
     err = refused(run_cli("n_taks=3", out_dir=tmp_path / "out"), "unknown key 'n_taks'", lines=12)
     assert not any("use +n_taks" in line for line in err)  # Hydra's hint to add it with + would now be refused
