@@ -16,7 +16,10 @@ Pure (no I/O, no backend): `harness.backends.prompt_cache` feeds it every reques
 - `anthropic` (explicit breakpoints, Anthropic's prompt-caching docs): an entry is written only at a
   `cache_control` breakpoint, read at a block boundary up to 20 blocks before one of the request's breakpoints;
   writes at 1.25x input (5-min TTL), reads at 0.1x; 5-min TTL refreshed on every hit; 1,024-token minimum (Sonnet /
-  Opus 4; 4,096 on Haiku 4.5: `pricing.min_tokens`). Breakpoints go where OpenClaw's model layer puts them
+  Opus 4; 4,096 on Haiku 4.5: the sheet's `min_cache_tokens` unless `pricing.min_tokens` says otherwise).
+- `pricing.cache=auto` (the default): the sheet's provider's model (a Claude sheet: `anthropic`); a cache model that
+  contradicts the sheet is refused (OpenAI's rule has no writes; Anthropic's reads at 0.1x input, not at an OpenAI
+  sheet's cached price). Breakpoints go where OpenClaw's model layer puts them
   (badlogic/pi-mono packages/ai/src/providers/anthropic.ts, buildParams/convertMessages): on the system prompt
   (which covers the tools: Anthropic's order is tools, system, messages) and on the last message when it is a
   user turn (a user message or tool results).
@@ -65,6 +68,8 @@ class PriceSheet:
     output: float
     cache_write: float
     source: str = ""
+    provider: str = "openai"  # whose prompt cache the model has: its cache model (pricing.cache=auto)
+    min_cache_tokens: int = 1024  # its shortest cacheable prefix (Anthropic: 4,096 on Haiku 4.5)
 
 
 SHEETS: dict[str, PriceSheet] = {s.name: s for s in (
@@ -73,8 +78,9 @@ SHEETS: dict[str, PriceSheet] = {s.name: s for s in (
     PriceSheet("gpt-5-mini", 0.25, 0.025, 2.0, 0.25, "configs/model/openai.yaml; the expense paper's agent is GPT-5"),
     PriceSheet("gpt-4.1", 2.0, 0.50, 8.0, 2.0, "configs/model/openai.yaml; the expense paper's user model"),
     PriceSheet("gpt-4.1-mini", 0.4, 0.10, 1.6, 0.4, "configs/model/openai.yaml"),
-    PriceSheet("claude-haiku-4.5", 1.0, 0.10, 5.0, 1.25, "configs/judge/pinchbench.yaml; Anthropic pricing"),
-    PriceSheet("claude-sonnet-4.5", 3.0, 0.30, 15.0, 3.75, "Anthropic pricing"),
+    PriceSheet("claude-haiku-4.5", 1.0, 0.10, 5.0, 1.25, "configs/judge/pinchbench.yaml; Anthropic pricing",
+               "anthropic", 4096),
+    PriceSheet("claude-sonnet-4.5", 3.0, 0.30, 15.0, 3.75, "Anthropic pricing", "anthropic", 1024),
 )}
 DEFAULT_SHEET = "gpt-5.4-mini"
 
@@ -108,7 +114,7 @@ class CacheModel:
 def cache_model(kind: str | None, expiry_min: float | None = None, min_tokens: int | None = None) -> CacheModel:
     kind = kind or "openai"
     if kind not in KINDS:
-        raise InputError(f"pricing.cache={kind!r} is not a cache model; valid: {', '.join(KINDS)}")
+        raise InputError(f"pricing.cache={kind!r} is not a cache model; valid: auto, {', '.join(KINDS)}")
     for key, value in (("pricing.expiry_min", expiry_min), ("pricing.min_tokens", min_tokens)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
             raise InputError(f"{key}={value!r} must be a positive number")
@@ -131,8 +137,15 @@ def settings(pricing: Mapping[str, Any] | None) -> tuple[PriceSheet, CacheModel]
     unknown = sorted(set(block) - set(PRICING_KEYS))
     if unknown:
         raise InputError(f"pricing.{unknown[0]} is not a pricing setting; valid: {', '.join(PRICING_KEYS)}")
-    model = cache_model(block.get("cache"), block.get("expiry_min"), block.get("min_tokens"))
-    return price_sheet(block.get("sheet")), model
+    sheet = price_sheet(block.get("sheet"))
+    kind = block.get("cache") or "auto"
+    if kind == "auto":  # the sheet's provider's cache, and its minimum (a Claude sheet under OpenAI's rule had no
+        kind = sheet.provider  # cache writes; Haiku 4.5 under the 1,024-token minimum cached what Anthropic does not)
+    elif kind in ("openai", "anthropic") and kind != sheet.provider:
+        raise InputError(f"pricing.cache={kind} does not fit pricing.sheet={sheet.name}, a model with "
+                         f"{sheet.provider}'s prompt cache; leave pricing.cache=auto or choose a {kind} sheet")
+    model = cache_model(kind, block.get("expiry_min"), block.get("min_tokens") or sheet.min_cache_tokens)
+    return sheet, model
 
 
 @dataclass(frozen=True)

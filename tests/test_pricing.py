@@ -196,6 +196,23 @@ def test_bad_pricing_settings_are_one_line(block: dict[str, Any], match: str) ->
         settings(block)
 
 
+def test_the_cache_model_and_its_minimum_are_the_sheets_providers() -> None:
+    """A Claude sheet under the default (OpenAI's rule) had no cache writes; Haiku 4.5 under the 1,024-token minimum
+    cached prefixes Anthropic does not (4,096); OpenAI sheets under Anthropic's rule read at 0.1x input, not at their
+    own cached price (gpt-4.1's is 0.25x). The cache follows the sheet; a contradicting one is refused."""
+    assert [(m.kind, m.min_tokens) for _, m in (settings({}), settings({"sheet": "gpt-4.1"}))] == [("openai", 1024)] * 2
+    assert (settings({"sheet": "claude-haiku-4.5"})[1].kind, settings({"sheet": "claude-haiku-4.5"})[1].min_tokens) == (
+        "anthropic", 4096)
+    assert settings({"sheet": "claude-sonnet-4.5", "cache": "auto"})[1].min_tokens == 1024
+    assert settings({"sheet": "claude-haiku-4.5", "min_tokens": 2048})[1].min_tokens == 2048  # said, it stands
+    assert settings({"sheet": "gpt-4.1", "cache": "none"})[1].kind == "none"
+    with pytest.raises(InputError, match=r"^pricing.cache=anthropic does not fit pricing.sheet=gpt-4.1, a model with "
+                                         r"openai's prompt cache"):
+        settings({"sheet": "gpt-4.1", "cache": "anthropic"})
+    with pytest.raises(InputError, match="pricing.cache=openai does not fit pricing.sheet=claude-sonnet-4.5"):
+        settings({"sheet": "claude-sonnet-4.5", "cache": "openai"})
+
+
 def test_usage_details_of_openai_litellm_and_openrouter() -> None:
     openai = {"prompt_tokens": 2000, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1920}}
     litellm = {"prompt_tokens": 2000, "completion_tokens": 5, "cache_read_input_tokens": 1500,
@@ -294,20 +311,23 @@ def _cfg(out: Path, *extra: str) -> Any:
         return compose("config", ["n_runs=1", f"out_dir={out}", "progress=false", "n_workers=1", *extra])
 
 
+SHEET_OF = {"openai": "gpt-5.4-mini", "anthropic": "claude-haiku-4.5"}  # (a Claude model, e.g. through OpenRouter)
+
+
 @pytest.mark.parametrize("style", ["openai", "anthropic"])
 def test_an_endpoints_reported_cache_counts_are_measured(tmp_path: Path, style: str) -> None:
     endpoint = _CachingEndpoint(style)
     try:
         run(_cfg(tmp_path / "r", "experiment=c3", "n_tasks=1", "model=openai", "model.model=sim-served",
                  f"model.base_url={endpoint.base_url}", "model.api_key_env=null", "model.cache_dir=null",
-                 "preflight=false", f"pricing.cache={style}"), verbose=False)
+                 "preflight=false", f"pricing.cache={style}", f"pricing.sheet={SHEET_OF[style]}"), verbose=False)
     finally:
         endpoint.server.shutdown()
     steps = pd.read_parquet(tmp_path / "r" / "steps.parquet").sort_values("step")
     assert (steps.cache_source == "measured").all()
     assert list(zip(steps.cache_read_tokens, steps.cache_write_tokens, strict=True)) == endpoint.reported
     assert (steps.cache_read_tokens != steps.modelled_cache_read_tokens).any()  # the endpoint's, not the model's
-    sheet, model = price_sheet(None), cache_model(style)
+    sheet, model = settings({"sheet": SHEET_OF[style], "cache": style})
     expect = [cost_with_cache(sheet, model, i, o, CacheUse(r, w)) for i, o, r, w in
               zip(steps.input_tokens, steps.output_tokens, *zip(*endpoint.reported, strict=True), strict=True)]
     assert steps.cost_usd_cache.tolist() == pytest.approx(expect)

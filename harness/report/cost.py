@@ -1,11 +1,11 @@
 """Cost with and without the provider's prompt cache, per policy (issue 26 §1): a table and a figure.
 
 Every episode is priced on the run's price sheet (`pricing.sheet`, default gpt-5.4-mini, WAAC's agent) with the
-cache as configured (`pricing.cache`: openai | anthropic | none) and without it (harness.pricing,
-harness.backends.prompt_cache). Per experiment: episodes, agent input tokens per episode, the cache-read share
-(tokens read from the cache / agent input tokens), cost per episode with the cache and without it (mean ± 95% CI
-over runs), their ratio (without / with), and where the cache counts came from (measured: the endpoint reported
-them; modelled: the prefix model). Simulated runs are priced the same way and labelled simulated.
+cache as configured (`pricing.cache`: auto, the sheet's provider's | openai | anthropic | none) and without it
+(harness.pricing, harness.backends.prompt_cache). Per experiment: episodes, agent input tokens per episode, the
+cache-read share (tokens read from the cache / agent input tokens), cost per episode with the cache and without it
+(mean ± 95% CI over runs), their ratio (without / with), and where the cache counts came from (measured: the
+endpoint reported them; modelled: the prefix model). Simulated runs are priced the same way and labelled simulated.
 
 Written by `make tables` as `<benchmark>_cost` (.md/.csv/.tex) and by `make plots` as `<benchmark>_cost`
 (.png/.pdf), from the runs the other tables of that benchmark use (harness.report.runs' rule). A run written
