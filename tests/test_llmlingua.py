@@ -136,9 +136,14 @@ def test_achieved_rate_is_near_the_target(tiny_classifier: str) -> None:
     h = history()
     for rate in (0.3, 0.5, 0.7):
         lingua._MEMO.clear()
-        view = lingua2(tiny_classifier, rate=rate).render(h, ctx()).messages
+        rendered = lingua2(tiny_classifier, rate=rate).render(h, ctx())
+        view = rendered.messages
         achieved = TOKENS.text(view[4].content) / TOKENS.text(h[4].content)  # prose: nothing protected
         assert abs(achieved - rate) <= 0.15, (rate, achieved)
+        # the step records the share it kept of every message it compressed (protected spans kept on top)
+        pairs = [(TOKENS.text(h[i].content), TOKENS.text(view[i].content)) for i in range(len(h))
+                 if rendered.provenance is not None and rendered.provenance[i].kind == "compressed"]
+        assert rendered.decisions["kept_share"] == round(sum(b for _, b in pairs) / sum(a for a, _ in pairs), 4)
 
 
 def test_a_cached_compression_is_not_recomputed(tiny_classifier: str, monkeypatch: pytest.MonkeyPatch) -> None:

