@@ -269,6 +269,7 @@ def _step(episode: Episode, convo: Conversation, model: LLMBackend, tokens: Toke
         cached_input_tokens=completion.usage.cached_input_tokens, reasoning_tokens=completion.usage.reasoning_tokens,
         usage_missing=bool(completion.info.get("usage_missing")), finish_reason=finish, unusable=bad,
         aux_calls=view.aux_calls, aux_time_s=view.aux_time_s, session=convo.session,
+        local_time_s=max(0.0, policy_time - (view.aux_time_s if view.aux_modeled_time_s > 0 else 0.0)),
         view_provenance=_provenance_record(view, convo.start, convo.provenance, convo.provenance_ids)))
     history.append(message)
     if message.tool_calls:

@@ -52,6 +52,9 @@ class StepRecord:
     info: dict[str, Any] = field(default_factory=dict)
     aux_calls: int = 0  # the policy's auxiliary calls for this step's view (summaries, compressor, memory)
     aux_time_s: float = 0.0  # their wall seconds (part of policy_time_s)
+    # the policy's own work in wall seconds (its analysis, a local compressor, embeddings and search): policy_time_s
+    # less the wall seconds of auxiliary work that has a modeled time (an LLM's, counted in modeled_time_s instead)
+    local_time_s: float = 0.0
     session: int = 0  # which conversation of the episode (multi-session tasks start fresh ones)
     # per view message, where it came from as the policy said: {"kind", "sources": history indices} (None: not said)
     view_provenance: list[dict[str, Any]] | None = None

@@ -101,6 +101,7 @@ def episode_row(meta: dict[str, Any], result: EpisodeResult) -> dict[str, Any]:
         "wall_time_s": result.wall_time_s,
         "scoring_time_s": result.scoring_time_s,
         "policy_time_s": sum(x.policy_time_s for x in s),
+        "local_time_s": sum(x.local_time_s for x in s),
         "termination": result.termination.value,
         "error": result.error,
         "score_details": json.dumps(result.score.details, sort_keys=True),

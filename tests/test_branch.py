@@ -29,7 +29,8 @@ from harness.report import trajectory, view
 from harness.run import run
 from harness.types import Completion, Message, Usage
 
-WALL = {"policy_time_s", "model_time_s", "aux_time_s"}  # wall-clock timing: the only fields a replay may change
+# wall-clock timing: the only fields a replay may change
+WALL = {"policy_time_s", "model_time_s", "aux_time_s", "local_time_s"}
 EPISODE = "hotel-001__run0"
 
 

@@ -17,6 +17,7 @@ from harness.envs.expense.toolspecs import TOOL_SPECS
 from harness.envs.expense.user import ScriptedUser
 from harness.episode import STOP, run_episode, view_refs
 from harness.policies import ContextPolicy, ExtractiveSummarizer, FullHistory, LastN, LastNSummary
+from harness.policies.base import View
 from harness.tokens import TokenCounter
 from harness.types import Message, Score, Task, Termination, ToolCall, ToolSpec
 
@@ -265,3 +266,23 @@ def test_a_deadline_already_past_makes_no_model_call_and_no_deadline_changes_not
     free = SlowEpisode()
     r = run_episode(free, FullHistory(), ScriptedModel([calls(("c", "slow", "{}")), say("done")]), TOKENS, 10)
     assert r.termination is Termination.AGENT_FINAL and free.env.remaining is None
+
+
+@pytest.mark.parametrize("modeled", [0.0, 2.0])
+def test_a_policys_local_work_is_its_time_but_an_llms_wall_time_is_replaced_by_its_modeled_time(
+        modeled: float) -> None:
+    """WAAC B.3's end-to-end time counts online compression and retrieval: a local compressor or search (no modeled
+    time) counts its wall seconds; auxiliary work with a modeled time (an LLM's) counts that, in modeled_time_s."""
+    class Slow(ContextPolicy):
+        key = "slow"
+        name = "slow"
+
+        def render(self, history, ctx):  # type: ignore[no-untyped-def]
+            time.sleep(0.05)
+            return View(list(history), aux_modeled_time_s=modeled, aux_time_s=0.05)
+
+    step = run(ScriptedModel([say("x")]), user=False, policy=Slow()).steps[0]
+    if modeled:
+        assert 0 <= step.local_time_s < step.policy_time_s - 0.049  # its 0.05 s counted as the 2.0 modeled instead
+    else:
+        assert step.local_time_s == step.policy_time_s >= 0.05

@@ -25,7 +25,8 @@ def test_the_comparison_puts_ratios_to_vanilla_beside_the_papers_and_says_what_d
     _run(root, "keep_last_n", "c3", aux_backend="none", aux_calls=0, aux_time_s=0.0)
     stand_in = "extractive-stand-in (deterministic, offline; no LLM)"
     _run(root, "summary", "c4", aux_backend=stand_in, aux_calls=2, aux_time_s=0.5)
-    _run(root, "mem0", "c4", aux_backend=MEM0_STAND_IN, aux_calls=3, aux_time_s=1.0)
+    _run(root, "mem0", "c4", aux_backend=MEM0_STAND_IN, aux_calls=3, aux_time_s=1.0, local_time_s=2.0,
+         modeled_time_s=10.0)
     tables.main(["--results", str(root), "--out", str(tmp_path / "tables")])
     table = pd.read_csv(tmp_path / "tables" / "methods_comparison.csv", index_col=0, dtype=str)
     note = table.loc["WARNING"].iloc[0]  # the CSV's notes row
@@ -39,6 +40,10 @@ def test_the_comparison_puts_ratios_to_vanilla_beside_the_papers_and_says_what_d
     assert table.loc["Summary", "aux calls / episode"] == "2.0 ± 0.0"
     assert table.loc["C2 (full history)", "completed (%)"] == "75.0 ± 317.7"  # runs of 50% and 100%
     assert table.loc["Summary", "auxiliary backend"] == stand_in
+    # WAAC B.3's end-to-end time: the modeled calls plus the method's own local work (a run without it: n/a)
+    e2e = "end-to-end time (s) / episode: modeled calls + the method's local work"
+    assert table.loc["Mem0", e2e] == "12.0 ± 0.0" and table.loc["Mem0", "modeled time (s) / episode"] == "10.0 ± 0.0"
+    assert table.loc["Summary", e2e] == "–"
     assert table.loc["TokenSkip", "run"].startswith("not run: TokenSkip cannot run here")
     assert table.loc["TokenSkip", "paper: overall"] == "79.2"
     md = (tmp_path / "tables" / "methods_comparison.md").read_text()

@@ -22,7 +22,8 @@ from harness import run as runner
 from harness.backends.sim_server import SimServer
 from harness.records import read_transcript
 
-TIMINGS = {"policy_time_s", "model_time_s", "wall_time_s", "scoring_time_s", "aux_time_s"}
+TIMINGS = {"policy_time_s", "model_time_s", "wall_time_s", "scoring_time_s", "aux_time_s",
+           "local_time_s"}
 
 
 def config(out: Path, *overrides: str) -> Any:

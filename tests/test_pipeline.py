@@ -22,7 +22,7 @@ EPISODE_COLUMNS = ["experiment", "policy", "model", "simulated", "task_id", "run
                    "amount_itemized_pct", "n_steps", "n_tool_calls", "input_tokens", "output_tokens",
                    "aux_input_tokens", "aux_output_tokens", "modeled_time_s", "wall_time_s", "termination"]
 STEP_COLUMNS = ["step", "history_tokens", "input_tokens", "output_tokens", "policy_time_s"]
-TIMING = ["wall_time_s", "policy_time_s", "aux_time_s", "scoring_time_s"]
+TIMING = ["wall_time_s", "policy_time_s", "aux_time_s", "scoring_time_s", "local_time_s"]
 
 
 def config(out_dir: Path, *extra: str, experiment: str = "c4") -> DictConfig:
