@@ -109,17 +109,20 @@ def assert_pairs_intact(view: Sequence[Message]) -> None:
     assert len(results) == len(set(results))
 
 
-def assert_conversation_kept(history: Sequence[Message], view: Sequence[Message]) -> None:
+def assert_conversation_kept(history: Sequence[Message], view: Sequence[Message], evicted_text: bool = True) -> None:
     """system/user/assistant-text messages are all kept, as the same objects and in order; the text of an
-    assistant message whose calls were evicted survives too."""
+    assistant message whose calls were evicted survives too (`evicted_text`; a round evicted whole: it does not)."""
     plain = [m for m in history if m.role != "tool" and not m.tool_calls]
     view_ids = [id(m) for m in view]
     positions = [view_ids.index(id(m)) for m in plain]
     assert positions == sorted(positions)
     texts = [m.content for m in view if m.role == "assistant"]
     for m in history:
-        if m.tool_calls and m.content:
+        if m.tool_calls and m.content and evicted_text:
             assert m.content in texts
+    if not evicted_text:  # B.2 (2): a round evicted whole, its text with its calls: no turn shown without its calls
+        originals = {id(m) for m in history}
+        assert all(id(v) in originals for v in view if v.role == "assistant")
 
 
 def assert_no_foreign_messages(history: Sequence[Message], view: Sequence[Message], allow_summary: bool) -> None:
@@ -271,7 +274,7 @@ def test_keep_last_n_rounds_keeps_every_call_of_the_last_n_calling_turns(history
     assert call_ids(view.messages) == expected
     assert all(m in view.messages for m in recent)  # each kept turn whole: the history's own message object
     assert sorted(m.tool_call_id for m in view.messages if m.role == "tool") == sorted(expected)
-    assert_conversation_kept(history, view.messages)
+    assert_conversation_kept(history, view.messages, evicted_text=False)
     assert_no_foreign_messages(history, view.messages, allow_summary=False)
 
 

@@ -2,7 +2,8 @@
 "the most recent N rounds of complete interactions"; a round = one assistant turn and all of its tool results).
 
 Conversation messages (system, task, the user's replies, the agent's text-only turns) are always kept; only tool
-interactions are evicted, oldest first and whole, so the retained form states stay intact rather than being
+interactions are evicted, oldest first and whole (a pair: the text of its turn stays; a round: the turn goes whole,
+its text with its calls), so the retained form states stay intact rather than being
 trimmed token by token. Under a context budget the orchestrator evicts further whole pairs, oldest first
 (harness.policies.budget); a view that still does not fit is sent and recorded over budget."""
 
@@ -59,7 +60,8 @@ class LastN(ContextPolicy):
         unit = ("round: one assistant turn and all of its tool results" if self.unit == "round"
                 else "pair: one tool call and its result")
         return {"method": "keep_last_n", "n": self.n, "unit": unit,
-                "always_kept": "instructions, task, user replies, the agent's text-only turns",
+                "always_kept": "instructions, task, user replies, the agent's text-only turns"
+                               + ("; an evicted round's text goes with its calls" if self.unit == "round" else ""),
                 "overflow": "under a budget the oldest kept pairs are evicted whole until the view fits; "
                             "a view that still does not fit is sent and recorded over_budget"}
 
@@ -68,5 +70,7 @@ class LastN(ContextPolicy):
         scan = self._scan.update(history)
         cut = scan.last_rounds_start(self.n) if self.unit == "round" else scan.last_pairs_start(self.n)
         indexed = scan.keep_tail(history, cut)
+        if self.unit == "round":  # B.2 (2): an evicted round goes whole, the agent's text beside its calls with them
+            indexed = [(i, m) for i, m in indexed if m.tool_calls or not history[i].tool_calls]
         return View([m for _, m in indexed], provenance=indexed_provenance(history, indexed),
                     decisions={"kept_pairs": scan.call_ids(cut), "evicted_pairs": cut})
