@@ -33,8 +33,10 @@ SECTIONS = ("USER_CONTEXT", "TASK_TRACKING", "COMPLETED", "PENDING", "CURRENT_ST
 TRUNCATED = "\n[... event truncated because of its length ...]\n"
 NOT_INFERRED = "(not inferred by the extractive stand-in)"
 
-# Our wording of upstream's summarizing prompt: the same sections, identifier rules and priorities; upstream's
-# code-specific sections (CODE_STATE, TESTS, CHANGES, DEPS, VERSION_CONTROL_STATUS) are left out: no code here.
+# Our wording of upstream's summarizing prompt (OpenHands' SDK sends it as a system message, the events as the user's):
+# the same sections, identifier rule and priorities, and nothing tuned to a benchmark (an "amounts and dates" rule,
+# the expense benchmark's own facts, is gone); upstream's code-specific sections (CODE_STATE, TESTS, CHANGES, DEPS,
+# VERSION_CONTROL_STATUS) are left out: no code here.
 RULES = """You keep a running state summary for an agent that works through a task with tools.
 You get the previous summary, if there is one, and the events the agent can no longer see: its actions, the tool
 outputs and the messages exchanged. Write the summary that replaces both.
@@ -52,7 +54,7 @@ Priorities:
 2. Keep the user's requirements and goals
 3. Keep what is done apart from what is still to do
 4. Be brief; keep only what is relevant
-Copy identifiers, codes, amounts and dates exactly. Skip details that do not matter for this task."""
+Skip details that do not matter for this task."""
 REQUEST = "Write the new summary now, following the rules above."
 
 
