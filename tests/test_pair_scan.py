@@ -67,6 +67,8 @@ def test_scan_equals_the_plain_walks_at_every_step(history: list[Message], n: in
 def _reference_last_n(history: Sequence[Message], n: int, unit: str) -> tuple[list[Message], dict[str, object]]:
     evicted, kept = (split_rounds if unit == "round" else split_pairs)(history, n)
     indexed = keep_pairs_indexed(history, {p.call_id for p in kept})
+    if unit == "round":  # an evicted round goes whole: its turn's text with its calls
+        indexed = [(i, m) for i, m in indexed if m.tool_calls or not history[i].tool_calls]
     return [m for _, m in indexed], {"kept_pairs": [p.call_id for p in kept], "evicted_pairs": len(evicted)}
 
 
