@@ -17,13 +17,14 @@ Pure (no I/O, no backend): `harness.backends.prompt_cache` feeds it every reques
   `cache_control` breakpoint, read at a block boundary up to 20 blocks before one of the request's breakpoints;
   writes at 1.25x input (5-min TTL), reads at 0.1x; 5-min TTL refreshed on every hit; 1,024-token minimum (Sonnet /
   Opus 4; 4,096 on Haiku 4.5: the sheet's `min_cache_tokens` unless `pricing.min_tokens` says otherwise).
-- `pricing.cache=auto` (the default): the sheet's provider's model (a Claude sheet: `anthropic`); a cache model that
-  contradicts the sheet is refused (OpenAI's rule has no writes; Anthropic's reads at 0.1x input, not at an OpenAI
-  sheet's cached price). Breakpoints go where OpenClaw's model layer puts them
+  Breakpoints go where OpenClaw's model layer puts them
   (badlogic/pi-mono packages/ai/src/providers/anthropic.ts, buildParams/convertMessages): on the system prompt
   (which covers the tools: Anthropic's order is tools, system, messages) and on the last message when it is a
   user turn (a user message or tool results).
 - `none`: no cache; the priced cost is the uncached one.
+- `pricing.cache=auto` (the default): the sheet's provider's model (a Claude sheet: `anthropic`); a cache model that
+  contradicts the sheet is refused (OpenAI's rule has no writes; Anthropic's reads at 0.1x input, not at an OpenAI
+  sheet's cached price).
 A block here is one segment (the tool list, one message); Anthropic counts content blocks (a tool call, one tool
 result), so the 20-block lookback is an approximation that only matters past 20 messages of change.
 """
@@ -144,7 +145,8 @@ def settings(pricing: Mapping[str, Any] | None) -> tuple[PriceSheet, CacheModel]
     elif kind in ("openai", "anthropic") and kind != sheet.provider:
         raise InputError(f"pricing.cache={kind} does not fit pricing.sheet={sheet.name}, a model with "
                          f"{sheet.provider}'s prompt cache; leave pricing.cache=auto or choose a {kind} sheet")
-    model = cache_model(kind, block.get("expiry_min"), block.get("min_tokens") or sheet.min_cache_tokens)
+    given = block.get("min_tokens")  # (0 is refused by cache_model, not taken for the sheet's)
+    model = cache_model(kind, block.get("expiry_min"), sheet.min_cache_tokens if given is None else given)
     return sheet, model
 
 

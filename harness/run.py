@@ -59,6 +59,7 @@ from harness.policies.budget import budget_tokens
 from harness.pricing import settings as pricing_settings
 from harness.records import build_tables, remove_interrupted_writes, transcript_path, write_transcript
 from harness.resume import (
+    HYDRA_RECORD,
     MARKER,
     Job,
     check_resume,
@@ -329,7 +330,7 @@ def _dry_run(cfg: DictConfig, domain: Domain, backends: dict[str, Any]) -> pd.Da
     return pd.DataFrame()
 
 
-HYDRA_FILES = {"config.yaml", "hydra.yaml", "overrides.yaml"}  # what Hydra writes into <out_dir>/.hydra
+HYDRA_FILES = set(HYDRA_RECORD)  # what Hydra writes into <out_dir>/.hydra
 # Set by harness.cli to the out_dir when it did not exist before this command's Hydra made it: only such a folder
 # is this command's to remove (another run may be starting in one that existed, its own .hydra and run.log alike)
 FRESH_OUT_DIR = "HARNESS_FRESH_OUT_DIR"

@@ -190,6 +190,7 @@ def test_costs_on_the_default_sheet_by_hand() -> None:
 @pytest.mark.parametrize(("block", "match"), [({"sheet": "gpt-9"}, "pricing.sheet='gpt-9'"),
                                               ({"cache": "lru"}, "pricing.cache='lru'"),
                                               ({"expiry_min": -1}, "pricing.expiry_min"),
+                                              ({"min_tokens": 0}, "pricing.min_tokens=0"),  # not the sheet's
                                               ({"ttl": 5}, "pricing.ttl is not a pricing setting")])
 def test_bad_pricing_settings_are_one_line(block: dict[str, Any], match: str) -> None:
     with pytest.raises(InputError, match=match):

@@ -37,7 +37,7 @@ import pandas as pd
 
 from harness import manifest as manifests
 from harness.io import irregular
-from harness.records import NAME
+from harness.records import transcript_files
 from harness.report import cli
 from harness.report.reader import (
     EPISODES,
@@ -264,7 +264,7 @@ def _alive(folder: Path) -> bool:
 def _written(folder: Path) -> int:
     """The whole transcripts of a killed run (each is written whole or not at all): its manifest, last written when
     a session began, still counts what was done before it."""
-    return sum(1 for p in (folder / "transcripts").glob("*.jsonl") if NAME.match(p.name) and p.is_file())
+    return len(transcript_files(folder))
 
 
 def listing(runs: list[Run], results: Path) -> pd.DataFrame:

@@ -112,8 +112,9 @@ def action_history(steps: Sequence[Step]) -> str:
     prints nothing."""
     lines, shown_tabs = [], ""
     for i, step in enumerate(steps, start=1):
-        tabs = step.tabs.strip() if step.tabs.strip() != shown_tabs else ""
-        shown_tabs = step.tabs.strip() or shown_tabs
+        now = step.tabs.strip()  # "" after an error: nothing observed, nothing shown
+        tabs = now if now != shown_tabs else ""
+        shown_tabs = now or shown_tabs
         parts = [f"{label}: {value.strip()}" for label, value in
                  (("Response", step.response), ("Action", step.action), ("URL", step.url), ("Tabs", tabs))
                  if value.strip()]
