@@ -79,7 +79,7 @@ from harness import scratch
 from harness.build import build_domain, check_policy_model
 from harness.config import BENCHMARK_SETTINGS, MAKE_VARS, RENAMED, RunConfig, misnamed_make_variable
 from harness.errors import EXIT_INPUT, InputError, one_line
-from harness.io import atomic_write
+from harness.io import atomic_write, irregular
 from harness.resume import HYDRA_DIR, HYDRA_RECORD, check_shape, folder_problem, run_file_problem
 from harness.run import CONFIG_DIR, FRESH_OUT_DIR, FRESH_TOP, judge_status, main, record_jobs
 from harness.sweep import installed, missing_launcher
@@ -455,7 +455,7 @@ def main_hydra(task: Any) -> Hydra:
 def multirun(overrides: list[str]) -> None:
     """`-m` with no other flag (`make sweep`), as Hydra's main runs it (_run_hydra, _run_app), but see
     launch_jobs."""
-    problem = sweep_dir_problem(overrides) or first_job_problem(overrides)
+    problem = sweep_dir_problem(overrides) or sweep_files_problem(overrides) or first_job_problem(overrides)
     if problem:
         print(problem, file=sys.stderr)
         sys.exit(2)
@@ -481,6 +481,20 @@ def sweep_dir_problem(overrides: list[str]) -> str | None:
         literal = value.split("${", 1)[0]
         value = literal if literal.endswith("/") else str(Path(literal).parent)
     return folder_problem(Path(value), "hydra.sweep.dir") if value.strip() not in ("", ".") else None
+
+
+def sweep_files_problem(overrides: list[str]) -> str | None:
+    """A resumed sweep's folder (a literal hydra.sweep.dir that exists) whose multirun.yaml, or a job folder's run
+    file (run_file_problem), is not a regular file, in one line: a FIFO there made Hydra's or the job's own write
+    wait forever, where a single run's check (check_out_dir) names it."""
+    given = [o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.dir=")]
+    if not given or "${" in given[-1] or not Path(given[-1]).is_dir():
+        return None
+    sweep = Path(given[-1])
+    if irregular(sweep / "multirun.yaml"):
+        return f"error: {sweep / 'multirun.yaml'} is not a file; remove it or choose another hydra.sweep.dir"
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and not p.is_symlink())
+    return next((why for why in map(run_file_problem, jobs) if why is not None), None)
 
 
 def launch_jobs(hydra: Hydra, overrides: list[str], task: Any) -> None:

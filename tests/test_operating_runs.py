@@ -500,6 +500,29 @@ def test_the_command_refuses_a_fifo_in_its_run_folder_and_a_refusal_keeps_its_re
     assert {p.name: p.read_bytes() for p in (out / ".hydra").iterdir()} == kept
 
 
+def test_a_resumed_sweeps_fifo_is_one_line_naming_it(tmp_path: Path) -> None:
+    """A sweep resumed into its folder: a FIFO at its multirun.yaml or at a job folder's run file made Hydra's or
+    the job's write wait forever (the single-run check saw only a run's own folder); it is named first."""
+    from harness.cli import sweep_files_problem
+
+    sweep = tmp_path / "sweep"
+    (sweep / "0").mkdir(parents=True)
+    (sweep / "1" / ".hydra").mkdir(parents=True)
+    given = ["experiment=c3", f"hydra.sweep.dir={sweep}"]
+    assert sweep_files_problem(given) is None
+    os.mkfifo(sweep / "1" / ".hydra" / "config.yaml")
+    assert sweep_files_problem(given) == (f"error: {sweep / '1' / '.hydra' / 'config.yaml'} is not a file; remove "
+                                          "it or choose another out_dir")
+    assert sweep_files_problem(["experiment=c3", "hydra.sweep.dir=${oops}/x"]) is None  # (resolved by Hydra)
+    os.mkfifo(sweep / "multirun.yaml")
+    assert sweep_files_problem(given) == (f"error: {sweep / 'multirun.yaml'} is not a file; remove it or choose "
+                                          "another hydra.sweep.dir")
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "-m", "experiment=c3", "n_tasks=1,2", "n_runs=1",
+                           "progress=false", f"out_dir={sweep}"], cwd=ROOT, capture_output=True, text=True, timeout=100)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"error: {sweep / 'multirun.yaml'} is not a file; remove it or choose another hydra.sweep.dir"], done.stderr
+
+
 @pytest.mark.timeout(120)
 def test_reports_and_the_judge_skip_a_run_folder_whose_files_are_fifos(tmp_path: Path) -> None:
     """`make runs`, `make tables` and `make judge` waited forever on a FIFO at manifest.json, episodes.parquet,
