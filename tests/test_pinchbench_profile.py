@@ -49,9 +49,14 @@ TOOLS = [
 ]
 
 
+# What the real capture keeps (openclaw 2026.5.6): the bootstrap files, AGENTS.md and OpenClaw's workspace state
+WORKSPACE_FILES = {".openclaw/workspace-state.json": '{"version": 1}', "AGENTS.md": "# AGENTS.md - Your Workspace",
+                   "SOUL.md": "# SOUL.md - Who You Are", "notes.md": "OpenClaw's notes.md, replaced by the task's"}
+
+
 def write_profile(folder: Path, name: str = "openclaw", **changes: Any) -> Path:
     data = {"format": FORMAT, "openclaw_version": "2026.5.6", "tools_profile": "full", "system_prompt": SYSTEM,
-            "tools": TOOLS} | changes
+            "tools": TOOLS, "workspace_files": WORKSPACE_FILES} | changes
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / PROFILE_FILES[name]
     path.write_text(json.dumps(data))
@@ -88,7 +93,14 @@ def test_a_missing_profile_file_is_one_line_naming_it_and_the_make_target(tmp_pa
 @pytest.mark.parametrize("content", ["{not json", json.dumps({"format": "other"}), json.dumps([1, 2]),
                                      json.dumps({"format": FORMAT, "system_prompt": "", "tools": TOOLS}),
                                      json.dumps({"format": FORMAT, "system_prompt": "x", "tools": TOOLS[4:]}),
-                                     json.dumps({"format": FORMAT, "system_prompt": "x", "tools": [{"n": 1}]})])
+                                     json.dumps({"format": FORMAT, "system_prompt": "x", "tools": [{"n": 1}]}),
+                                     json.dumps({"format": "harness-openclaw-request/1", "system_prompt": "x",
+                                                 "tools": TOOLS}),  # a capture made before workspace files
+                                     json.dumps({"format": FORMAT, "system_prompt": "x", "tools": TOOLS}),
+                                     *(json.dumps({"format": FORMAT, "system_prompt": "x", "tools": TOOLS,
+                                                   "workspace_files": {path: "x"}}) for path in ("../x", "/etc/x")),
+                                     json.dumps({"format": FORMAT, "system_prompt": "x", "tools": TOOLS,
+                                                 "workspace_files": {"a.md": 3}})])
 def test_a_damaged_profile_file_is_one_line_naming_it(tmp_path: Path, content: str) -> None:
     (tmp_path / "request-full.json").write_text(content)
     with pytest.raises(InputError) as err:
@@ -115,6 +127,24 @@ def test_the_openclaw_profile_request_carries_the_captured_prompt_and_tools(tmp_
     sent = model.tools_seen[0]
     assert [t.to_openai()["function"] for t in sent] == TOOLS  # every schema as captured, in its order
     assert "ls" not in {t.name for t in sent}  # OpenClaw has no ls: the harness's own tools are not added
+
+
+@pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
+def test_an_openclaw_workspace_starts_with_openclaws_files_and_the_tasks_win(tmp_path: Path) -> None:
+    """Upstream's task workspace keeps OpenClaw's bootstrap files and OpenClaw writes AGENTS.md and its state at
+    the run's start: the agent and the graders see them. A task file of the same name is the task's."""
+    write_profile(tmp_path / "profiles")
+    d = domain(tmp_path / "profiles", ids=("task_notes_answer",))
+    episode = d.episode(d.tasks[0], None, EpisodeContext(0, tmp_path / "run"))
+    ws = episode.env.segments[0].workspace
+    assert (ws / "SOUL.md").read_text() == WORKSPACE_FILES["SOUL.md"]
+    assert (ws / ".openclaw" / "workspace-state.json").read_text() == '{"version": 1}'
+    assert (ws / "notes.md").read_bytes() == (V2 / "assets" / "notes" / "project_notes.md").read_bytes()
+    listed = episode.env.execute(calls(("c", "exec", '{"command": "ls -A"}')).tool_calls[0]).content.split()
+    assert {"AGENTS.md", "SOUL.md", ".openclaw", "notes.md"} <= set(listed)
+    ours = PinchBenchDomain(path=str(V2), ids=["task_notes_answer"])  # the harness's own profile: none of them
+    plain = ours.episode(ours.tasks[0], None, EpisodeContext(0, tmp_path / "ours")).env.segments[0].workspace
+    assert sorted(p.name for p in plain.iterdir()) == ["notes.md"]
 
 
 @pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
@@ -229,10 +259,29 @@ def test_the_capture_keeps_the_first_request_with_the_harness_paths(tmp_path: Pa
     assert data["system_prompt"] == "dir: /workspace\ndocs: /usr/local/lib/x/docs\n## /workspace/AGENTS.md"
     assert data["tools"] == TOOLS and data["openclaw_version"] == "9.9.9" and data["tools_profile"] == "coding"
     assert data["request_options"] == {"stream": True, "max_completion_tokens": 8192}
+    assert data["workspace_files"] == {}
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "request-coding.json").write_text(json.dumps(data))
     loaded = load_profile("openclaw-coding", tmp_path / "p")
     assert loaded is not None and loaded.source == "openclaw 9.9.9, tools.profile=coding"
+
+
+def test_the_workspace_snapshot_keeps_text_files_and_their_substitutions(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / ".openclaw").mkdir(parents=True)
+    (ws / "SOUL.md").write_text("soul")
+    (ws / ".openclaw" / "workspace-state.json").write_text(f'{{"dir": "{ws}"}}')
+    (ws / "blob.bin").write_bytes(b"\xff\xfe\x00")
+    (ws / "link.md").symlink_to(ws / "SOUL.md")
+    files = openclaw_capture.workspace_snapshot(ws)
+    assert files == {".openclaw/workspace-state.json": f'{{"dir": "{ws}"}}', "SOUL.md": "soul"}
+    package = tmp_path / "openclaw"
+    package.mkdir()
+    (package / "package.json").write_text('{"version": "9.9.9"}')
+    request = {"messages": [{"role": "system", "content": "s"}], "tools": []}
+    data = openclaw_capture.profile_json(request, package / "openclaw.mjs", Path("/bin/true"), "full",
+                                         {str(ws): "/workspace"}, files)
+    assert data["workspace_files"][".openclaw/workspace-state.json"] == '{"dir": "/workspace"}'
 
 
 def test_the_fake_endpoint_records_requests_and_streams_a_reply() -> None:
@@ -257,6 +306,9 @@ def test_the_real_openclaw_package_yields_a_loadable_profile(tmp_path: Path) -> 
     assert "openclaw-capture-" not in prompt and str(INSTALLED) not in prompt  # no capture path leaks
     names = {t["name"] for t in data["tools"]}
     assert {"read", "write", "edit", "exec", "process", "web_search", "browser"} <= names
+    kept = data["workspace_files"]  # what OpenClaw leaves in a task workspace, on disk in every episode's
+    assert {"AGENTS.md", "SOUL.md", "BOOTSTRAP.md", "TOOLS.md", ".openclaw/workspace-state.json"} <= set(kept)
+    assert kept["SOUL.md"].startswith("# SOUL.md") and not any("openclaw-capture-" in t for t in kept.values())
     edit = next(t for t in data["tools"] if t["name"] == "edit")
     assert "edits" in edit["parameters"]["properties"]  # the argument shape OpenClawTools implements
     (tmp_path / "request-full.json").write_text(json.dumps(data))

@@ -566,7 +566,7 @@ def make_segment(task: PinchTask, bench_path: Path, root: Path, caps: Sandboxing
     net = network or NetworkSettings()
     disk = WorkspaceDisk(root, caps.disk_mb, caps.enforce)  # mounted first: the task's files count too
     try:
-        workspace = build_workspace(task, bench_path, root)
+        workspace = build_workspace(task, bench_path, root, profile.workspace_files if profile else ())
         mock = mock_for(task, Path(workspace), mocks)
         limits: dict[str, Any] = dict(timeout_s=caps.exec_timeout_s, max_output_bytes=caps.max_output_bytes,
                                       memory_mb=caps.memory_mb, max_processes=caps.max_processes,

@@ -6,8 +6,11 @@
 --non-interactive`, a custom OpenAI-compatible provider, the workspace wiped except its bootstrap files
 SOUL/BOOTSTRAP/USER/IDENTITY/HEARTBEAT/TOOLS.md, then `openclaw agent --local --agent <id> --session-id <s>
 --message <prompt>`) against a fake chat-completions endpoint on 127.0.0.1, and keeps OpenClaw's first request:
-its system prompt (built by OpenClaw from its templates, skills and runtime) and its tool schemas. Nothing of
-OpenClaw's is committed: the JSON is written under .venv and read by harness.envs.pinchbench.profile.
+its system prompt (built by OpenClaw from its templates, skills and runtime) and its tool schemas. It also keeps the
+files OpenClaw leaves in that workspace (the bootstrap files, the AGENTS.md and .openclaw/workspace-state.json it
+writes again at the start of a run): every task workspace of an OpenClaw profile starts with them on disk, as
+upstream's does. Nothing of OpenClaw's is committed: the JSON is written under .venv and read by
+harness.envs.pinchbench.profile.
 
 What is substituted (so the harness's request is the captured one with the harness's paths): the capture's
 workspace folder becomes the sandbox's `/workspace`, the package's install folder becomes where upstream's runner
@@ -31,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-FORMAT = "harness-openclaw-request/1"
+FORMAT = "harness-openclaw-request/2"  # 2: with workspace_files
 AGENT_ID = "bench"  # upstream names it bench-<model slug>; only `agent=<id>` in the runtime line shows it
 MODEL_ID = "harness-model"
 WORKSPACE = "/workspace"  # the sandbox's view of the workspace (harness.envs.pinchbench.sandbox.WORKSPACE_MOUNT)
@@ -40,6 +43,7 @@ GLOBAL_INSTALL = "/usr/local/lib/node_modules/openclaw"  # `npm install -g openc
 BOOTSTRAP_FILES = ("SOUL.md", "BOOTSTRAP.md", "USER.md", "IDENTITY.md", "HEARTBEAT.md", "TOOLS.md")
 TOOLS_PROFILES = ("full", "coding")  # full: no tools.profile (a fresh install); coding: local onboarding's default
 PROMPT = "Reply with the single word: done."
+WORKSPACE_FILE_BYTES = 1 << 20  # a file OpenClaw leaves in the workspace larger than this is not kept (none is)
 
 
 class CaptureError(RuntimeError):
@@ -150,16 +154,33 @@ def capture(openclaw: Path, node: Path, tools_profile: str = "full", timeout_s: 
         if not requests:
             raise CaptureError("OpenClaw ran but sent no chat-completions request to the capture endpoint")
         return profile_json(requests[0], openclaw, node, tools_profile, {str(workspace): WORKSPACE,
-                                                                         str(openclaw.parent): GLOBAL_INSTALL})
+                                                                         str(openclaw.parent): GLOBAL_INSTALL},
+                            workspace_snapshot(workspace))
+
+
+def workspace_snapshot(workspace: Path) -> dict[str, str]:
+    """The text files OpenClaw left in the task workspace (the fake model did nothing there): relative path ->
+    text. Links, non-UTF-8 and oversized files are not kept."""
+    files = {}
+    for path in sorted(workspace.rglob("*")):
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > WORKSPACE_FILE_BYTES:
+            continue
+        try:
+            files[path.relative_to(workspace).as_posix()] = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+    return files
 
 
 def profile_json(request: dict[str, Any], openclaw: Path, node: Path, tools_profile: str,
-                 substitutions: dict[str, str]) -> dict[str, Any]:
-    """The profile file's content from one captured chat-completions request body."""
-    text = json.dumps(request)
+                 substitutions: dict[str, str], workspace_files: dict[str, str] | None = None) -> dict[str, Any]:
+    """The profile file's content from one captured chat-completions request body and the files OpenClaw left in
+    the workspace (each with the same substitutions)."""
+    text = json.dumps({"request": request, "files": workspace_files or {}})
     for old, new in substitutions.items():
         text = text.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1])
-    body = json.loads(text)
+    substituted = json.loads(text)
+    body = substituted["request"]
     messages = body.get("messages") or []
     if not messages or messages[0].get("role") not in ("system", "developer"):
         raise CaptureError("the captured request has no system message first")
@@ -175,7 +196,7 @@ def profile_json(request: dict[str, Any], openclaw: Path, node: Path, tools_prof
         "how": "OpenClaw's own CLI (agents add; agent --local) as upstream PinchBench's lib_agent.py drives it, "
                "first request captured at a fake endpoint on 127.0.0.1",
         "substitutions": {"workspace": WORKSPACE, "install": GLOBAL_INSTALL},
-        "system_prompt": messages[0]["content"], "tools": tools,
+        "system_prompt": messages[0]["content"], "tools": tools, "workspace_files": substituted["files"],
         "request_options": {k: v for k, v in body.items() if k not in ("messages", "tools", "model")},
     }
 
@@ -202,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(profile, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"openclaw-capture: {out}: OpenClaw {profile['openclaw_version']} (tools.profile={args.tools_profile}), "
-          f"{len(profile['system_prompt'])} chars of system prompt, {len(profile['tools'])} tools")
+          f"{len(profile['system_prompt'])} chars of system prompt, {len(profile['tools'])} tools, "
+          f"{len(profile['workspace_files'])} workspace files")
     return 0
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from harness.envs.pinchbench.tools import ToolError, ToolResult, WorkspaceTools
@@ -26,7 +26,7 @@ from harness.errors import InputError
 from harness.tokens import TokenCounter
 from harness.types import Message, ToolCall, ToolSpec
 
-FORMAT = "harness-openclaw-request/1"  # openclaw_capture.FORMAT (kept apart: the loader must not import setup code)
+FORMAT = "harness-openclaw-request/2"  # openclaw_capture.FORMAT (kept apart: the loader must not import setup code)
 PROFILE_FILES = {"openclaw": "request-full.json", "openclaw-coding": "request-coding.json"}
 PROFILES = ("harness", *PROFILE_FILES)
 MAKE_TARGET = "make openclaw-profile"
@@ -41,6 +41,8 @@ class AgentProfile:
     system_prompt: str
     tools: tuple[ToolSpec, ...]
     source: str  # e.g. "openclaw 2026.5.6, tools.profile=full"
+    # What OpenClaw leaves in a task workspace (relative path, text): SOUL.md, AGENTS.md, ... (openclaw_capture)
+    workspace_files: tuple[tuple[str, str], ...] = ()
 
     def unavailable(self) -> list[str]:
         """The offered tools the harness cannot run (web tools depend on the run: see OpenClawTools)."""
@@ -71,7 +73,7 @@ def load_profile(name: str, folder: str | Path) -> AgentProfile | None:
 
 def _parse(name: str, data: Any) -> AgentProfile:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ValueError(f"format is not {FORMAT}")
+        raise ValueError(f"format is not {FORMAT} (an older capture has no workspace files)")
     system = data["system_prompt"]
     if not isinstance(system, str) or not system.strip():
         raise ValueError("system_prompt is empty")
@@ -81,7 +83,18 @@ def _parse(name: str, data: Any) -> AgentProfile:
     if missing:
         raise ValueError(f"tools lack {', '.join(missing)}")
     source = f"openclaw {data.get('openclaw_version')}, tools.profile={data.get('tools_profile')}"
-    return AgentProfile(name, system, tools, source)
+    return AgentProfile(name, system, tools, source, _workspace_files(data["workspace_files"]))
+
+
+def _workspace_files(files: Any) -> tuple[tuple[str, str], ...]:
+    """(relative path, text) pairs; a path that is absolute or climbs out (..) is refused."""
+    if not isinstance(files, dict):
+        raise TypeError("workspace_files is not an object")
+    for path, text in files.items():
+        parts = PurePosixPath(path).parts
+        if not parts or parts[0] == "/" or ".." in parts or not isinstance(text, str):
+            raise ValueError(f"workspace_files: {path!r} is not a relative path with text")
+    return tuple(files.items())
 
 
 def overhead(name: str, system: str, tools: list[ToolSpec]) -> dict[str, Any]:

@@ -1,28 +1,38 @@
 """Build a task's fresh workspace from its `workspace_files` (scripts/lib_agent.py prepare_task_workspace).
 
 `{path, content}` entries are written as UTF-8 text; `{source, dest}` entries copy `<clone>/assets/<source>` byte
-for byte. The task file is untrusted, so every `dest` must stay inside the workspace and every `source` inside
-`assets/` (no `..`, absolute paths or symlinks out); upstream does not check, we refuse with an InputError.
+for byte. Under an OpenClaw profile the files OpenClaw keeps in its workspace (SOUL.md, AGENTS.md, ...: the
+profile's `workspace_files`) are written first; a task file of the same name replaces one, as upstream writes the
+task's files over the bootstrap files it kept. The task file is untrusted, so every `dest` must stay inside the
+workspace and every `source` inside `assets/` (no `..`, absolute paths or symlinks out); upstream does not check, we
+refuse with an InputError.
 """
 
 from __future__ import annotations
 
 import errno
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 from harness.envs.pinchbench.tasks import PinchTask, WorkspaceFile
 from harness.errors import InputError
 
 
-def build_workspace(task: PinchTask, bench_path: str | Path, dest_dir: str | Path) -> Path:
-    """Create `dest_dir` (which must be absent or empty) and populate it; returns its resolved path."""
+def build_workspace(task: PinchTask, bench_path: str | Path, dest_dir: str | Path,
+                    agent_files: Iterable[tuple[str, str]] = ()) -> Path:
+    """Create `dest_dir` (which must be absent or empty) and populate it, the agent's own files (relative path,
+    text) first; returns its resolved path."""
     root = Path(dest_dir)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise InputError(f"{root}: a workspace must be built in a new or empty directory")
     root.mkdir(parents=True, exist_ok=True)
     root = root.resolve()
     assets = (Path(bench_path) / "assets").resolve()
+    for relative, text in agent_files:
+        target = _inside(root, relative, f"the agent profile's workspace file {relative!r}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
     for spec in task.workspace_files:
         target = _inside(root, spec.dest, f"{task.file}: workspace file dest {spec.dest!r}")
         source = None if spec.content is not None else _asset(task, assets, spec)
