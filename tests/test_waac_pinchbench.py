@@ -154,6 +154,40 @@ def test_rules_keep_unconsumed_reads_exact_and_written_files_recoverable() -> No
     assert {o.kind for o in obligations(g, g.schemas.obligation_rules)} >= {"written_file", "exec_retry", "plan"}
 
 
+def page(url: str, text: str) -> str:
+    """web_fetch's answer (harness.envs.pinchbench.web.WebTools.web_fetch), as the agent sees it."""
+    return json.dumps({"url": url, "finalUrl": url, "status": 200, "contentType": "text/html", "title": "T",
+                       "extractMode": "markdown", "extractor": "readability", "truncated": False, "length": len(text),
+                       "fetchedAt": "2026-01-01T00:00:00+00:00", "tookMs": 5, "text": text, "warning": None},
+                      indent=2, ensure_ascii=False)
+
+
+HITS = json.dumps({"query": "beta", "provider": "brave", "count": 1, "tookMs": 3, "results": [
+    {"title": "Beta", "url": "https://a.example/beta", "description": "d", "siteName": "a.example"}]}, indent=2)
+
+
+def test_web_results_are_typed_pending_until_acted_on_then_the_page_stays_recoverable() -> None:
+    """With benchmark.network the web tools answer JSON: typed by key (unregistered they stayed uncertain, EXACT
+    for the whole episode); a fetch is pending like a read; the newest text of each URL stays recoverable."""
+    from harness.envs.pinchbench.waac import fetched_pages, unconsumed_reads
+
+    url = "https://a.example/beta"
+    fetch = ("web_fetch", {"url": url}, page(url, "# Beta\n\nShips in May."), False)
+    g = trace(("web_search", {"query": "beta"}, HITS, False), fetch)
+    search, fetched = g.order[1:]
+    assert not g.uncertain and {g.fields[f].type for f in g.events[fetched].fields} >= {"PageText", "Url"}
+    pending = {f for o in unconsumed_reads(Trace(g)) for f, _ in o.refs}  # the fetched URL came from the results:
+    assert g.fields[f"{search}/results"].consumed  # a data edge, so those are acted on; the rest is pending
+    assert pending == {*g.events[search].fields, *g.events[fetched].fields} - {f"{search}/results"}
+    g = trace(("web_search", {"query": "beta"}, HITS, False), fetch,
+              ("write", {"path": "report.md", "content": "x"}, "Successfully wrote 1 bytes to report.md", False),
+              ("web_fetch", {"url": url}, page(url, "# Beta\n\nShips in June."), False))
+    first, second = g.order[2], g.order[4]
+    assert g.fields[f"{first}/text"].superseded and not g.fields[f"{second}/text"].superseded
+    assert [(f, lvl) for o in fetched_pages(Trace(g)) for f, lvl in o.refs] == [(f"{second}/text", Level.POINTER)]
+    assert not {f for o in unconsumed_reads(Trace(g)) for f, _ in o.refs} & set(g.events[first].fields)
+
+
 # ---- the dev split and its library -------------------------------------------------------------------------
 @pytest.mark.sandbox  # bubblewrap (tests/conftest.py)
 def test_the_dev_split_builds_a_library_from_verified_episodes(tmp_path: Path) -> None:
@@ -227,13 +261,15 @@ def session(n: int) -> list[tuple[str, dict[str, Any], str, bool]]:
                       ("edit", {"path": out, "oldText": "Some text.", "newText": "x"}, "Successfully replaced text",
                        i % 4 == 0),
                       ("read", {"path": "missing.md"}, "read: ENOENT: no such file", True),
-                      ("ls", {"path": "."}, "\n".join(f"f{j}.csv" for j in range(5)), False)][i % 7])
+                      ("ls", {"path": "."}, "\n".join(f"f{j}.csv" for j in range(5)), False),
+                      ("web_fetch", {"url": f"https://x.example/{i % 5}"},
+                       page(f"https://x.example/{i % 5}", f"# Page {i}\n\nText {i}."), i % 16 == 7)][i % 8])
     return steps
 
 
 def from_scratch(t: Trace) -> list[tuple[str, str]]:
     """The PinchBench rules as first written (every event scanned at every step): (kind, field) per obligation."""
-    from harness.envs.pinchbench.waac import ACTIONS, first_line, named_files
+    from harness.envs.pinchbench.waac import ACTIONS, READS, first_line, named_files
 
     events = list(t.events())
     last = max((i for i, ev in enumerate(events) if ev.ok and ev.op in ACTIONS), default=-1)
@@ -244,15 +280,18 @@ def from_scratch(t: Trace) -> list[tuple[str, str]]:
                 return [f.id for f in t.fields_of(ev.id) if not f.superseded]
         return []
 
-    out = [("unconsumed_read", f.id) for i, ev in enumerate(events) if ev.op == "read_file" and ev.ok and i > last
+    out = [("unconsumed_read", f.id) for i, ev in enumerate(events) if ev.op in READS and ev.ok and i > last
            for f in t.fields_of(ev.id) if not f.consumed and not f.superseded]
     written = dict.fromkeys(str(v) for ev in events if ev.ok and ev.op in ("write_file", "edit_file")
                             for p, _, v in ev.inputs if p == "path" and v)
     out += [("written_file", fid) for path in written for fid in newest(path)]
     out += [("exec_retry", f.id) for eid in t.open_failures() if t.event(eid).op == "run_command"
             for f in t.fields_of(eid)]
-    return out + [("plan", fid) for path in named_files(t.user_texts()) for fid in newest(path)
-                  if first_line(t.field(fid).value)]
+    out += [("plan", fid) for path in named_files(t.user_texts()) for fid in newest(path)
+            if first_line(t.field(fid).value)]
+    fetches = {str(v): ev for ev in events if ev.ok and ev.op == "fetch_page" for p, _, v in ev.inputs if p == "url"}
+    return out + [("fetched_page", f.id) for ev in fetches.values()  # (URLs in order of their first fetch)
+                  for f in t.fields_of(ev.id) if f.path == "text" and not f.superseded]
 
 
 class CountingTrace(Trace):
@@ -291,5 +330,5 @@ def test_the_rules_equal_a_from_scratch_recomputation_at_every_step_and_look_onl
         assert got == from_scratch(Trace(g)), f"step {i}"
         looked.append(t.looked)
         kinds.update(k for k, _ in got)
-    assert kinds == {"unconsumed_read", "written_file", "exec_retry", "plan"}
+    assert kinds == {"unconsumed_read", "written_file", "exec_retry", "plan", "fetched_page"}
     assert max(looked[20:]) <= 2, looked  # each step's new events (a user turn and a tool result), not history

@@ -107,7 +107,7 @@ class WAAC(ContextPolicy):
         for key in ("use_library", "use_online", "incremental", "log_fields", "exact_when_longer"):
             switch(f"policy.{key}", getattr(self, key))
         number("policy.threshold", self.threshold, lambda t: 0 <= t <= 1,
-               "a cosine similarity in [0, 1] (§3.3.2; default 0.9)")
+               "a cosine similarity in [0, 1] (§3.3.2 gives no value; 0.9 is ours)")
         if not isinstance(self.reduced, str | Sequence):  # (None: list(None) was a TypeError's traceback)
             raise InputError(f"policy.reduced={self.reduced!r} is not a list of reduced levels (valid: a list of "
                              f"{', '.join(REDUCED_LEVELS)}; [] for EXACT only)")

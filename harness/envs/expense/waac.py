@@ -7,8 +7,9 @@ The domain's obligations, read from the observable prefix only:
   lookup that lists the code is kept as a SUMMARY stating `CODE=Name`;
 - verification: Remaining = 0.00 on the itemization form; its balance controls are kept as a SUMMARY of
   Total / Itemized / Remaining once the form is no longer the open one;
-- recovery: while the itemization form is open, the last saved version of its lines grid before the current
-  one stays recoverable (POINTER), so an edit can be compared with or rolled back to what was saved.
+- recovery (ours: §3.3.1 lists no recovery obligation; it serves A.3 POINTER): while the itemization form is
+  open, the last saved version of its lines grid before the current one stays recoverable (POINTER), so an edit
+  can be compared with or rolled back to what was saved.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ else the URL the call opened, else the operation). An error answer is one regist
 
 - Failure targets: click/type/select act on their `element`, tab_switch/tab_close on their `index`, goto and
   tab_open on their `url`: a failed click on [9] is answered by a later successful click on [9], not on [3]
-  (§3.3.1 failed branches).
+  (A.3 failed branches).
 - Chosen values: a URL to open, the text to type, a search string for `find` and an option to select are the
   agent's own; an element number or tab index must be one a page showed.
 
