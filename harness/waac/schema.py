@@ -2,10 +2,11 @@
 
 A schema names each field of a tool's result (by path), gives it a type and a role, says which value types it
 can feed to later tool inputs (`provides`), how its versions are identified, and which semantic facts a
-SUMMARY of it may state. Fields of an unregistered tool, unparseable results and keys a schema does not name
-are extracted conservatively and marked uncertain, which forces EXACT (§3.2.1). A result that is not a JSON
-object goes through the auxiliary extractor (`Schemas.extractor`) when one is configured; what it cannot
-structure stays one uncertain field.
+SUMMARY of it may state. The JSON fields of an unregistered tool, unparseable results and keys a schema does not
+name are extracted conservatively and marked uncertain, which forces EXACT (§3.2.1). A result that is not a JSON
+object goes through the auxiliary extractor (`Schemas.extractor`) when one is configured, an unregistered tool's
+too unless `extract_unregistered` is off: the parts it finds are certain typed fields (appendix C), which the
+analysis may release like any other; what it cannot structure stays one uncertain field.
 
 Everything a benchmark's results look like is a schema option, never a literal here: which keys are containers
 (`containers`), which of their lists are split into one field per named item (`named_lists`, `item_name`), how
