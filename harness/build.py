@@ -298,4 +298,16 @@ def check_policy_model(cfg: DictConfig) -> None:
 
 def describe(cfg: DictConfig, model: Any) -> dict[str, Any]:
     return {"experiment": cfg.name, "policy": cfg.policy._target_.rsplit(".", 1)[-1],
-            "model": getattr(model, "name", "?"), "simulated": bool(getattr(model, "simulated", False))}
+            "model": getattr(model, "name", "?"), "simulated": bool(getattr(model, "simulated", False)),
+            "user_model": user_label(cfg)}
+
+
+def user_label(cfg: DictConfig) -> str:
+    """Which user model answered the agent (an episode column; the C1-C4 table names it): `none` (C1), the user's
+    class, and an LLM user's model (the paper's C2-C4: GPT-4.1)."""
+    target = OmegaConf.select(cfg, "user._target_", default=None)
+    if not target:
+        return "none"
+    model = OmegaConf.select(cfg, "user.backend.model", default=None)
+    name = str(target).rsplit(".", 1)[-1]
+    return f"{name} ({model})" if model else name

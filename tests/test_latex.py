@@ -174,6 +174,7 @@ def test_every_caption_of_simulated_results_says_so(written: Path) -> None:
     for name in TABLES:
         assert "SIMULATED" in (written / f"{name}.md").read_text().splitlines()[0], name
         assert "SIMULATED" in _caption((written / f"{name}.tex").read_text()), name
+        assert "SIMULATED" in (written / f"{name}.csv").read_text().splitlines()[1], name  # (a CSV has no caption)
     assert output.simulated_label(False) == "real model backend"
 
 

@@ -165,6 +165,7 @@ def test_make_tables_writes_the_paired_files(tmp_path: Path) -> None:
     assert r"C3 vs C2" in (tmp_path / "expense_paired.tex").read_text()
     per_task = pd.read_csv(tmp_path / "expense_paired_tasks.csv")
     assert len(per_task[(per_task.comparison == "C3 vs C2") & (per_task.metric == "input_tokens")]) == 2
+    assert per_task.simulated.all()  # a CSV without a caption says what its results are
 
 
 # --- the console line -------------------------------------------------------------------------------------------

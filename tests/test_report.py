@@ -199,6 +199,32 @@ def test_a_newer_run_of_another_size_does_not_replace_the_size_the_columns_share
     assert size in _md(tmp_path / "u") and f"expense_c1_c4: {size}" in err and f"completion_vs_tokens: {size}" in err
 
 
+def test_the_c1_c4_table_names_the_user_model_and_a_stand_in_summarizer(tmp_path: Path) -> None:
+    """The paper's C2-C4 had a GPT-4.1 user and an LLM summary; a run with the scripted user or the offline
+    stand-in summarizer looked the same in the C1-C4 table (only its config.yaml said which)."""
+    root = _results(tmp_path)
+    stand_in = "extractive-stand-in (deterministic, offline; no LLM)"
+    c4 = episodes("c4").assign(user_model="ScriptedUser", aux_backend=stand_in)
+    _newer(root, "c4", c4, n_runs=2, tasks=sorted(set(c4.task_id)))
+    tables.main(["--results", str(root), "--out", str(tmp_path / "t")])
+    md = _md(tmp_path / "t")
+    assert f"NOTE: auxiliary work done by offline stand-ins or substitutes, not the paper's: {stand_in}" in md
+    assert "NOTE: user model: C1 (full, no user model) not recorded; C2 (full history) not recorded; " in md
+    assert "; C4 (last 5 + summary) ScriptedUser (paper: GPT-4.1 in C2-C4, none in C1)" in md
+
+
+def test_runs_record_which_user_model_answered(tmp_path: Path) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from harness.build import user_label
+    from harness.run import CONFIG_DIR
+
+    with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+        labels = [user_label(compose("config", [f"experiment={e}", *extra])) for e, extra in
+                  (("c1", []), ("c2", []), ("c4", ["user=llm"]))]
+    assert labels == ["none", "ScriptedUser", "LLMUser (gpt-4.1)"]
+
+
 def test_newer_equal_size_runs_win_and_the_biggest_shared_size_breaks_a_tie(tmp_path: Path) -> None:
     """The newest run of the shared size wins; with as many columns at each of two sizes, the larger one."""
     root = _results(tmp_path)
@@ -226,7 +252,8 @@ def test_a_pinned_run_of_another_size_is_used_and_every_output_says_the_columns_
     assert "WARNING: the columns do not share the same runs per task (c1, c2, c4: 2; c3: 1)" in md
     assert "c3/2026-02-01_00-00-00" in md and "c2/2026-01-01_00-00-00" in md  # the Run row names each folder
     csv = pd.read_csv(tmp_path / "t" / "expense_c1_c4.csv", index_col=0)
-    assert csv.index[1] == "WARNING" and csv.iloc[1, 0].startswith(warning)  # after the size line
+    assert csv.iloc[0, 0].startswith("Less Context, Better Agents C1-C4: ours (SIMULATED")  # the caption first
+    assert csv.index[2] == "WARNING" and csv.iloc[2, 0].startswith(warning)  # after the size line
     assert csv.loc["Run", "C3 ours"] == "c3/2026-02-01_00-00-00"
     tex = (tmp_path / "t" / "expense_c1_c4.tex").read_text()
     assert r"\caption{" in tex and "WARNING: the columns do not share the same task set" in tex

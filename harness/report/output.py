@@ -5,7 +5,7 @@ and PDF (`save_figure`), the caption's label of what the results are (`label`), 
 Markdown and LaTeX show numbers formatted (no raw 1.000000); the CSV keeps Unicode (±, Δ, –); the LaTeX is ASCII,
 every cell, label and caption escaped, and compiles with pdflatex in a document that loads booktabs and graphicx
 (tests/test_latex.py). Warnings go where a reader meets them first: under a Markdown caption, as a CSV's first rows,
-in a LaTeX caption, under a figure's axes.
+in a LaTeX caption, under a figure's axes; so does the caption of simulated results, in a CSV's first row.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def write(table: pd.DataFrame, out: Path, name: str, caption: str, notes: Iterab
     paths = [out / f"{name}.md", out / f"{name}.csv", out / f"{name}.tex"]
     # each file replaced only once whole (harness.io): a Ctrl-C left half a table, or a PNG no viewer could open
     atomic_write(paths[0], f"**{caption}**\n\n" + "".join(f"{n}\n\n" for n in notes) + f"{_markdown(table)}\n")
-    atomic_write(paths[1], str(_with_warning_rows(_flat_columns(table), notes).to_csv()))
+    said = [caption] if "SIMULATED" in caption else []  # a CSV has no caption: its first row says what it is
+    atomic_write(paths[1], str(_with_warning_rows(_flat_columns(table), said + notes).to_csv()))
     atomic_write(paths[2], latex(table, " ".join([caption, *notes]), f"tab:{name}"))
     return paths
 

@@ -388,7 +388,8 @@ def build(results: Path, pins: dict[str, Path] | None = None, found: list[Run] |
         notes += status_notes(runs, used) + more
         notes.append("Runs: " + "; ".join(f"{short(n, kind)} = {where(runs[n].path, results)}" for n in used))
         name = f"{kind.replace(' ', '_')}_paired"
-        built.append(Written(Table(name, table, caption(kind, episodes), notes), tasks))
+        simulated = bool(episodes.simulated.astype(bool).any())  # the per-task CSV has no caption: a column says it
+        built.append(Written(Table(name, table, caption(kind, episodes), notes), tasks.assign(simulated=simulated)))
     return built
 
 
@@ -398,7 +399,7 @@ def write_tasks(written: Written, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{written.table.name}_tasks.csv"
     columns = ["comparison", "first", "second", "metric", "task_id", "runs", "first_mean", "second_mean",
-               "difference"]
+               "difference", "simulated"]
     atomic_write(path, str(written.tasks.reindex(columns=columns).to_csv(index=False)))
     return path
 

@@ -45,6 +45,7 @@ import logging
 import sys
 from pathlib import Path
 
+import pandas as pd
 import yaml
 
 from harness import methods
@@ -115,13 +116,32 @@ def _expense(results: Path, chosen: dict[str, Run], out: Path) -> list[Path]:
     paper = yaml.safe_load(PAPER.read_text())
     used = [n for n in EXPENSE if n in set(episodes.experiment)]
     sources = {n: where(paths[n], results) for n in used}
-    notes = status_notes(chosen, used) + mismatch_notes(episodes, used)
+    notes = status_notes(chosen, used) + mismatch_notes(episodes, used) + stand_in_notes(episodes) \
+        + user_notes(episodes, used)
     cap = f"Less Context, Better Agents C1-C4: ours ({label(episodes)}; mean ± 95% CI over runs) vs paper"
     written = write(expense_table(episodes, paper, sources), out, "expense_c1_c4", cap, notes)
     compared = [n for n in RATIO_RUNS if n in used]
     notes = status_notes(chosen, compared) + mismatch_notes(episodes, compared)
     return written + write(ratio_table(episodes, paper, sources), out, "expense_ratios",
                            f"Ratios: ours ({label(episodes)}) vs paper", notes)
+
+
+def stand_in_notes(episodes: pd.DataFrame) -> list[str]:
+    """A note naming the offline stand-ins or substitutes that did the runs' auxiliary work (a summary, a
+    compression), from the episodes' `aux_backend`."""
+    stand_ins = sorted({str(b) for b in episodes.get("aux_backend", []) if "stand-in" in str(b)
+                        or "not the paper's" in str(b)})
+    return ["NOTE: auxiliary work done by offline stand-ins or substitutes, not the paper's: " + "; ".join(stand_ins)] \
+        if stand_ins else []
+
+
+def user_notes(episodes: pd.DataFrame, used: list[str]) -> list[str]:
+    """Which user model answered each run's agent, beside the paper's (GPT-4.1 in C2-C4: the paper yaml's model
+    line); runs written before episodes recorded it say "not recorded"."""
+    users = episodes.get("user_model", pd.Series(index=episodes.index, dtype=object)).fillna("not recorded")
+    by_run = {n: ", ".join(sorted(set(users[episodes.experiment == n].astype(str)))) for n in used}
+    return [f"NOTE: user model: {'; '.join(f'{display(n)} {u}' for n, u in by_run.items())} (paper: GPT-4.1 in "
+            "C2-C4, none in C1)"]
 
 
 def _methods(results: Path, chosen: dict[str, Run], pins: dict[str, Path], out: Path) -> list[Path]:
@@ -138,11 +158,7 @@ def _methods(results: Path, chosen: dict[str, Run], pins: dict[str, Path], out: 
     notes += status_notes(runs, used) + mismatch_notes(episodes, used)
     sources = {n: where(paths[n], results) for n in used}
     paper = yaml.safe_load(WAAC_PAPER.read_text())
-    stand_ins = sorted({str(b) for b in episodes.get("aux_backend", []) if "stand-in" in str(b)
-                        or "not the paper's" in str(b)})
-    if stand_ins:
-        notes.append("NOTE: auxiliary work done by offline stand-ins or substitutes, not the paper's: "
-                     + "; ".join(stand_ins))
+    notes += stand_in_notes(episodes)
     return write(comparison_table(episodes, paper, sources), out, "methods_comparison",
                  f"The WAAC paper's comparison methods on the expense benchmark ({label(episodes)}; per episode, "
                  f"mean ± 95% CI over runs) beside the paper's Table 1 ({paper['benchmark']}, {paper['model']}, "
