@@ -166,6 +166,24 @@ def test_a_reference_is_followed_only_through_an_offered_tool_that_takes_it(
     assert decide(view, tools) == expected
 
 
+def test_reference_forms_come_from_the_offered_tools_not_from_a_policys_syntax() -> None:
+    """No reference syntax is built into the agent: a policy of any make that shows {"$stash": ID} and offers a
+    tool documenting that form has its references followed, as WAAC's $pointer and LCM's ids are; a form the
+    tool's argument does not take ($summary in WAAC's description) is not a reference."""
+    from harness.backends.sim.reader import reference_forms
+    from harness.waac.artifacts import RECALL_SPEC
+
+    vault = ToolSpec("vault_open", 'Restores a field the context shows as {"$stash": ID}.',
+                     {"type": "object", "properties": {"ref": {"type": "string"}}, "required": ["ref"]})
+    view = [Message(m.role, m.content.replace('"$pointer"', '"$stash"'), m.tool_calls, m.tool_call_id, m.name)
+            for m in POINTED]
+    assert '"$stash"' in "".join(m.content for m in view)
+    assert decide(view, [*TOOL_SPECS, vault]) == ("vault_open", {"ref": "waac:t009/Lookup.Grids.LookupGrid@v0"})
+    assert decide(view, WAAC_TOOLS) == ("form_open_lookup", {"controlName": "SubCategory"})  # not its form
+    assert [m for m, _, _ in reference_forms([RECALL_SPEC]).followers] == ["$pointer"]
+    assert {m for m, _, _ in reference_forms(LCM_TOOLS).followers} == {"msg_", "sum_"}
+
+
 @pytest.mark.parametrize(("view", "tools", "tool", "recalled"), [
     (POINTED, WAAC_TOOLS, "waac_recall",
      lambda: {"Status": "Success", "Ref": "r", "Content": LOOKUP.payload["Lookup"]["Grids"][0]}),

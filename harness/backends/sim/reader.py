@@ -33,9 +33,14 @@ CODE = re.compile(r"\b[A-Z]{4}-[A-Z]{3,5}\b")  # a subcategory code token, in an
 SEGMENT_CUTS = (re.compile(r"\n"), re.compile(r"\||;|\.\s+"), re.compile(r",\s*"))
 MENU_ITEM = re.compile(r"\bTrvExpenses\b")  # the menu item's name, however a policy shows it
 NO_USER = "No user is available"
-POINTER = "$pointer"  # a JSON reference to content a policy moved out of the view
-HANDLE = re.compile(r"\b(?P<kind>msg|sum)_\w+")  # an expand handle in text (e.g. LCM's message / summary ids)
+# References to content moved out of the view are read in the forms the offered tools' descriptions show (no
+# policy's syntax is built in): a tool taking one required `ref` or `id` argument that shows a JSON key in braces
+# ({"$pointer": REF}) follows that key's string values; one that shows an id form (msg_N, sum_...) follows such ids
+# in text; when the argument has a description of its own, only the forms it names. The agent learns the forms
+# from its tools, as a model would.
 REF_PARAMS = ("ref", "id")
+KEY_FORM = re.compile(r'\{\s*"(\$?[A-Za-z_]\w*)"\s*:')
+ID_FORM = re.compile(r"\b([a-z][a-z0-9]*_)(?:N\b|\.\.\.)")
 
 
 @dataclass
@@ -97,7 +102,46 @@ class Reference:
 
     ref: str
     label: str
-    marker: str  # the kind of reference, as a tool's documentation names it ("$pointer", "msg_", "sum_")
+    marker: str  # the kind of reference, as a tool's description shows it (a JSON key, an id prefix)
+
+
+@dataclass(frozen=True)
+class Forms:
+    """The reference forms the offered tools document: JSON keys, id prefixes (as one pattern), and which tool
+    and argument follows each marker."""
+
+    keys: frozenset[str] = frozenset()
+    ids: re.Pattern[str] | None = None
+    followers: tuple[tuple[str, str, str], ...] = ()  # (marker, tool, argument)
+
+
+NO_FORMS = Forms()
+
+
+def reference_forms(tools: Sequence[ToolSpec]) -> Forms:
+    """The forms documented by the offered tools that take one required `ref` / `id` (read once per tool set)."""
+    key = tuple(tools)
+    hit = _FORMS.get(key)
+    if hit is None:
+        followers = []
+        for t in tools:
+            required = t.parameters.get("required", [])
+            if len(required) == 1 and required[0] in REF_PARAMS:
+                arg = str(required[0])  # its own description, when it has one, says which shown form it takes
+                said = str(t.parameters.get("properties", {}).get(arg, {}).get("description", ""))
+                shown = [*KEY_FORM.findall(t.description), *ID_FORM.findall(t.description)]
+                followers += [(m, t.name, arg) for m in dict.fromkeys(shown) if not said or m in said]
+        keys = frozenset(m for m, _, _ in followers if not m.endswith("_"))
+        prefixes = sorted({m for m, _, _ in followers if m.endswith("_")})
+        ids = re.compile(r"\b(?:" + "|".join(map(re.escape, prefixes)) + r")\w+") if prefixes else None
+        hit = Forms(keys, ids, tuple(followers)) if followers else NO_FORMS
+        if len(_FORMS) >= 256:  # tool sets are made per domain: a few per process
+            _FORMS.clear()
+        _FORMS[key] = hit
+    return hit
+
+
+_FORMS: dict[tuple[ToolSpec, ...], Forms] = {}
 
 
 @dataclass(frozen=True)
@@ -165,16 +209,12 @@ class Belief:
     visible_text: str = ""
     references: list[Reference] = field(default_factory=list)
     followed: set[str] = field(default_factory=set)  # references the agent's visible calls already followed
-    tools: list[ToolSpec] = field(default_factory=list)
+    forms: Forms = NO_FORMS
 
     def recall_tool(self, marker: str) -> tuple[str, str] | None:
         """(tool, argument) of an offered tool that documents this kind of reference and takes it as its one
         required ref / id argument; None when the agent has no such tool."""
-        for t in self.tools:
-            required = t.parameters.get("required", [])
-            if len(required) == 1 and required[0] in REF_PARAMS and marker in t.description:
-                return t.name, str(required[0])
-        return None
+        return next(((tool, arg) for m, tool, arg in self.forms.followers if m == marker), None)
 
     def reference_about(self, *topics: str) -> tuple[Reference, str, str] | None:
         """The newest reference not yet followed whose label mentions a topic, with the tool that follows it."""
@@ -186,11 +226,11 @@ class Belief:
 
 
 def read(messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> Belief:
-    b = Belief(tools=list(tools))
+    b = Belief(forms=reference_forms(tools))
     items: list[CodeItem] = []
     positions: list[int] = []
     for pos, m in enumerate(messages):
-        payload, found, refs, menu = _analysed(m.content)
+        payload, found, refs, menu = _analysed(m.content, b.forms)
         items += found
         positions += [pos] * len(found)
         b.references += refs
@@ -246,16 +286,16 @@ def _read_tool(b: Belief, pos: int, payload: Any) -> None:
 
 # ---- format-agnostic readers ------------------------------------------------------------------------------
 @lru_cache(maxsize=8192)
-def _analysed(text: str) -> tuple[Any, tuple[CodeItem, ...], tuple[Reference, ...], bool]:
-    """A message's JSON (or None), code items, references, and whether it names the menu item. Views repeat
-    most messages from call to call, so each text is read once per process (the JSON is shared: the reader and
-    planner never modify it)."""
+def _analysed(text: str, forms: Forms = NO_FORMS) -> tuple[Any, tuple[CodeItem, ...], tuple[Reference, ...], bool]:
+    """A message's JSON (or None), code items, references (in the offered tools' forms), and whether it names
+    the menu item. Views repeat most messages from call to call, so each text is read once per process and tool
+    set (the JSON is shared: the reader and planner never modify it)."""
     payload, menu = _json(text), bool(MENU_ITEM.search(text))
     if payload is None:
-        return None, tuple(_text_items(text)), tuple(_handles(text)), menu
+        return None, tuple(_text_items(text)), tuple(_ids(text, forms)), menu
     items: list[CodeItem] = []
     refs: list[Reference] = []
-    _scan(payload, (), items, refs)
+    _scan(payload, (), items, refs, forms)
     return payload, tuple(items), tuple(refs), menu
 
 
@@ -276,31 +316,34 @@ def _json(text: str) -> Any:
         return None
 
 
-def _scan(value: Any, path: tuple[str, ...], items: list[CodeItem], refs: list[Reference]) -> None:
+def _scan(value: Any, path: tuple[str, ...], items: list[CodeItem], refs: list[Reference],
+          forms: Forms = NO_FORMS) -> None:
     """One pass over a JSON value (strings holding JSON included), collecting code items and references:
-    an object with exactly one code value is an item; other strings are text; `$pointer` values are references
-    labelled by the names on the way to them (keys, and the FormName / Name of enclosing objects)."""
+    an object with exactly one code value is an item; other strings are text; the string value of a documented
+    reference key is a reference labelled by the names on the way to it (keys, and the FormName / Name of
+    enclosing objects)."""
     if isinstance(value, str):
         inner = _json(value) if value[:1] in "{[" else None
         if inner is not None:
-            _scan(inner, path, items, refs)
+            _scan(inner, path, items, refs, forms)
         elif not CODE.fullmatch(value):
             items += _text_items(value)
-            refs += _handles(value) if "_" in value else []
+            refs += _ids(value, forms) if forms.ids is not None and "_" in value else []
     elif isinstance(value, list):
         for v in value:
-            _scan(v, path, items, refs)
+            _scan(v, path, items, refs, forms)
     elif isinstance(value, dict):
         strings = [v for v in value.values() if isinstance(v, str)]
         codes = [v for v in strings if CODE.fullmatch(v)]
         if len(codes) == 1:
             items.append(CodeItem(codes[0], tuple(v for v in strings if v != codes[0]), True))
         here = (*path, *(str(value[k]) for k in ("FormName", "Name") if isinstance(value.get(k), str)))
-        if isinstance(value.get(POINTER), str):
-            refs.append(Reference(value[POINTER], "/".join(here), POINTER))
+        for marker in forms.keys & value.keys():
+            if isinstance(value[marker], str):
+                refs.append(Reference(value[marker], "/".join(here), marker))
         for k, v in value.items():
             if isinstance(v, dict | list | str):
-                _scan(v, (*here, str(k)), items, refs)
+                _scan(v, (*here, str(k)), items, refs, forms)
 
 
 def _text_items(text: str, level: int = 0) -> list[CodeItem]:
@@ -324,13 +367,16 @@ def _between_codes(text: str) -> list[str]:
     return [text[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
 
 
-def _handles(text: str) -> list[Reference]:
-    """Expand handles in text, each labelled by the list item it sits in (cut at '), ' or ': ' before it)."""
+def _ids(text: str, forms: Forms) -> list[Reference]:
+    """Ids of a documented id form in text, each labelled by the list item it sits in (cut at '), ' or ': '
+    before it); its marker is its prefix."""
+    if forms.ids is None:
+        return []
     out = []
-    for m in HANDLE.finditer(text):
+    for m in forms.ids.finditer(text):
         before = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
         label = re.split(r"\),\s|:\s", before)[-1]
-        out.append(Reference(m.group(0), label, f"{m['kind']}_"))
+        out.append(Reference(m.group(0), label, m.group(0)[:m.group(0).index("_") + 1]))
     return out
 
 
