@@ -6,6 +6,7 @@ import hashlib
 import inspect
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -149,10 +150,16 @@ def instantiate_backend(node: Any, key: str, **kwargs: Any) -> Any:
     except InstantiationException as exc:
         cause = exc.__cause__
         if isinstance(cause, InputError):
-            raise InputError(str(cause)) from None
+            raise InputError(_of_block(str(cause), key)) from None
         if isinstance(cause, ValueError):
             raise InputError(f"{key}: {one_line(cause)}") from None
         raise
+
+
+def _of_block(message: str, key: str) -> str:
+    """A backend names its settings model.*; built from another block (user.backend, summarizer.backend,
+    judge.model), the message names that block's."""
+    return message if key == "model" else re.sub(r"\bmodel\.(?=\w)", f"{key}.", message)
 
 
 def model_factory(cfg: DictConfig) -> Callable[[int], LLMBackend]:

@@ -384,3 +384,19 @@ def test_a_bad_backend_setting_is_one_line_before_any_call(setting: dict[str, ob
     assert said in str(caught.value)
     OpenAICompatible(base_url="http://127.0.0.1:9/v1", api_key_env=None, temperature=None, top_p=None,
                      rate_limit={"rpm": None, "tpm": 1000})  # null: not sent / no limit
+
+
+def test_a_user_or_summarizer_backends_messages_name_its_own_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`user=llm` without a key said "(model.api_key_env) is not set", and a bad user.backend setting was named
+    model.*: the user is told which block to fix."""
+    from harness.backends.base import InfraError
+    from harness.preflight import check_endpoints, real_backends
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", ["experiment=c4", "user=llm", "summarizer=llm"])
+        bad = compose("config", ["experiment=c4", "summarizer=llm", "summarizer.backend.timeout_s=-1"])
+    with pytest.raises(InfraError, match=r"OPENAI_API_KEY \(user.backend.api_key_env\) is not set"):
+        check_endpoints(real_backends(cfg, 0))
+    with pytest.raises(InputError, match=r"^summarizer.backend.timeout_s=-1 is not a number of seconds > 0"):
+        real_backends(bad, 0)

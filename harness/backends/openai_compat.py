@@ -279,9 +279,9 @@ class OpenAICompatible:
         if self.api_key_env is None:
             return "not-needed"  # local servers ignore the key
         key = os.environ.get(self.api_key_env)
-        if not key:
-            raise InfraError(f"the environment variable {self.api_key_env} (model.api_key_env) is not set; "
-                             "put the API key there, never in a config file")
+        if not key:  # `setting`: the config block it was built from (harness.preflight names it: user.backend, ...)
+            raise InfraError(f"the environment variable {self.api_key_env} ({getattr(self, 'setting', 'model')}"
+                             ".api_key_env) is not set; put the API key there, never in a config file")
         return key
 
     def client(self) -> openai.OpenAI:
