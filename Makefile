@@ -187,9 +187,10 @@ notebook: $(STAMP) ## Execute notebooks/reproduce.ipynb on the project's kernel 
 
 # The docs' result blocks (<!-- results:NAME --> in docs/expense.md) from the default C1-C4 runs under results/
 # (those missing are run first, ~2.5 min) and fresh 5 x 2 runs (harness.report.docs_results); ARGS='--check'
-# writes nothing and exits 1 if a committed block differs from what the runs give.
+# changes no page and exits 1 if a committed block differs from what the runs give (it still saves the default
+# runs it had to make under results/, as the regeneration does).
 .PHONY: readme-results
-readme-results: $(STAMP) ## Regenerate the docs' result tables from the default C1-C4 runs (ARGS='--check' compares only)
+readme-results: $(STAMP) ## Regenerate the docs' result tables from the default C1-C4 runs (ARGS='--check': pages untouched)
 	$(PY) -m harness.report.docs_results $(ARGS)
 
 # The tests use every extra (methods, browser, Ray launcher, local model server) and Debian's bubblewrap, Chromium
