@@ -56,7 +56,7 @@ def test_every_experiment_composes_and_instantiates(exp: str) -> None:
     expected = {"c1": FullHistory, "c2": FullHistory, "c3": LastN, "c4": LastNSummary}[exp]
     assert type(policy) is expected
     assert build.describe(cfg, model) == {"experiment": exp, "policy": expected.__name__, "model": "sim",
-                                          "simulated": True}
+                                          "simulated": True, "user_model": "none" if exp == "c1" else "ScriptedUser"}
 
 
 @pytest.mark.usefixtures("hydra_ctx")

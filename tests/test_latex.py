@@ -191,7 +191,8 @@ def test_rows_and_columns_have_human_labels(written: Path) -> None:
     assert ratios.loc["Token reduction, C3 vs C2 (%)"].tolist() == ["60.0", "63.9"]
     budget = pd.read_csv(written / "budget_sweep.csv", index_col=[0, 1], dtype=str)
     assert budget.index.names == ["Method", "Budget"] and ("C2", "100%") in budget.index
-    methods = pd.read_csv(written / "methods_comparison.csv", index_col=0, dtype=str).drop(index="WARNING")
+    methods = pd.read_csv(written / "methods_comparison.csv", index_col=0, dtype=str)
+    methods = methods.drop(index=list(output.LABEL_ROWS), errors="ignore")
     assert list(methods.index) == ["C2 (full history)", "Keep-Last-N", "Mem0", "TokenSkip", "WAAC"]
     assert pd.read_csv(written / "waac_firing.csv", index_col=0).columns.tolist() == ["WAAC"]
     assert output.label_text(("C2", "100%")) == "C2 / 100%"  # no "('FullHistory', 1.0)" in any output

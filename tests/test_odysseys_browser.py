@@ -878,10 +878,10 @@ def test_a_page_cannot_open_windows_on_its_own(tmp_path: Path) -> None:
         tools = BrowserTools(b, None)
         call(tools, "goto", url=s.url("x", "/storm.html"))
         counts = []
-        for _ in range(2):  # (Chromium lets the first few through, as the load's own activation: 4 when idle, 10
-            time.sleep(1.0)  # on a busy machine; the storm opens 50 a second)
-            counts.append(call(tools, "read_page").content.count(s.url("x", "/a.html")))
-        assert counts[0] == counts[1], counts
+        for _ in range(3):  # (Chromium lets the first few through, as the load's own activation: 4 when idle, 10
+            time.sleep(1.0)  # on a busy machine; the storm opens 50 a second. The tabs it let through are adopted
+            counts.append(call(tools, "read_page").content.count(s.url("x", "/a.html")))  # as their events come)
+        assert counts[1] == counts[2] <= 15, counts  # steady, not 50 more a second
 
 
 @pytest.mark.browser

@@ -252,7 +252,7 @@ def test_a_pinned_run_of_another_size_is_used_and_every_output_says_the_columns_
     assert "WARNING: the columns do not share the same runs per task (c1, c2, c4: 2; c3: 1)" in md
     assert "c3/2026-02-01_00-00-00" in md and "c2/2026-01-01_00-00-00" in md  # the Run row names each folder
     csv = pd.read_csv(tmp_path / "t" / "expense_c1_c4.csv", index_col=0)
-    assert csv.iloc[0, 0].startswith("Less Context, Better Agents C1-C4: ours (SIMULATED")  # the caption first
+    assert csv.index[0] == "SIMULATED" and csv.iloc[0, 0].startswith("SIMULATED: Less Context, Better Agents C1-C4")
     assert csv.index[2] == "WARNING" and csv.iloc[2, 0].startswith(warning)  # after the size line
     assert csv.loc["Run", "C3 ours"] == "c3/2026-02-01_00-00-00"
     tex = (tmp_path / "t" / "expense_c1_c4.tex").read_text()

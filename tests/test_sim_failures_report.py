@@ -151,7 +151,7 @@ def _failed(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 @pytest.mark.slow  # the `written` fixture runs the simulated runs (~30 s)
 def test_real_failed_episodes_are_attributed_and_the_table_counts_them(written: Path,
                                                                       llmlike: dict[str, Path]) -> None:
-    table = pd.read_csv(written / "sim_failures.csv", index_col=0, dtype=str)
+    table = pd.read_csv(written / "sim_failures.csv", index_col=0, dtype=str).drop(index=["SIMULATED"])
     assert list(table.index) == ["C2 (full history)", "C3 (last 5)", "C4 (last 5 + summary)"]
     confabulated = 0
     for name, label in zip(("c2", "c3", "c4"), table.index, strict=True):
@@ -269,7 +269,7 @@ def test_sim_llmlike_runs_never_feed_the_default_tables(written: Path, results: 
     c1_c4 = pd.read_csv(written / "expense_c1_c4.csv", index_col=0, dtype=str)
     assert c1_c4.loc["Run"].tolist()[::2] == [f"c{i}/2026-01-01_00-00-00" for i in range(1, 5)]
     assert set(c1_c4.loc["Model"].tolist()[::2]) == {"sim"} and "WARNING" not in c1_c4.index
-    failures = pd.read_csv(written / "sim_failures.csv", index_col=0, dtype=str)
+    failures = pd.read_csv(written / "sim_failures.csv", index_col=0, dtype=str).drop(index=["SIMULATED"])
     assert failures["Run"].tolist() == [f"c{i}/{STAMP}" for i in (2, 3, 4)]
     default, llmlike = sim_failures.split_runs(runs.discover(results))
     assert {r.path.parent.name for r in llmlike if not r.sweep_job} == {"c2", "c3", "c4"}

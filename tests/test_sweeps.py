@@ -10,6 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.report.output import LABEL_ROWS
+
 pytestmark = pytest.mark.slow  # Hydra multiruns, Ray and joblib: 9-25 s each
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,7 +52,8 @@ def test_ablations_sweep_runs_every_waac_variant_and_feeds_the_tables(tmp_path: 
     from harness.report.tables import main as tables
 
     written = tables(["--results", str(tmp_path), "--out", str(tmp_path / "tables")])
-    table = pd.read_csv(tmp_path / "tables" / "waac_ablations.csv", index_col=0)
+    table = pd.read_csv(tmp_path / "tables" / "waac_ablations.csv", index_col=0).drop(index=list(LABEL_ROWS),
+                                                                                       errors="ignore")
     assert tmp_path / "tables" / "waac_step_log.md" in written and len(table) == 7
     assert table.loc["WAAC w/o DROP", "paper Δ input (%)"] == "+15.1" and set(table.simulated) == {"yes"}
 
@@ -67,7 +70,8 @@ def test_methods_sweep_feeds_the_comparison_table(tmp_path: Path) -> None:
     from harness.report.tables import main as tables
 
     tables(["--results", str(tmp_path), "--out", str(tmp_path / "tables")])
-    table = pd.read_csv(tmp_path / "tables" / "methods_comparison.csv", index_col=0, dtype=str)
+    table = pd.read_csv(tmp_path / "tables" / "methods_comparison.csv", index_col=0, dtype=str).drop(
+        index=list(LABEL_ROWS), errors="ignore")
     assert list(table.index) == ["C2 (full history)", "Keep-Last-N", "Observation masking", "TokenSkip"]
     assert table.loc["C2 (full history)", "input vs Vanilla, ours"] == "1.000"
     assert all(str(r).startswith(str(Path("sweeps") / "methods" / "x")) for r in table.run.iloc[:3])

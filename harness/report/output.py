@@ -38,7 +38,7 @@ def write(table: pd.DataFrame, out: Path, name: str, caption: str, notes: Iterab
     paths = [out / f"{name}.md", out / f"{name}.csv", out / f"{name}.tex"]
     # each file replaced only once whole (harness.io): a Ctrl-C left half a table, or a PNG no viewer could open
     atomic_write(paths[0], f"**{caption}**\n\n" + "".join(f"{n}\n\n" for n in notes) + f"{_markdown(table)}\n")
-    said = [caption] if "SIMULATED" in caption else []  # a CSV has no caption: its first row says what it is
+    said = [f"SIMULATED: {caption}"] if "SIMULATED" in caption else []  # a CSV has no caption: a first row says it
     atomic_write(paths[1], str(_with_warning_rows(_flat_columns(table), said + notes).to_csv()))
     atomic_write(paths[2], latex(table, " ".join([caption, *notes]), f"tab:{name}"))
     return paths
@@ -65,14 +65,20 @@ def _flat_columns(table: pd.DataFrame) -> pd.DataFrame:
     return table.set_axis([label_text(c) for c in table.columns], axis=1)
 
 
+LABEL_ROWS = ("SIMULATED", "NOTE", "WARNING")  # a CSV's rows above its data: drop these to read the values
+
+
 def _with_warning_rows(table: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
-    """The table with one "WARNING" row per note on top (text in the first column), for the CSV."""
+    """The table with one row per note on top (text in the first column), for the CSV, labelled by its kind:
+    SIMULATED (the caption of simulated results), NOTE or WARNING (LABEL_ROWS)."""
     if not notes or table.columns.empty:
         return table
-    key: Any = "WARNING" if table.index.nlevels == 1 else ("WARNING",) + ("",) * (table.index.nlevels - 1)
+    kinds = [next((k for k in LABEL_ROWS[:2] if n.startswith(k)), "WARNING") for n in notes]
+    keys: list[Any] = kinds if table.index.nlevels == 1 else [(k,) + ("",) * (table.index.nlevels - 1)
+                                                              for k in kinds]
     rows = pd.DataFrame([[n] + [""] * (len(table.columns) - 1) for n in notes], columns=table.columns,
-                        index=pd.Index([key] * len(notes)) if table.index.nlevels == 1
-                        else pd.MultiIndex.from_tuples([key] * len(notes), names=table.index.names))
+                        index=pd.Index(keys) if table.index.nlevels == 1
+                        else pd.MultiIndex.from_tuples(keys, names=table.index.names))
     return pd.concat([rows, table.astype(object)])
 
 

@@ -190,8 +190,10 @@ _BODY_JS = """(_, [most, chars, nodes]) => {
   } catch (err) {}
   return [!!document.body, texts];
 }"""
+# the link or form a click follows: its target, and whether it is a link to download (<a download>)
 _TARGET_JS = ("e => { const a = e.closest('a[href], area[href], form') || e.form;"
-              " return a ? (a.getAttribute('target') || '') : ''; }")
+              " return a ? [a.getAttribute('target') || '', a.tagName !== 'FORM' && a.hasAttribute('download')]"
+              " : ['', false]; }")
 _OPTIONS_JS = ("e => e.tagName === 'SELECT' ?"
                " [...e.options].map(o => [o.value, o.label || o.textContent.trim()]) : null")
 
@@ -932,8 +934,9 @@ class Browser:
         self._note("download", download_note(download.suggested_filename, download.url))
 
     def _await_download(self, page: Page, before: int) -> None:
-        """The goto's failure came before its download event (it is delivered with a later message): waited for,
-        at most DOWNLOAD_EVENT_S, unless one came since `before`, so this call's result has its note."""
+        """A download the call started (a goto's failure, a click on an <a download> link) whose event had not
+        come yet (it is delivered with a later message): waited for, at most DOWNLOAD_EVENT_S, unless one came
+        since `before`, so this call's result has its note."""
         from playwright.sync_api import Error
 
         if self._downloads == before:
@@ -1198,10 +1201,13 @@ class Browser:
         page = self._page()
         element, locator = self._locate(page, number)
         what = f"click {element.label()}"
-        target = self._guard(what, lambda: locator.evaluate(_TARGET_JS), page)
+        target, download = self._guard(what, lambda: locator.evaluate(_TARGET_JS), page)
         tabs, loads = len(self._tabs), {p: self._loads.get(p, 0) for p in self._tabs if p is not page}
+        before = self._downloads
         self._guard(what, lambda: locator.click(), page)
-        if str(target).lower() not in ("", "_self", "_parent", "_top") and len(self._tabs) == tabs:
+        if download:  # its event can come after the click returns (on a busy machine it did): this result says it
+            self._await_download(page, before)
+        elif str(target).lower() not in ("", "_self", "_parent", "_top") and len(self._tabs) == tabs:
             self._new_tab_or_named(page, what, tabs, loads)
         self._settle(self._page(), what)
         return self._observe()
