@@ -105,7 +105,7 @@ class Reference:
     marker: str  # the kind of reference, as a tool's description shows it (a JSON key, an id prefix)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashed by identity (one per tool set, _FORMS): a cache key at every message
 class Forms:
     """The reference forms the offered tools document: JSON keys, id prefixes (as one pattern), and which tool
     and argument follows each marker."""
