@@ -650,7 +650,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if ns.attribute:
             table = attribute(ns.run, ns.out)
-            print(table.to_string(index=False) if not table.empty else "no failed episode")
+            if not table.empty:  # (an empty one: the summary's line says there was no failed episode)
+                print(table.to_string(index=False))
             print("\n".join(summary(table)))
             print(f"Wrote {(ns.out or ns.run) / 'attribution'}.md/.csv/.tex")
             return 0
