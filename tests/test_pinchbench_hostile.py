@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_pinchbench_runs import POLICIES, SCRIPT, config
+from test_pinchbench_runs import POLICIES, SCRIPT, V2, config
 
 from harness.backends import openai_compat
 from harness.envs.pinchbench import judge, transcript
@@ -104,6 +104,32 @@ def test_a_workspace_too_deep_to_copy_is_a_grading_error_not_a_crash(tmp_path: P
     _deep(ws)
     result = run_grade("def grade(transcript, workspace_path):\n    return {'ok': 1.0}\n", [], ws)
     assert result.score is None and "nest deeper" in (result.error or ""), result
+
+
+@pytest.mark.sandbox
+def test_a_path_past_path_max_leaves_exec_grading_and_the_record_working(tmp_path: Path) -> None:
+    """An agent's 20 nested 250-character folders (5,000 bytes of path, past PATH_MAX): every later exec failed
+    (the ownership pass before each named the whole path), the grader's copy failed (a correct answer scored 0),
+    and keeping the workspace raised out of the episode's close (a traceback ended the run, the files deleted)."""
+    from harness.envs.base import EpisodeContext
+    from harness.envs.pinchbench.domain import PinchBenchDomain
+    from harness.types import Message
+
+    d = PinchBenchDomain(path=str(V2), ids=["task_sales_summary"])
+    ep = d.episode(d.tasks[0], None, EpisodeContext(0, tmp_path / "run"))
+
+    def call(name: str, **args: str) -> str:
+        return ep.env.execute(ToolCall("c", name, json.dumps(args))).content
+
+    assert int(call("exec", command="n=$(printf 'a%.0s' $(seq 250)); for i in $(seq 20); do mkdir $n && cd $n "
+                                    "|| exit 1; done; pwd | wc -c").split()[0]) > 4096
+    assert call("exec", command="echo hello").strip() == "hello"
+    call("write", path="sales_summary.md", content="# Q1 2024\n- Total revenue: $1,950.00\n")
+    score = ep.score([Message("system", "s"), Message("user", d.tasks[0].instruction), Message("assistant", "done")])
+    assert not score.columns["grading_failed"], score.columns
+    ep.close()
+    kept = tmp_path / "run" / "workspaces" / "task_sales_summary__run0" / "sales_summary.md"
+    assert kept.read_text().startswith("# Q1 2024")
 
 
 def test_a_task_files_nan_timeout_or_weight_is_refused() -> None:

@@ -184,11 +184,15 @@ def _disk_full(exc: OSError) -> bool:
     return any(isinstance(e, tuple) and any(text in str(e[-1]) for text in full) for e in gathered)
 
 
+PATH_MAX = 4096  # Linux: a longer path cannot be opened or made (ENAMETOOLONG)
+
+
 class _Copy:
     """The workspace copy's rules (copytree's `ignore` and `copy_function`), and the files they left out."""
 
     def __init__(self, workspace: Path, max_file: int, max_total: int) -> None:
         self.workspace, self.max_file, self.max_total = workspace, max_file, max_total
+        self.dest = workspace  # where the copy goes (set by _stage)
         self.total = 0
         self.left_out: list[str] = []
 
@@ -197,13 +201,21 @@ class _Copy:
         and regular files over the caps (their size as stat gives it: a sparse file counts whole)."""
         skip = set()
         for name in sorted(names):
-            info = os.lstat(os.path.join(directory, name))
+            path = os.path.join(directory, name)
+            rel = os.path.relpath(path, self.workspace)
+            try:
+                if max(len(os.fsencode(path)), len(os.fsencode(os.path.join(self.dest, rel)))) >= PATH_MAX:
+                    raise OSError(errno.ENAMETOOLONG, "a path longer than the system allows")
+                info = os.lstat(path)
+            except OSError as exc:  # (an agent's 20 nested 250-character folders made the whole copy fail)
+                skip.add(name)
+                self.left_out.append(f"{rel[:200]} ({exc.strerror or exc})")
+                continue
             mode = info.st_mode
             if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
                 skip.add(name)
             elif stat.S_ISREG(mode) and (info.st_size > self.max_file or self.total + info.st_size > self.max_total):
                 skip.add(name)
-                rel = os.path.relpath(os.path.join(directory, name), self.workspace)
                 self.left_out.append(f"{rel} ({info.st_size:,} bytes)")
             elif stat.S_ISREG(mode):
                 self.total += info.st_size
@@ -242,7 +254,7 @@ def _stage(root: Path, source: str, payload: str, copy: _Copy, answer_key: Path 
     if answer_key is not None:
         shutil.copyfile(answer_key, grader / IMAGE_KEY)
         (grader / IMAGE_KEY).chmod(0o644)
-    ws_copy = root / "workspace"
+    ws_copy = copy.dest = root / "workspace"
     shutil.copytree(copy.workspace, ws_copy, symlinks=True, ignore=copy.ignore, copy_function=copy.copy)
     return grader, ws_copy
 

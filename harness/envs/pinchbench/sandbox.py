@@ -268,11 +268,14 @@ class Sandbox:
 
 
 def _chown_tree(root: Path, uid: int) -> None:
-    """Give the sandbox uid the workspace; lchown so that a symlink's target outside is never touched."""
+    """Give the sandbox uid the workspace; lchown so that a symlink's target outside is never touched. An entry the
+    harness cannot reach by path (past PATH_MAX: an agent's 20 nested 250-character folders, made inside the
+    sandbox and so already the uid's) or that went away meanwhile is passed over: it made every later exec fail."""
     os.chown(root, uid, uid, follow_symlinks=False)
     for dirpath, dirnames, filenames in walk(root):
         for name in dirnames + filenames:
-            os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
+            with contextlib.suppress(OSError):
+                os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
 
 
 def _execute(argv: list[str], timeout_s: float, cap: int,
@@ -604,8 +607,12 @@ def _release(root: Path, image: Path, state: dict[str, bool], keep: bool) -> Non
             copy.mkdir()
             _run(["cp", "-a", "--", f"{root}/.", str(copy)])
         except OSError as exc:
-            failure = exc
-            remove_tree(copy, ignore_errors=True)
+            if exc.errno not in (errno.ENOSPC, errno.ETIMEDOUT):  # an entry cp could not read (a path past
+                # PATH_MAX): the rest is the record, and the episode's result stands (it crashed the run)
+                log.warning("%s: kept without what could not be copied (%s)", root, str(exc)[:300])
+            else:
+                failure = exc
+                remove_tree(copy, ignore_errors=True)
             if exc.errno == errno.ETIMEDOUT:  # (a huge workspace) its files stay in the mounted image, which
                 raise  # free_workspace removes on a rerun: not unmounted and deleted here
     _unmount(root)
