@@ -315,6 +315,37 @@ def test_an_exec_writing_past_the_disk_cap_is_stopped_and_the_files_are_kept(tmp
     assert not (tmp_path / "capped.img").exists()
 
 
+def test_the_checked_disk_cap_counts_files_too(tmp_path: Path) -> None:
+    """Empty files take no blocks: one exec made 400,000 of them under a checked 64 MB cap (the host's inodes,
+    and minutes of every later exec's ownership pass). They are capped as the mounted image caps them."""
+    root = tmp_path / "capped"
+    disk = sandbox_mod.WorkspaceDisk(root, 8, "checked")
+    try:
+        sandbox = Sandbox(root, timeout_s=60, disk=disk, enforce="checked")
+        result = sandbox.run("mkdir d && cd d && for i in $(seq 1 20); do touch $(seq -f \"$i-%g\" 1 500); done; "
+                             "sleep 5; echo end")
+        assert result.cap == "disk" and "cap of 1,024 files and folders" in result.output, result.output
+        assert sandbox.run("rm -rf d; echo ok").output.startswith("ok")
+    finally:
+        disk.release()
+
+
+def test_a_host_disk_out_of_inodes_is_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Free bytes were the only test: a disk with space but no inodes left failed every write of every episode."""
+    disk = sandbox_mod.WorkspaceDisk(tmp_path / "w", None, "checked")
+    real = os.statvfs(tmp_path)
+    fields = {k: getattr(real, k) for k in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files",
+                                            "f_ffree", "f_favail", "f_flag", "f_namemax")}
+    disk.check_host()  # this machine's disk: fine
+    monkeypatch.setattr(sandbox_mod.os, "statvfs", lambda _p: os.statvfs_result(
+        tuple({**fields, "f_files": 10**6, "f_favail": 12}.values())))
+    with pytest.raises(sandbox_mod.DiskFull, match="has 12 free inodes left"):
+        disk.check_host()
+    monkeypatch.setattr(sandbox_mod.os, "statvfs", lambda _p: os.statvfs_result(
+        tuple({**fields, "f_files": 0, "f_favail": 0}.values())))
+    disk.check_host()  # a file system with no inode count (btrfs) is not full for it
+
+
 def test_a_system_tool_that_hangs_is_an_oserror_its_callers_handle(monkeypatch: pytest.MonkeyPatch) -> None:
     """A hung umount or a cp of a huge kept workspace past the bound raised subprocess.TimeoutExpired, which the
     disk cap's callers (`except OSError`: release quietly, detach a busy mount) let through as a traceback."""

@@ -62,6 +62,9 @@ EXTRA_PIDS = 8  # bwrap's two processes and the relay of the mocks, above max_pr
 POLL_S = 0.25  # the checked fallback's polling interval
 TOOL_TIMEOUT_S = 120.0  # a system tool of the disk cap (mount, umount, cp of a kept workspace) past this fails
 HOST_MIN_FREE = 1 << 20  # bytes: less than this left on the disk holding a workspace is a full disk
+HOST_MIN_FREE_FILES = 10_000  # inodes: fewer left there is a full disk too (an agent's 400,000 empty files)
+FILES_PER_MB = 128  # the checked fallback's cap on files and folders per MB of disk cap: the mounted image's
+# inode count (mkfs.ext4 -i 8192), so empty files, which take no blocks, are capped as the image caps them
 log = logging.getLogger("harness.pinchbench.sandbox")
 _WARNED: set[str] = set()
 _LEAVES = itertools.count()
@@ -567,17 +570,19 @@ class WorkspaceDisk:
         return ""
 
     def checker(self) -> Callable[[int], str | None]:
-        """The checked fallback for one command: its workspace may not grow past the cap (a command that only
-        deletes, started over it, is let run)."""
+        """The checked fallback for one command: its workspace may not grow past the cap, in bytes or in files
+        and folders (a command that only deletes, started over it, is let run)."""
         assert self.disk_mb is not None
-        cap = self.disk_mb << 20
-        start = _usage(self.root)
-        limit = max(cap, start)
+        start, entries = _usage(self.root)
+        limit, files = max(self.disk_mb << 20, start), max(self.disk_mb * FILES_PER_MB, entries)
 
         def check(_pid: int) -> str | None:
-            used = _usage(self.root)
+            used, made = _usage(self.root)
             if used > limit:
                 return f"disk: the workspace passed its disk cap of {self.disk_mb} MB ({used >> 20} MB used)"
+            if made > files:
+                return (f"disk: the workspace passed its cap of {files:,} files and folders ({made:,}; "
+                        f"{FILES_PER_MB} per MB of its {self.disk_mb} MB disk cap)")
             return None
 
         return check
@@ -590,6 +595,9 @@ class WorkspaceDisk:
         if free < HOST_MIN_FREE:
             raise DiskFull(f"disk full: the disk holding {where} has {free >> 10} KB left; free space there and "
                            "resume (the episode is rerun)")
+        if st.f_files and st.f_favail < HOST_MIN_FREE_FILES:  # (f_files 0: a file system without an inode count)
+            raise DiskFull(f"disk full: the disk holding {where} has {st.f_favail:,} free inodes left; remove "
+                           "files there and resume (the episode is rerun)")
 
     def release(self, keep: bool = True) -> None:
         """Unmount, keeping the files in a plain folder at the same path (`keep`) or dropping them. A failed copy
@@ -700,14 +708,15 @@ def _run(argv: list[str]) -> None:
         raise OSError(errno.ENOSPC if full else errno.EIO, text)
 
 
-def _usage(root: Path) -> int:
-    """Bytes a folder's files take on disk (allocated blocks; links not followed)."""
-    total = 0
+def _usage(root: Path) -> tuple[int, int]:
+    """Bytes a folder's files take on disk (allocated blocks; links not followed), and its files and folders."""
+    total = entries = 0
     for dirpath, dirnames, filenames in walk(root):
+        entries += len(dirnames) + len(filenames)
         for name in dirnames + filenames:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-    return total
+    return total, entries
 
 
 def _warn_once(key: str, text: str, *args: object) -> None:
