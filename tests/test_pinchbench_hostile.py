@@ -107,6 +107,32 @@ def test_a_workspace_too_deep_to_copy_is_a_grading_error_not_a_crash(tmp_path: P
 
 
 @pytest.mark.sandbox
+def test_an_agents_link_out_of_the_workspace_is_not_in_the_graders_copy(tmp_path: Path) -> None:
+    """A dangling link to /grader/<the answer key> made in the episode resolved in the grader's sandbox, where the
+    private key is staged: the agent's file read as the key. Links out of the workspace are left out of the copy;
+    one inside it stays."""
+    import json as json_mod
+
+    from harness.envs.pinchbench.grading import GRADER_MOUNT, IMAGE_KEY, run_grade
+
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    (ws / "notes.md").write_text("mine")
+    os.symlink(f"{GRADER_MOUNT}/{IMAGE_KEY}", ws / "answer.json")
+    os.symlink("../../x", ws / "sub" / "up")
+    os.symlink("../notes.md", ws / "sub" / "inside")
+    key = tmp_path / "key.json"
+    key.write_text(json_mod.dumps({"secret": "bacon"}))
+    grader = ("import os\n"
+              "def grade(t, w):\n"
+              "    return {'key': float(os.path.exists(os.path.join(w, 'answer.json'))),\n"
+              "            'up': float(os.path.lexists(os.path.join(w, 'sub', 'up'))),\n"
+              "            'inside': float(open(os.path.join(w, 'sub', 'inside')).read() == 'mine')}\n")
+    result = run_grade(grader, [], ws, answer_key=key)
+    assert result.scores == {"key": 0.0, "up": 0.0, "inside": 1.0}, result
+
+
+@pytest.mark.sandbox
 def test_a_path_past_path_max_leaves_exec_grading_and_the_record_working(tmp_path: Path) -> None:
     """An agent's 20 nested 250-character folders (5,000 bytes of path, past PATH_MAX): every later exec failed
     (the ownership pass before each named the whole path), the grader's copy failed (a correct answer scored 0),

@@ -187,6 +187,19 @@ def _disk_full(exc: OSError) -> bool:
 PATH_MAX = 4096  # Linux: a longer path cannot be opened or made (ENAMETOOLONG)
 
 
+def _leaves(rel: str, path: str) -> bool:
+    """Whether the link at `path` (`rel` in the workspace) points out of it: an absolute target, or one that climbs
+    above the workspace's top (a link in the copy resolves inside the grader's sandbox, not the agent's)."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return True
+    if os.path.isabs(target):
+        return True
+    resolved = os.path.normpath(os.path.join(os.path.dirname(rel), target))
+    return resolved == ".." or resolved.startswith("../")
+
+
 class _Copy:
     """The workspace copy's rules (copytree's `ignore` and `copy_function`), and the files they left out."""
 
@@ -214,6 +227,9 @@ class _Copy:
             mode = info.st_mode
             if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
                 skip.add(name)
+            elif stat.S_ISLNK(mode) and _leaves(rel, path):  # it would resolve in the grader's sandbox: to its
+                skip.add(name)  # staged answer key (/grader), which the agent never sees
+                self.left_out.append(f"{rel} (a link out of the workspace)")
             elif stat.S_ISREG(mode) and (info.st_size > self.max_file or self.total + info.st_size > self.max_total):
                 skip.add(name)
                 self.left_out.append(f"{rel} ({info.st_size:,} bytes)")
