@@ -163,14 +163,16 @@ def test_a_program_the_grader_runs_cannot_learn_the_graders_token(ws: Path) -> N
 def test_workspace_is_graded_on_a_copy_without_special_files(ws: Path) -> None:
     (ws / "a.txt").write_text("x")
     os.mkfifo(ws / "pipe")
-    (ws / "link").symlink_to("/etc/hostname")
-    source = ("import os\ndef grade(t, w):\n"
+    (ws / "link").symlink_to("a.txt")
+    (ws / "out").symlink_to("/etc/hostname")  # out of the workspace: in the grader's sandbox /proc/self/root/...
+    source = ("import os\ndef grade(t, w):\n"  # could reach its staged answer key, so links out are left out
               "    return {'a': float(os.path.exists(w + '/a.txt')), 'pipe': float(os.path.exists(w + '/pipe')),"
-              " 'link': float(os.path.islink(w + '/link'))}")
+              " 'link': float(os.path.islink(w + '/link')), 'out': float(os.path.lexists(w + '/out'))}")
     result = run_grade(source, [], ws, timeout_s=10)
-    assert result.scores == {"a": 1.0, "pipe": 0.0, "link": 1.0}
-    assert result.note is None  # the FIFO was skipped by the copy's rules, never opened (copy() would note it)
-    assert sorted(p.name for p in ws.iterdir()) == ["a.txt", "link", "pipe"]
+    assert result.scores == {"a": 1.0, "pipe": 0.0, "link": 1.0, "out": 0.0}
+    assert result.note and "out (a link out of the workspace)" in result.note  # the FIFO: skipped, never opened
+    assert "pipe" not in result.note  # (copy() would note a FIFO it had opened)
+    assert sorted(p.name for p in ws.iterdir()) == ["a.txt", "link", "out", "pipe"]
 
 
 def test_automated_score_is_the_plain_mean() -> None:

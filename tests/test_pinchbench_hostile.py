@@ -309,3 +309,31 @@ def test_reading_a_huge_file_holds_one_chunk_not_the_file(tmp_path: Path) -> Non
     assert not result.is_error and result.content.endswith(f"[Showing lines 3-4 of {(16 << 20) + 1}. Use offset=5 "
                                                            "to continue.]")
     assert peak < 3 * READ_CHUNK, peak
+
+
+def test_editing_a_huge_file_is_a_tool_error_not_gigabytes_of_the_harness(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """`edit` held a file's text twice, at up to 4 bytes a character: a 250 MB file with one emoji took 2.2 GB of
+    the harness process, outside the sandbox's caps. Past EDIT_MAX_BYTES (here lowered) it is refused, naming the
+    way that works (exec); OpenClaw's multi-edit is refused the same way."""
+    from test_pinchbench_profile import TOOLS as OPENCLAW_TOOLS
+
+    from harness.envs.pinchbench import tools as tools_mod
+    from harness.envs.pinchbench.profile import OpenClawTools, _parse
+
+    monkeypatch.setattr(tools_mod, "EDIT_MAX_BYTES", 1 << 10)
+    (tmp_path / "big.txt").write_text("\U0001f600" + "x" * 2000 + "MARK")
+    (tmp_path / "small.txt").write_text("MARK")
+    sandbox = Sandbox(tmp_path, timeout_s=5, max_output_bytes=4096, memory_mb=256)
+    plain = WorkspaceTools(tmp_path, sandbox)
+    profile = _parse("openclaw", {"format": "harness-openclaw-request/2", "system_prompt": "s",
+                                  "tools": OPENCLAW_TOOLS, "workspace_files": {}})
+    claw = OpenClawTools(tmp_path, sandbox, profile=profile)
+    for tools, args in ((plain, {"oldText": "MARK", "newText": "DONE"}),
+                        (claw, {"edits": [{"oldText": "MARK", "newText": "DONE"}]})):
+        refused = tools.execute(ToolCall("c", "edit", json.dumps({"path": "big.txt", **args})))
+        assert refused.is_error and "edit works on files up to 0 MB; change a larger one with exec" in \
+            refused.content, refused.content
+        assert not tools.execute(ToolCall("c", "edit", json.dumps({"path": "small.txt", **args}))).is_error
+        (tmp_path / "small.txt").write_text("MARK")
+    assert (tmp_path / "big.txt").read_text().endswith("MARK")

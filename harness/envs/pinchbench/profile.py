@@ -156,8 +156,7 @@ class OpenClawTools(WorkspaceTools):
     def _apply_edits(self, path: str, edits: list[Any]) -> str:
         if not edits:
             raise ToolError("Edit tool input is invalid. edits must contain at least one replacement.")
-        host = self._regular_file(path)
-        text = host.read_text(encoding="utf-8")
+        host, text = self.editable_text(path)
         spans = sorted(_locate(text, path, i, e, len(edits)) for i, e in enumerate(edits))
         for (_, end, i, _), (nstart, _, j, _) in zip(spans, spans[1:], strict=False):
             if nstart < end:

@@ -23,6 +23,9 @@ from harness.types import ToolCall, ToolSpec
 
 MAX_LINES = 2000  # pi-coding-agent truncate.ts: DEFAULT_MAX_LINES
 MAX_BYTES = 50 * 1024  # pi-coding-agent truncate.ts: DEFAULT_MAX_BYTES
+# ours: `edit` holds the file as text twice (up to 4 bytes a character): a 250 MB file took 2.2 GB of the harness's
+# memory, outside the sandbox's caps. A larger file is edited with exec (sed) instead.
+EDIT_MAX_BYTES = 32 << 20
 READ_CHUNK = 1 << 20  # ours: how much of a file `read` holds at once
 LS_LIMIT = 500  # pi-coding-agent ls.ts: default entry limit
 # OpenClaw also accepts Claude-Code-style argument names; they are mapped onto its own.
@@ -142,6 +145,15 @@ class WorkspaceTools:
             raise ToolError(f"{path} is not a regular file")
         return host
 
+    def editable_text(self, path: str) -> tuple[Path, str]:
+        """The file an edit changes, and its text; one over EDIT_MAX_BYTES is a tool error."""
+        host = self._regular_file(path)
+        size = host.stat().st_size
+        if size > EDIT_MAX_BYTES:
+            raise ToolError(f"{path} is {size:,} bytes: edit works on files up to {EDIT_MAX_BYTES >> 20} MB; change "
+                            "a larger one with exec (e.g. sed)")
+        return host, host.read_text(encoding="utf-8")
+
     # ---- tools ---------------------------------------------------------------------------------------------
     def _read(self, args: dict[str, Any]) -> str:
         host = self._regular_file(_required(args, "path"))
@@ -170,8 +182,7 @@ class WorkspaceTools:
     def _edit(self, args: dict[str, Any]) -> str:
         path = _required(args, "path")
         old, new = _required(args, "oldText"), _required(args, "newText", allow_empty=True)
-        host = self._regular_file(path)
-        text = host.read_text(encoding="utf-8")
+        host, text = self.editable_text(path)
         count = text.count(old)
         if count == 0:
             raise ToolError(f"Could not find the exact text in {path}. The old text must match exactly including "
