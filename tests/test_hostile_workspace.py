@@ -118,11 +118,13 @@ def test_the_graders_copy_leaves_out_what_cannot_be_copied_and_says_so(hostile: 
               "            'answer': float(open(os.path.join(workspace_path, 'answer.md')).read()\n"
               "                            == 'the answer is 42\\n'),\n"
               "            'no_special': float(not {'note.md', 'sock.md', 'zero.md', 'sparse.bin'} & set(names)),\n"
-              "            'links_kept': float(links == ['etc', 'host.md', 'passwd.md'])}\n")
+              "            'links_left_out': float(links == [])}\n")
     result = within(120, lambda: run_grade(grader, [], hostile, timeout_s=60))
     assert result.error is None and result.scores == {"big": 1.0, "answer": 1.0, "no_special": 1.0,
-                                                      "links_kept": 1.0}, result
+                                                      "links_left_out": 1.0}, result
     assert result.note and "sparse.bin (10,737,418,240 bytes)" in result.note  # over the 256 MB cap, said
+    for link in ("etc", "host.md", "passwd.md"):  # out of the workspace: in the grader's sandbox they could
+        assert f"{link} (a link out of the workspace)" in result.note  # reach its staged answer key
     # a total cap that the 50 MB file would pass: it is left out, the grader fails on it, and the error says why
     small = within(120, lambda: run_grade(grader, [], hostile, timeout_s=60, max_copy_total_bytes=BIG))
     assert small.failed and small.error and "FileNotFoundError" in small.error
