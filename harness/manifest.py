@@ -198,7 +198,7 @@ def _load(path: Path) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # (JSONDecodeError and UnicodeDecodeError: bytes that are not UTF-8)
         log.warning("unreadable manifest %s: %s", path, e)
         return None
     if not isinstance(data, dict):

@@ -303,8 +303,10 @@ def _shape_problem(records: list[dict[str, Any]], name: re.Match[str] | None, fi
     start, end = records[0], records[-1]
     if start.get("type") != "episode_start" or end.get("type") != "episode_end":
         return "does not open with episode_start and close with episode_end"
-    if name and (start.get("task_id"), start.get("run")) != (name["task_id"], int(name["run"])):
-        return f"holds task {start.get('task_id')} run {start.get('run')}, not those of its file name"
+    for record in (start, end):  # the table's row is the end's: one naming another episode was a duplicate row
+        if name and (record.get("task_id"), record.get("run")) != (name["task_id"], int(name["run"])):
+            return (f"its {record['type']} holds task {record.get('task_id')} run {record.get('run')}, not those "
+                    "of its file name")
     if fingerprint is not None and start.get("fingerprint") != fingerprint:
         return f"written by another configuration (fingerprint {start.get('fingerprint')} != {fingerprint})"
     steps = [r.get("step") for r in records if r.get("type") == "step"]

@@ -194,3 +194,13 @@ def test_a_second_signal_while_the_tables_are_written_says_so_and_still_lets_the
     err = capfd.readouterr().err
     assert "already stopping (SIGTERM received); the tables and manifest are being written" in err
     assert "requests in flight" not in err
+
+
+def test_a_manifest_of_bytes_that_are_not_utf8_is_unreadable_not_a_traceback(tmp_path: Path,
+                                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """A truncated or non-object manifest got the one-line warning; one of non-UTF-8 bytes a UnicodeDecodeError's
+    traceback (the run, `make runs` and `make tables` alike)."""
+    (tmp_path / "manifest.json").write_bytes(b"\xff\xfe{")
+    with caplog.at_level(logging.WARNING):
+        assert manifest._load(tmp_path / "manifest.json") is None
+    assert "unreadable manifest" in caplog.text

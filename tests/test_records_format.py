@@ -394,3 +394,21 @@ def test_transcripts_are_written_with_the_mode_any_new_file_gets(tmp_path: Path)
     (tmp_path / "plain").write_text("x")  # what open() gives under this process's umask
     expected = stat.S_IMODE((tmp_path / "plain").stat().st_mode)
     assert stat.S_IMODE(path.stat().st_mode) == expected == io.FILE_MODE
+
+
+@pytest.mark.parametrize("end", [{"task_id": "hotel-999"}, {"run": 1}, "stripped"])
+def test_an_episode_end_naming_another_episode_is_damaged_not_a_duplicate_row(tmp_path: Path,
+                                                                             end: dict[str, Any] | str) -> None:
+    """The table's row comes from episode_end: a hand-edited end naming another task or run gave that episode a
+    second row (and this one none) that no resume repaired; an end stripped of its keys, a row of NaNs that
+    crashed the console. Such a transcript is damaged: a resume reruns it."""
+    from harness.records import State
+
+    path = run_folder(tmp_path)
+    records = read_transcript(path)
+    records[-1] = {"type": "episode_end"} if end == "stripped" else {**records[-1], **end}  # type: ignore[dict-item]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    state, why = check_transcript(path)
+    assert state == State.DAMAGED and "its episode_end holds task" in str(why), why
+    episodes, _ = build_tables(tmp_path)
+    assert episodes.empty  # skipped (with a warning naming it), never a row under another episode's name
