@@ -333,7 +333,7 @@ def test_a_hand_edited_value_of_another_type_is_one_line_naming_its_transcript_a
     records = read_transcript(path)
     other = transcript_path(tmp_path, "hotel-other", 0)
     for r in records:
-        r["task_id"] = "hotel-other" if r["type"] == "episode_start" else r.get("task_id")
+        r["task_id"] = "hotel-other" if r["type"] in ("episode_start", "episode_end") else r.get("task_id")
         if r["type"] == kind:
             r[key] = str(r[key])
     other.write_text("".join(json.dumps(r) + "\n" for r in records))
