@@ -94,6 +94,15 @@ def finish(out_dir: Path, episodes: pd.DataFrame, interrupted: bool = False) -> 
     return manifest
 
 
+def abandon(out_dir: Path) -> None:
+    """A session that could not write its tables (a full disk) ends `partial` (resumable), its episode counts as the
+    last session recorded them: `running` would say a live process holds the folder."""
+    manifest = _existing(out_dir)
+    if manifest:
+        manifest.update(status="partial", ended=_now())
+        _write(out_dir, manifest)
+
+
 def read(run_dir: Path) -> dict[str, Any] | None:
     """The manifest of a run folder; None, with a one-line warning naming the file, if missing or unreadable."""
     path = run_dir / FILE

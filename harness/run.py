@@ -212,7 +212,12 @@ def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
         finally:  # even after a crash the tables and the manifest say what is there (a crash: partial at best)
             failed = sys.exc_info()[0] is not None
             with lifecycle.closing():
-                episodes, _ = build_tables(out_dir, print_)
+                try:
+                    episodes, _ = build_tables(out_dir, print_)
+                except BaseException:  # (a full disk): the manifest must not say `running` for good
+                    with contextlib.suppress(OSError):
+                        manifest.abandon(out_dir)
+                    raise
                 unfinished = bool(pending(cfg, domain, out_dir, print_))
                 manifest.finish(out_dir, episodes, interrupted=unfinished and (lifecycle.stopping() or failed))
     return _conclude(out_dir, episodes, Session(written(out_dir, print_, before), time.monotonic() - started),

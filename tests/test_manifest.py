@@ -196,6 +196,29 @@ def test_a_second_signal_while_the_tables_are_written_says_so_and_still_lets_the
     assert "requests in flight" not in err
 
 
+def test_tables_that_cannot_be_written_leave_a_partial_run_not_a_running_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk while the tables were written raised out of the closing pass before the manifest's end: the run
+    stayed `running` (a live process's folder, to `make runs`)."""
+    import errno
+
+    from _support import CONFIG_DIR
+    from hydra import compose, initialize_config_dir
+
+    import harness.run as runner
+
+    def full(*_args: object, **_kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runner, "build_tables", full)
+    with initialize_config_dir(str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose("config", ["experiment=c3", "n_tasks=2", "n_runs=1", f"out_dir={tmp_path}", "progress=false"])
+    with pytest.raises(OSError, match="No space left"):
+        runner.run(cfg, verbose=False)
+    record = manifest.read(tmp_path)
+    assert record is not None and record["status"] == "partial" and record["ended"] is not None
+
+
 def test_a_manifest_of_bytes_that_are_not_utf8_is_unreadable_not_a_traceback(tmp_path: Path,
                                                                             caplog: pytest.LogCaptureFixture) -> None:
     """A truncated or non-object manifest got the one-line warning; one of non-UTF-8 bytes a UnicodeDecodeError's
