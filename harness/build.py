@@ -8,7 +8,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from hydra.errors import InstantiationException
@@ -146,7 +146,7 @@ def instantiate_backend(node: Any, key: str, **kwargs: Any) -> Any:
     """instantiate(node, **kwargs), a constructor's refusal (its InputError, or a ValueError such as an unknown
     encoding) as one InputError line naming the config block `key`, never Hydra's five-line wrapper."""
     try:
-        return instantiate(node, **kwargs)
+        made = instantiate(node, **kwargs)
     except InstantiationException as exc:
         cause = exc.__cause__
         if isinstance(cause, InputError):
@@ -154,6 +154,10 @@ def instantiate_backend(node: Any, key: str, **kwargs: Any) -> Any:
         if isinstance(cause, ValueError):
             raise InputError(f"{key}: {one_line(cause)}") from None
         raise
+    if key != "model":  # its later messages (a key not set) name the block too (OpenAICompatible._api_key)
+        with suppress(AttributeError):
+            made.setting = key
+    return made
 
 
 def _of_block(message: str, key: str) -> str:

@@ -473,24 +473,29 @@ def multirun(overrides: list[str]) -> None:
 def sweep_dir_problem(overrides: list[str]) -> str | None:
     """hydra.sweep.dir (multirun_out_dirs always gives one) that cannot be a writable folder, in one line: Hydra's
     mkdir raised a traceback. A value Hydra resolves (${now:...}, the default) is checked up to its first `${`."""
-    given = [o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.dir=")]
-    if not given:
+    value = _sweep_dir(overrides)
+    if value is None:
         return None
-    value = given[-1]
     if "${" in value:  # the folders before the first resolved part (a part of a name only: its parent)
         literal = value.split("${", 1)[0]
         value = literal if literal.endswith("/") else str(Path(literal).parent)
     return folder_problem(Path(value), "hydra.sweep.dir") if value.strip() not in ("", ".") else None
 
 
+def _sweep_dir(overrides: list[str]) -> str | None:
+    """The last hydra.sweep.dir given (multirun_out_dirs always gives one), as written."""
+    given = [o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.dir=")]
+    return given[-1] if given else None
+
+
 def sweep_files_problem(overrides: list[str]) -> str | None:
     """A resumed sweep's folder (a literal hydra.sweep.dir that exists) whose multirun.yaml, or a job folder's run
     file (run_file_problem), is not a regular file, in one line: a FIFO there made Hydra's or the job's own write
     wait forever, where a single run's check (check_out_dir) names it."""
-    given = [o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.dir=")]
-    if not given or "${" in given[-1] or not Path(given[-1]).is_dir():
+    value = _sweep_dir(overrides)
+    if value is None or "${" in value or not Path(value).is_dir():
         return None
-    sweep = Path(given[-1])
+    sweep = Path(value)
     if irregular(sweep / "multirun.yaml"):
         return f"error: {sweep / 'multirun.yaml'} is not a file; remove it or choose another hydra.sweep.dir"
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and not p.is_symlink())

@@ -13,7 +13,6 @@ what the run is expected to cost.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,9 +41,6 @@ def real_backends(cfg: DictConfig, seed: int) -> dict[str, Any]:
     roles = dict(zip(blocks, ("agent", "user", "summarizer", "judge"), strict=True))
     backends = {roles[key]: instantiate_backend(b, key, seed=seed) for key, b in blocks.items()
                 if b is not None and b.get("_target_")}
-    for key, role in roles.items():  # its messages name the block it was built from, not `model`
-        with contextlib.suppress(AttributeError, KeyError):
-            backends[role].setting = key
     return {role: b for role, b in backends.items() if callable(getattr(b, "preflight", None))}
 
 

@@ -42,7 +42,17 @@ from harness import methods
 from harness.report.methods_table import METHODS
 from harness.report.names import short
 from harness.report.reader import EPISODES, Unreadable, peek, read_frame
-from harness.report.runs import DEFAULT, Run, choose, describe, discover, mismatch_notes, status_notes, where
+from harness.report.runs import (
+    DEFAULT,
+    Run,
+    choose,
+    describe,
+    discover,
+    mismatch_notes,
+    stand_in_notes,
+    status_notes,
+    where,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER = ROOT / "benchmarks" / "papers" / "waac.yaml"
@@ -635,12 +645,7 @@ def _notes(runs: dict[str, list[Run]], episodes: pd.DataFrame, used: list[str]) 
     if len(set(versions.values())) > 1:
         parts = "; ".join(f"{n}: {v}" for n, v in versions.items())
         notes.append(f"WARNING: the columns do not share the same task version ({parts})")
-    stand_ins = sorted({str(b) for b in episodes.get("aux_backend", []) if "stand-in" in str(b)
-                        or "not the paper's" in str(b)})  # as the expense methods table does
-    if stand_ins:
-        notes.append("NOTE: auxiliary work done by offline stand-ins or substitutes, not the paper's: "
-                     + "; ".join(stand_ins))
-    return notes
+    return notes + stand_in_notes(episodes)
 
 
 def _caption(episodes: pd.DataFrame) -> str:

@@ -213,6 +213,15 @@ def signature(episodes: pd.DataFrame) -> dict[str, str]:
             "simulated": "simulated" if episodes.simulated.any() else "real"}
 
 
+def stand_in_notes(episodes: pd.DataFrame) -> list[str]:
+    """A note naming the offline stand-ins or substitutes that did the runs' auxiliary work (a summary, a
+    compression), from the episodes' `aux_backend`."""
+    stand_ins = sorted({str(b) for b in episodes.get("aux_backend", []) if "stand-in" in str(b)
+                        or "not the paper's" in str(b)})
+    return ["NOTE: auxiliary work done by offline stand-ins or substitutes, not the paper's: " + "; ".join(stand_ins)] \
+        if stand_ins else []
+
+
 def mismatch_notes(episodes: pd.DataFrame, names: Iterable[str]) -> list[str]:
     """One WARNING line per property in which the compared columns differ, grouping the columns that agree."""
     if episodes.empty:

@@ -68,7 +68,7 @@ from harness.report.names import display
 from harness.report.output import announce, label, write
 from harness.report.pinchbench_tables import EXPENSE as EXPENSE_KIND
 from harness.report.pinchbench_tables import select_kind
-from harness.report.runs import Run, discover, mismatch_notes, status_notes, where
+from harness.report.runs import Run, discover, mismatch_notes, stand_in_notes, status_notes, where
 from harness.report.waac_tables import (
     WAAC_RUNS,
     ablation_table,
@@ -124,15 +124,6 @@ def _expense(results: Path, chosen: dict[str, Run], out: Path) -> list[Path]:
     notes = status_notes(chosen, compared) + mismatch_notes(episodes, compared)
     return written + write(ratio_table(episodes, paper, sources), out, "expense_ratios",
                            f"Ratios: ours ({label(episodes)}) vs paper", notes)
-
-
-def stand_in_notes(episodes: pd.DataFrame) -> list[str]:
-    """A note naming the offline stand-ins or substitutes that did the runs' auxiliary work (a summary, a
-    compression), from the episodes' `aux_backend`."""
-    stand_ins = sorted({str(b) for b in episodes.get("aux_backend", []) if "stand-in" in str(b)
-                        or "not the paper's" in str(b)})
-    return ["NOTE: auxiliary work done by offline stand-ins or substitutes, not the paper's: " + "; ".join(stand_ins)] \
-        if stand_ins else []
 
 
 def user_notes(episodes: pd.DataFrame, used: list[str]) -> list[str]:
