@@ -6,6 +6,7 @@ The record types live apart from the loop (harness.episode) so the writers and r
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,16 @@ from harness.types import Message, Score, Termination, Usage
 FIELD_LOG = "fields"  # decisions key of a field-level policy's per-field log (WAAC): in transcripts, not in tables
 BUDGET_SHED = "budget_shed"  # decisions key: the policy shed its own optional retention to fit the budget (budget.py)
 FAILED = ("infra_error", "error")  # terminations a resume reruns by default: the episode did not really run
+
+
+def count_of(value: Any) -> int:
+    """A count read back from a record (a transcript's JSON): 0 for what is not a finite number (absent, null,
+    text, NaN), so a hand-edited or older record adds nothing rather than stopping a re-grade."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return 0
+    return int(number) if math.isfinite(number) else 0
 
 
 @dataclass

@@ -8,7 +8,6 @@ harness/envs/pinchbench/judge_run.py), which raises harness.envs.base.CannotRegr
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 from harness import lifecycle
 from harness.envs.base import CannotRegrade, Domain
+from harness.outcome import count_of
 from harness.records import State, check_transcript, replace_episode_end, transcript_files
 
 
@@ -53,7 +53,7 @@ def regrade_run(domain: Domain, out_dir: Path, fingerprint: str | None,
     (harness.build.judge_context); it is called only when there is something to re-grade."""
     todo = [(path, records) for path in transcript_files(out_dir)
             if (records := _needing(path, fingerprint, include_no_judge)) is not None]
-    result = Regraded(len(todo), sum(_int(records[-1].get("judge_not_graded")) for _, records in todo))
+    result = Regraded(len(todo), sum(count_of(records[-1].get("judge_not_graded")) for _, records in todo))
     if not todo:
         return result
     context = judge()
@@ -80,8 +80,8 @@ def regrade_run(domain: Domain, out_dir: Path, fingerprint: str | None,
             break
         replace_episode_end(path, records, end)
         result.rewritten += 1
-        result.graded += _int(records[-1].get("judge_not_graded")) - _int(end.get("judge_not_graded"))
-        result.calls += _int(end.get("judge_calls")) - _int(records[-1].get("judge_calls"))
+        result.graded += count_of(records[-1].get("judge_not_graded")) - count_of(end.get("judge_not_graded"))
+        result.calls += count_of(end.get("judge_calls")) - count_of(records[-1].get("judge_calls"))
     return result
 
 
@@ -91,14 +91,6 @@ def _needing(path: Path, fingerprint: str | None, include_no_judge: bool) -> lis
     if state != State.COMPLETE or isinstance(records, str):
         return None
     end = records[-1]
-    if _int(end.get("judge_not_graded")) == 0:
+    if count_of(end.get("judge_not_graded")) == 0:
         return None
     return records if include_no_judge or end.get("judge_setting") != "none" else None
-
-
-def _int(value: Any) -> int:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return 0
-    return int(number) if math.isfinite(number) else 0

@@ -21,7 +21,6 @@ spent before; `judge_regraded_parts` counts the parts graded by a re-grade.
 from __future__ import annotations
 
 import json
-import math
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -31,6 +30,7 @@ from harness.envs.base import STOP, CannotRegrade, EpisodeContext
 from harness.envs.pinchbench.judge import JudgeResult
 from harness.envs.pinchbench.scoring import TaskGrade, _wanted, combine
 from harness.envs.pinchbench.transcript import to_openclaw
+from harness.outcome import count_of
 from harness.types import Message, Task, Usage
 
 if TYPE_CHECKING:
@@ -38,14 +38,6 @@ if TYPE_CHECKING:
 
 SPENT = ("judge_calls", "judge_input_tokens", "judge_output_tokens", "judge_cost_usd")
 SCRATCH_PREFIX = ".regrade-"  # a re-grade's scratch episode, in the run folder (PinchBenchDomain.sweep_leftovers)
-
-
-def _int(value: Any) -> int:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return 0
-    return int(number) if math.isfinite(number) else 0
 
 
 def regrade_episode(domain: PinchBenchDomain, task: Task, records: list[dict[str, Any]], out_dir: Path,
@@ -61,8 +53,9 @@ def regrade_episode(domain: PinchBenchDomain, task: Task, records: list[dict[str
         history = [Message.from_dict(r["message"]) for r in records if r.get("type") == "message"]
     except (ValueError, KeyError, TypeError) as exc:
         raise CannotRegrade(f"its transcript cannot be read back ({type(exc).__name__}: {exc})") from None
-    usage = [Usage(_int(s.get("input_tokens")), _int(s.get("output_tokens")), _int(s.get("cached_input_tokens")),
-                   _int(s.get("reasoning_tokens"))) for s in records if s.get("type") == "step"]
+    usage = [Usage(count_of(s.get("input_tokens")), count_of(s.get("output_tokens")),
+                   count_of(s.get("cached_input_tokens")), count_of(s.get("reasoning_tokens")))
+             for s in records if s.get("type") == "step"]
     with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=out_dir) as tmp:  # in the run folder, as all it writes
         episode = domain.episode(task, None, EpisodeContext(run, Path(tmp), **context))
         try:
@@ -80,8 +73,8 @@ def regrade_episode(domain: PinchBenchDomain, task: Task, records: list[dict[str
         new[key] = (end.get(key) or 0) + score.columns[key]
     if "judge_prompt_truncated" in end:  # a part kept as recorded had its prompt cut, or one judged now
         new["judge_prompt_truncated"] = bool(end["judge_prompt_truncated"]) or bool(new["judge_prompt_truncated"])
-    new["judge_regraded_parts"] = _int(end.get("judge_regraded_parts")) + _int(end.get("judge_not_graded")) - \
-        _int(score.columns["judge_not_graded"])
+    new["judge_regraded_parts"] = count_of(end.get("judge_regraded_parts")) + count_of(end.get("judge_not_graded")) - \
+        count_of(score.columns["judge_not_graded"])
     return new
 
 
