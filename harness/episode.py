@@ -275,8 +275,10 @@ def _step(episode: Episode, convo: Conversation, model: LLMBackend, tokens: Toke
     if message.tool_calls:
         history.extend(_tool_result(episode, policy, call) for call in message.tool_calls)
         return None
-    if bad == "empty":
-        return None  # nothing to answer: the model is asked again (and the run stops after too many in a row)
+    if bad == "empty" or (bad and episode.user is None):
+        # nothing to answer, or a final answer cut off at the output limit: the model is asked again (and the run
+        # stops after max_unusable_replies in a row); with a user model a cut-off reply still reaches the user
+        return None
     if episode.user is None:
         return Termination.AGENT_FINAL
     reply = episode.user.respond(message.content)

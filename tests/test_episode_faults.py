@@ -78,6 +78,16 @@ def test_empty_replies_are_not_passed_to_the_user_and_end_after_the_limit() -> N
     assert episode_row({}, r)["unusable_replies"] == 3
 
 
+def test_a_cut_off_final_answer_is_asked_again_when_no_user_answers_it() -> None:
+    """Without a user model (Odysseys, PinchBench) a text reply ends the episode as its final answer; one cut off at
+    the output limit is not taken as final: the model is asked again, and the limit ends a run of them."""
+    cut = reply(say("The report is itemi"), "length")
+    r = run(Replies([cut] * 5), user=False)
+    assert r.termination is Termination.UNUSABLE_REPLIES and len(r.steps) == 3
+    r = run(Replies([cut, reply(say("The report is itemized."))]), user=False)
+    assert r.termination is Termination.AGENT_FINAL and [s.unusable for s in r.steps] == ["truncated", None]
+
+
 def test_unusable_replies_not_in_a_row_do_not_end_the_episode() -> None:
     ok = reply(say("What were the room charges?"))
     model = Replies([reply(say(""), None), ok, reply(say("cut"), "length"), ok, reply(say("Fully itemized."))])
