@@ -71,6 +71,14 @@ def test_runs_are_episodes_as_upstream_counts_run_folders() -> None:
     assert m.traj_eff_x100 == pytest.approx(100 * (1 / 10 + (1 / 3) / 30) / 2)
 
 
+def test_the_same_task_and_run_in_two_run_folders_are_two_episodes() -> None:
+    """A report pools the jobs of one experiment (a sweep's extra axis: seeds, models); each keeps its episodes."""
+    two = pd.concat([rows({"A": ("easy", 10, "ss", True)}).assign(source="job0"),
+                     rows({"A": ("easy", 40, "ff", True)}).assign(source="job1")])
+    m = summarize(two)
+    assert (m.episodes, m.perfect, m.avg_hit, m.avg_steps) == (2, 0.5, 1.0, 25.0)
+
+
 def test_matches_upstreams_summary_when_everything_is_graded() -> None:
     """Upstream's formulas (run_full_trajectory_per_rubric.py `summary`) on fully graded episodes A, B, C."""
     graded = {k: EPISODES[k] for k in "ABC"}

@@ -38,6 +38,7 @@ from harness.envs.odysseys.webjudge import WebJudgment
 
 NEEDS = ("task_id", "run", "level", "rubric_key", "status", "n_steps", "complete")
 EPISODE = ["task_id", "run"]
+SOURCE = "source"  # the run folder the reports add: two jobs of one experiment (a sweep axis) hold the same keys
 NAN = math.nan
 
 
@@ -134,7 +135,8 @@ def episode_results(rows: pd.DataFrame) -> pd.DataFrame:
     if missing:
         raise ValueError(f"judged rows lack column(s) {', '.join(missing)}")
     counted = rows.assign(**{s: rows.status == s for s in ("success", "failure", "error", "not_judged")})
-    per = counted.groupby(EPISODE, sort=True).agg(
+    keys = [SOURCE, *EPISODE] if SOURCE in rows else EPISODE
+    per = counted.groupby(keys, sort=True).agg(
         level=("level", "first"), n_steps=("n_steps", "first"), complete=("complete", "first"),
         n_items=("status", "size"), n_success=("success", "sum"), n_failure=("failure", "sum"),
         n_error=("error", "sum"), n_not_judged=("not_judged", "sum")).reset_index()
