@@ -109,7 +109,7 @@ def configured_judge(cfg: DictConfig, run_dir: Path) -> Iterator[Judge]:
             agent: LLMBackend | None = build_model(served, int(served.seed)) if use_agent else None
             backend, reason, cache, attempts, images = build_judge(served, agent)  # type: ignore[arg-type]
             yield Judge(backend, Path(cache) if cache else Path(run_dir) / odysseys_run.CACHE, attempts, images,
-                        reason or "no judge configured")
+                        reason or "no judge configured", bool(cfg.judge.get("retry_unusable", False)))
     except InstantiationException as exc:  # e.g. a scripted judge's unreadable script: its own InputError
         cause = exc.__cause__
         raise InputError(str(cause) if isinstance(cause, InputError) else f"judge config: {one_line(exc)}") from None

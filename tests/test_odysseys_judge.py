@@ -131,10 +131,18 @@ def test_one_call_per_rubric_item_with_usage_and_cost() -> None:
     assert backend.requests[0][1].content == build_prompt(TASK, TASK.rubrics[0], STEPS, 0)[1]
 
 
-def test_an_unusable_reply_is_asked_again_with_the_reminder_then_is_an_error_not_a_failure() -> None:
+def test_an_unusable_reply_is_final_as_upstream_asks_once_and_an_error_not_a_failure() -> None:
     backend = FakeJudge({"R1": ["I think it is fine.", 'Thoughts: ok\nStatus: "success"'],
                          "R2": ["no idea", "still no idea"]})
-    r1, r2 = Judge(backend, attempts=2).judge_episode(TASK, STEPS)
+    r1, r2 = Judge(backend, attempts=2).judge_episode(TASK, STEPS)  # judge.retry_unusable: false, the default
+    assert (r1.status, r1.calls, r2.status, r2.calls) == ("error", 1, "error", 1) and len(backend.requests) == 2
+    assert r2.reason == "judge reply has no Status line: 'no idea' (after 1 call)"
+
+
+def test_with_retry_unusable_an_unusable_reply_is_asked_again_with_the_reminder() -> None:
+    backend = FakeJudge({"R1": ["I think it is fine.", 'Thoughts: ok\nStatus: "success"'],
+                         "R2": ["no idea", "still no idea"]})
+    r1, r2 = Judge(backend, attempts=2, retry_unusable=True).judge_episode(TASK, STEPS)
     assert (r1.status, r1.calls, r1.usage) == ("success", 2, Usage(200, 20))
     assert backend.requests[1][1].content.endswith(RETRY_REMINDER)
     assert (r2.status, r2.score, r2.calls, r2.cost_usd) == ("error", None, 2, 1.0)
@@ -407,7 +415,7 @@ def test_webjudge_unusable_outcome_is_an_error_and_bad_settings_are_refused(tmp_
     folder = tmp_path / "ep"
     steps = fixture_episode(folder)
     backend = ScriptedVision(webjudge_script(tmp_path / "wj.json", [5, 5, 5], ["I think so.", "Still unsure."]))
-    verdict = WebJudge(backend, attempts=2).judge_episode(TASK, steps, folder)
+    verdict = WebJudge(backend, attempts=2, retry_unusable=True).judge_episode(TASK, steps, folder)
     assert (verdict.status, verdict.success, verdict.calls) == ("error", None, 6)
     assert backend.calls[-1][0][1].content.endswith(RETRY_REMINDER) and "no Status line" in (verdict.reason or "")
     failing = FakeJudge({}, name="down")

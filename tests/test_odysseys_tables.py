@@ -140,10 +140,10 @@ def test_judged_parquet_has_one_row_per_task_run_rubric(results: Path) -> None:
                    ("t2", "R2"): "success", ("t2", "R3"): "failure", ("t2", "R4"): "failure",
                    ("t3", "R1"): "success", ("t3", "R2"): "error"}
     error = frame[frame.status == "error"].iloc[0]
-    assert pd.isna(error.score) and error.judge_calls == 2 and "no Status line" in error.reason
+    assert pd.isna(error.score) and error.judge_calls == 1 and "no Status line" in error.reason  # asked once
     assert set(frame.experiment) == {"c2"} and set(frame.model) == {"scripted"} and frame.complete.all()
     assert frame.groupby("task_id").n_steps.first().to_dict() == {"t1": 3, "t2": 2, "t3": 2}
-    assert frame.judge_input_tokens.sum() == 9 * 50  # 7 verdicts + the error's two calls
+    assert frame.judge_input_tokens.sum() == 8 * 50  # 7 verdicts + the error's one call
 
 
 def test_an_unfinished_episode_is_not_judged_and_other_folders_are_ignored(tmp_path: Path) -> None:
@@ -190,10 +190,13 @@ def test_the_command_judges_with_a_config_judge_and_resumes_from_the_cache(
     assert rubric.endswith("8 rubric items (3 success, 5 failure, 0 error, 0 not_judged); judge scripted-judge: "
                            "8 calls, 0 cached")
     # the script has no WebJudge replies: its "(script exhausted)" answers leave every episode without a verdict
-    assert web.endswith("O-M2W Judge n/a over 0 episodes (3 error, 0 not_judged); 9 calls, 0 cached")
+    assert web.endswith("O-M2W Judge n/a over 0 episodes (3 error, 0 not_judged); 6 calls, 0 cached")
     assert judge_cli.main(args) == 0  # again: every verdict from the cache, nothing asked
     rubric, web = capsys.readouterr().out.strip().splitlines()
     assert rubric.endswith("judge scripted-judge: 0 calls, 8 cached")
+    # judge.retry_unusable=true reaches WebJudge too: each unusable outcome is asked twice (errors are not cached)
+    assert judge_cli.main([*args[:3], "judge.retry_unusable=true", *args[3:]]) == 0
+    assert capsys.readouterr().out.strip().endswith("(3 error, 0 not_judged); 6 calls, 3 cached")  # key points cached
     assert judge_cli.main([*args, "--no-webjudge"]) == 0 and len(capsys.readouterr().out.strip().splitlines()) == 1
     assert (run / judge_run.CACHE).is_dir()
 

@@ -208,7 +208,8 @@ class OdysseysDomain:
             shutil.rmtree(folder)  # a rerun starts a fresh record
         context = context or EpisodeContext()
         judge = Judge(context.judge, Path(context.judge_cache_dir) if context.judge_cache_dir else None,
-                      context.judge_attempts, context.judge_max_images, unavailable_reason=context.judge_reason)
+                      context.judge_attempts, context.judge_max_images, unavailable_reason=context.judge_reason,
+                      retry_unusable=context.judge_retry_unusable)
         webjudge = from_settings(judge, self.webjudge)
         env, page = self._open(odyssey, folder)  # last: nothing after it can fail and leave the browser running
         return OdysseysEpisode(task, odyssey, env, page, judge, folder, provenance=self.provenance(),

@@ -19,9 +19,11 @@ Where we differ, and why:
   sends, as upstream: text first, then each image as a data URL with detail "high"); any other backend gets the
   text alone and the message says "Screenshots attached below: 0". `max_images` keeps the last N screenshots
   (upstream's `--max-images`; 0 = all, upstream's default).
-- Upstream scores a reply without a `Status:` line, and a failed call, as failure (0). Here an unusable reply is
-  asked again with a reminder of the format, and after `attempts` calls the item is `error`: no score, counted
-  apart, never a failure. A judge that cannot be asked (`backend=None`) gives `not_judged` with its reason.
+- Upstream scores a reply without a `Status:` line, and a failed call, as failure (0). Here a failed call is
+  sent again (up to `attempts` calls) and an unusable reply is final, as upstream asks once (with
+  `judge.retry_unusable=true`, ours, it is asked again with a reminder of the format); then the item is
+  `error`: no score, counted apart, never a failure. A judge that cannot be asked (`backend=None`) gives
+  `not_judged` with its reason.
 - Verdicts are cached on disk by a SHA-256 of the inputs (judge model name, system, user message and the
   SHA-256 of every image); errors are not cached, so they are asked again next time.
 """
@@ -175,13 +177,15 @@ class Judge(JudgeBase):
     the call with screenshots are harness.backends.judging's, as WebJudge's."""
 
     def __init__(self, backend: LLMBackend | None, cache_dir: Path | str | None = None, attempts: int = 2,
-                 max_images: int = 0, unavailable_reason: str = "no judge backend configured") -> None:
+                 max_images: int = 0, unavailable_reason: str = "no judge backend configured",
+                 retry_unusable: bool = False) -> None:
         check_attempts(attempts)
         if max_images < 0:
             raise InputError(f"judge max_images must be >= 0 (0 = all), got {max_images!r}")
         check_images(backend)
         super().__init__(backend, cache_dir, attempts, unavailable_reason)
         self.max_images = max_images
+        self.retry_unusable = retry_unusable  # judge.retry_unusable (upstream: never)
 
     def judge_episode(self, task: OdysseyTask, steps: Sequence[Step], folder: Path | None = None
                       ) -> list[RubricJudgment]:
@@ -214,9 +218,10 @@ class Judge(JudgeBase):
         return JudgeCache(self.cache_dir, log)
 
     def _ask(self, rubric_key: str, system: str, user: str, images: Sequence[JudgeImage]) -> RubricJudgment:
-        """Up to `attempts` calls: a failed call re-sends the same prompt, an unusable reply adds the reminder."""
+        """Up to `attempts` calls: a failed call re-sends the same prompt; an unusable reply is final, or asked again
+        with the reminder when `retry_unusable`."""
         asked = ask(lambda prompt: self.generate(system, prompt, images), user, _parse, self.attempts,
-                    RETRY_REMINDER)
+                    RETRY_REMINDER, retry_unusable=self.retry_unusable)
         status, thoughts = asked.value or ("error", "")
         return RubricJudgment(rubric_key, status, thoughts, None if asked.value else asked.reason, calls=asked.calls,
                               usage=asked.usage, cost_usd=asked.cost_usd, model=self.model, images_sent=len(images))

@@ -32,8 +32,8 @@ Reading (`read_steps`) follows upstream's judge: rows are grouped by `step_num`;
 or `screenshot`, distinct texts joined by " -> "; its response, screenshot and url are the last non-empty ones.
 Checked against upstream's script itself (only its API client replaced by a fake): it finds such a run folder's
 episodes, skips an unfinished one, reads the task ids from the folder names and sends, rubric by rubric, the prompts
-judge.py sends without `URL:` lines (judge.py adds them when urls were recorded, as a harness run's are; upstream's
-script does not read them).
+judge.py sends without `URL:` and `Tabs:` lines (judge.py adds them when urls and tabs were recorded, as a harness
+run's are; upstream's script does not read them).
 """
 
 from __future__ import annotations

@@ -266,14 +266,15 @@ class WebJudge(JudgeBase):
     call with screenshots are harness.backends.judging's, as the rubric judge's."""
 
     def __init__(self, backend: LLMBackend | None, cache_dir: Path | str | None = None, attempts: int = 2,
-                 score_threshold: int = SCORE_THRESHOLD, unavailable_reason: str = "no judge backend configured"
-                 ) -> None:
+                 score_threshold: int = SCORE_THRESHOLD, unavailable_reason: str = "no judge backend configured",
+                 retry_unusable: bool = False) -> None:
         check_attempts(attempts, "webjudge")
         if isinstance(score_threshold, bool) or not isinstance(score_threshold, int) or not 1 <= score_threshold <= 5:
             raise InputError(f"webjudge score_threshold must be 1..5 (upstream: 3), got {score_threshold!r}")
         check_images(backend)
         super().__init__(backend, cache_dir, attempts, unavailable_reason)
         self.score_threshold = int(score_threshold)
+        self.retry_unusable = retry_unusable  # judge.retry_unusable, as the rubric judge's
 
     def judge_episode(self, task: OdysseyTask, steps: Sequence[Step], folder: Path | None = None) -> WebJudgment:
         """The episode's verdict; screenshots are read from `folder` (its upstream-layout folder) for a
@@ -324,7 +325,8 @@ class WebJudge(JudgeBase):
         def call(prompt: str) -> Completion:
             reply = self._call(spend, OUTCOME_SYSTEM, prompt, images, valid=lambda r: parse_outcome(r) is not None)
             return Completion(Message("assistant", reply), Usage())  # spent: metered by _call, in `spend`
-        return ask(call, user, _outcome_status, self.attempts, RETRY_REMINDER, retry_failed=False)
+        return ask(call, user, _outcome_status, self.attempts, RETRY_REMINDER, retry_unusable=self.retry_unusable,
+                   retry_failed=False)
 
     def _call(self, spend: _Spend, system: str, user: str, images: Sequence[JudgeImage] = (),
               valid: Any = None) -> str:
@@ -357,8 +359,9 @@ SETTINGS = ("enabled", "score_threshold")
 
 
 def from_settings(judge: Judge, settings: Any = None) -> WebJudge | None:
-    """WebJudge over the rubric judge's backend, cache and attempts, with the `env.webjudge` settings (`enabled`,
-    default true; `score_threshold`, default upstream's 3); None when disabled. An unknown key is refused."""
+    """WebJudge over the rubric judge's backend, cache, attempts and retry_unusable, with the `env.webjudge`
+    settings (`enabled`, default true; `score_threshold`, default upstream's 3); None when disabled. An unknown key
+    is refused."""
     values = {str(k): v for k, v in dict(settings or {}).items()}
     unknown = sorted(set(values) - set(SETTINGS))
     if unknown:
@@ -366,7 +369,7 @@ def from_settings(judge: Judge, settings: Any = None) -> WebJudge | None:
     if not values.get("enabled", True):
         return None
     return WebJudge(judge.backend, judge.cache_dir, judge.attempts, values.get("score_threshold", SCORE_THRESHOLD),
-                    judge.unavailable_reason)
+                    judge.unavailable_reason, judge.retry_unusable)
 
 
 def _cache_key(model: str, system: str, user: str, image_hashes: Sequence[str]) -> str:
