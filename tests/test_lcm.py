@@ -112,7 +112,8 @@ def test_view_keeps_pairs_opening_and_history(history: list[Message], policy: LC
 def test_nothing_is_deleted_from_the_store() -> None:
     history = pairs(30)
     policy = LCM(context_tokens=3000, context_threshold=0.01, fresh_tail_count=4, leaf_chunk_tokens=900,
-                 leaf_min_fanout=3, summarizer=ExtractiveSummarizer())  # always over: leaves, then condensation
+                 leaf_min_fanout=3, condensed_target_tokens=1, summary_prefix_target_tokens=1,
+                 summarizer=ExtractiveSummarizer())  # always over: leaves, then condensation
     made: set[str] = set()
     for i, n in enumerate(steps(history)):
         policy.render(history[:n], RenderContext(i, TOKENS))
@@ -156,11 +157,14 @@ def test_a_leaf_never_separates_a_call_from_its_results(history: list[Message], 
         assert calls == {m.tool_call_id for m in sources if m.role == "tool"}
 
 
-def condense(n_leaves: int, fanout: int, condensed_fanout: int = 100) -> LCM:
-    """One leaf per pair (chunks of one pair), everything outside a 2-message tail compacted in one render."""
-    policy = LCM(context_tokens=10_000, context_threshold=0.01, fresh_tail_count=2, leaf_chunk_tokens=50,
-                 leaf_min_fanout=fanout, condensed_min_fanout=condensed_fanout, max_sweep_iterations=100,
-                 summarizer=ExtractiveSummarizer())
+def condense(n_leaves: int, fanout: int, **settings: Any) -> LCM:
+    """One leaf per pair (a 200-token chunk holds one ~230-token pair), everything outside a 2-message tail
+    compacted in one render; condensation only by the fan-outs (the summarized prefix is always over its target,
+    any run of summaries is big enough, the hard fan-out is out of reach unless `settings` say otherwise)."""
+    policy = LCM(**{"context_tokens": 10_000, "context_threshold": 0.01, "fresh_tail_count": 2,
+                    "leaf_chunk_tokens": 200, "leaf_min_fanout": fanout, "condensed_min_fanout": 100,
+                    "condensed_min_fanout_hard": 100, "max_sweep_iterations": 100, "condensed_target_tokens": 1,
+                    "summary_prefix_target_tokens": 1, "summarizer": ExtractiveSummarizer(), **settings})
     policy.render(pairs(n_leaves + 1), RenderContext(0, TOKENS))
     return policy
 
@@ -170,14 +174,31 @@ def depths_in_context(policy: LCM) -> list[int]:
 
 
 def test_condensation_triggers_at_the_fan_out() -> None:
+    """selectShallowestCondensationCandidate: the oldest run of same-depth summaries, capped at a leaf chunk's
+    tokens (four ~41-token leaves), condensed once it has the depth's fan-out."""
     assert depths_in_context(condense(3, fanout=4)) == [0, 0, 0]  # below the fan-out: leaves stay
     assert depths_in_context(condense(4, fanout=4)) == [1]
     assert depths_in_context(condense(9, fanout=4)) == [1, 1, 0]
-    policy = condense(12, fanout=3, condensed_fanout=4)  # 4 depth-1 nodes -> one depth-2 node (max_depth 1)
-    assert depths_in_context(policy) == [2]
-    top = policy.store.summary(policy._items[0].summary_id)
-    assert top is not None and top.descendant_count == 4 + 12
-    assert depths_in_context(condense(12, fanout=3, condensed_fanout=5)) == [1, 1, 1, 1]
+    top = condense(4, fanout=4).store.summary(condense(4, fanout=4)._items[0].summary_id)
+    assert top is not None and top.descendant_count == 4
+
+
+def test_condensation_runs_while_the_summarized_prefix_is_over_its_target() -> None:
+    """compactFullSweep's second phase is driven by the summaries outside the fresh tail, not by total context: under
+    summaryPrefixTargetTokens (or with runs under the minimum chunk, max(condensed target, 10% of a leaf chunk))
+    nothing is condensed."""
+    assert depths_in_context(condense(4, fanout=4, summary_prefix_target_tokens=10**6)) == [0] * 4
+    assert depths_in_context(condense(4, fanout=4, condensed_target_tokens=1000)) == [0] * 4
+    policy = LCM(context_tokens=24_000, leaf_chunk_tokens=20_000, condensed_target_tokens=2000)
+    assert policy.prefix_target_tokens == 9000  # max(2000, min(20000, 18000 / 2)), upstream's derived target
+
+
+def test_the_preferred_depth_is_a_source_depth_and_the_pressure_phase_passes_it_with_the_hard_fan_out() -> None:
+    """sweepMaxDepth: the routine phase condenses source depths below it (0: leaf-only); while the summarized prefix
+    is still over target, the pressure phase condenses at any depth with condensedMinFanoutHard."""
+    assert depths_in_context(condense(12, fanout=3, max_depth=0)) == [0] * 12
+    assert depths_in_context(condense(12, fanout=3, max_depth=0, condensed_min_fanout_hard=2)) == [1, 1, 1]
+    assert depths_in_context(condense(3, fanout=4, condensed_min_fanout_hard=2)) == [1]  # under the leaf fan-out
 
 
 @dataclass
@@ -294,7 +315,8 @@ class EchoBackend:
 def test_the_llm_backend_gets_the_lcm_prompts_through_complete() -> None:
     backend = EchoBackend()
     policy = LCM(context_tokens=4000, context_threshold=0.01, fresh_tail_count=2, leaf_chunk_tokens=50,
-                 leaf_min_fanout=3, summarizer=LLMSummarizer(backend))
+                 leaf_min_fanout=3, condensed_target_tokens=1, summary_prefix_target_tokens=1,
+                 summarizer=LLMSummarizer(backend))
     view = policy.render(pairs(4), RenderContext(0, TOKENS))
     assert view.decisions["leaf_created"] == 3 and view.decisions["condensed_created"] == 1
     system, user = backend.requests[0]
@@ -306,18 +328,18 @@ def test_the_llm_backend_gets_the_lcm_prompts_through_complete() -> None:
     assert policy.record()["aux_backend"] == "llm:echo"
 
 
-def test_a_sweep_stops_once_the_context_is_back_under_the_threshold() -> None:
-    """compactFullSweep: leaf passes only while the context is over the threshold (review finding: it used to
-    summarize everything outside the fresh tail, far more than the design asks)."""
+def test_a_sweep_summarizes_every_raw_chunk_outside_the_fresh_tail() -> None:
+    """compactFullSweep (0.15.3): context pressure starts the sweep; its leaf passes then run until no raw chunk is
+    left outside the fresh tail, not only until the context is back under the threshold (lossless-claw
+    docs/configuration.md: "Total context pressure starts the sweep, but does not by itself force deeper
+    condensation")."""
     history = pairs(30)
     policy = LCM(context_tokens=6000, fresh_tail_count=4, leaf_chunk_tokens=400, summarizer=ExtractiveSummarizer())
     for i, n in enumerate(steps(history)):
         view = policy.render(history[:n], RenderContext(i, TOKENS))
         if view.aux_calls:
-            kept = TOKENS.messages(view.messages)
-            assert kept <= policy.threshold_tokens + TOKENS.messages(view.messages[:2]) + 2000  # not far under
-            raw_outside_tail = [m for m in view.messages[2:-4] if m.name != SUMMARY_NAME]
-            assert raw_outside_tail, "some old raw messages stay: the sweep stopped under the threshold"
+            assert [m for m in view.messages[2:-4] if m.name != SUMMARY_NAME] == []  # all of it summarized
+            assert TOKENS.messages(view.messages) < policy.threshold_tokens // 2  # far under, not just under
             return
     raise AssertionError("the threshold was never passed")
 

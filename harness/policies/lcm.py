@@ -142,7 +142,9 @@ class LCM(ContextPolicy):
     leaf_chunk_tokens: int = 20_000
     leaf_min_fanout: int = 8
     condensed_min_fanout: int = 4
-    max_depth: int = 1  # sweepMaxDepth (alias incrementalMaxDepth): deepest SOURCE depth a sweep condenses
+    condensed_min_fanout_hard: int = 2  # condensedMinFanoutHard: the fan-out once the preferred depth is passed
+    max_depth: int = 1  # sweepMaxDepth (alias incrementalMaxDepth): source depths below it condensed first
+    summary_prefix_target_tokens: int | None = None  # None: max(condensed target, min(leaf chunk, threshold / 2))
     max_sweep_iterations: int = 12  # maxSweepIterations: summarizer passes per sweep
     leaf_target_tokens: int = 2400
     condensed_target_tokens: int = 2000
@@ -163,8 +165,12 @@ class LCM(ContextPolicy):
     def __post_init__(self) -> None:
         if not 0 < self.context_threshold <= 1:
             raise ValueError(f"policy.context_threshold must be in (0, 1], got {self.context_threshold}")
-        if min(self.fresh_tail_count, self.leaf_chunk_tokens, self.leaf_min_fanout, self.condensed_min_fanout) < 1:
+        if min(self.fresh_tail_count, self.leaf_chunk_tokens, self.leaf_min_fanout, self.condensed_min_fanout,
+               self.condensed_min_fanout_hard) < 1:
             raise ValueError("policy.fresh_tail_count, leaf_chunk_tokens and the fan-outs must be >= 1")
+        if self.summary_prefix_target_tokens is not None and self.summary_prefix_target_tokens < 1:
+            raise ValueError(f"policy.summary_prefix_target_tokens must be >= 1 or null, got "
+                             f"{self.summary_prefix_target_tokens}")
         self._reset()
 
     def _reset(self) -> None:
@@ -177,13 +183,24 @@ class LCM(ContextPolicy):
     def threshold_tokens(self) -> int:
         return int(self.context_threshold * self.context_tokens)
 
+    @property
+    def prefix_target_tokens(self) -> int:
+        """Summarized-prefix pressure: condensation runs while the summaries outside the fresh tail exceed this
+        (src/compaction.ts resolveSummaryPrefixTargetTokens)."""
+        if self.summary_prefix_target_tokens is not None:
+            return self.summary_prefix_target_tokens
+        half = max(1, self.threshold_tokens) // 2
+        return max(self.condensed_target_tokens, min(self.leaf_chunk_tokens, half))
+
     def record(self) -> dict[str, Any]:
         return {"method": "lcm", "implementation": VERSION, "store": "sqlite3 :memory: (one per episode)",
                 "context_tokens": self.context_tokens, "context_threshold": self.context_threshold,
                 "compression_threshold_tokens": self.threshold_tokens, "fresh_tail_count": self.fresh_tail_count,
                 "tail_keeps_newest_user_turn": self.tail_keeps_newest_user_turn,
                 "leaf_chunk_tokens": self.leaf_chunk_tokens, "leaf_min_fanout": self.leaf_min_fanout,
-                "condensed_min_fanout": self.condensed_min_fanout, "max_source_depth": self.max_depth,
+                "condensed_min_fanout": self.condensed_min_fanout,
+                "condensed_min_fanout_hard": self.condensed_min_fanout_hard, "max_source_depth": self.max_depth,
+                "summary_prefix_target_tokens": self.prefix_target_tokens,
                 "max_sweep_iterations": self.max_sweep_iterations,
                 "leaf_target_tokens": f"max(192, min({self.leaf_target_tokens}, 0.35 x input))",
                 "condensed_target_tokens": max(512, self.condensed_target_tokens),
@@ -335,28 +352,43 @@ class LCM(ContextPolicy):
 
     # ---- compaction: src/compaction.ts compactFullSweep ----------------------------------------------
     def _sweep(self, history: Sequence[Message], ctx: RenderContext, aux: _Aux) -> tuple[int, int]:
+        """src/compaction.ts compactFullSweep (0.15.3): leaf passes until no raw chunk is left outside the fresh tail
+        (context pressure starts the sweep, it does not stop it), then condensed passes while the summarized prefix
+        is over its target: below the preferred depth first, then at any depth with the hard fan-out. A pass that
+        does not shrink the context stops its phase; max_sweep_iterations bounds the whole sweep."""
         leaves = condensed = 0
-        # compactFullSweep: leaf passes until the context is back under the threshold, then condensed passes only
-        # while it is still over it
-        while (leaves < self.max_sweep_iterations and self._over(history, ctx)
-               and (chunk := self._leaf_chunk(history, ctx.tokens)) is not None):
+        previous = self._context_tokens(history, ctx)
+        while leaves < self.max_sweep_iterations and (chunk := self._leaf_chunk(history, ctx.tokens)) is not None:
             before = self._context_tokens(history, ctx)
             self._replace(chunk, self._leaf(history, chunk, ctx, aux))
             leaves += 1
-            if self._context_tokens(history, ctx) >= before:  # no progress: stop (upstream's sweep guard)
+            after = self._context_tokens(history, ctx)
+            if after >= before or after >= previous:  # no progress: stop (upstream's sweep guard)
                 break
-        while (leaves + condensed < self.max_sweep_iterations and self._over(history, ctx)
-               and (run := self._condense_run(history, ctx.tokens)) is not None):
-            before = self._context_tokens(history, ctx)
-            self._replace(run, self._condensed(history, run, ctx, aux))
-            condensed += 1
-            if self._context_tokens(history, ctx) >= before:
-                break
+            previous = after
+        stalled = False
+        for preferred in (True, False):  # upstream's two condensation loops
+            while (not stalled and leaves + condensed < self.max_sweep_iterations
+                   and self._prefix_tokens(history, ctx.tokens) > self.prefix_target_tokens
+                   and (found := self._condense_run(history, ctx.tokens, hard=not preferred)) is not None):
+                depth, run = found
+                if preferred and depth >= self.max_depth:  # "depth-cap": on to the second loop
+                    break
+                before = self._context_tokens(history, ctx)
+                self._replace(run, self._condensed(history, run, ctx, aux))
+                condensed += 1
+                after = self._context_tokens(history, ctx)
+                if after > self.threshold_tokens and (after >= before or after >= previous):
+                    stalled = True  # "no-progress" ends both loops
+                previous = after
         self.store.set_context(self._items)
         return leaves, condensed
 
-    def _over(self, history: Sequence[Message], ctx: RenderContext) -> bool:
-        return self._context_tokens(history, ctx) > self.threshold_tokens
+    def _prefix_tokens(self, history: Sequence[Message], tokens: TokenCounter) -> int:
+        """Tokens of the summaries outside the fresh tail (countSummaryTokensOutsideFreshTail)."""
+        tail = self._tail_start(history)
+        return sum(row.token_count for it in self._items[:tail]
+                   if it.kind == "summary" and (row := self.store.summary(it.summary_id)))
 
     def _leaf_chunk(self, history: Sequence[Message], tokens: TokenCounter) -> tuple[int, int] | None:
         """The oldest contiguous raw messages outside the tail, <= leaf_chunk_tokens (at least one message;
@@ -375,30 +407,34 @@ class LCM(ContextPolicy):
             end += 1  # never split a call from its results
         return start, end
 
-    def _condense_run(self, history: Sequence[Message], tokens: TokenCounter) -> tuple[int, int] | None:
-        """The oldest run of contiguous same-depth summaries outside the tail at the shallowest depth that has
-        one of at least its fan-out (docs/architecture.md "Condensation"), capped at leaf_chunk_tokens."""
+    def _condense_run(self, history: Sequence[Message], tokens: TokenCounter, hard: bool = False
+                      ) -> tuple[int, tuple[int, int]] | None:
+        """(source depth, span): the shallowest depth outside the tail whose OLDEST run of contiguous summaries
+        (capped at leaf_chunk_tokens) has its fan-out and at least max(condensed target, 10% of a leaf chunk) tokens
+        (selectShallowestCondensationCandidate / selectOldestChunkAtDepth); `hard`: the hard fan-out at every
+        depth."""
         tail = self._tail_start(history)
-        for depth in range(self.max_depth + 1):
-            fanout = self.leaf_min_fanout if depth == 0 else self.condensed_min_fanout
-            i = 0
-            while i < tail:
-                j = i
-                while j < tail and self._depth(self._items[j]) == depth:
-                    j += 1
-                if j - i >= fanout:
-                    return i, self._cap_run(history, i, j, fanout, tokens)
-                i = j + 1 if j == i else j
+        min_tokens = max(self.condensed_target_tokens, int(self.leaf_chunk_tokens * 0.1))  # CONDENSED_MIN_INPUT_RATIO
+        depths = sorted({d for it in self._items[:tail] if (d := self._depth(it)) >= 0})
+        for depth in depths:
+            fanout = self.condensed_min_fanout_hard if hard else (
+                self.leaf_min_fanout if depth == 0 else self.condensed_min_fanout)
+            i = next(k for k in range(tail) if self._depth(self._items[k]) == depth)
+            end, used = i, 0
+            while end < tail and self._depth(self._items[end]) == depth:
+                cost = self._summary_tokens(self._items[end])
+                if end > i and used + cost > self.leaf_chunk_tokens:
+                    break
+                used, end = used + cost, end + 1
+                if used >= self.leaf_chunk_tokens:
+                    break
+            if end - i >= fanout and used >= min_tokens:
+                return depth, (i, end)
         return None
 
-    def _cap_run(self, history: Sequence[Message], i: int, j: int, fanout: int, tokens: TokenCounter) -> int:
-        end, used = i, 0
-        while end < j:
-            cost = self._item_tokens(history, self._items[end], tokens)
-            if end - i >= fanout and used + cost > self.leaf_chunk_tokens:
-                break
-            used, end = used + cost, end + 1
-        return end
+    def _summary_tokens(self, item: Item) -> int:
+        row = self.store.summary(item.summary_id) if item.kind == "summary" else None
+        return row.token_count if row else 0
 
     def _depth(self, item: Item) -> int:
         row = self.store.summary(item.summary_id) if item.kind == "summary" else None
