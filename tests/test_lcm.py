@@ -321,6 +321,7 @@ def test_the_llm_backend_gets_the_lcm_prompts_through_complete() -> None:
     assert view.decisions["leaf_created"] == 3 and view.decisions["condensed_created"] == 1
     system, user = backend.requests[0]
     assert system.content == SYSTEM and "<conversation_segment>" in user.content
+    assert '"Files: none"' in user.content and "amounts" not in user.content  # upstream's rules, no benchmark's
     assert "<previous_context>\n(none)" in user.content and "<previous_context>\n(none)" not in \
         backend.requests[1][1].content  # a later leaf sees the previous summary
     assert "<conversation_to_condense>" in backend.requests[3][1].content

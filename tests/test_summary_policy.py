@@ -149,14 +149,15 @@ def test_the_llm_path_sends_the_sectioned_prompt_with_the_previous_summary() -> 
     policy = SummaryCondenser(max_size=10, summarizer=LLMSummarizer(backend))
     views = grow(policy, history, turn_ends(history))
     assert len(backend.requests) >= 2 and policy.record()["aux_backend"] == "llm:fake"
-    system, user = backend.requests[0][0].content, backend.requests[0][1].content
-    assert [system.index(f"{s}:") for s in SECTIONS] == sorted(system.index(f"{s}:") for s in SECTIONS)
-    assert "identifier" in system
+    assert [m.role for m in backend.requests[0]] == ["user"]  # one user message, as OpenHands sends it
+    user = backend.requests[0][0].content
+    assert [user.index(f"{s}:") for s in SECTIONS] == sorted(user.index(f"{s}:") for s in SECTIONS)
+    assert "identifier" in user and user.index(SECTIONS[-1]) < user.index("<PREVIOUS SUMMARY>")
     assert user.index("<PREVIOUS SUMMARY>") < user.index("<EVENT id=") < user.index(REQUEST)
     assert "<PREVIOUS SUMMARY>\n\n</PREVIOUS SUMMARY>" in user
-    events = [e.split("</EVENT>")[0] for e in "".join(r[1].content for r in backend.requests).split("<EVENT id=")[1:]]
+    events = [e.split("</EVENT>")[0] for e in "".join(r[0].content for r in backend.requests).split("<EVENT id=")[1:]]
     assert max(len(e) for e in events) < 10_100 and any("event truncated" in e for e in events)
-    assert "<PREVIOUS SUMMARY>\nSUMMARY #1\n</PREVIOUS SUMMARY>" in backend.requests[1][1].content
+    assert "<PREVIOUS SUMMARY>\nSUMMARY #1\n</PREVIOUS SUMMARY>" in backend.requests[1][0].content
     made = [v for v in views if v.decisions.get("condensed")]
     assert made[0].aux_usage == Usage(100, 7) and made[0].aux_cost_usd == 0.01
     assert made[0].messages[2].content == "SUMMARY #1"

@@ -53,8 +53,10 @@ class LLMSummarizer:
         return f"llm:{getattr(self.backend, 'name', '?')}"
 
     def complete(self, system: str, user: str) -> Summary:
-        """One auxiliary call with a method's own prompt (OpenHands' summary sections, a fold, an LCM leaf)."""
-        completion = self.backend.generate([Message("system", system), Message("user", user)], [])
+        """One auxiliary call with a method's own prompt (OpenHands' summary sections, a fold, an LCM leaf); an empty
+        `system`: the user message alone (a method whose reference sends one message)."""
+        request = [Message("system", system)] if system else []
+        completion = self.backend.generate([*request, Message("user", user)], [])
         return Summary(completion.message.content.strip(), completion.usage, completion.modeled_time_s,
                        completion.cost_usd)
 

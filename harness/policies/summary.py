@@ -33,7 +33,8 @@ SECTIONS = ("USER_CONTEXT", "TASK_TRACKING", "COMPLETED", "PENDING", "CURRENT_ST
 TRUNCATED = "\n[... event truncated because of its length ...]\n"
 NOT_INFERRED = "(not inferred by the extractive stand-in)"
 
-# Our wording of upstream's summarizing prompt (OpenHands' SDK sends it as a system message, the events as the user's):
+# Our wording of upstream's summarizing prompt (OpenHands sends it, then the previous summary and the events, as one
+# user message: V0 and SDK LLMSummarizingCondenser, `messages = [Message(role='user', ...)]`):
 # the same sections, identifier rule and priorities, and nothing tuned to a benchmark (an "amounts and dates" rule,
 # the expense benchmark's own facts, is gone); upstream's code-specific sections (CODE_STATE, TESTS, CHANGES, DEPS,
 # VERSION_CONTROL_STATUS) are left out: no code here.
@@ -216,8 +217,8 @@ class SummaryCondenser(ContextPolicy):
         return made
 
     def prompt(self, history: Sequence[Message], previous: str, forgotten: Sequence[Message]) -> str:
-        """The user part of the request: previous summary, each forgotten event cut to max_event_chars, request
-        (upstream's order; the rules go in the system part)."""
+        """The request after the rules: previous summary, each forgotten event cut to max_event_chars, request
+        (upstream's order)."""
         index = {id(m): i for i, m in enumerate(history)}
         events = "".join(f"<EVENT id={index.get(id(m), '?')}>\n{truncate(event_text(m), self.max_event_chars)}\n"
                          f"</EVENT>\n" for m in forgotten)
@@ -237,7 +238,7 @@ class SummaryCondenser(ContextPolicy):
 
     def _llm(self, summarizer: Any, history: Sequence[Message], previous: str,
              forgotten: Sequence[Message]) -> Condensed:
-        done: Summary = summarizer.complete(RULES, self.prompt(history, previous, forgotten))
+        done: Summary = summarizer.complete("", f"{RULES}\n\n{self.prompt(history, previous, forgotten)}")
         return Condensed(done.text, done.usage, done.modeled_time_s, done.cost_usd)
 
     def _stand_in(self, summarizer: Any, previous: str, forgotten: Sequence[Message],
