@@ -256,3 +256,29 @@ def test_an_llm_backend_writes_the_stand_in_folds_with_the_fold_prompts() -> Non
     assert view.aux_calls == 4 and view.aux_usage == Usage(400, 40)
     assert "**[Compressed Step 1 to 2]**\nLLM FOLD 4\nUser: " + FOLIO in previous(view)  # user text verbatim
     assert p.record()["fold_source"] == "LLM fold stand-in (llm:scripted)"
+
+
+def test_under_a_budget_the_oldest_folded_blocks_go_before_the_newest_step() -> None:
+    """The folded blocks stand for the oldest steps: under a context budget they are left out oldest first, so the
+    orchestrator's eviction of the oldest pair (harness.policies.budget) does not take the newest step, the view's
+    only tool pair (review finding: a budget one token under the view evicted the agent's latest action)."""
+    from harness.outcome import BUDGET_SHED
+    from harness.policies.budget import compressible_tokens, fit_to_budget
+
+    history = [Message("system", "sys"), Message("user", "task")]
+    for s in range(8):
+        history += [Message("assistant", "", (ToolCall(f"a{s}", "get", json.dumps({"q": s})),)),
+                    Message("tool", json.dumps({"Status": "ok", "Rows": [{"Name": f"n{i}", "Amount": i}
+                                                                         for i in range(40)]}),
+                            tool_call_id=f"a{s}", name="get")]
+    free = policy().render(history, ctx(8))
+    need = compressible_tokens(free.messages, 2, TOKENS)
+    view = policy().render(history, RenderContext(8, TOKENS, budget=need - 1))
+    assert view.decisions[BUDGET_SHED] and view.decisions["budget_dropped_blocks"] == 1
+    assert "Step 1 to 3]" in previous(free) and "Step 1 to 3]" not in previous(view)  # the oldest block left out
+    assert "[Compressed Step 4]" in previous(view)
+    fit = fit_to_budget(view.messages, 2, need - 1, TOKENS)
+    assert fit.evicted_pairs == 0 and not fit.over_budget and [m.role for m in fit.messages][-2:] == ["assistant",
+                                                                                                      "tool"]
+    assert view.provenance is not None and view.provenance[2].sources[0] == 8  # steps 1-3's messages are not shown
+    assert not policy().render(history, RenderContext(8, TOKENS, budget=need)).decisions[BUDGET_SHED]

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from harness.outcome import BUDGET_SHED
 from harness.policies.base import (
     ContextPolicy,
     RenderContext,
@@ -256,20 +257,44 @@ class AgentFold(ContextPolicy):
         provenance = kept(range(len(opening)))
         if messages and messages[0] is not opening[0]:  # the fold tool's instructions appended to the system
             provenance[0] = Provenance("inserted", (0,))
+        shed = 0
         if steps:
             last = len(history) - len(steps[-1].messages)  # where the latest step starts in the history
-            folded = tuple(range(len(opening), last))  # every earlier step, shown only as folded blocks
-            messages.append(Message("user", _previous(blocks, newest), name=PREVIOUS_NAME))
-            provenance.append(Provenance("summarized" if folded else "inserted", folded))
             native = steps[-1].native_indexed()
+            shown, shed = self._fitted(blocks, newest, [m for _, m in native], messages, ctx)
+            first = len(opening) + sum(len(s.messages) for s in steps[:shown[0].first - 1]) if shown else last
+            folded = tuple(range(first, last))  # the earlier steps still shown, only as folded blocks
+            messages.append(Message("user", _previous(shown, newest), name=PREVIOUS_NAME))
+            provenance.append(Provenance("summarized" if folded else "inserted", folded))
             messages += [m for _, m in native]
             provenance += [Provenance(p.kind, (p.sources[0] + last,))
                            for p in indexed_provenance(steps[-1].messages, native)]
         decisions = {"steps": newest, "blocks": [[b.first, b.last, b.source] for b in blocks], **event}
+        if ctx.budget is not None:
+            decisions |= {BUDGET_SHED: shed > 0, "budget_dropped_blocks": shed}
         return View(messages, aux_usage=sum((s.usage for s in fresh), Usage()),
                     aux_modeled_time_s=sum(s.modeled_time_s for s in fresh),
                     aux_cost_usd=sum(s.cost_usd for s in fresh), aux_calls=len(fresh),
                     aux_time_s=self._aux_s, decisions=decisions, provenance=provenance)
+
+    def _fitted(self, blocks: list[Block], newest: int, latest: list[Message], opening: list[Message],
+                ctx: RenderContext) -> tuple[list[Block], int]:
+        """The blocks shown under a context budget, and how many of the oldest were left out. The folded blocks
+        stand for the agent's oldest steps, so the orchestrator's rule (harness.policies.budget: the oldest first)
+        applies to them before it could reach the only tool pair left, the newest step's."""
+        if ctx.budget is None:
+            return blocks, 0
+        fixed, budget = ctx.tokens.messages([*opening[ctx.n_fixed:], *latest]), ctx.budget
+
+        def fits(shed: int) -> bool:
+            shown = Message("user", _previous(blocks[shed:], newest), name=PREVIOUS_NAME)
+            return fixed + ctx.tokens.message(shown) <= budget
+
+        low, high = 0, len(blocks)  # the fewest left out that fits (binary search: fewer blocks, fewer tokens)
+        while low < high:
+            mid = (low + high) // 2
+            low, high = (low, mid) if fits(mid) else (mid + 1, high)
+        return blocks[low:], low
 
     def _opening(self, opening: list[Message]) -> list[Message]:
         if not (self.offer_fold_tool and opening and opening[0].role == "system"):

@@ -7,10 +7,13 @@ separately. Its reference is the median, over tasks, of each task's peak visible
 
 One rule family holds every policy to the budget (Figure 3 compares like with like):
 
-1. A policy first sheds its *own optional* retention, by its own definition of optional. Only WAAC has such a
-   part: its policy is pi = rho_hat v d (eq. 7), and the retention above d — what only the history library
-   proposes — is optional; when the projection of pi does not fit, pi falls back to d (harness.waac.policy,
-   `_project`). Nothing d requires is cut by the policy itself. Every other policy renders its view as always.
+1. A policy first sheds its *own optional* retention, by its own definition of optional. WAAC's policy is
+   pi = rho_hat v d (eq. 7), and the retention above d — what only the history library proposes — is optional;
+   when the projection of pi does not fit, pi falls back to d (harness.waac.policy, `_project`). Nothing d
+   requires is cut by the policy itself. AgentFold shows every step but the newest as folded blocks in one
+   message: those stand for its oldest steps, so it leaves them out oldest first (harness.policies.agentfold,
+   `_fitted`) before rule 2 could evict its newest step, the only tool pair its view has. Every other policy
+   renders its view as always.
 2. The orchestrator then applies the same `fit_to_budget` to every policy's view, WAAC included
    (harness.episode): evict the oldest tool call/result pairs, whole, until the compressible history fits. No
    policy is exempt, so no method is scored on a view larger than the budget that another method had to cut.
