@@ -89,6 +89,20 @@ def test_a_run_sends_the_marker_and_records_the_checkpoint(tmp_path: Path) -> No
     assert params["method"] == "tokenskip"
 
 
+def test_the_context_window_check_reserves_the_output_budget_sent(tmp_path: Path) -> None:
+    """The episode reserves the request's output space in the context window: TokenSkip's scaled budget (1,000 of a
+    100,000 base here), not the unscaled one, which alone exceeds the 32,768-token window."""
+    with Recording() as server, initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("config", ["experiment=tokenskip", "n_tasks=1", "n_runs=1", f"out_dir={tmp_path}",
+                                 "progress=false", f"model.base_url={server.base_url}", "model.model=sim-served",
+                                 "model.checkpoint=ck", "model.ratio=0.01", "model.max_output_tokens=100000",
+                                 "model.context_window=32768", "model.cache_dir=null", "max_steps=1",
+                                 "model.rate_limit.rpm=null", "model.rate_limit.tpm=null", "preflight=false"])
+        episodes = run(cfg, verbose=False)
+    assert [b["max_tokens"] for b in server.bodies] == [1000]
+    assert episodes.termination.tolist() == ["max_steps"]
+
+
 @pytest.mark.slow  # runs the command line (~18 s)
 def test_without_a_tokenskip_model_the_run_is_refused_with_the_reason_and_how(tmp_path: Path) -> None:
     for extra in ([], ["model=sim"]):

@@ -480,6 +480,11 @@ class OpenAICompatible:
             self.cache.put(key, {**raw, "_harness_latency_s": seconds, RETRIES_FIELD: retries})
         return completion
 
+    @property
+    def reserved_output_tokens(self) -> int:
+        """The output space a request asks for (the episode reserves it in the context window)."""
+        return self.max_output_tokens
+
     def output_limit(self, body: dict[str, Any]) -> int:
         """The most output tokens the request lets the model return (extra_body may override the limit)."""
         sent = {**body, **self.extra_body}

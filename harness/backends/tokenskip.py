@@ -37,6 +37,10 @@ class TokenSkipBackend(OpenAICompatible):
         body[self.max_tokens_param] = self.scaled_output_tokens()
         return body
 
+    @property
+    def reserved_output_tokens(self) -> int:
+        return self.scaled_output_tokens()  # what is sent: the context-window check reserves no more
+
     def scaled_output_tokens(self) -> int:
         """Upstream's output budget scaled by the ratio, at least one token (what is sent and what is recorded)."""
         return max(1, int(self.max_output_tokens * self.ratio))
