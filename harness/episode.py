@@ -237,7 +237,7 @@ def _step(episode: Episode, convo: Conversation, model: LLMBackend, tokens: Toke
     input_tokens = (fit.compressible_tokens + tokens.messages(view.messages[:ctx.n_fixed]) + tokens.tools(tools)
                     + REPLY_PRIMING)
     # output space is reserved, as providers count it: what the request asks for (TokenSkip's scaled budget)
-    reserve: int = getattr(model, "reserved_output_tokens", None) or getattr(model, "max_output_tokens", 0)
+    reserve = getattr(model, "reserved_output_tokens", 0) or getattr(model, "max_output_tokens", 0)
     if input_tokens + reserve > model.context_window:
         raise ContextWindowExceeded(f"the request has {input_tokens} tokens and {reserve} are reserved for output: "
                                     f"more than the model's context window of {model.context_window}")
