@@ -161,6 +161,9 @@ def test_a_cached_compression_is_not_recomputed(tiny_classifier: str, monkeypatc
     assert again.messages == first.messages  # re-rendered identically
     other_episode = lingua2(tiny_classifier).render(h, ctx(5))  # charged to its episode, computed only once
     assert other_episode.aux_calls == 3 and len(calls) == 3 and other_episode.messages == first.messages
+    # its end-to-end time counts the compressions' seconds as computed (order-independent), none spent again here
+    assert other_episode.aux_modeled_time_s == first.aux_modeled_time_s > 0 and other_episode.aux_time_s == 0.0
+    assert first.aux_time_s == first.aux_modeled_time_s and again.aux_modeled_time_s == 0.0
 
 
 def test_record_labels_the_compressor(tiny_classifier: str) -> None:

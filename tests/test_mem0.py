@@ -239,6 +239,8 @@ def test_infer_true_uses_the_aux_backend_endpoint_and_accounts_its_tokens(monkey
     assert all(v.aux_cost_usd == pytest.approx(per_call) for v in llm_steps)
     assert sum(v.aux_calls for v in llm_steps) >= len(llm_steps)
     assert any("INCD-PARK" in m.content for m in views[-1][1].messages if m.name == MEMORY_NAME)
+    # the calls' seconds are their auxiliary time; the embeddings and the search stay the render's local work
+    assert all(v.aux_time_s == v.aux_modeled_time_s > 0 for v in llm_steps)
 
 
 def test_keep_conversation_keeps_older_user_replies_and_text_turns(episode: Any) -> None:

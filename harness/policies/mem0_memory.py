@@ -266,9 +266,12 @@ class Mem0Memory(ContextPolicy):
                      "llm_calls": len(llm)}
         aux_cost = float(cost(usage)) if llm and callable(cost) else 0.0
         lifecycle.METER.add(aux_cost)  # mem0's own client made these calls: the run's cost cap must see them
-        return View(messages, aux_usage=usage, aux_modeled_time_s=sum(s for _, s in llm), aux_cost_usd=aux_cost,
-                    aux_calls=spent["calls"] + len(llm), aux_time_s=time.perf_counter() - t0, decisions=decisions,
-                    provenance=provenance)
+        modeled = sum(s for _, s in llm)
+        # with LLM calls, aux_time_s is theirs alone: the episode's end-to-end time counts their modeled seconds in
+        # place of it and keeps the rest of this render (embeddings, search) as local work; without, all of it
+        aux_s = modeled if llm else time.perf_counter() - t0
+        return View(messages, aux_usage=usage, aux_modeled_time_s=modeled, aux_cost_usd=aux_cost,
+                    aux_calls=spent["calls"] + len(llm), aux_time_s=aux_s, decisions=decisions, provenance=provenance)
 
     # --- mem0 ---
 
