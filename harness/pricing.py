@@ -121,6 +121,9 @@ def cache_model(kind: str | None, expiry_min: float | None = None, min_tokens: i
             raise InputError(f"{key}={value!r} must be a positive number")
     base = CacheModel(kind)  # type: ignore[arg-type]
     expiry = float(expiry_min or base.expiry_min)
+    if base.kind == "anthropic" and expiry not in ANTHROPIC_TTL_MIN:
+        raise InputError(f"pricing.expiry_min={expiry_min!r}: Anthropic's prompt cache lives 5 minutes or, asked for, "
+                         f"1 hour (60)")
     # Anthropic's cache lives 5 minutes (writes at 1.25x input) or, asked for, 1 hour (writes at 2x): past 5 minutes
     # an entry is one of the 1-hour kind
     writes = 2.0 if base.kind == "anthropic" and expiry > base.expiry_min else base.write_multiplier
@@ -129,6 +132,7 @@ def cache_model(kind: str | None, expiry_min: float | None = None, min_tokens: i
 
 
 PRICING_KEYS = ("sheet", "cache", "expiry_min", "min_tokens")
+ANTHROPIC_TTL_MIN = (5.0, 60.0)  # the cache lifetimes Anthropic offers (cache_control ttl "5m" | "1h")
 
 
 def settings(pricing: Mapping[str, Any] | None) -> tuple[PriceSheet, CacheModel]:

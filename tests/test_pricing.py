@@ -381,4 +381,7 @@ def test_an_anthropic_cache_kept_past_five_minutes_is_the_one_hour_kind_with_wri
 
     assert cache_model("anthropic").write_multiplier == 1.25
     assert cache_model("anthropic", 60).write_multiplier == 2.0 and cache_model("anthropic", 60).expiry_min == 60
+    for other in (10, 120):  # Anthropic offers 5 minutes or 1 hour, nothing else
+        with pytest.raises(InputError, match=f"pricing.expiry_min={other}: Anthropic"):
+            cache_model("anthropic", other)
     assert cache_model("openai", 60).write_multiplier == cache_model("openai").write_multiplier
