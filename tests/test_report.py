@@ -213,6 +213,25 @@ def test_the_c1_c4_table_names_the_user_model_and_a_stand_in_summarizer(tmp_path
     assert "; C4 (last 5 + summary) ScriptedUser (paper: GPT-4.1 in C2-C4, none in C1)" in md
 
 
+def test_the_expense_tables_name_a_step_cap_other_than_the_default(tmp_path: Path) -> None:
+    """A short try (`max_steps=5`) sat beside the paper's numbers with nothing saying its episodes were cut short."""
+    root = _results(tmp_path)
+    for name in ("c1", "c2", "c3"):
+        ran = episodes(name).assign(max_steps=60)
+        _newer(root, name, ran, n_runs=2, tasks=sorted(set(ran.task_id)))
+    c4 = episodes("c4").assign(max_steps=60)
+    _newer(root, "c4", c4, n_runs=2, tasks=sorted(set(c4.task_id)))
+    assert "NOTE: step cap (max_steps): 60 (the default: 60, ours)" in _tables_md(root, tmp_path / "t")
+    _newer(root, "c4", c4.assign(max_steps=5), n_runs=2, tasks=sorted(set(c4.task_id)))
+    md = _tables_md(root, tmp_path / "u")
+    assert "WARNING: step cap (max_steps): C1 (full, no user model) 60; " in md and "C4 (last 5 + summary) 5 (" in md
+
+
+def _tables_md(root: Path, out: Path) -> str:
+    tables.main(["--results", str(root), "--out", str(out)])
+    return _md(out)
+
+
 def test_runs_record_which_user_model_answered(tmp_path: Path) -> None:
     from hydra import compose, initialize_config_dir
 

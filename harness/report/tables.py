@@ -91,7 +91,7 @@ def _waac(results: Path, chosen: dict[str, Run], pins: dict[str, Path], out: Pat
     if "waac" not in set(episodes.get("experiment", [])):
         return []
     used = [n for n in WAAC_RUNS if n in set(episodes.experiment)]
-    notes += status_notes(runs, used) + mismatch_notes(episodes, used)
+    notes += status_notes(runs, used) + mismatch_notes(episodes, used) + step_cap_notes(episodes, used)
     sources = {n: where(paths[n], results) for n in used}
     paper = yaml.safe_load(WAAC_PAPER.read_text())
     written = write(ablation_table(episodes, paper, sources), out, "waac_ablations",
@@ -117,13 +117,29 @@ def _expense(results: Path, chosen: dict[str, Run], out: Path) -> list[Path]:
     used = [n for n in EXPENSE if n in set(episodes.experiment)]
     sources = {n: where(paths[n], results) for n in used}
     notes = status_notes(chosen, used) + mismatch_notes(episodes, used) + stand_in_notes(episodes) \
-        + user_notes(episodes, used)
+        + user_notes(episodes, used) + step_cap_notes(episodes, used)
     cap = f"Less Context, Better Agents C1-C4: ours ({label(episodes)}; mean ± 95% CI over runs) vs paper"
     written = write(expense_table(episodes, paper, sources), out, "expense_c1_c4", cap, notes)
     compared = [n for n in RATIO_RUNS if n in used]
     notes = status_notes(chosen, compared) + mismatch_notes(episodes, compared)
     return written + write(ratio_table(episodes, paper, sources), out, "expense_ratios",
                            f"Ratios: ours ({label(episodes)}) vs paper", notes)
+
+
+def step_cap_notes(episodes: pd.DataFrame, used: list[str]) -> list[str]:
+    """The step cap (max_steps) each run's episodes had, beside the default's (60, ours: neither paper states one):
+    a short try (`max_steps=5`) sat beside the paper's numbers unnamed."""
+    if "max_steps" not in episodes:
+        return []
+    caps = {n: "/".join(sorted({str(int(c)) for c in episodes.max_steps[episodes.experiment == n].dropna()}))
+            or "not recorded" for n in used}
+    shown = "; ".join(f"{display(n)} {c}" for n, c in caps.items()) if len(set(caps.values())) > 1 else \
+        next(iter(caps.values()), "not recorded")
+    kind = "NOTE" if set(caps.values()) <= {str(DEFAULT_STEPS)} else "WARNING"
+    return [f"{kind}: step cap (max_steps): {shown} (the default: {DEFAULT_STEPS}, ours)"] if caps else []
+
+
+DEFAULT_STEPS = 60  # configs/config.yaml max_steps: the expense benchmark's step cap
 
 
 def user_notes(episodes: pd.DataFrame, used: list[str]) -> list[str]:
