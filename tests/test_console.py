@@ -138,6 +138,12 @@ def test_after_a_pinchbench_subset_the_console_says_what_ran_of_the_papers_tasks
            "(benchmark.timeout=paper)" in text
     assert "SELF-JUDGED" not in text
     assert "PinchBench" not in render(episodes(n_runs=1, n_tasks=2))  # the expense benchmark has no such line
+    # a judge named by the config but never called (no task needed it, or its key was unset) says so
+    unasked = render(pinchbench({"coding_00": "coding"}, judge_model="claude-haiku", judge_calls=0,
+                                judge_reason="$OPENROUTER_API_KEY is not set"), record=record)
+    assert "PinchBench judge: claude-haiku (not called: $OPENROUTER_API_KEY is not set); step cap" in unasked
+    asked = render(pinchbench({"coding_00": "coding"}, judge_model="claude-haiku", judge_calls=2), record=record)
+    assert "PinchBench judge: claude-haiku; step cap" in asked
 
 
 def test_after_the_whole_task_set_the_console_says_comparable_and_labels_a_self_judged_run() -> None:

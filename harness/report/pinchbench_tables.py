@@ -430,8 +430,14 @@ def self_judged(mine: pd.DataFrame) -> bool:
 
 
 def judge_text(mine: pd.DataFrame) -> str:
+    """The judge the episodes name (the configured one, even if it could not be asked), and whether it was called:
+    a run whose tasks needed no judge, or whose judge was unavailable, names it with no call made."""
     models = sorted({str(m) for m in mine.judge_model.dropna()}) if "judge_model" in mine else []
     shown = ", ".join(models) or ("none" if "judge_model" in mine else "not recorded")
+    calls = pd.to_numeric(mine.judge_calls, errors="coerce").fillna(0).sum() if "judge_calls" in mine else None
+    if models and calls == 0:
+        reasons = sorted({str(r) for r in mine.get("judge_reason", pd.Series(dtype=object)).dropna() if str(r)})
+        shown += f" (not called{': ' + '; '.join(reasons) if reasons else ''})"
     return f"{shown} (self-judged)" if self_judged(mine) else shown
 
 
