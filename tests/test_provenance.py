@@ -178,7 +178,8 @@ def test_agentfold_previous_steps_are_summarized_and_the_instructions_inserted()
 
 def test_llmlingua_labels_compressed_messages(monkeypatch: pytest.MonkeyPatch) -> None:
     """The compressor stubbed (its real model is test_llmlingua's business): what it rewrote is compressed."""
-    monkeypatch.setattr(LLMLinguaPolicy, "_compress", lambda self, key, content: (content[: len(content) // 2], False))
+    monkeypatch.setattr(LLMLinguaPolicy, "_compress",
+                        lambda self, key, content: (content[: len(content) // 2], False, 0.0))
     history = _pairs_history(4)
     policy = LLMLinguaPolicy(min_tokens=1)
     view = policy.render(tuple(history), ctx())
