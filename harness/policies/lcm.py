@@ -369,8 +369,8 @@ class LCM(ContextPolicy):
         stalled = False
         for preferred in (True, False):  # upstream's two condensation loops
             while (not stalled and leaves + condensed < self.max_sweep_iterations
-                   and self._prefix_tokens(history, ctx.tokens) > self.prefix_target_tokens
-                   and (found := self._condense_run(history, ctx.tokens, hard=not preferred)) is not None):
+                   and self._prefix_tokens(history) > self.prefix_target_tokens
+                   and (found := self._condense_run(history, hard=not preferred)) is not None):
                 depth, run = found
                 if preferred and depth >= self.max_depth:  # "depth-cap": on to the second loop
                     break
@@ -384,7 +384,7 @@ class LCM(ContextPolicy):
         self.store.set_context(self._items)
         return leaves, condensed
 
-    def _prefix_tokens(self, history: Sequence[Message], tokens: TokenCounter) -> int:
+    def _prefix_tokens(self, history: Sequence[Message]) -> int:
         """Tokens of the summaries outside the fresh tail (countSummaryTokensOutsideFreshTail)."""
         tail = self._tail_start(history)
         return sum(row.token_count for it in self._items[:tail]
@@ -407,8 +407,7 @@ class LCM(ContextPolicy):
             end += 1  # never split a call from its results
         return start, end
 
-    def _condense_run(self, history: Sequence[Message], tokens: TokenCounter, hard: bool = False
-                      ) -> tuple[int, tuple[int, int]] | None:
+    def _condense_run(self, history: Sequence[Message], hard: bool = False) -> tuple[int, tuple[int, int]] | None:
         """(source depth, span): the shallowest depth outside the tail whose OLDEST run of contiguous summaries
         (capped at leaf_chunk_tokens) has its fan-out and at least max(condensed target, 10% of a leaf chunk) tokens
         (selectShallowestCondensationCandidate / selectOldestChunkAtDepth); `hard`: the hard fan-out at every
