@@ -140,6 +140,62 @@ def test_rules_keep_task_facts_exact_tabs_exact_and_archived_pages_recoverable()
     assert archived and all(f.startswith(kettle) for f in archived)  # the kettle page, no longer current
 
 
+def test_finds_notes_and_a_changed_page_at_the_same_url_stay_recoverable_and_an_element_binds_to_its_marker(
+        ) -> None:
+    """Review findings: `find`'s matching lines (the agent's way past the page cap) were dropped a step later with no
+    pointer; an earlier view of a URL whose content changed ("show more") was dropped as a repeat; `element=3` bound
+    to a list whose options read "1", "2", "3" instead of to the line "[3] ..."."""
+    from harness.envs.odysseys.waac import archived_pages
+
+    found = PAGE.replace('Clicked [5] link "Blue Kettle".', 'Found 1 line(s) of the page contain "warranty" (line '
+                         'numbers of the page text below):\n  41: Warranty: 2 years, parts only.')
+    more = PAGE.replace("SKU K-100. 1.7 litres. Price: $39.00.", "Reviews 11-20: the handle gets hot.")
+    g = trace(("find", {"text": "warranty"}, found, False), ("click", {"element": 1}, more, False),
+              ("goto", {"url": "http://shop.test/teapot.html"}, OTHER, False))
+    archived = {f for o in archived_pages(Trace(g)) for f, lvl in o.refs if lvl == Level.POINTER}
+    finds, first, second = g.order[1], g.order[1], g.order[2]
+    assert f"{finds}/aria:message" in archived  # the find's lines: recoverable
+    assert any(f.startswith(f"{first}/") and "paragraph" in g.fields[f].text for f in archived)  # both views of
+    assert any(f.startswith(f"{second}/") and "handle gets hot" in g.fields[f].text for f in archived)  # the URL
+    options = PAGE.replace('  - paragraph: SKU', '  - [4] combobox "Quantity": option "1", option "2", option "3"\n'
+                           '  - paragraph: SKU')
+    g = trace(("click", {"element": 1}, options, False), ("click", {"element": 3}, PAGE, False))
+    bound = [src for src, _, kind in g.g.in_edges(f"{g.order[2]}/in:element", data="kind") if kind == "data"]
+    assert not any("aria:[4]" in str(src) for src in bound), bound
+
+
+def test_the_screenshot_modes_tools_are_registered_so_the_current_page_and_tabs_follow_them() -> None:
+    """browser.observation=screenshot offers click_at / type_text / press_key (their results: the page's header);
+    unregistered, their results never became the current page and the tab list stayed the older call's."""
+    from harness.envs.odysseys.waac import tabs
+
+    head = ("Clicked at (10, 20).\n\nURL: http://shop.test/teapot.html\nTitle: Green Teapot\n"
+            "Tabs: [0] http://shop.test/teapot.html (active)\nScroll: 0-800 of 800 px")
+    g = trace(("click", {"element": 1}, PAGE, False), ("click_at", {"x": 10, "y": 20}, head, False),
+              ("press_key", {"key": "Enter"}, head.replace("Clicked at (10, 20)", "Pressed Enter"), False))
+    t = Trace(g)
+    assert t.open_state() == g.order[-1] and [f for o in tabs(t) for f, _ in o.refs] == [f"{g.order[-1]}/aria:tabs"]
+
+
+def test_a_screenshot_is_no_field_and_stays_with_its_message() -> None:
+    """A.3: DROP omits a field; a result's screenshot is none, so projecting the text must not delete it (it did,
+    and its tokens counted as WAAC's saving)."""
+    from _waac import ctx as waac_ctx
+
+    from harness.envs.odysseys.waac import schemas
+    from harness.types import ImagePart
+    from harness.waac.policy import WAAC
+
+    shot = ImagePart("image/png", "iVBORw0KGgo=", 1280, 800)
+    history = [Message("system", "s"), Message("user", "Find the Blue Kettle's price.")]
+    for i, (name, result) in enumerate((("click", PAGE), ("goto", OTHER), ("goto", PAGE.replace("kettle", "mug")))):
+        history += [Message("assistant", "", (ToolCall(f"c{i}", name, json.dumps({"url": "x"})),)),
+                    Message("tool", result, tool_call_id=f"c{i}", name=name, images=(shot,))]
+    view = WAAC(schemas=schemas(), use_library=False).render(history, waac_ctx())
+    projected = [m for m, h in zip(view.messages, history, strict=True) if m.role == "tool" and m is not h]
+    assert projected and all(m.images == (shot,) for m in projected)
+
+
 # ---- the dev split -----------------------------------------------------------------------------------------
 @browser
 def test_the_dev_split_replays_offline_and_builds_a_library(tmp_path: Path) -> None:
@@ -256,17 +312,18 @@ def page(i: int, tabs: list[str]) -> str:
 
 def from_scratch(t: Trace) -> list[tuple[str, str]]:
     """The Odysseys rules as first written (every field of every event scanned at every step)."""
-    from harness.envs.odysseys.waac import OPENING, page_url, task_terms
+    from harness.envs.odysseys.waac import OPENING, _content, _report, page_url, task_terms
 
     events = list(t.events())
     terms = task_terms([text.split(OPENING, 1)[0] for text in t.user_texts()])
     out = [("task_fact", f.id) for ev in events for f in t.fields_of(ev.id)
-           if f.type == "PageText" and len(task_terms([f.text]) & terms) >= 2]
+           if (f.type == "PageText" or _report(f)) and len(task_terms([f.text]) & terms) >= 2]
     tab = next((f.id for ev in reversed(events) for f in t.fields_of(ev.id) if f.type == "TabList"), None)
     out += [("tabs", tab)] if tab else []
-    newest = {url: ev.id for ev in events if ev.ok and (url := page_url(t, ev.id))}
-    return out + [("archived_page", f.id) for eid in newest.values() if eid != t.open_state()
-                  for f in t.fields_of(eid) if f.role in (Role.STATE, Role.AFFORDANCE, Role.IDENTIFIER)]
+    newest = {(url, _content(t.fields_of(ev.id))): ev.id for ev in events if ev.ok and (url := page_url(t, ev.id))}
+    out += [("archived_page", f.id) for eid in newest.values() if eid != t.open_state()
+            for f in t.fields_of(eid) if f.role in (Role.STATE, Role.AFFORDANCE, Role.IDENTIFIER)]
+    return out + [("archived_page", f.id) for ev in events if ev.ok for f in t.fields_of(ev.id) if _report(f)]
 
 
 def test_the_rules_equal_a_from_scratch_recomputation_at_every_step_and_look_only_at_new_events() -> None:

@@ -340,7 +340,7 @@ class TraceGraph:
         providers = self.providers.get(spec.type, [])
         if spec.match == "row":
             return self._row_producer(providers, literal, spec, values, schema)
-        shows = _shown_by(literal)
+        shows = _shown_by(spec.shown_as.format(literal))
         for fid in reversed(providers):
             if shows(self.fields[fid].text):
                 return fid

@@ -229,8 +229,9 @@ class Projector:
                 for fid, lv in zip(ev.fields, wanted, strict=True)}
         build = _text_content if ev.scaffold is None else _json_content
         content, applied = build(g, ev, original.content, reps, out)
+        # a result's images (a screenshot) are no field: never dropped with its text (A.3: DROP omits a field)
         msg = Message("tool", content, tool_call_id=original.tool_call_id, name=original.name,
-                      is_error=original.is_error)
+                      is_error=original.is_error, images=original.images)
         refs = [(rep.ref, fid) for fid, rep in reps.items() if rep.ref and applied[fid] == Level.POINTER]
         hit = self._cache[key] = _Cached(msg, applied, refs, out.rollbacks, out.promotions, out.promoted_why,
                                          out.unplaced)

@@ -75,6 +75,8 @@ class InputSpec:
         "shown" only to a provider field (things only the environment shows, never a user);
         "row" to a provider whose rows (ToolSchema.row_key) include this number, within the named list item
         the `scope` argument names.
+    shown_as: how a provider field shows the value ("{}": as it is; "[{}]": an element number in its marker, so
+        element 3 binds to the line "[3] ...", not to a list whose options read "1", "2", "3").
     """
 
     path: str
@@ -83,6 +85,7 @@ class InputSpec:
     target: bool = False
     scope: str | None = None
     match: str = "value"
+    shown_as: str = "{}"
 
 
 @dataclass(frozen=True)

@@ -18,18 +18,21 @@ else the URL the call opened, else the operation). An error answer is one regist
 
 Obligation rules (§4.6's allocation), each from the observable prefix only through the Trace facade, reading a
 per-page index (`Pages`, in trace.memo) that each step brings up to date with the new events only:
-- task_facts (§3.3.1 plan, §4.6 "literal facts support exact reporting"): page text that states two or more of
-  the terms the user asked about (words of the instruction, not of the start page shown with it, and of later
-  user turns; numbers) stays EXACT.
+- task_facts (§3.3.1 plan, §4.6 "literal facts support exact reporting"): page text (or a `find` report) that
+  states two or more of the terms the user asked about (words of the instruction, not of the start page shown
+  with it, and of later user turns; numbers) stays EXACT.
 - tabs (§4.6 keep-tabs-open): the newest tab list stays EXACT (tab identifiers feed later browser-state checks).
-- archived_pages (§4.6 "archived page observations receive POINTER"): the newest observation of every page
-  (by URL) that is no longer the current one stays recoverable (POINTER); older observations of a page, and
-  redundant text of pages seen again, are free to be dropped by the analysis.
+- archived_pages (§4.6 "archived page observations receive POINTER"): the newest observation of every page (by
+  URL and content: a URL whose elements or text changed, a "show more" or a form posted back, is another page)
+  that is no longer the current one stays recoverable (POINTER), and so does every message part that reports more
+  than the action (`find`'s matching lines, the agent's way past the page cap; a dialog's text; a refused
+  download); a repeat of a page seen before is free to be dropped by the analysis.
 The current page (the newest observation) is EXACT through the generic next-action rule.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -88,7 +91,7 @@ PAGE = (
 )
 # An element number binds to the page part showing it; it counts as the agent's choice (not unexplained
 # evidence) because the browser validates it (a wrong number is a tool error) and the start page is in the prompt.
-ELEMENT = InputSpec("element", "ElementNumber", chosen=True, target=True, match="shown")
+ELEMENT = InputSpec("element", "ElementNumber", chosen=True, target=True, match="shown", shown_as="[{}]")
 OPENING = "\n\nThe browser is open at "  # the prompt's start-page part (domain.py): page text, not the user's ask
 IDENTITY = (f"result:{OBSERVATION}:url", "arg:url")
 
@@ -114,6 +117,11 @@ def schemas() -> Schemas:
         _tool("scroll", "scroll", "read", InputSpec("direction", "Literal")),
         _tool("find", "find_text", "read", InputSpec("text", "Text", chosen=True)),
         _tool("read_page", "read_page", "read"),
+        # browser.observation=screenshot: actions by screen position (their results: the page header only)
+        _tool("click_at", "click_at", "edit", InputSpec("x", "Literal"), InputSpec("y", "Literal")),
+        _tool("type_text", "type_at_focus", "edit", InputSpec("text", "Text", chosen=True),
+              InputSpec("submit", "Literal")),
+        _tool("press_key", "press_key", "edit", InputSpec("key", "Literal")),
     )
 
 
@@ -135,20 +143,23 @@ class Pages:
     terms: frozenset[str] = frozenset()
     words: dict[str, frozenset[str]] = field(default_factory=dict)  # page-text field -> its terms, oldest first
     facts: list[str] = field(default_factory=list)  # page-text fields stating two or more of `terms`
-    newest: dict[str, str] = field(default_factory=dict)  # URL -> its newest successful observation
+    newest: dict[tuple[str, str], str] = field(default_factory=dict)  # (URL, content) -> its newest observation
+    reports: list[str] = field(default_factory=list)  # message parts reporting more than the action (evidence)
     tab: str | None = None  # the newest tab list field
 
     def add(self, t: Trace, ev: Event) -> None:
         fields = t.fields_of(ev.id)
         for f in fields:
-            if _page_text(f):
+            if _page_text(f) or _report(f):
                 self.words[f.id] = task_terms([f.text])
                 if len(self.words[f.id] & self.terms) >= 2:
                     self.facts.append(f.id)
+            if _report(f) and ev.ok:
+                self.reports.append(f.id)
         self.tab = next((f.id for f in fields if f.type == "TabList"), self.tab)
         url = page_url(t, ev.id) if ev.ok else None
         if url:
-            self.newest[url] = ev.id
+            self.newest[(url, _content(fields))] = ev.id
 
     def ask(self, texts: list[str]) -> None:
         """New terms from the user texts (the instruction without its start page, and later turns)."""
@@ -175,6 +186,19 @@ def _page_text(f: Field) -> bool:
     return f.role == Role.STATE and f.type == "PageText"
 
 
+def _report(f: Field) -> bool:
+    """A message part that reports more than the action: `find`'s matching lines (its way past the page cap), a
+    dialog's text, a refused download (the browser's notes come after the first line)."""
+    return f.type == "ActionMessage" and "\n" in f.text.strip()
+
+
+def _content(fields: list[Field]) -> str:
+    """What a page showed (its elements and text, not its scroll position or tabs), as a digest: a URL whose
+    content changed (a "show more", a single-page app, a form posted back) is another page to keep."""
+    shown = "\n".join(f.text for f in fields if f.type in ("PageElement", "PageText"))
+    return hashlib.sha256(shown.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 def task_facts(t: Trace) -> Iterator[Obligation]:
     """Page text stating two or more of the user's terms is a literal fact for the final report: EXACT."""
     for fid in pages(t).facts:
@@ -195,11 +219,17 @@ def page_url(t: Trace, eid: str) -> str | None:
 
 
 def archived_pages(t: Trace) -> Iterator[Obligation]:
-    """The newest observation of every page other than the current one stays recoverable (POINTER)."""
-    current = t.open_state()
-    for eid in pages(t).newest.values():
+    """The newest observation of every page (URL and content) other than the current one stays recoverable
+    (POINTER), and so does every report of more than an action (`find`'s lines, a dialog, a refused download)."""
+    current, index = t.open_state(), pages(t)
+    for eid in index.newest.values():
         if eid != current:
             yield from _archived(t, eid)
+    for fid in index.reports:
+        key = ("odysseys", "report", fid)
+        if key not in t.memo:
+            t.memo[key] = t.on_field("archived_page", fid, Level.POINTER)
+        yield t.memo[key]
 
 
 def _archived(t: Trace, eid: str) -> tuple[Obligation, ...]:
