@@ -90,6 +90,13 @@ def test_reference_is_the_median_of_per_task_peaks_under_vanilla() -> None:
     assert reference_tokens(episodes) == 200  # task peaks: a -> 200 (median of its runs), b 50, c 1000
     with pytest.raises(ValueError, match="Vanilla"):
         reference_tokens(episodes.assign(policy="LastN"))
+    # an episode that did not really run (cut off by the infrastructure, or never started: peak 0) is left out
+    ended = episodes.assign(termination="user_stop")
+    cut = pd.concat([ended, pd.DataFrame({"policy": "FullHistory", "task_id": ["b", "d"], "termination": "infra_error",
+                                          "peak_compressible_tokens": [10, 0]})], ignore_index=True)
+    assert reference_tokens(cut) == 200
+    with pytest.raises(ValueError, match="every episode"):
+        reference_tokens(cut[cut.termination == "infra_error"])
 
 
 # ---- one rule family for every policy (harness.policies.budget), WAAC included -------------------------------------

@@ -2,7 +2,9 @@
 
 Reference = median over tasks of each task's peak visible-history tokens (compressible part of the view, i.e.
 without the fixed instructions, task description and tool definitions) under full history. A task's peak is
-the median over its runs of the per-episode maximum."""
+the median over its runs of the per-episode maximum. Episodes that did not really run (infrastructure errors, the
+harness's errors: outcome.FAILED) are left out: their peak is where they were cut off (0 if they never started;
+B.3 keeps infrastructure anomalies apart)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pandas as pd
 
 from harness import methods
 from harness.errors import InputError
+from harness.outcome import FAILED
 from harness.report import cli
 from harness.report.reader import EPISODES, read_frame
 
@@ -22,6 +25,10 @@ def reference_tokens(episodes: pd.DataFrame) -> int:
         raise ValueError("no episodes to take a budget reference from")
     if not (episodes.policy == methods.method("vanilla").class_name).all():  # FullHistory (harness/methods.py)
         raise ValueError("the budget reference must come from a Vanilla (full-history) run")
+    if "termination" in episodes:
+        episodes = episodes[~episodes.termination.isin(FAILED)]
+        if episodes.empty:
+            raise ValueError("every episode of the Vanilla run failed (infra_error or error): no peak to take")
     per_task = episodes.groupby("task_id").peak_compressible_tokens.median()
     return int(per_task.median())
 
