@@ -36,6 +36,7 @@ import yaml
 
 from harness.config import MAKE_VARS, misnamed_make_variable
 from harness.errors import EXIT_INPUT, EXIT_JOB_FAILED, EXIT_JUDGE, InputError, refuse, share
+from harness.io import atomic_write
 from harness.lifecycle import SWEEP_RESUMES, die_with_parent
 from harness.resume import folder_problem
 
@@ -166,18 +167,46 @@ def _with_us() -> partial[None]:
     return partial(die_with_parent, os.getpid())
 
 
+REFERENCE = "budget_reference.yaml"  # a budget sweep folder's reference, measured once: its jobs' budgets
+
+
 def vanilla_reference(sweep_dir: Path, args: list[str]) -> int:
     """Vanilla (full history) measures the reference: C2, or the benchmark's own experiment when ARGS name one
-    (e.g. experiment=odysseys, whose policy is full history too)."""
+    (e.g. experiment=odysseys, whose policy is full history too). Measured once per sweep folder and kept there: a
+    resume measured it again, and a reference changed by a rerun episode changed every job's budget, so each job
+    already run refused to resume."""
     out = sweep_dir / "vanilla_reference"
     experiment = next((a for a in args if a.startswith("experiment=")), "experiment=c2")
     rest = [a for a in args if not a.startswith("experiment=")]
+    kept = _kept_reference(sweep_dir, [experiment, *rest])
+    if kept is not None:
+        return kept
     _refuse_unless_vanilla([experiment, *rest])
     cmd = [sys.executable, "-m", "harness.cli", experiment, f"out_dir={out}", "progress=false", *rest]
     run_child(cmd, stdout=subprocess.DEVNULL)
     from harness.report.budget import read_reference  # pandas: not for `harness.cli`, which imports this module
 
-    return read_reference(out)
+    tokens = read_reference(out)
+    atomic_write(sweep_dir / REFERENCE, yaml.safe_dump({"tokens": tokens, "args": [experiment, *rest]}))
+    return tokens
+
+
+def _kept_reference(sweep_dir: Path, args: list[str]) -> int | None:
+    """The reference this sweep folder measured before, for the same ARGS; other ARGS are refused in one line."""
+    path = sweep_dir / REFERENCE
+    if not path.exists():
+        return None
+    try:
+        kept = yaml.safe_load(path.read_text())
+        tokens, measured = int(kept["tokens"]), list(kept["args"])
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{path}: not a budget reference this harness wrote ({type(exc).__name__}); move it away "
+                         "to measure the reference again") from None
+    if measured != args:
+        raise InputError(f"{sweep_dir}: its budget reference ({tokens} tokens) was measured with ARGS "
+                         f"{' '.join(measured)}; with other ARGS ({' '.join(args)}) every job's budget would differ: "
+                         "use a new sweep folder (hydra.sweep.dir=...)")
+    return tokens
 
 
 def _refuse_unless_vanilla(overrides: list[str]) -> None:

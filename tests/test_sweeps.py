@@ -146,6 +146,27 @@ def test_a_budget_reference_that_is_not_vanilla_exits_2_with_one_line(
     assert not (tmp_path / "vanilla_reference").exists()
 
 
+def test_a_budget_sweep_folder_keeps_the_reference_it_measured(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A resume measured the reference again: an episode rerun or more tasks changed it, and with it every job's
+    budget, so each job already run refused to resume. The first measurement is kept; other ARGS are refused."""
+    from harness import sweep
+    from harness.errors import InputError
+
+    runs: list[list[str]] = []
+    monkeypatch.setattr(sweep, "run_child", lambda cmd, **kw: runs.append(cmd))
+    monkeypatch.setattr("harness.report.budget.read_reference", lambda out: 4321)
+    args = ["n_tasks=2", "n_runs=1"]
+    assert sweep.vanilla_reference(tmp_path, args) == 4321 and len(runs) == 1
+    monkeypatch.setattr("harness.report.budget.read_reference", lambda out: 9999)  # what a new measurement gives
+    assert sweep.vanilla_reference(tmp_path, args) == 4321 and len(runs) == 1  # kept, not measured again
+    with pytest.raises(InputError, match=r"measured with ARGS experiment=c2 n_tasks=2 n_runs=1; with other ARGS"):
+        sweep.vanilla_reference(tmp_path, ["n_tasks=3", "n_runs=1"])
+    (tmp_path / sweep.REFERENCE).write_text("tokens: [\n")
+    with pytest.raises(InputError, match="not a budget reference this harness wrote"):
+        sweep.vanilla_reference(tmp_path, args)
+
+
 @pytest.mark.parametrize("fraction", ["abc", "0", "1.5", "0.5,nan"])
 def test_a_budget_fraction_that_is_no_fraction_exits_2_before_the_reference_run(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], fraction: str) -> None:

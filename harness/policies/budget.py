@@ -16,9 +16,11 @@ One rule family holds every policy to the budget (Figure 3 compares like with li
    renders its view as always.
 2. The orchestrator then applies the same `fit_to_budget` to every policy's view, WAAC included
    (harness.episode): evict the oldest tool call/result pairs, whole, until the compressible history fits. No
-   policy is exempt, so no method is scored on a view larger than the budget that another method had to cut.
+   policy is exempt, so no method keeps tool pairs over the budget that another method had to cut (a view whose
+   other content alone exceeds it is over_budget, below).
 3. Records: every policy's step records `over_budget` when even evicting every pair does not fit (the view is
-   then sent as is) and `budget_evicted_pairs`. WAAC also records `budget_unsatisfiable` (A.3: necessary
+   then sent with every pair evicted, still over: what is left is not pairs, e.g. a summary, memories or user
+   replies) and `budget_evicted_pairs`. WAAC also records `budget_unsatisfiable` (A.3: necessary
    information no longer fits) relative to d: the compressible tokens of the view projected at pi = d (every
    field at its online requirement, after the SUMMARY/POINTER checks, with the calls and other messages it
    keeps) exceed the budget — measured before the orchestrator's eviction, which may then cut required content.
