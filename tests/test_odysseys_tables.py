@@ -355,3 +355,23 @@ def test_figure3_from_a_judged_budget_sweep(tmp_path: Path) -> None:
     assert [p.name for p in written] == ["odysseys_figure3.png", "odysseys_figure3.pdf"]
     assert all(p.stat().st_size > 1000 for p in written)
     assert odysseys_plots.build(tmp_path / "nothing", tmp_path / "figures") == []
+
+
+def test_figure3_keeps_two_configs_of_one_policy_class_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """C3 (policy=last_n) and Keep-Last-N (policy=keep_last_n) share the class LastN: they were pooled into one
+    "Keep-Last-N" point whose metrics also merged the two jobs' same task and run into one episode."""
+    monkeypatch.setitem(PLANS, "c3", ("LastN", PLANS["c2"][1], 700_000))
+    root = tmp_path / "results"
+    sweep = root / "sweeps" / "budget" / "2026-03-01_00-00-00"
+    tasks = load_tasks(tasks_file(tmp_path / "tasks.json"))
+    for n, policy in enumerate(("last_n", "keep_last_n")):
+        (sweep / str(n) / ".hydra").mkdir(parents=True)
+        (sweep / str(n) / ".hydra" / "overrides.yaml").write_text(
+            yaml.safe_dump([f"policy={policy}", "budget.fraction=0.5"]))
+        make_run(sweep / str(n), "c3", budget_fraction=0.5)
+    merge(sweep)
+    for run in judge_run.run_dirs(sweep):
+        judge_run.judge_run_dir(run, tasks, Judge(KeywordJudge(), attempts=1))
+    frame, _ = odysseys_plots.figure3_frame(root)
+    assert sorted(frame.method) == ["keep_last_n (keep_last_n)", "keep_last_n (last_n)"]
+    assert set(frame.episodes) == {3}  # each job's own three episodes, not three merged ones

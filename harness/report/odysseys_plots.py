@@ -73,15 +73,31 @@ def _job(job: Path, results: Path) -> tuple[list[dict[str, Any]], str | None]:
     if judged is None or judged.empty:
         return [], "not judged (make judge RUN=<the sweep folder> judges every job)"
     policy = str(mine.policy.iloc[0])
-    return [{"method": POLICIES.get(policy, policy), "tier": 100 * float(tier), "episodes": mine.assign(job=job.name),
-             "judged": judged.assign(job=job.name), "simulated": bool(mine.simulated.astype(bool).any())}], None
+    # `source`: the metrics count a task and run of two jobs (other methods, other tiers) as two episodes
+    return [{"method": POLICIES.get(policy, policy), "policy": _chosen_policy(job), "tier": 100 * float(tier),
+             "episodes": mine.assign(job=job.name), "judged": judged.assign(job=job.name, source=job.name),
+             "simulated": bool(mine.simulated.astype(bool).any())}], None
+
+
+def _chosen_policy(job: Path) -> str | None:
+    """The `policy=` a sweep job was given (its .hydra/overrides.yaml), None without one."""
+    try:
+        overrides = yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text()) or []
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    chosen = [str(o).split("=", 1)[1] for o in overrides if str(o).lstrip("+").startswith("policy=")]
+    return chosen[-1] if chosen else None
 
 
 def _pooled(jobs: list[dict[str, Any]]) -> pd.DataFrame:
     """Jobs of the same method and tier (e.g. several runs) pooled before the metrics are computed."""
-    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    chosen: dict[str, set[str | None]] = {}
     for job in jobs:
-        groups.setdefault((job["method"], job["tier"]), []).append(job)
+        chosen.setdefault(job["method"], set()).add(job["policy"])
+    groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for job in jobs:  # one policy class, two configs (LastN: C3's last_n and keep_last_n): two methods, named so
+        method = job["method"] if len(chosen[job["method"]]) == 1 else f"{job['method']} ({job['policy']})"
+        groups.setdefault((method, job["tier"]), []).append(job)
     out = []
     for (method, tier), group in sorted(groups.items()):
         episodes = pd.concat([j["episodes"] for j in group], ignore_index=True)
