@@ -88,7 +88,8 @@ def _fake_budget_sweep(root: Path, partial_job: bool = False) -> Path:
         (job_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"budget.fraction={tier}"]))
         done = [True, tier == 1.0 or policy == "LastN", True, True]
         frame = base.assign(policy=policy, budget_fraction=tier, completed=done, over_budget_steps=int(tier < 1),
-                            budget_cut_steps=3 * int(tier < 1 and policy == "FullHistory"))  # C3's views fit 50%
+                            budget_cut_steps=3 * int(tier < 1 and policy == "FullHistory"),  # C3's views fit 50%
+                            budget_tokens=int(47_664 * tier))
         write_run(job_dir, frame, run_manifest("c2", frame, interrupted=job == 4))
     merge(sweep)
     return root
@@ -109,6 +110,7 @@ def test_budget_table_and_plot_come_from_the_merged_sweep(tmp_path: Path) -> Non
         "NOTE: the budget cut none of C3's views at 50%: its views fit there, so those rows are the method without "
         "a budget (budget-cut steps 0)"]
     assert expense_tables.budget_cut_notes(sweep)[0] in tables_text(root, tmp_path)
+    assert "Vanilla peak reference, 47,664 tokens: each task's peak" in tables_text(root, tmp_path)  # its size
     older = expense_tables.budget_table(sweep.drop(columns="budget_cut_steps"))  # a sweep made before the column
     assert set(older["budget-cut steps"]) == {"n/a"} and expense_tables.budget_cut_notes(
         sweep.drop(columns="budget_cut_steps")) == []

@@ -181,8 +181,22 @@ def _budget(results: Path, out: Path) -> list[Path]:
     jobs = episodes.assign(experiment="job " + episodes.job.astype(str))  # the jobs of one sweep must agree too
     notes = [*notes, *budget_cut_notes(episodes), *mismatch_notes(jobs, sorted(jobs.experiment.unique()))]
     return write(table, out, "budget_sweep", f"Budget sweep {where(folder, results) if folder else ''} "
-                 f"({label(episodes)}; budget tiers in % of the Vanilla peak reference; mean ± 95% CI over runs)",
-                 notes)
+                 f"({label(episodes)}; budget tiers in % of the Vanilla peak reference{reference_text(episodes)}; "
+                 "mean ± 95% CI over runs)", notes)
+
+
+def reference_text(episodes: pd.DataFrame) -> str:
+    """The reference in tokens, from the jobs' budgets (budget_tokens = int(reference x fraction)): the tier 1.0
+    job's budget when there is one, else the largest budget / fraction (rounded down)."""
+    if not {"budget_tokens", "budget_fraction"} <= set(episodes.columns):
+        return ""
+    tiers = episodes[["budget_fraction", "budget_tokens"]].apply(pd.to_numeric, errors="coerce").dropna()
+    tiers = tiers[tiers.budget_fraction > 0]
+    if tiers.empty:
+        return ""
+    full = tiers[tiers.budget_fraction == 1.0]
+    value = full.budget_tokens.max() if not full.empty else (tiers.budget_tokens / tiers.budget_fraction).max()
+    return f", {int(value):,} tokens: each task's peak visible history under Vanilla, median over tasks"
 
 
 def _pinchbench(results: Path, pins: dict[str, Path], out: Path, found: list[Run]) -> list[Path]:
