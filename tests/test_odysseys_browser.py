@@ -473,6 +473,19 @@ def test_replay_answers_a_missing_entry_with_an_error_page_and_no_network(
     assert not call(tools, "read_page").is_error  # the error page is an ordinary page: the episode can go on
 
 
+def test_a_frame_missing_from_the_archive_is_no_missing_page() -> None:
+    """Playwright types an iframe's document "document" too: a page that loaded with one embedded frame the
+    recording did not hold was answered as an error (and WAAC dropped the whole page as a failed call)."""
+    from types import SimpleNamespace
+
+    from harness.envs.odysseys.browser import miss_kind
+
+    main, frame = SimpleNamespace(parent_frame=None), SimpleNamespace(parent_frame=object())
+    assert miss_kind(SimpleNamespace(resource_type="document", frame=main)) == "document"
+    assert miss_kind(SimpleNamespace(resource_type="document", frame=frame)) == "subframe"
+    assert miss_kind(SimpleNamespace(resource_type="image", frame=frame)) == "image"
+
+
 # ---- crashes, hangs and clean-up --------------------------------------------------------------------------------
 def main_process(b: Browser) -> int:
     return next(p.pid for p in b.processes() if "--type=" not in p.cmdline and "chrom" in p.cmdline.split()[0])

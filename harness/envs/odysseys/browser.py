@@ -984,7 +984,7 @@ class Browser:
 
     def _archive_miss(self, route: Route) -> None:
         request = route.request
-        self.archive_misses.append((request.url, request.resource_type))
+        self.archive_misses.append((request.url, miss_kind(request)))
         if request.resource_type == "document":
             route.fulfill(status=404, content_type="text/html; charset=utf-8",
                           body=miss_page(request.url, self.archive))
@@ -1439,3 +1439,15 @@ def _keeps_loading(timeout_s: float) -> str:
 
 def _is_navigating(exc: BaseException) -> bool:
     return any(w in str(exc) for w in _NAVIGATING_WORDS)
+
+
+def miss_kind(request: Any) -> str:
+    """A replay miss's resource type; a frame's document other than the page's own is "subframe" (an embedded map or
+    ad the recording did not hold: the page itself loaded, so its call is no error)."""
+    kind = str(request.resource_type)
+    if kind != "document":
+        return kind
+    try:
+        return "document" if request.frame.parent_frame is None else "subframe"
+    except Exception:  # (a request with no frame, e.g. a service worker's: counted as the page's)
+        return kind
