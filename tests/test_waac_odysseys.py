@@ -177,6 +177,19 @@ def test_the_screenshot_modes_tools_are_registered_so_the_current_page_and_tabs_
     assert t.open_state() == g.order[-1] and [f for o in tabs(t) for f, _ in o.refs] == [f"{g.order[-1]}/aria:tabs"]
 
 
+def test_task_terms_match_across_possessives_and_plurals_and_element_lines_can_be_task_facts() -> None:
+    from harness.envs.odysseys.waac import task_facts, task_terms
+
+    assert task_terms(["the Blue Kettle's capacity"]) == task_terms(["blue kettles capacity"]) == {
+        "blue", "kettle", "capacity"}
+    assert "glass" in task_terms(["a glass jar"]) and "status" in task_terms(["the order status"])
+    linked = PAGE.replace('[2] button "Place order"', '[2] link "Blue Kettle 1.7L stainless - $39.00, in stock"')
+    g = trace(("click", {"element": 1}, linked, False), ("goto", {"url": "http://shop.test/teapot.html"}, OTHER,
+                                                         False))
+    facts = {f for o in task_facts(Trace(g)) for f, _ in o.refs}
+    assert any("in stock" in g.fields[f].text for f in facts)  # a product's link states the asked-about terms
+
+
 def test_a_screenshot_is_no_field_and_stays_with_its_message() -> None:
     """A.3: DROP omits a field; a result's screenshot is none, so projecting the text must not delete it (it did,
     and its tokens counted as WAAC's saving)."""
@@ -317,7 +330,7 @@ def from_scratch(t: Trace) -> list[tuple[str, str]]:
     events = list(t.events())
     terms = task_terms([text.split(OPENING, 1)[0] for text in t.user_texts()])
     out = [("task_fact", f.id) for ev in events for f in t.fields_of(ev.id)
-           if (f.type == "PageText" or _report(f)) and len(task_terms([f.text]) & terms) >= 2]
+           if (f.type in ("PageText", "PageElement") or _report(f)) and len(task_terms([f.text]) & terms) >= 2]
     tab = next((f.id for ev in reversed(events) for f in t.fields_of(ev.id) if f.type == "TabList"), None)
     out += [("tabs", tab)] if tab else []
     newest = {(url, _content(t.fields_of(ev.id))): ev.id for ev in events if ev.ok and (url := page_url(t, ev.id))}

@@ -18,9 +18,10 @@ else the URL the call opened, else the operation). An error answer is one regist
 
 Obligation rules (§4.6's allocation), each from the observable prefix only through the Trace facade, reading a
 per-page index (`Pages`, in trace.memo) that each step brings up to date with the new events only:
-- task_facts (§3.3.1 plan, §4.6 "literal facts support exact reporting"): page text (or a `find` report) that
-  states two or more of the terms the user asked about (words of the instruction, not of the start page shown
-  with it, and of later user turns; numbers) stays EXACT.
+- task_facts (§3.3.1 plan, §4.6 "literal facts support exact reporting"): page text, an element line (a product's
+  link, an option) or a `find` report that states two or more of the terms the user asked about (words of the
+  instruction, not of the start page shown with it, and of later user turns, without possessive or plural
+  endings; numbers) stays EXACT.
 - tabs (§4.6 keep-tabs-open): the newest tab list stays EXACT (tab identifiers feed later browser-state checks).
 - archived_pages (§4.6 "archived page observations receive POINTER"): the newest observation of every page (by
   URL and content: a URL whose elements or text changed, a "show more" or a form posted back, is another page)
@@ -127,9 +128,15 @@ def schemas() -> Schemas:
 
 # ---- obligations (§3.3.1, §4.6), from the observable prefix only ----------------------------------------
 def task_terms(texts: list[str]) -> frozenset[str]:
-    """The terms the user asked about: content words of three letters or more and numbers, lower-cased."""
-    words = (m.group(0).lower().strip("'.,") for text in texts for m in TERM.finditer(text))
+    """The terms the user asked about: content words of three letters or more and numbers, lower-cased, a
+    possessive or plural ending taken off ("Kettle's", "kettles" and "kettle" are one term; "glass" stays)."""
+    words = (_stem(m.group(0).lower().strip("'.,")) for text in texts for m in TERM.finditer(text))
     return frozenset(w for w in words if w and w not in STOP)
+
+
+def _stem(word: str) -> str:
+    word = word.removesuffix("'s").removesuffix("s'")
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")) else word
 
 
 @dataclass
@@ -150,7 +157,7 @@ class Pages:
     def add(self, t: Trace, ev: Event) -> None:
         fields = t.fields_of(ev.id)
         for f in fields:
-            if _page_text(f) or _report(f):
+            if _page_text(f) or _report(f) or f.type == "PageElement":  # a link or option names products too
                 self.words[f.id] = task_terms([f.text])
                 if len(self.words[f.id] & self.terms) >= 2:
                     self.facts.append(f.id)
