@@ -227,6 +227,10 @@ def test_usage_details_of_openai_litellm_and_openrouter() -> None:
     assert not reports_cache({"prompt_tokens": 2000, "completion_tokens": 5})  # silent: modelled
     # an endpoint that says its prompt had no tokens did not count it: counted locally and flagged, never billed 0
     assert parse_usage({"prompt_tokens": 0, "completion_tokens": 0}) == (None, {"prompt_tokens": "0"})
+    # counts that cannot be inside their totals are beside them (else reasoning or cache writes went unbilled)
+    beside = {"prompt_tokens": 0 + 3 + 50_000, "completion_tokens": 0, "cache_read_input_tokens": 50_000,
+              "cache_creation_input_tokens": 2_000, "completion_tokens_details": {"reasoning_tokens": 60}}
+    assert parse_usage(beside)[0] == Usage(52_003, 60, 50_000, 60, 2_000)
 
 
 class _Fixed:

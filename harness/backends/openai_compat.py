@@ -660,6 +660,13 @@ def parse_usage(usage: Any) -> tuple[Usage | None, dict[str, str]]:
         invalid["prompt_tokens"] = "0"
     if prompt is None or completion is None or prompt == 0:  # both counted locally, never a silent 0
         return None, invalid
+    # Counts that cannot be inside their totals are not: reasoning above completion_tokens (a Gemini layer reports
+    # completion 0, reasoning 60) is output beside it; cache reads and writes above prompt_tokens (a LiteLLM that
+    # adds only the reads, as Anthropic's own input_tokens holds neither) leave the writes out of the prompt.
+    if reasoning and reasoning > completion:
+        completion += reasoning
+    if written and (cached or 0) + written > prompt:
+        prompt += written
     return Usage(prompt, completion, cached or 0, reasoning or 0, written or 0), invalid
 
 
