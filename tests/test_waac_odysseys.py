@@ -299,11 +299,20 @@ def test_a_real_chromium_observation() -> None:
     assert list(parts)[:6] == ["message", "url", "title", "tabs", "scroll", "elements"]
 
 
-def test_the_format_is_registered_in_place_of_the_core_grammar_which_still_reads_raw_snapshots() -> None:
-    from harness.envs.odysseys.waac import PAGE_PARSER
-    from harness.waac.extract import PARSERS, Extractor, Parser, parse_aria
+def test_the_format_replaces_the_core_grammar_in_this_benchmarks_extractors_only() -> None:
+    """It was registered process-wide at import: another benchmark's extraction in the same process (PinchBench's
+    "Title: .. / URL: .." text) then depended on whether Odysseys had been imported."""
+    from harness.envs.odysseys.waac import PAGE_PARSER, schemas
+    from harness.waac.extract import PARSERS, Extractor, Parser, default_extractor, parse_aria
+    from harness.waac.policy import WAAC
 
-    assert PARSERS["aria"] is PAGE_PARSER and list(PARSERS)[:2] == ["json", "aria"]
+    assert PARSERS["aria"] is not PAGE_PARSER and list(PARSERS)[:2] == ["json", "aria"]  # the registry: the core's
+    extractor = schemas().extractor
+    assert extractor is not None and [p.name for p in extractor.parsers] == list(PARSERS)
+    assert PAGE_PARSER in extractor.parsers and PAGE_PARSER not in default_extractor().parsers
+    configured = Extractor()  # as the WAAC config builds it (policy.extractor): the schemas give it the grammar
+    WAAC(schemas=schemas(), use_library=False, extractor=configured)
+    assert PAGE_PARSER in configured.parsers
     assert parse_aria(PAGE) is None  # the core alone does not know this header or numbering
     raw = Extractor(parsers=[PAGE_PARSER]).extract(RAW_SNAPSHOT)
     core = Extractor(parsers=[Parser("aria", parse_aria)]).extract(RAW_SNAPSHOT)

@@ -75,7 +75,7 @@ class WAAC(ContextPolicy):
             self.library = _load_library(_resolve(self.library_path))
         self.schemas.tools.setdefault(RECALL_TOOL, RECALL_SCHEMA)
         if self.extractor is not None:
-            self.schemas.extractor = self.extractor
+            self.schemas.attach(self.extractor)
         self.graph = TraceGraph(self.schemas)
         self.analysis = Analysis(self.graph, self.schemas.obligation_rules, self.incremental)
         self.store = ArtifactStore(self.artifact_dir)

@@ -167,6 +167,14 @@ class Schemas:
     extractor: TextExtractor | None = None
     transfer_rules: Any = None  # read by harness.waac.analysis
     extract_unregistered: bool = True  # an unregistered tool's non-JSON results go through the extractor
+    grammars: Sequence[Any] = ()  # the environment's own parsers (extract.Parser), used by its extractor only
+
+    def attach(self, extractor: Any) -> None:
+        """Make `extractor` this environment's, with its grammars (a config-built extractor, set by the policy)."""
+        use = getattr(extractor, "use_grammars", None)
+        if self.grammars and callable(use):
+            use(self.grammars)
+        self.extractor = extractor
 
     def register(self, *schemas: ToolSchema) -> Schemas:
         for s in schemas:

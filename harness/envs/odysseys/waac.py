@@ -4,7 +4,8 @@ Every browser tool (harness.envs.odysseys.tools) answers with the page after the
 the URL / Title / Tabs / Scroll / Elements header, then the accessibility tree with numbered elements. This
 module describes that format to the auxiliary extractor (`PAGE_PARSER`: the core's accessibility-tree grammar,
 `harness.waac.extract.TreeFormat`, with this header and the `[n]` numbering, which still reads raw snapshots'
-refs; registered on import in place of the core's raw-snapshot `aria` parser: parts are "aria:<part>"); the
+refs; this benchmark's extractor uses it in place of the core's raw-snapshot `aria` parser (Schemas.grammars: the
+process-wide registry stays the core's): parts are "aria:<part>"); the
 schema types them:
 the message STATUS, URL and title IDENTIFIER, tabs and scroll STATE, each numbered element AFFORDANCE and the
 page text between elements STATE, all versioned per page (identity: the page's URL where the core can read it,
@@ -39,7 +40,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.waac.extract import Parser, TreeFormat, default_extractor, ref_id, register
+from harness.waac.extract import Parser, TreeFormat, default_extractor, ref_id
 from harness.waac.graph import Event, Field
 from harness.waac.lattice import Level
 from harness.waac.obligations import Obligation, Trace
@@ -56,11 +57,10 @@ def element_id(item: str) -> str | None:
     return f"[{number.group(1)}]" if number else ref_id(item)
 
 
-# The tools' observation format for the auxiliary extractor (§3.2.1, appendix C), registered process-wide (so
-# that the extractor the WAAC config builds uses it too) in place of the core's raw-snapshot grammar, which it
-# extends: a raw snapshot parses as before, and the core knows nothing of this header or numbering.
+# The tools' observation format for the auxiliary extractor (§3.2.1, appendix C), in this benchmark's extractors
+# (the schemas' own and the one the WAAC config builds: Schemas.attach) in place of the core's raw-snapshot grammar,
+# which it extends: a raw snapshot parses as before, and the core knows nothing of this header or numbering.
 PAGE_PARSER = Parser(OBSERVATION, TreeFormat(element_id, HEADER).parse)
-register(PAGE_PARSER)
 STOP = frozenset(("the", "and", "for", "from", "with", "are", "its", "this", "that", "then", "tell", "keep", "find",
                   "open", "page", "site", "what", "when", "where", "which", "who", "how", "their", "there", "your",
                   "you"))
@@ -105,7 +105,9 @@ def schemas() -> Schemas:
     """The registry handed to WAAC (configs/env/odysseys.yaml: env.waac.schemas)."""
     url = InputSpec("url", "URL", chosen=True, target=True)
     tab = InputSpec("index", "TabIndex", target=True, match="shown")
-    return Schemas(obligation_rules=(task_facts, tabs, archived_pages), extractor=default_extractor()).register(
+    made = Schemas(obligation_rules=(task_facts, tabs, archived_pages), grammars=(PAGE_PARSER,))
+    made.attach(default_extractor())
+    return made.register(
         _tool("goto", "open_url", "navigate", url, on_page=False),
         _tool("go_back", "go_back", "navigate"),
         _tool("tab_open", "open_tab", "navigate", url, on_page=False),

@@ -4,7 +4,8 @@ contents, web pages) as exact substrings of the result, so that they can be kept
 **Deterministic parsers first**, tried in registry order (`PARSERS`): JSON (arrays of records, scalars, JSON
 lines; an object, which the graph normally splits itself, by its keys), Playwright ARIA snapshots (one part per
 ref; `TreeFormat` lets an environment describe its own observation built around a tree, e.g. a header and
-numbered elements, and `register` it: nothing benchmark-specific lives here), `ls -l` listings, CSV/TSV
+numbered elements, and give it to its own extractors (`Schemas.grammars`; `register` changes the process-wide
+registry): nothing benchmark-specific lives here), `ls -l` listings, CSV/TSV
 (header + rows), Python tracebacks, log lines (timestamped or levelled, continuation lines grouped), HTML
 (elements with ids/names, links, controls, headings), Markdown sections (ATX/setext headings, and the
 `==== title ====` banners of pytest and similar tools) and `key: value` / `key=value` blocks.

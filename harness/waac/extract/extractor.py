@@ -26,6 +26,7 @@ class Extractor:
                  min_llm_chars: int = 64, min_parts: int = 2, min_share: float = 0.6,
                  cache_size: int = 4096) -> None:
         self._own = None if parsers is None else tuple(_parser(p) for p in parsers)
+        self._grammars: dict[str, Parser] = {}  # an environment's own parsers, in place of the same-named ones
         self._cached_for = self.parsers
         self.aux = aux if is_llm(aux) else None
         self.max_llm_chars, self.min_llm_chars = int(max_llm_chars), int(min_llm_chars)
@@ -39,8 +40,20 @@ class Extractor:
 
     @property
     def parsers(self) -> tuple[Parser, ...]:
-        """Its own parsers, else the registry's now (an environment's schema module may register one later)."""
-        return self._own if self._own is not None else tuple(PARSERS.values())
+        """Its own parsers, else the registry's now, each replaced by the environment's grammar of its name."""
+        base = self._own if self._own is not None else tuple(PARSERS.values())
+        if not self._grammars:
+            return base
+        return (*(self._grammars.get(p.name, p) for p in base),
+                *(g for name, g in self._grammars.items() if name not in {p.name for p in base}))
+
+    def use_grammars(self, grammars: Sequence[Parser]) -> None:
+        """An environment's own grammars (its observation format around an accessibility tree), each in place of
+        the parser of its name for this extractor only: the process-wide registry stays the core's, so another
+        benchmark's extractions in the same process are not changed by this one's."""
+        self._grammars.update({g.name: g for g in grammars})
+        self._cache.clear()
+        self._cached_for = self.parsers
 
     def extract(self, text: str) -> Extracted | None:
         """The text's parts, or None: nothing could structure it (it stays one uncertain field, EXACT)."""

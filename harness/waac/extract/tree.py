@@ -1,6 +1,6 @@
 """Accessibility trees: Playwright ARIA snapshots (`parse_aria`, one part per ref) and `TreeFormat`, with which an
-environment describes its own observation built around a tree (a header, its own element numbering) and registers
-it in place of the core's (harness.waac.extract.registry.register): nothing benchmark-specific lives here."""
+environment describes its own observation built around a tree (a header, its own element numbering) and gives
+its extractor in place of the core's (Schemas.grammars): nothing benchmark-specific lives here."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ class TreeFormat:
     names the tree items that are elements (from the item's text after "- "; None for other lines); `header`
     matches a header line (group 1 its name, the part's path lower-cased). The core knows only Playwright's refs
     and no header; an environment describes its own observation format (its own element numbering, its header)
-    and registers it in place of the core's (`register(Parser("aria", TreeFormat(...).parse))`): a superset of
-    the raw-snapshot grammar, with the same part names."""
+    and gives it to its extractors in place of the core's (`Schemas(grammars=(Parser("aria",
+    TreeFormat(...).parse),))`): a superset of the raw-snapshot grammar, with the same part names."""
 
     element: Callable[[str], str | None] = ref_id
     header: re.Pattern[str] | None = None
