@@ -25,8 +25,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
+from harness import manifest  # noqa: E402
 from harness.envs.odysseys.reporting import summarize  # noqa: E402
 from harness.report import names  # noqa: E402
+from harness.report.expense_tables import swept_policy  # noqa: E402
 from harness.report.odysseys_tables import KIND, POLICIES, judged_rows  # noqa: E402
 from harness.report.output import save_figure  # noqa: E402
 from harness.report.pinchbench_tables import PAPER, kinds_of, newest_sweep  # noqa: E402
@@ -74,24 +76,16 @@ def _job(job: Path, results: Path) -> tuple[list[dict[str, Any]], str | None]:
         return [], "not judged (make judge RUN=<the sweep folder> judges every job)"
     policy = str(mine.policy.iloc[0])
     # `source`: the metrics count a task and run of two jobs (other methods, other tiers) as two episodes
-    return [{"method": POLICIES.get(policy, policy), "policy": _chosen_policy(job), "tier": 100 * float(tier),
+    chosen = str(swept_policy(mine.assign(job_overrides=" ".join(manifest.overrides(job) or []))).iloc[0])
+    return [{"method": POLICIES.get(policy, policy), "policy": chosen, "tier": 100 * float(tier),
              "episodes": mine.assign(job=job.name), "judged": judged.assign(job=job.name, source=job.name),
              "simulated": bool(mine.simulated.astype(bool).any())}], None
 
 
-def _chosen_policy(job: Path) -> str | None:
-    """The `policy=` a sweep job was given (its .hydra/overrides.yaml), None without one."""
-    try:
-        overrides = yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text()) or []
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
-    chosen = [str(o).split("=", 1)[1] for o in overrides if str(o).lstrip("+").startswith("policy=")]
-    return chosen[-1] if chosen else None
-
 
 def _pooled(jobs: list[dict[str, Any]]) -> pd.DataFrame:
     """Jobs of the same method and tier (e.g. several runs) pooled before the metrics are computed."""
-    chosen: dict[str, set[str | None]] = {}
+    chosen: dict[str, set[str]] = {}
     for job in jobs:
         chosen.setdefault(job["method"], set()).add(job["policy"])
     groups: dict[tuple[str, float], list[dict[str, Any]]] = {}

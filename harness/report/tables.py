@@ -127,19 +127,17 @@ def _expense(results: Path, chosen: dict[str, Run], out: Path) -> list[Path]:
 
 
 def step_cap_notes(episodes: pd.DataFrame, used: list[str]) -> list[str]:
-    """The step cap (max_steps) each run's episodes had, beside the default's (60, ours: neither paper states one):
-    a short try (`max_steps=5`) sat beside the paper's numbers unnamed."""
+    """The step cap (max_steps) each run's episodes had, beside configs/config.yaml's (60, ours: neither paper
+    states one): a short try (`max_steps=5`) sat beside the paper's numbers unnamed."""
     if "max_steps" not in episodes:
         return []
     caps = {n: "/".join(sorted({str(int(c)) for c in episodes.max_steps[episodes.experiment == n].dropna()}))
             or "not recorded" for n in used}
     shown = "; ".join(f"{display(n)} {c}" for n, c in caps.items()) if len(set(caps.values())) > 1 else \
         next(iter(caps.values()), "not recorded")
-    kind = "NOTE" if set(caps.values()) <= {str(DEFAULT_STEPS)} else "WARNING"
-    return [f"{kind}: step cap (max_steps): {shown} (the default: {DEFAULT_STEPS}, ours)"] if caps else []
-
-
-DEFAULT_STEPS = 60  # configs/config.yaml max_steps: the expense benchmark's step cap
+    default = yaml.safe_load((cli.ROOT / "configs" / "config.yaml").read_text())["max_steps"]  # the expense cap
+    kind = "NOTE" if set(caps.values()) <= {str(default)} else "WARNING"
+    return [f"{kind}: step cap (max_steps): {shown} (the default: {default}, ours)"] if caps else []
 
 
 def user_notes(episodes: pd.DataFrame, used: list[str]) -> list[str]:
