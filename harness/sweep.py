@@ -36,7 +36,7 @@ import yaml
 
 from harness.config import MAKE_VARS, misnamed_make_variable
 from harness.errors import EXIT_INPUT, EXIT_JOB_FAILED, EXIT_JUDGE, InputError, refuse, share
-from harness.io import atomic_write
+from harness.io import atomic_write, irregular
 from harness.lifecycle import SWEEP_RESUMES, die_with_parent
 from harness.resume import folder_problem
 
@@ -194,8 +194,10 @@ def vanilla_reference(sweep_dir: Path, args: list[str]) -> int:
 def _kept_reference(sweep_dir: Path, args: list[str]) -> int | None:
     """The reference this sweep folder measured before, for the same ARGS; other ARGS are refused in one line."""
     path = sweep_dir / REFERENCE
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return None
+    if irregular(path):  # a FIFO there would make the read below wait forever
+        raise InputError(f"{path}: not a regular file; move it away to measure the reference again")
     try:
         kept = yaml.safe_load(path.read_text())
         tokens, measured = int(kept["tokens"]), list(kept["args"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -164,6 +165,10 @@ def test_a_budget_sweep_folder_keeps_the_reference_it_measured(monkeypatch: pyte
         sweep.vanilla_reference(tmp_path, ["n_tasks=3", "n_runs=1"])
     (tmp_path / sweep.REFERENCE).write_text("tokens: [\n")
     with pytest.raises(InputError, match="not a budget reference this harness wrote"):
+        sweep.vanilla_reference(tmp_path, args)
+    (tmp_path / sweep.REFERENCE).unlink()
+    os.mkfifo(tmp_path / sweep.REFERENCE)  # its read would wait for a writer forever
+    with pytest.raises(InputError, match="budget_reference.yaml: not a regular file"):
         sweep.vanilla_reference(tmp_path, args)
 
 
