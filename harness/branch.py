@@ -582,12 +582,13 @@ def _names_dropped(rec: Recorded, j: int, fact: str) -> bool:
 def attribute(run_dir: Path, out: Path | None = None) -> pd.DataFrame:
     """Branch every failed episode at its failure step with what the policy had dropped restored; the table."""
     run_dir = runs_folder(run_dir)
-    rows = []
+    rows, ends = [], []
     for path in sorted((run_dir / "transcripts").glob("*__run*.jsonl")):
         state, records = check_transcript(path)
         if isinstance(records, str):  # damaged: a resume reruns it; it cannot be branched
             log.warning("skipping %s: %s", path, records)
             continue
+        ends.append(records[-1])
         if state != State.COMPLETE or records[-1].get("completed"):
             continue
         rec = load(run_dir, path.stem)
@@ -609,10 +610,11 @@ def attribute(run_dir: Path, out: Path | None = None) -> pd.DataFrame:
     table = pd.DataFrame(rows, columns=["episode", "step", "failure shows as", "chosen as", "failure model",
                                         "dropped restored", "completed after", "failure goes away", "branch"])
     notes = summary(table)
+    kind = output.label(pd.DataFrame(ends)) if ends else "no episode"  # SIMULATED, as every table says it
     output.write(table.set_index("episode"), out or run_dir, "attribution",
-                 f"Failures caused by what the policy dropped: each failed episode of {run_dir.name} re-run from the "
-                 "step where its failure shows with the messages its policy had dropped restored (make attribute)",
-                 notes)
+                 f"Failures caused by what the policy dropped ({kind}): each failed episode of {run_dir.name} re-run "
+                 "from the step where its failure shows with the messages its policy had dropped restored "
+                 "(make attribute)", notes)
     return table
 
 

@@ -192,7 +192,10 @@ def test_attribute_reports_the_failures_that_go_away_when_the_dropped_messages_c
     assert "went away with the dropped messages restored" in text
     assert "showing as confabulation at the branch step: " in text
     assert "attributed to confabulation by the failure model: " in text
-    assert "failure model" in (c3 / "attribution.csv").read_text()
+    csv = (c3 / "attribution.csv").read_text()
+    assert "failure model" in csv
+    assert "(SIMULATED (model=sim_llmlike), not LLM results)" in text  # labelled as every table of a sim run
+    assert csv.splitlines()[1].startswith("SIMULATED,")  # the CSV's first row under its header says it
 
 
 def test_the_failure_step_prefers_an_event_naming_a_wrong_line() -> None:
