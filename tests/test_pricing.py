@@ -342,7 +342,7 @@ def test_an_endpoints_reported_cache_counts_are_measured(tmp_path: Path, style: 
         assert episodes[f"modelled_cache_{kind}_tokens"].tolist() == [steps[f"modelled_cache_{kind}_tokens"].sum()]
 
 
-def test_full_history_caches_far_more_than_a_sliding_window(tmp_path: Path) -> None:
+def test_full_history_caches_far_more_than_a_sliding_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Simulated expense runs: C3's window changes the prompt right after its fixed opening at every step, so its
     cached share collapses; C2 only appends, so nearly all its input is a cache read."""
     shares, ratios = {}, {}
@@ -362,8 +362,15 @@ def test_full_history_caches_far_more_than_a_sliding_window(tmp_path: Path) -> N
     rows = table[table.experiment.isin(["C2", "C3"])]  # the writer adds the notes as rows
     assert list(rows.experiment) == ["C2", "C3"] and (rows["cache counts"] == "modelled").all()
     assert float(rows["cache-read share"].iloc[0].rstrip("%")) > 2 * float(rows["cache-read share"].iloc[1].rstrip("%"))
+    drawn = []
+    saving = cost.save_figure
+    monkeypatch.setattr(cost, "save_figure", lambda fig, *a: drawn.append(fig) or saving(fig, *a))
     figures = cost.figures(tmp_path, {"c2": tmp_path / "c2", "c3": tmp_path / "c3"}, tmp_path / "figures")
     assert {p.name for p in figures} == {"expense_cost.png", "expense_cost.pdf"}
+    left = drawn[0].axes[0]  # what it draws, said as every figure says it: n in the legend, no CI it did not draw
+    assert left.get_legend().get_title().get_text() == "n=1 run, no CI"
+    assert "bars: 95% bootstrap CI" in drawn[0]._suptitle.get_text()
+    assert "± 95% CI" not in drawn[0]._suptitle.get_text() and "SIMULATED" in drawn[0]._suptitle.get_text()
 
 
 def test_request_tokens_identity_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,7 +25,7 @@ from harness.report.output import save_figure, write
 from harness.report.pinchbench_tables import EXPENSE, PINCHBENCH, Table, kinds_of, select_kind
 from harness.report.reader import EPISODES, read_frame
 from harness.report.runs import Run, status_notes, where
-from harness.report.stats import fmt, mean_ci
+from harness.report.stats import bootstrap_bars, fmt, mean_ci, n_label
 
 KINDS = (EXPENSE, PINCHBENCH, "odysseys")
 NEEDS = ("experiment", "run", "simulated", "input_tokens", "cache_read_tokens", "cache_write_tokens",
@@ -100,7 +100,7 @@ def build(results: Path, pins: dict[str, Path] | None = None, found: list[Run] |
             continue
         used = list(dict.fromkeys(episodes.experiment))
         notes = status_notes(runs, used) + notes_of(episodes)
-        notes.append("Runs: " + "; ".join(f"{short(n, kind)} = {where(runs[n].path, results)}" for n in used))
+        notes.append("NOTE: runs: " + "; ".join(f"{short(n, kind)} = {where(runs[n].path, results)}" for n in used))
         name = f"{kind.replace(' ', '_')}_cost"
         built.append((Table(name, cost_table(episodes, kind), caption(episodes, kind), notes), episodes))
     return built
@@ -124,20 +124,26 @@ def figures(results: Path, pins: dict[str, Path] | None, out: Path) -> list[Path
     for table, episodes in build(results, pins):
         names = list(dict.fromkeys(episodes.experiment))
         kind = str(kinds_of(episodes).iloc[0])
-        sums = episodes.groupby("experiment")[["cost_usd_cache", "cost_usd_no_cache", "cache_read_tokens",
-                                               "input_tokens"]].sum().reindex(names)
-        n = episodes.groupby("experiment").size().reindex(names)
+        sums = episodes.groupby("experiment")[["cache_read_tokens", "input_tokens"]].sum().reindex(names)
+        per_run = episodes.groupby(["experiment", "run"])[["cost_usd_cache", "cost_usd_no_cache"]].mean()
         labels = [short(x, kind) for x in names]
         fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
         xs = range(len(names))
-        left.bar([x - 0.2 for x in xs], sums.cost_usd_no_cache / n, 0.4, label="no cache", color="tab:gray")
-        left.bar([x + 0.2 for x in xs], sums.cost_usd_cache / n, 0.4, label="with cache", color="tab:blue")
+        for column, shift, said, colour in (("cost_usd_no_cache", -0.2, "no cache", "tab:gray"),
+                                            ("cost_usd_cache", 0.2, "with cache", "tab:blue")):
+            bars = [bootstrap_bars(per_run.loc[x, column].tolist()) for x in names]
+            left.bar([x + shift for x in xs], [b[0] for b in bars], 0.4, label=said, color=colour,
+                     yerr=[[b[1] for b in bars], [b[2] for b in bars]], capsize=3)
         left.set(xticks=list(xs), xticklabels=labels, ylabel="USD per episode (agent)")
-        left.legend(fontsize=8)
+        left.legend(fontsize=8, title=n_label(per_run.groupby(level=0).size()), title_fontsize=8)
         right.bar(list(xs), sums.cache_read_tokens / sums.input_tokens, 0.6, color="tab:green")
         right.set(xticks=list(xs), xticklabels=labels, ylabel="share of input read from cache", ylim=(0, 1))
-        fig.suptitle(table.caption, fontsize=8, wrap=True)
+        # the table's caption, with what this figure draws (a figure's bars stay inside the runs' range)
+        title = table.caption.replace("mean ± 95% CI over runs", "mean over runs, bars: 95% bootstrap CI; the "
+                                      "cache-read share over all episodes")
+        fig.suptitle(title, fontsize=8, wrap=True)
         fig.text(0.0, -0.02, "Prices: the harness.pricing sheet named above; cache counts measured where the "
                  "endpoint reports them, else modelled.", ha="left", va="top", fontsize=7, gid="caption")
         written += save_figure(fig, out, table.name, [n for n in table.notes if n.startswith("WARNING")])
     return written
+

@@ -386,7 +386,7 @@ def build(results: Path, pins: dict[str, Path] | None = None, found: list[Run] |
             continue
         used = ordered(sorted(set(episodes.experiment)), kind)
         notes += status_notes(runs, used) + more
-        notes.append("Runs: " + "; ".join(f"{short(n, kind)} = {where(runs[n].path, results)}" for n in used))
+        notes.append("NOTE: runs: " + "; ".join(f"{short(n, kind)} = {where(runs[n].path, results)}" for n in used))
         name = f"{kind.replace(' ', '_')}_paired"
         simulated = bool(episodes.simulated.astype(bool).any())  # the per-task CSV has no caption: a column says it
         built.append(Written(Table(name, table, caption(kind, episodes), notes), tasks.assign(simulated=simulated)))

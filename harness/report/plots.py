@@ -42,7 +42,7 @@ from harness.report.pinchbench_tables import EXPENSE as EXPENSE_KIND  # noqa: E4
 from harness.report.pinchbench_tables import select_kind  # noqa: E402
 from harness.report.reader import EPISODES, PER_RUN, REQUIRED, STEPS, read_frame  # noqa: E402
 from harness.report.runs import mismatch_notes, status_notes  # noqa: E402
-from harness.report.stats import bootstrap_ci, mean_ci, n_label, wilson  # noqa: E402
+from harness.report.stats import bootstrap_bars, mean_ci, n_label, wilson  # noqa: E402
 
 MIN_EPISODES = 5  # a per-step statistic needs at least this many episodes still running ...
 MIN_SHARE = 0.10  # ... and this share of the experiment's episodes
@@ -56,14 +56,11 @@ def bounded_bars(values: Iterable[float], done: pd.Series | None = None) -> tupl
     anything else (tokens) is the percentile bootstrap over runs, never outside the runs' range (so never below
     zero). One run draws no bar (n_label says "no CI"). The table keeps mean ± t (harness.report.stats.mean_ci)."""
     runs = [float(v) for v in values]
-    mean = sum(runs) / len(runs) if runs else math.nan
-    if len(runs) < 2:
-        return mean, 0.0, 0.0
-    if done is not None:
-        scored = done.dropna()
-        low, high = (100 * b for b in wilson(float(scored.sum()), len(scored)))
-    else:
-        low, high = bootstrap_ci(runs)
+    if done is None or len(runs) < 2:
+        return bootstrap_bars(runs)
+    mean = sum(runs) / len(runs)
+    scored = done.dropna()
+    low, high = (100 * b for b in wilson(float(scored.sum()), len(scored)))
     return mean, max(0.0, mean - low), max(0.0, high - mean)
 
 

@@ -68,3 +68,14 @@ def bootstrap_ci(values: Sequence[float], level: float = 0.95, resamples: int = 
     means = np.random.default_rng(seed).choice(data, size=(resamples, len(data))).mean(axis=1)
     low, high = np.quantile(means, [0.5 - level / 2, 0.5 + level / 2])
     return float(low), float(high)
+
+
+def bootstrap_bars(values: Sequence[float]) -> tuple[float, float, float]:
+    """(mean, length of the bar below, length above) of a figure's error bar: the percentile bootstrap over runs
+    (never outside their range, so never below zero); one run draws none (n_label then says "no CI")."""
+    runs = [float(v) for v in values]
+    mean = sum(runs) / len(runs) if runs else math.nan
+    if len(runs) < 2:
+        return mean, 0.0, 0.0
+    low, high = bootstrap_ci(runs)
+    return mean, max(0.0, mean - low), max(0.0, high - mean)
