@@ -96,14 +96,23 @@ def test_nan_and_huge_numbers_are_tool_errors_not_tracebacks_or_no_time_limit(tm
 
 
 @pytest.mark.sandbox
-def test_a_workspace_too_deep_to_copy_is_a_grading_error_not_a_crash(tmp_path: Path) -> None:
+def test_a_workspace_deeper_than_python_recurses_is_graded_on_its_whole_copy(tmp_path: Path) -> None:
+    """An agent's folders nested past Python's recursion limit made the grader's copy (shutil.copytree) fail, and a
+    correct answer beside them score 0; the copy walks with a stack, and is removed without recursion too."""
     from harness.envs.pinchbench.grading import run_grade
 
     ws = tmp_path / "ws"
     ws.mkdir()
+    (ws / "answer.md").write_text("42")
     _deep(ws)
-    result = run_grade("def grade(transcript, workspace_path):\n    return {'ok': 1.0}\n", [], ws)
-    assert result.score is None and "nest deeper" in (result.error or ""), result
+    grader = ("import os\n"
+              "def grade(transcript, w):\n"
+              "    deep = os.path.join(w, *['a'] * " + str(DEEP) + ", 'leaf.txt')\n"
+              "    return {'answer': float(open(os.path.join(w, 'answer.md')).read() == '42'),\n"
+              "            'deep': float(open(deep).read() == 'x')}\n")
+    result = run_grade(grader, [], ws)
+    assert result.scores == {"answer": 1.0, "deep": 1.0}, result
+    assert not [p for p in tmp_path.iterdir() if p.name != "ws"]  # the copy is gone
 
 
 @pytest.mark.sandbox
@@ -121,15 +130,19 @@ def test_an_agents_link_out_of_the_workspace_is_not_in_the_graders_copy(tmp_path
     os.symlink(f"{GRADER_MOUNT}/{IMAGE_KEY}", ws / "answer.json")
     os.symlink("../../x", ws / "sub" / "up")
     os.symlink("../notes.md", ws / "sub" / "inside")
+    os.symlink(".", ws / "y")  # inside, and a way out through it: y/.. is the top's parent, /grader's in the copy
+    os.symlink(f"y/..{GRADER_MOUNT}/{IMAGE_KEY}", ws / "chain.json")
     key = tmp_path / "key.json"
     key.write_text(json_mod.dumps({"secret": "bacon"}))
     grader = ("import os\n"
               "def grade(t, w):\n"
               "    return {'key': float(os.path.exists(os.path.join(w, 'answer.json'))),\n"
               "            'up': float(os.path.lexists(os.path.join(w, 'sub', 'up'))),\n"
+              "            'chain': float(os.path.exists(os.path.join(w, 'chain.json'))),\n"
+              "            'y': float(os.path.isdir(os.path.join(w, 'y'))),\n"
               "            'inside': float(open(os.path.join(w, 'sub', 'inside')).read() == 'mine')}\n")
     result = run_grade(grader, [], ws, answer_key=key)
-    assert result.scores == {"key": 0.0, "up": 0.0, "inside": 1.0}, result
+    assert result.scores == {"key": 0.0, "up": 0.0, "chain": 0.0, "y": 1.0, "inside": 1.0}, result
 
 
 @pytest.mark.sandbox

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.envs.pinchbench.sandbox import WORKSPACE_MOUNT, Bind, Sandbox, grade_copy_prefix, python_for_sandbox
+from harness.io import remove_tree
 
 RESULT_MARK = "@@PINCHBENCH_GRADE_RESULT@@ "
 ERROR_MARK = "@@PINCHBENCH_GRADE_ERROR@@ "
@@ -141,8 +142,8 @@ def run_grade(grade_source: str, transcript: list[dict[str, Any]], workspace: Pa
         return GradeResult(None, f"transcript is not JSON-serializable: {exc}")
     # beside the workspace, in the run folder (never the system temp directory: up to COPY_TOTAL_BYTES an
     # episode, and a killed run's copy is swept by free_workspace on the rerun); ENOSPC here: as it comes
-    with tempfile.TemporaryDirectory(prefix=grade_copy_prefix(workspace), dir=workspace.parent) as tmp:
-        root = Path(tmp)
+    root = Path(tempfile.mkdtemp(prefix=grade_copy_prefix(workspace), dir=workspace.parent))
+    try:  # (removed without recursion: the copy holds an agent's folders as deep as they nest)
         copy = _Copy(workspace, max_copy_file_bytes, max_copy_total_bytes)
         try:
             grader_dir, ws_copy = _stage(root, grade_source, payload, copy, answer_key)
@@ -151,9 +152,6 @@ def run_grade(grade_source: str, transcript: list[dict[str, Any]], workspace: Pa
                 raise OSError(errno.ENOSPC, f"no space left for the grader's copy of the workspace in "
                                             f"{root.parent}: {exc}") from None
             return GradeResult(None, f"cannot copy workspace {workspace} for grading: {exc}")
-        except RecursionError:  # shutil.copytree recurses per directory level
-            return GradeResult(None, f"cannot copy workspace {workspace} for grading: its folders nest deeper "
-                                     "than the copy can follow")
         python, binds = python_for_sandbox()
         sandbox = Sandbox(ws_copy, timeout_s=timeout_s, max_output_bytes=max_output_bytes, memory_mb=memory_mb,
                           max_processes=max_processes, read_only=True,
@@ -162,6 +160,8 @@ def run_grade(grade_source: str, transcript: list[dict[str, Any]], workspace: Pa
         token = secrets.token_hex(16)
         result = sandbox.run(f"exec {shlex.quote(python)} -I {GRADER_MOUNT}/runner.py {tag}",
                              stdin=f"{token}\n".encode())
+    finally:
+        remove_tree(root, ignore_errors=True)
     elapsed = time.monotonic() - start
     if result.timed_out:
         return GradeResult(None, f"grade() timed out after {timeout_s:g} s", elapsed)
@@ -187,9 +187,11 @@ def _disk_full(exc: OSError) -> bool:
 PATH_MAX = 4096  # Linux: a longer path cannot be opened or made (ENAMETOOLONG)
 
 
-def _leaves(rel: str, path: str) -> bool:
-    """Whether the link at `path` (`rel` in the workspace) points out of it: an absolute target, or one that climbs
-    above the workspace's top (a link in the copy resolves inside the grader's sandbox, not the agent's)."""
+def _leaves(rel: str, path: str, top: str) -> bool:
+    """Whether the link at `path` (`rel` in the workspace, whose real path is `top`) points out of it: an absolute
+    target, one whose text climbs above the workspace's top, or one that gets out through other links (`y -> .`
+    and `y/../grader/key`: the text stays inside, the kernel follows `y` first). A link in the copy resolves inside
+    the grader's sandbox, where out of the workspace is the staged answer key (/grader)."""
     try:
         target = os.readlink(path)
     except OSError:
@@ -197,7 +199,10 @@ def _leaves(rel: str, path: str) -> bool:
     if os.path.isabs(target):
         return True
     resolved = os.path.normpath(os.path.join(os.path.dirname(rel), target))
-    return resolved == ".." or resolved.startswith("../")
+    if resolved == ".." or resolved.startswith("../"):
+        return True
+    real = os.path.realpath(path)  # every link on the way followed, as the kernel would
+    return real != top and not real.startswith(top + os.sep)
 
 
 class _Copy:
@@ -205,6 +210,7 @@ class _Copy:
 
     def __init__(self, workspace: Path, max_file: int, max_total: int) -> None:
         self.workspace, self.max_file, self.max_total = workspace, max_file, max_total
+        self.top = os.path.realpath(workspace)
         self.dest = workspace  # where the copy goes (set by _stage)
         self.total = 0
         self.left_out: list[str] = []
@@ -227,8 +233,8 @@ class _Copy:
             mode = info.st_mode
             if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
                 skip.add(name)
-            elif stat.S_ISLNK(mode) and _leaves(rel, path):  # it would resolve in the grader's sandbox: to its
-                skip.add(name)  # staged answer key (/grader), which the agent never sees
+            elif stat.S_ISLNK(mode) and _leaves(rel, path, self.top):  # it would resolve in the grader's
+                skip.add(name)  # sandbox: to its staged answer key (/grader), which the agent never sees
                 self.left_out.append(f"{rel} (a link out of the workspace)")
             elif stat.S_ISREG(mode) and (info.st_size > self.max_file or self.total + info.st_size > self.max_total):
                 skip.add(name)
@@ -271,8 +277,47 @@ def _stage(root: Path, source: str, payload: str, copy: _Copy, answer_key: Path 
         shutil.copyfile(answer_key, grader / IMAGE_KEY)
         (grader / IMAGE_KEY).chmod(0o644)
     ws_copy = copy.dest = root / "workspace"
-    shutil.copytree(copy.workspace, ws_copy, symlinks=True, ignore=copy.ignore, copy_function=copy.copy)
+    _copy_tree(copy, ws_copy)
     return grader, ws_copy
+
+
+def _copy_tree(copy: _Copy, dest: Path) -> None:
+    """shutil.copytree(symlinks=True, ignore=copy.ignore, copy_function=copy.copy) with a stack instead of
+    recursion: an agent's folders 3,000 deep made the copy fail, and a correct answer score 0. Errors are
+    gathered into one shutil.Error, as copytree's; folders get their times and modes after their contents."""
+    errors: list[tuple[str, str, str]] = []
+    made: list[tuple[str, str]] = []
+    todo = [(str(copy.workspace), str(dest))]
+    while todo:
+        src, dst = todo.pop()
+        try:
+            names = os.listdir(src)
+            os.makedirs(dst)
+        except OSError as exc:
+            errors.append((src, dst, str(exc)))
+            continue
+        made.append((src, dst))
+        skip = copy.ignore(src, names)
+        for name in names:
+            if name in skip:
+                continue
+            s, d = os.path.join(src, name), os.path.join(dst, name)
+            try:
+                if os.path.islink(s):
+                    os.symlink(os.readlink(s), d)
+                elif os.path.isdir(s):
+                    todo.append((s, d))
+                else:
+                    copy.copy(s, d)
+            except OSError as exc:
+                errors.append((s, d, str(exc)))
+    for src, dst in reversed(made):
+        try:
+            shutil.copystat(src, dst)
+        except OSError as exc:
+            errors.append((src, dst, str(exc)))
+    if errors:
+        raise shutil.Error(errors)
 
 
 def _parse(output: str, exit_code: int | None, elapsed: float, token: str) -> GradeResult:
