@@ -103,6 +103,18 @@ def walk(top: str | Path) -> Iterator[tuple[str, list[str], list[str]]]:
         stack.extend(os.path.join(path, d) for d in reversed(dirs) if d not in links)
 
 
+AGENT_FOLDERS = ("workspaces",)  # a run folder's subfolders of what its agents wrote (PinchBench's workspaces)
+
+
+def walk_results(top: str | Path) -> Iterator[tuple[str, list[str], list[str]]]:
+    """`walk` over a results tree (a run, a sweep, results/) that never enters a run folder's agent-written folders:
+    an agent's 3,000 nested folders or its own `manifest.json` there are neither a RecursionError nor a run to the
+    reports, the pre-flight estimate or `make judge`. Hidden folders (.hydra, a writer's temp files) are skipped."""
+    for path, dirs, files in walk(top):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and not (d in AGENT_FOLDERS and "transcripts" in dirs)]
+        yield path, dirs, files
+
+
 def remove_tree(path: str | Path, ignore_errors: bool = False) -> None:
     """shutil.rmtree; a tree deeper than Python's recursion limit (an agent's `mkdir -p` 1,500 deep) is finished
     by coreutils' rm, which does not recurse (and does not leave the file system: a mount inside stays)."""

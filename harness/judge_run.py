@@ -42,6 +42,7 @@ from harness.envs.odysseys.metrics import om2w_summary
 from harness.envs.odysseys.tasks import DEFAULT_PATH, load_tasks
 from harness.envs.odysseys.webjudge import from_settings
 from harness.errors import EXIT_JUDGE, InputError, one_line
+from harness.io import walk_results
 from harness.records import build_tables
 from harness.regrade import Regraded, can_regrade, regrade_run
 from harness.report.console import judge_lines, judge_outcome
@@ -201,8 +202,8 @@ def pinchbench_dirs(root: Path) -> list[Path]:
     root = Path(root)
     if _is_pinchbench_run(root):
         return [root]
-    found = sorted({p.parent for p in root.rglob("transcripts") if _is_pinchbench_run(p.parent)}) \
-        if root.is_dir() else []
+    found = sorted(Path(p) for p, dirs, _ in walk_results(root)
+                   if "transcripts" in dirs and _is_pinchbench_run(Path(p)))
     if not found:
         raise InputError(f"{root}: no PinchBench run folder (one holding config.yaml, transcripts/ and openclaw/) "
                          "in or under it")

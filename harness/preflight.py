@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 from harness.backends.base import InfraError
 from harness.build import EXPENSE, instantiate_backend, target_of
 from harness.errors import InputError
+from harness.io import walk_results
 
 if TYPE_CHECKING:
     import pandas as pd  # loaded where an earlier run's table is read: not before every run's first request
@@ -112,7 +113,7 @@ def _price(tokens: dict[str, float], backends: dict[str, Any]) -> float | None:
 
 def reference_run(experiment: str, results: Path) -> tuple[Path, pd.DataFrame] | None:
     """The newest earlier run of the experiment with episodes that were not infrastructure failures."""
-    found = list(results.rglob("episodes.parquet")) if results.exists() else []
+    found = [Path(root) / "episodes.parquet" for root, _, files in walk_results(results) if "episodes.parquet" in files]
     if not found:
         return None
     import pandas as pd  # only with an earlier run to read: the estimate is worth its ~0.5 s then

@@ -350,3 +350,36 @@ def test_editing_a_huge_file_is_a_tool_error_not_gigabytes_of_the_harness(tmp_pa
         assert not tools.execute(ToolCall("c", "edit", json.dumps({"path": "small.txt", **args}))).is_error
         (tmp_path / "small.txt").write_text("MARK")
     assert (tmp_path / "big.txt").read_text().endswith("MARK")
+
+
+def test_results_scans_never_enter_an_agents_workspace(tmp_path: Path) -> None:
+    """An agent's folders 1,500 deep in its kept workspace made every scan of results/ (make runs, the tables, the
+    pre-flight estimate, make judge) end in a RecursionError (Path.rglob recurses per level), and its own
+    manifest.json or episodes.parquet there made the workspace a run. The scans skip a run's workspaces/."""
+    import pandas as pd
+
+    from harness.envs.odysseys import judge_run as odysseys_run
+    from harness.judge_run import pinchbench_dirs
+    from harness.preflight import reference_run
+    from harness.report.runs import discover
+
+    run = tmp_path / "results" / "pb" / "stamp"
+    for sub in ("transcripts", "openclaw", "odysseys"):
+        (run / sub).mkdir(parents=True)
+    (run / "config.yaml").write_text("x: 1\n")
+    pd.DataFrame({"experiment": ["pb"], "termination": ["agent_final"]}).to_parquet(run / "episodes.parquet")
+    ws = run / "workspaces" / "task__run0"
+    (ws / "transcripts").mkdir(parents=True)
+    (ws / "openclaw").mkdir()
+    (ws / "odysseys").mkdir()
+    (ws / "config.yaml").write_text("x: 1\n")
+    (ws / "manifest.json").write_text("{}")
+    pd.DataFrame({"experiment": ["pb"], "termination": ["agent_final"]}).to_parquet(ws / "episodes.parquet")
+    os.utime(ws / "episodes.parquet", (2e9, 2e9))  # newer than the run's: it would be the reference
+    _deep(ws)
+    results = tmp_path / "results"
+    assert [r.path for r in discover(results)] == [run]
+    found = reference_run("pb", results)
+    assert found is not None and found[0] == run
+    assert pinchbench_dirs(results) == [run]
+    assert odysseys_run.run_dirs(results) == [run]

@@ -36,7 +36,7 @@ from typing import Any
 import pandas as pd
 
 from harness import manifest as manifests
-from harness.io import irregular
+from harness.io import irregular, walk_results
 from harness.records import transcript_files
 from harness.report import cli
 from harness.report.reader import (
@@ -104,7 +104,7 @@ def describe(run_dir: Path, results: Path | None = None) -> Run:
 
 def discover(results: Path) -> list[Run]:
     """Every run folder under results/, sorted by experiment and start time."""
-    folders = {p.parent for name in RUN_FILES for p in results.rglob(name)}
+    folders = {Path(root) for root, _, files in walk_results(results) if any(name in files for name in RUN_FILES)}
     runs = [describe(folder, results) for folder in sorted(folders)]
     return sorted(runs, key=lambda r: (r.experiment, r.started, str(r.path)))
 

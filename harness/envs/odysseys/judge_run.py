@@ -49,7 +49,7 @@ from harness.envs.odysseys.reporting import JUDGED, WEBJUDGED
 from harness.envs.odysseys.tasks import OdysseyTask, TaskSet
 from harness.envs.odysseys.webjudge import WebJudge, WebJudgment
 from harness.errors import InputError
-from harness.io import temp_beside
+from harness.io import temp_beside, walk_results
 from harness.outcome import FAILED
 
 CACHE = "odysseys_judge_cache"
@@ -225,7 +225,7 @@ def run_dirs(root: Path) -> list[Path]:
         raise InputError(f"{root}: no such folder")
     if (root / EPISODES_DIR).is_dir():
         return [root]
-    found = sorted({p.parent for p in root.rglob(EPISODES_DIR) if p.is_dir() and _is_run(p.parent)})
+    found = sorted(Path(p) for p, dirs, _ in walk_results(root) if EPISODES_DIR in dirs and _is_run(Path(p)))
     if not found:
         raise InputError(f"{root}: no Odysseys run folder (a folder holding {EPISODES_DIR}/) in or under it")
     return found
