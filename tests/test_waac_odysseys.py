@@ -120,11 +120,18 @@ def test_a_page_becomes_typed_parts_with_elements_as_affordances() -> None:
     assert not any(f.uncertain for f in fields)
 
 
-def test_a_failed_click_is_answered_only_by_a_click_on_the_same_element() -> None:
+def test_a_failed_click_is_answered_only_by_a_click_on_the_same_element_of_the_same_page() -> None:
+    """Each page numbers its elements anew: a success on another page's [9] is no retry of the failed click."""
+    shown = ("read_page", {}, PAGE, False)
     bad = ("click", {"element": 9}, "Error: click: there is no element [9] on this page", True)
-    other = ("click", {"element": 1}, PAGE, False)
+    other = ("click", {"element": 1}, OTHER, False)  # to another page
+    elsewhere = ("click", {"element": 9}, OTHER, False)  # [9] of that page
+    back = ("go_back", {}, PAGE, False)
     same = ("click", {"element": 9}, PAGE, False)
-    assert list(trace(bad, other).open_failures) and not trace(bad, other, same).open_failures
+    assert list(trace(shown, bad, other).open_failures)
+    assert list(trace(shown, bad, other, elsewhere).open_failures)
+    assert not trace(shown, bad, other, elsewhere, back, same).open_failures
+    assert not trace(shown, bad, same).open_failures
 
 
 def test_rules_keep_task_facts_exact_tabs_exact_and_archived_pages_recoverable() -> None:

@@ -307,23 +307,39 @@ class TraceGraph:
             spec = schema.input_spec(arg.path) if schema else None
             itype = spec.type if spec else "Literal"
             ev.inputs.append((arg.path, itype, arg.value))
-            if arg.item is not None or (spec is not None and spec.target):  # a named item is acted on too
-                targets.append((arg.path, json.dumps(arg.value) if spec is not None and spec.target else ""))
             node = f"{ev.id}/in:{arg.path}" if f"{ev.id}/in:{arg.path}" not in self.g else f"{ev.id}/in:{arg.path}#{k}"
             self.g.add_node(node, kind="input", path=arg.path, itype=itype)
             self.g.add_edge(node, ev.id, kind="consumes")
+            producer = None
             if spec is not None and itype != "Literal" and arg.value not in (None, ""):
-                self._bind(ev, node, arg, spec, values, schema)
+                producer = self._bind(ev, node, arg, spec, values, schema)
+            if arg.item is not None or (spec is not None and spec.target):  # a named item is acted on too
+                targets.append((arg.path, self._target_value(arg, spec, producer)))
         ev.targets = tuple(sorted(targets))
         self._control_edges(ev, schema)
 
+    def _target_value(self, arg: Arg, spec: InputSpec | None, producer: str | None) -> str:
+        """A target argument's value as failures and retries compare it: the value, and for a value only its
+        artifact gives meaning to (InputSpec.per_artifact: an element number) the artifact it was acted on: its
+        provider's, else (a number the page did not show) the newest provider's of its type. A named item's: ""."""
+        if spec is None or not spec.target:
+            return ""
+        shown = json.dumps(arg.value)
+        if not spec.per_artifact:
+            return shown
+        providers = self.providers.get(spec.type)
+        where = producer or (providers[-1] if providers else None)
+        owner = _owner_of(self.fields[where]) if where is not None else None
+        return f"{shown} on {owner}" if owner else shown
+
     def _bind(self, ev: Event, node: str, arg: Arg, spec: InputSpec, values: dict[str, Any],
-              schema: ToolSchema | None) -> None:
+              schema: ToolSchema | None) -> str | None:
+        """Bind the argument to its producer (a data edge); returns the producer field, None if unbound."""
         producer = self._producer(spec, arg.value, values, schema)
         if producer is None:
             if not spec.chosen:  # an agent-chosen value (a new path, a query) needs no producer
                 ev.unresolved.append(arg.path)
-            return
+            return None
         self.g.add_edge(producer, node, kind="data", itype=spec.type)
         p = self.fields[producer]
         self.events[p.event].out_edges.append(("data", ev.op, spec.type))
@@ -331,6 +347,7 @@ class TraceGraph:
         p.consumed = p.consumed or ev.ok
         if p.consumed:
             self.pending.pop(producer, None)
+        return producer
 
     def _producer(self, spec: InputSpec, value: Any, values: dict[str, Any], schema: ToolSchema | None) -> str | None:
         """The newest field of a type providing the input's type whose value shows the literal (evidence),
@@ -420,3 +437,11 @@ def _shown_by(literal: str) -> Callable[[str], bool]:
     not shown by element [30], nor path a.md by data/a.md), so an argument binds to the field it came from."""
     pattern = re.compile(rf"(?<![\w/.-]){re.escape(literal)}(?![\w/-]|\.\w)")
     return lambda text: literal in text and pattern.search(text) is not None  # `in` first: fast rejection
+
+
+def _owner_of(f: Field) -> str | None:
+    """The artifact a versioned field belongs to (its identity without its own path: a page's URL); None if none."""
+    if f.identity is None:
+        return None
+    suffix = f"/{f.path}"
+    return f.identity[:-len(suffix)] if f.identity.endswith(suffix) else f.identity

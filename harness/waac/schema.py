@@ -77,6 +77,9 @@ class InputSpec:
         the `scope` argument names.
     shown_as: how a provider field shows the value ("{}": as it is; "[{}]": an element number in its marker, so
         element 3 binds to the line "[3] ...", not to a list whose options read "1", "2", "3").
+    per_artifact: the value names a thing only within the artifact that shows it (an element number, which each
+        page assigns anew): as a target it is the value on that artifact (its provider field's identity), so a
+        failed click on [9] of one page is not answered by a successful click on [9] of another.
     """
 
     path: str
@@ -86,6 +89,7 @@ class InputSpec:
     scope: str | None = None
     match: str = "value"
     shown_as: str = "{}"
+    per_artifact: bool = False
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ the message STATUS, URL and title IDENTIFIER, tabs and scroll STATE, each number
 page text between elements STATE, all versioned per page (identity: the page's URL where the core can read it,
 else the URL the call opened, else the operation). An error answer is one registered STATUS line.
 
-- Failure targets: click/type/select act on their `element`, tab_switch/tab_close on their `index`, goto and
-  tab_open on their `url`: a failed click on [9] is answered by a later successful click on [9], not on [3]
-  (A.3 failed branches).
+- Failure targets: click/type/select act on their `element` (on the page that showed it: each page numbers its
+  elements anew), tab_switch/tab_close on their `index`, goto and tab_open on their `url`: a failed click on [9]
+  is answered by a later successful click on [9] of the same page, not on [3] or on another page's [9] (A.3
+  failed branches).
 - Chosen values: a URL to open, the text to type, a search string for `find` and an option to select are the
   agent's own; an element number or tab index must be one a page showed.
 
@@ -92,7 +93,8 @@ PAGE = (
 )
 # An element number binds to the page part showing it; it counts as the agent's choice (not unexplained
 # evidence) because the browser validates it (a wrong number is a tool error) and the start page is in the prompt.
-ELEMENT = InputSpec("element", "ElementNumber", chosen=True, target=True, match="shown", shown_as="[{}]")
+ELEMENT = InputSpec("element", "ElementNumber", chosen=True, target=True, match="shown", shown_as="[{}]",
+                    per_artifact=True)  # each page numbers its elements anew
 OPENING = "\n\nThe browser is open at "  # the prompt's start-page part (domain.py): page text, not the user's ask
 IDENTITY = (f"result:{OBSERVATION}:url", "arg:url")
 
