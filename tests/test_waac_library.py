@@ -200,6 +200,18 @@ def test_make_library_with_a_bad_env_or_override_is_one_line(args: list[str], sa
     assert stop.value.code == 2 and message.startswith("error: ") and says in message and message.count("\n") == 1
 
 
+@pytest.mark.parametrize("env", ["expense", pytest.param("odysseys", marks=pytest.mark.browser)])
+def test_the_committed_library_is_what_make_library_builds_now(env: str, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Odysseys' library predated a change of its rules by a session: its records described other decisions than
+    the ones its runs now make. A rule or schema change is committed with its rebuilt library (make library)."""
+    committed = ROOT / "benchmarks" / env / "waac_library.json"
+    out = tmp_path / "lib.json"
+    out.write_bytes(committed.read_bytes())
+    build_library(["--env", env, "--out", str(out)])
+    assert "(unchanged: the file is kept" in capsys.readouterr().out, f"run: make library ENV={env}"
+
+
 def test_a_rebuild_that_changes_nothing_but_the_date_keeps_the_file(tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """`make library` rewrote the committed library with only a new "built" date: a local change, so every later
