@@ -38,3 +38,10 @@ def printable(text: str) -> str:
     """A file name as a table or a line shows it: an undecodable byte (os.listdir's lone surrogate for it) as its
     escape `\\xff`, which UTF-8 output can carry."""
     return text if is_utf8(text) else text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def shortened(text: str, limit: int) -> str:
+    """`text`, or its first `limit` characters marked with its whole length: a value an agent or a page controls (a
+    typed text, a URL, a title) shown where its size must not crowd out the rest (a page's elements, a judge's
+    prompt)."""
+    return text if len(text) <= limit else f"{text[:limit]}...({len(text):,} characters)"

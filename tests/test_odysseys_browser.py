@@ -836,6 +836,9 @@ def hostile_site(tmp_path: Path) -> Path:
     (tmp_path / "x" / "storm.html").write_text(
         "<title>Storm</title><script>setInterval(() => { for (let i = 0; i < 5; i++) window.open('/a.html') },"
         " 100)</script>")
+    (tmp_path / "x" / "long.html").write_text(  # a 1.9 MB URL and a 2 MB title, from its own script
+        "<input aria-label='Note'><button>Go</button><script>history.replaceState(null, '', '?q=' + 'u'.repeat("
+        "1900000)); document.title = 't'.repeat(2000000);</script>")
     return tmp_path
 
 
@@ -889,12 +892,31 @@ def test_a_page_cannot_open_windows_on_its_own(tmp_path: Path) -> None:
     popups above)."""
     with FixtureSites(hostile_site(tmp_path)) as s, Browser(FAST) as b:
         tools = BrowserTools(b, None)
-        call(tools, "goto", url=s.url("x", "/storm.html"))
+        first = call(tools, "goto", url=s.url("x", "/storm.html"))
+        time.sleep(0.5)
+        said = first.content + call(tools, "read_page").content  # each window it let through became the active tab:
+        assert "The page opened a new tab [1]; it is now the active tab." in said, said  # said, not silent
         counts = []
         for _ in range(3):  # (Chromium lets the first few through, as the load's own activation: 4 when idle, 10
             time.sleep(1.0)  # on a busy machine; the storm opens 50 a second. The tabs it let through are adopted
             counts.append(call(tools, "read_page").content.count(s.url("x", "/a.html")))  # as their events come)
         assert counts[1] == counts[2] <= 15, counts  # steady, not 50 more a second
+
+
+@pytest.mark.browser
+def test_a_huge_url_title_or_typed_text_does_not_push_the_page_out_of_the_result(tmp_path: Path) -> None:
+    """A page's 1.9 MB URL, a 2 MB title or 1 MB of typed text echoed back filled the 20,000-character result
+    before the page's elements: the agent saw its own text and not the page. Each is cut, with its length."""
+    from harness.envs.odysseys.layout import URL_CHARS
+
+    with FixtureSites(hostile_site(tmp_path)) as s, Browser(FAST) as b:
+        tools = BrowserTools(b, None)
+        page = call(tools, "goto", url=s.url("x", "/long.html"))
+        assert len(page.url) < URL_CHARS + 40 and "(1,900,0" in page.url  # recorded for the judges cut too
+        typed = call(tools, "type", element=number(page, 'textbox "Note"'), text="z" * 2**20)
+        assert not typed.truncated and 'button "Go"' in typed.content, typed.content[:300]
+        assert "...(1,048,576 characters)" in typed.content.splitlines()[0]
+        assert "...(2,000,000 characters)" in typed.content and "...(1,900,0" in typed.content
 
 
 @pytest.mark.browser

@@ -97,6 +97,21 @@ def test_upstream_rows_screenshot_actions_and_missing_step_numbers() -> None:
     assert action_text({"action": "wait", "arguments": {}}) == "wait"
 
 
+def test_what_a_judge_prints_of_a_step_is_bounded_and_says_its_length() -> None:
+    """A page's 1.9 MB URL (recorded at each step on it) and 1 MB typed into a field made every rubric item's prompt
+    4.8 million characters: too long for any judge, so the episode could never be scored."""
+    from harness.envs.odysseys.judge import action_history
+
+    url, typed = "http://a.test/?q=" + "u" * 1_900_000, "z" * 2**20
+    rows: list[dict[str, Any]] = [
+        {"step_num": 1, "action": "type", "arguments": {"element": 1, "text": typed}, "response": "r" * 10**6,
+         "url": url, "tabs": "[0] " + "t" * 10**6}]
+    step = group_steps(rows)[0]
+    assert len(action_history([step] * 50)) < 50 * 60_000  # each part bounded, marked with its whole length
+    assert step.url.endswith(f"...({len(url):,} characters)") and step.action.endswith("characters)")
+    assert step.response.endswith("...(1,000,000 characters)") and step.tabs.endswith("...(1,000,004 characters)")
+
+
 def test_episode_folder_names_and_screenshot_resolution(tmp_path: Path) -> None:
     assert episode_dir(tmp_path, "abc", 2) == tmp_path / "odysseys" / "run2" / "abc"
     assert parse_episode_dir(tmp_path / "odysseys" / "run2" / "abc") == ("abc", 2)

@@ -48,7 +48,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 from urllib.parse import urlsplit
 
 from harness.envs.odysseys import pdftext
+from harness.envs.odysseys.layout import URL_CHARS
 from harness.errors import InputError
+from harness.text import shortened
 
 if TYPE_CHECKING:
     from playwright.sync_api import BrowserContext, CDPSession, Dialog, Download, Locator, Page, Playwright, Route
@@ -67,6 +69,7 @@ PDF_FETCH_S = 20.0  # a PDF's bytes fetched again (cached or not), at most (its 
 DIALOGS = ("accept", "dismiss")  # how a page's confirm, prompt and beforeunload dialogs are answered
 DIALOG_NOTES = 5  # dialogs (and downloads) a call's result describes (an alert() loop: the rest only counted)
 DIALOG_TEXT = 300  # characters of a dialog's message shown
+TITLE_CHARS = 300  # of a page's title shown (a 5 MB document.title cut the page's elements from the result)
 DOWNLOAD_EVENT_S = 2.0  # a goto that is a download waits for its download event at most this long
 SETUP_HINT = "run `make browser-deps` (apt-get install -y chromium)"
 # Headless Chromium as root, with nothing started in the background (without these, its background connections
@@ -308,7 +311,8 @@ class Observation:
     def head(self) -> str:
         """URL, title, tabs and scroll position: what a screenshot of the viewport does not show."""
         y, height, total = self.scroll
-        return (f"URL: {self.url}\nTitle: {self.title}\nTabs: {self.tabs_line()}\n"
+        return (f"URL: {shortened(self.url, URL_CHARS)}\nTitle: {shortened(self.title, TITLE_CHARS)}\n"
+                f"Tabs: {self.tabs_line()}\n"
                 f"Scroll: {y}-{y + height} of {total} px")
 
     def text(self) -> str:
@@ -491,6 +495,8 @@ def _render(node: _Node, depth: int, inside: bool, lines: list[str], elements: l
         if child.key.startswith("/"):
             text += f" -> {child.value}" if child.key == "/url" else f" {child.key[1:]}={json.dumps(child.value)}"
     value = node.value if node.value is not None or ref not in texts else collapsed(texts[ref])
+    if numbered and node.value is not None:  # a field's own value (1 MB typed into it filled the whole result;
+        value = shortened(node.value, EDITABLE_CHARS)  # an editor's text, from `texts`, is cut as it is read)
     _emit(lines, depth, text, value, pre)
     for child in node.children:  # (an editor's own clickable parts, a mention chip, keep their numbers)
         _render(child, depth + 1, inside or (numbered and role != "textbox"), lines, elements, pre, texts)
@@ -658,6 +664,7 @@ class Browser:
         self._notes: list[str] = []  # on the dialogs answered and downloads refused since the last take_notes()
         self._notes_more: dict[str, int] = {}  # and how many more of each kind (past DIALOG_NOTES)
         self._note_lock = threading.Lock()  # noted in the worker, taken in the caller's thread
+        self._opening = 0  # > 0 while a tab of ours opens (`_new_page`): the context's page event is not a popup
         self._downloads = 0  # downloads refused so far (a goto that is one waits for its own)
         self._pdfs: dict[Page, tuple[int, str, str]] = {}  # per tab: its loads, URL and text of the PDF it shows
         self._worker = _Worker()
@@ -681,12 +688,12 @@ class Browser:
             self._context.route("**/*", self._archive_miss)  # reached only when the archive has no answer
             self._context.route_from_har(self.archive, not_found="fallback")
         self._context.on("dialog", self._on_dialog)  # before any page: a popup's first script may ask at once
-        self._context.on("page", self._adopt)
+        self._context.on("page", self._on_page)
         self._context.on("close", lambda _: self._set_crash("the browser closed unexpectedly (crashed or killed)"))
         for page in self._context.pages:
             self._adopt(page)
         if not self._tabs:
-            self._adopt(self._context.new_page())
+            self._new_page()
         self._current = self._tabs[0]
 
     def _launch_options(self) -> dict[str, Any]:
@@ -818,8 +825,7 @@ class Browser:
         worker = self._worker  # the check's own time is not the operation's: the watchdog waits it out too (only
         if worker is not None and threading.current_thread() is worker.thread:  # the live worker's: not a restart's)
             worker.grace += canary_s + 2.0  # (+ opening the tab; a stopped browser's never opens: killed)
-        fresh = self._context.new_page()
-        self._adopt(fresh)
+        fresh = self._new_page()
         try:  # (a fresh renderer process can take seconds to start on a busy machine: not the probe's 2 s)
             fresh.wait_for_function("() => true", timeout=canary_s * 1000)
         except Error:
@@ -853,7 +859,7 @@ class Browser:
             return False
         self._forget(page)
         if not any(not p.is_closed() for p in self._tabs):  # the only tab closed itself (a popup whose opener the
-            self._adopt(self._context.new_page())  # agent closed): a blank one takes its place (a browser gone
+            self._new_page()  # agent closed): a blank one takes its place (a browser gone
         return True  # cannot open it: that error escapes, a BrowserCrashed)
 
     def _set_crash(self, reason: str) -> None:
@@ -900,6 +906,25 @@ class Browser:
             self._cdp[page].send("Page.stopLoading")
 
     # ---- tabs and pages ---------------------------------------------------------------------------------------
+    def _new_page(self) -> Page:
+        """A tab of ours, adopted as the active one (not a page's popup: `_on_page` says nothing of it)."""
+        self._opening += 1
+        try:
+            page = self._context.new_page()
+        finally:
+            self._opening -= 1
+        self._adopt(page)
+        return page
+
+    def _on_page(self, page: Page) -> None:
+        """A page the context opened: one of ours (`_new_page`), or a popup a page opened (window.open, a link to a
+        new window), which becomes the active tab. That is said in the call's result: a page that opened windows
+        on a timer moved the agent to another tab, and its next click met another page's numbers with no word why."""
+        popup = page not in self._tabs and not self._opening
+        self._adopt(page)
+        if popup and page in self._tabs:
+            self._note("tab", f"The page opened a new tab [{self._tabs.index(page)}]; it is now the active tab.")
+
     def _adopt(self, page: Page) -> None:
         """A new tab (ours or a popup the page opened) joins the tab list and becomes the active one."""
         if page not in self._tabs:
@@ -956,7 +981,7 @@ class Browser:
         with self._note_lock:
             notes, more = self._notes, self._notes_more
             self._notes, self._notes_more = [], {}
-        how = {"dialog": "answered the same way", "download": "not kept either"}
+        how = {"dialog": "answered the same way", "download": "not kept either", "tab": "each the active one in turn"}
         return notes + [f"(and {n} more {kind}{'s' if n > 1 else ''}, {how[kind]})" for kind, n in more.items()]
 
     def _loaded(self, page: Page, frame: Any) -> None:
@@ -977,7 +1002,7 @@ class Browser:
     def _page(self) -> Page:
         if self._current is None or self._current.is_closed():
             if not self._tabs:
-                self._adopt(self._context.new_page())
+                self._new_page()
             self._current = self._tabs[-1]
         self._used.append(self._current)  # the tabs this call acted in (_in_tab: one that closed under it)
         return self._current
@@ -1163,8 +1188,7 @@ class Browser:
         return self._run("tab_open", lambda: self._tab_open(target))
 
     def _tab_open(self, url: str | None) -> Observation:
-        page = self._context.new_page()
-        self._adopt(page)
+        page = self._new_page()
         return self._navigate(page, url) if url else self._observe()
 
     def tab_switch(self, index: int) -> Observation:

@@ -51,13 +51,19 @@ from pathlib import Path
 from typing import Any
 
 from harness.io import atomic_write
-from harness.text import json_text
+from harness.text import json_text, shortened
 from harness.types import Message, ToolCall
 
 EPISODES_DIR = "odysseys"
 STEPS_FILE = "steps.jsonl"
 RESULT_FILE = "result.txt"
 SHOTS_DIR = "shots"
+# What a judge prints of one step, at most (ours; upstream prints all): a page's URL, an action with its arguments,
+# the agent's reply, the tab list. Past it a value is cut and marked with its length (harness.text.shortened).
+URL_CHARS = 2_000
+ACTION_CHARS = 2_000
+RESPONSE_CHARS = 50_000
+TABS_CHARS = 4_000
 _RUN = re.compile(r"run(\d+)")
 _TASK = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # tasks.py's safe ids
 log = logging.getLogger("harness.envs.odysseys.layout")
@@ -210,8 +216,12 @@ def _step(num: int, rows: list[dict[str, Any]]) -> Step:
         text = action_text(row)
         if text and text not in actions:
             actions.append(text)
-    return Step(num, " -> ".join(actions), _last(rows, "response"), _last(rows, "screenshot_file", "screenshot"),
-                _last(rows, "url"), any(row.get("final") is True for row in rows), _last(rows, "tabs"))
+    # each part the judges print bounded (ours): a page's 2 MB URL or a 1 MB typed text made every rubric item's
+    # prompt megabytes long, too long for any judge, so the episode could never be scored
+    return Step(num, " -> ".join(shortened(a, ACTION_CHARS) for a in actions),
+                shortened(_last(rows, "response"), RESPONSE_CHARS), _last(rows, "screenshot_file", "screenshot"),
+                shortened(_last(rows, "url"), URL_CHARS), any(row.get("final") is True for row in rows),
+                shortened(_last(rows, "tabs"), TABS_CHARS))
 
 
 def action_text(row: dict[str, Any]) -> str:

@@ -26,9 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.envs.odysseys.browser import SCROLL_DIRECTIONS, ActionError, Browser, Observation, TabClosed
+from harness.envs.odysseys.layout import URL_CHARS
+from harness.text import shortened
 from harness.types import ImagePart, ToolCall, ToolSpec
 
 MAX_FIND_LINES = 20
+ECHO_CHARS = 200  # of a typed text echoed in the result (1 MB typed: the page itself was cut from the result)
 
 
 def _spec(name: str, description: str, props: dict[str, Any] | None = None, required: tuple[str, ...] = ()
@@ -172,7 +175,8 @@ class BrowserTools:
             content, is_error = f"{content}\n\nError: {note}", True  # its numbers with it
         elif note and self.mode != "aria":
             content += f"\n(no screenshot: {note})"
-        return BrowserResult(content, is_error, self.browser.url(), shot, truncated, len(text), self.cap, misses,
+        return BrowserResult(content, is_error, shortened(self.browser.url(), URL_CHARS), shot, truncated, len(text),
+                             self.cap, misses,
                              self.step, note, images, tabs)
 
     def _screenshot(self) -> tuple[str | None, ActionError | None]:
@@ -223,7 +227,8 @@ class BrowserTools:
         element = self.browser.element(_number(args, "element"))
         text, submit = _string(args, "text", allow_empty=True), _flag(args, "submit")
         observation = self.browser.type(element.number, text, submit)
-        return f"Typed {json.dumps(text)} into {element.label()}{' and pressed Enter' if submit else ''}.", observation
+        typed = json.dumps(shortened(text, ECHO_CHARS))
+        return f"Typed {typed} into {element.label()}{' and pressed Enter' if submit else ''}.", observation
 
     def _select(self, args: dict[str, Any]) -> tuple[str, Observation]:
         element = self.browser.element(_number(args, "element"))
@@ -256,7 +261,7 @@ class BrowserTools:
     def _type_text(self, args: dict[str, Any]) -> tuple[str, Observation]:
         text, submit = _string(args, "text", allow_empty=True), _flag(args, "submit")
         observation = self.browser.type_text(text, submit)
-        return f"Typed {json.dumps(text)}{' and pressed Enter' if submit else ''}.", observation
+        return f"Typed {json.dumps(shortened(text, ECHO_CHARS))}{' and pressed Enter' if submit else ''}.", observation
 
     def _press_key(self, args: dict[str, Any]) -> tuple[str, Observation]:
         key = _string(args, "key")
