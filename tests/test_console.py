@@ -37,10 +37,18 @@ def episodes(n_runs: int, n_tasks: int, infra_runs: int = 0) -> pd.DataFrame:
 def test_counts_are_totals_over_runs_not_a_mean_per_run() -> None:
     """5 runs of 10 tasks, all of them infra failures: 50 per run was shown as '50 ± 0'; the user needs 50."""
     table = summary_table(episodes(n_runs=5, n_tasks=10, infra_runs=5))["c3"]
-    assert table["Infra failures (episodes, total)"] == "50"
+    assert table["Failed episodes: infra or crash (total)"] == "50"
     assert table["Episodes (total)"] == "50"
     table = summary_table(episodes(n_runs=5, n_tasks=10, infra_runs=2))["c3"]
-    assert table["Infra failures (episodes, total)"] == "20" and table["Runs x tasks"] == "5 x 10"
+    assert table["Failed episodes: infra or crash (total)"] == "20" and table["Runs x tasks"] == "5 x 10"
+
+
+def test_crashed_episodes_are_no_task_failures_their_figures_are_n_a() -> None:
+    """A run whose every episode crashed at step 0 (`error`) showed "Tasks completed (%) 0.0", a score it never
+    computed; as infra failures, such episodes did not really run."""
+    crashed = episodes(n_runs=2, n_tasks=3, infra_runs=2).replace({"termination": {"infra_error": "error"}})
+    table = summary_table(crashed)["c3"]
+    assert table["Tasks completed (%)"] == "n/a" and table["Failed episodes: infra or crash (total)"] == "6"
 
 
 def test_elapsed_time_is_the_sessions_and_summed_episode_time_says_so() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.outcome import FAILED
 from harness.report import paired
 from harness.report.pinchbench_tables import console_lines
 from harness.report.stats import fmt, mean_ci
@@ -34,7 +35,7 @@ PER_RUN = (
 # Counts the user adds up, not averages: totals over every run (a mean per run read as "50 ± 0" for 250 failures).
 COUNTS = (
     ("Episodes (total)", "episodes"),
-    ("Infra failures (episodes, total)", "infra"),
+    ("Failed episodes: infra or crash (total)", "infra"),
 )
 # PinchBench (FORMATS.md): the score of a task is in [0, 1]; a run's score is the mean over its graded tasks x 100
 # (a task nothing of which could be graded is left out and its parts counted as not graded). Odysseys: an episode's
@@ -70,7 +71,9 @@ def counts(episodes: pd.DataFrame) -> tuple[tuple[str, str], ...]:
 
 def per_run(episodes: pd.DataFrame) -> pd.DataFrame:
     """One row per (experiment, run): the paper's per-run figures, each over the run's tasks."""
-    infra = episodes.termination == "infra_error"
+    # an episode that did not really run (the endpoint failed it, or it crashed) is no task failure: its task
+    # figures are n/a, never 0 (a run whose every episode crashed at step 0 showed "Tasks completed 0.0")
+    infra = episodes.termination.isin(FAILED)
     unscored = infra | episodes.score.isna() if "score" in episodes else infra  # never judged: not a failure
     df = episodes.assign(aux_tokens=episodes.aux_input_tokens + episodes.aux_output_tokens, infra=infra,
                          task_completed=episodes.completed.astype(float).mask(unscored),
@@ -143,7 +146,6 @@ def _partial(record: dict[str, Any] | None) -> list[str]:
 
 
 # ---- the judge's closing lines ----------------------------------------------------------------------------------
-FAILED_TERMINATIONS = ("infra_error", "error")  # episodes that did not really run: rerun, never judged (records.py)
 REASON_CHARS = 300
 
 
@@ -172,7 +174,7 @@ def judge_outcome(episodes: pd.DataFrame) -> JudgeOutcome | None:
     without a judge (the expense benchmark) or a run recorded before these columns existed."""
     if episodes.empty:
         return None
-    done = episodes[~episodes.termination.isin(FAILED_TERMINATIONS)]
+    done = episodes[~episodes.termination.isin(FAILED)]
     if "judge_parts" in episodes.columns:  # PinchBench (domain.py judge_parts)
         parts, missing = _ints(done, "judge_parts"), _ints(done, "judge_not_graded")
         chosen = done.get("judge_setting", pd.Series("", index=done.index)).astype(str) == "none"
