@@ -3,10 +3,12 @@ detailed usage, stopping runs, and the pre-flight check. Each test pins one defe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -125,7 +127,15 @@ def with_key(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     ok(b"{}"),
     ok(b'{"choices": [{"index": 0, "finish_reason": "stop"}]}'),
     ok(b"[1, 2]"),
-], ids=["not-json", "text-plain", "empty-choices", "no-choices", "no-message", "a-list"])
+    ok(b'{"choices": [{"message": {"content": {"text": "hi"}}}]}'),
+    ok(b'{"choices": [{"message": {"content": 42}}]}'),
+    ok(b'{"choices": [{"message": {"content": "", "tool_calls": {"a": 1}}}]}'),
+    ok(b'{"choices": [{"message": {"content": "", "tool_calls": ["call"]}}]}'),
+    ok(b'{"choices": [{"message": {"content": "", "tool_calls": [{"id": "c", "function": "x"}]}}]}'),
+    ok(b'{"choices": [{"message": {"content": "", "tool_calls": [{"id": 7, "function": {"name": "a"}}]}}]}'),
+    ok(b'{"choices": [{"message": {"content": "", "tool_calls": [{"id": "c", "function": {"name": 5}}]}}]}'),
+], ids=["not-json", "text-plain", "empty-choices", "no-choices", "no-message", "a-list", "content-object",
+        "content-number", "tool-calls-object", "tool-call-string", "function-string", "id-number", "name-number"])
 def test_a_200_without_a_completion_is_retried_then_an_infra_error(stub: Any, reply: Reply) -> None:
     server = stub(lambda *_: reply)
     with pytest.raises(InfraError) as info:
@@ -156,6 +166,65 @@ def test_a_refusal_after_retries_keeps_their_count(stub: Any) -> None:
     with pytest.raises(InfraError, match="401") as info:
         backend(server.base_url, retry={"max_retries": 5, "base_delay_s": 0.0, "jitter": 0.0}).generate(MESSAGES, [])
     assert info.value.retries == 2 and server.posts() == 3
+
+
+def test_content_sent_as_text_parts_is_their_text(stub: Any) -> None:
+    body = b'{"choices": [{"message": {"content": [{"type": "text", "text": "he"}, {"type": "text", "text": "llo"}]}}]}'
+    server = stub(lambda *_: ok(body))
+    assert backend(server.base_url).generate(MESSAGES, []).message.content == "hello"
+
+
+def test_an_answer_that_drips_or_never_ends_is_cut_off_and_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 200 that sends a byte a second held the call, and the run, forever (the client's timeout bounds each read,
+    not the whole); one far longer than any completion was held whole. Both are endpoint faults, retried."""
+    from harness.backends import openai_compat
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+
+    def serve(conn: socket.socket, huge: bool) -> None:
+        with contextlib.suppress(OSError):
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\n\r\n")
+            while True:
+                conn.sendall(b" " * (4096 if huge else 1))
+                time.sleep(0 if huge else 0.1)
+
+    def accept(huge: bool) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn, huge), daemon=True).start()
+
+    monkeypatch.setattr(openai_compat, "MAX_RESPONSE_BYTES", 100_000)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    try:
+        threading.Thread(target=accept, args=(False,), daemon=True).start()
+        start = time.monotonic()
+        with pytest.raises(InfraError, match="APITimeoutError|timed out") as info:
+            backend(url, timeout_s=1.0, retry={"max_retries": 1, "base_delay_s": 0.0, "jitter": 0.0}).generate(
+                MESSAGES, [])
+        assert info.value.retries == 1 and time.monotonic() - start < 10  # two attempts of about a second
+        monkeypatch.setattr(openai_compat, "PREFLIGHT_TIMEOUT_S", 1.0)
+        start = time.monotonic()
+        with pytest.raises(InfraError, match="did not answer"):  # the pre-flight's GET /models the same
+            backend(url).preflight()
+        assert time.monotonic() - start < 10
+    finally:
+        listener.close()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    try:
+        threading.Thread(target=accept, args=(True,), daemon=True).start()
+        with pytest.raises(InfraError, match="passed 100,000 bytes"):
+            backend(url, timeout_s=30.0).generate(MESSAGES, [])
+    finally:
+        listener.close()
 
 
 def test_connection_refused_is_retried_and_counted() -> None:
@@ -251,7 +320,13 @@ def test_cached_and_reasoning_tokens_are_kept_and_cached_input_is_priced(stub: A
     ({"prompt_tokens": 12, "completion_tokens": True}, {"completion_tokens"}),
     ("57 tokens", {"usage"}),
     ([12, 57], {"usage"}),
-], ids=["output-text", "output-n/a", "input-text", "negative", "fraction", "bool", "usage-string", "usage-list"])
+    ({"prompt_tokens": 10**30, "completion_tokens": 10**30}, {"prompt_tokens", "completion_tokens"}),
+    ({"prompt_tokens": 1e300, "completion_tokens": "9" * 40}, {"prompt_tokens", "completion_tokens"}),
+    ({"prompt_tokens": 10**9, "completion_tokens": 2}, {"prompt_tokens (implausible for the request)"}),
+    ({"prompt_tokens": 12, "completion_tokens": 2, "completion_tokens_details": {"reasoning_tokens": 10**11}},
+     {"completion_tokens (implausible for the request)"}),
+], ids=["output-text", "output-n/a", "input-text", "negative", "fraction", "bool", "usage-string", "usage-list",
+        "past-int64", "past-int64-float-and-digits", "input-far-above-the-prompt", "output-far-above-the-limit"])
 def test_a_usage_that_is_not_token_counts_is_counted_locally_and_flagged(
         stub: Any, usage: Any, fields: set[str], caplog: pytest.LogCaptureFixture) -> None:
     """Never a silent 0 output tokens (issue #24, 8): the local counts stand in, the step is flagged usage_missing

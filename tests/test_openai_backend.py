@@ -101,6 +101,7 @@ def test_tool_call_ids_take_the_smallest_free_suffix(turns: list[list[str]]) -> 
 def test_retry_delay_honours_retry_after_and_backs_off_with_bounded_jitter() -> None:
     policy, rng = RetryPolicy(base_delay_s=1.0, max_delay_s=30.0, jitter=0.25), random.Random(0)
     assert policy.delay(0, 7.0, rng) == 7.0
+    assert 3.0 <= policy.delay(2, 0.0, rng) <= 5.0  # a wait of 0 (a Retry-After date past): the backoff, not at once
     for attempt in range(6):
         base = min(30.0, 2.0**attempt)
         assert 0.75 * base <= policy.delay(attempt, None, rng) <= 1.25 * base

@@ -48,6 +48,29 @@ def completion_problem(value: Any) -> str | None:
         return "no choices"
     if not isinstance(choices[0], dict) or not isinstance(choices[0].get("message"), dict):
         return "the first choice has no message"
+    return _message_problem(choices[0]["message"])
+
+
+def _message_problem(msg: dict[str, Any]) -> str | None:
+    """Why the message's content or tool calls are not of the shapes a completion has (a content object, a tool
+    call that is a string, a name that is a number crashed the episode instead of being the endpoint's fault)."""
+    content = msg.get("content")
+    parts = content if isinstance(content, list) else None
+    if not (content is None or isinstance(content, str) or (parts is not None and all(
+            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in parts))):
+        return f"a message content that is not text but {type(content).__name__}"
+    calls = msg.get("tool_calls")
+    if calls is None:
+        return None
+    if not isinstance(calls, list):
+        return f"tool_calls that are not a list but {type(calls).__name__}"
+    for call in calls:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(call, dict) or not isinstance(fn, dict | None) or not isinstance(call.get("id"), str | None):
+            return "a tool call that is not an object with an id and a function object"
+        if fn is not None and (not isinstance(fn.get("name", ""), str) or not isinstance(
+                fn.get("arguments", ""), str | dict | list)):
+            return "a tool call whose name is not a string or whose arguments are not text or JSON"
     return None
 
 

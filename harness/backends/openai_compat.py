@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 
 import httpx2  # the HTTP library the openai SDK (3.x) is built on
 import openai
+from openai._constants import RAW_RESPONSE_HEADER
 
 from harness import lifecycle
 from harness.backends.base import ContextWindowExceeded, InfraError
@@ -82,7 +83,9 @@ class RetryPolicy:
     jitter: float = 0.25  # +/- fraction of the delay, so concurrent episodes do not retry in lockstep
 
     def delay(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
-        if retry_after is not None:
+        """The server's wait when it asks for one, capped; else (none, 0, a date past: every retry was spent within
+        50 ms) the exponential backoff, as the OpenAI SDK does."""
+        if retry_after is not None and retry_after > 0:
             return min(self.max_delay_s, retry_after)
         base = min(self.max_delay_s, self.base_delay_s * 2**attempt)
         return base * (1 + rng.uniform(-self.jitter, self.jitter))
@@ -390,15 +393,18 @@ class OpenAICompatible:
             if exc.status_code not in NO_ROUTE:
                 raise self._preflight_error(exc) from None
         try:  # no /models route (some servers serve only chat): one token of chat instead
-            client.post("/chat/completions", body={**self.request([Message("user", "Say OK.")], []),
-                                                   self.max_tokens_param: 1, **self.extra_body}, cast_to=object)
+            post_bounded(client, "/chat/completions", PREFLIGHT_TIMEOUT_S,
+                         body={**self.request([Message("user", "Say OK.")], []), self.max_tokens_param: 1,
+                               **self.extra_body})
         except openai.APIError as exc:
             raise self._preflight_error(exc) from None
+        except (EndpointFault, ValueError):  # alive and past authentication: its answers are the run's to judge
+            pass
         return f"endpoint {self.base_url} answered a 1-token chat completion for model {self.model} (no /models)"
 
     def _preflight_models(self, client: openai.OpenAI) -> str:
         try:
-            listing = client.get("/models", cast_to=object)
+            listing = get_bounded(client, "/models", PREFLIGHT_TIMEOUT_S)
         except openai.APIStatusError as exc:
             if exc.status_code == 429 or (exc.status_code >= 500 and exc.status_code not in NO_ROUTE):
                 # Alive and past authentication; a busy or flaky endpoint is the run's retries' to handle.
@@ -406,7 +412,9 @@ class OpenAICompatible:
             raise  # the caller: a missing route falls back to chat, any other refusal fails
         except openai.APIError as exc:
             raise self._preflight_error(exc) from None
-        except ValueError:  # the SDK's json.loads of a body that claims to be JSON
+        except EndpointFault as exc:
+            raise InfraError(f"the endpoint {self.base_url} answered /models with {exc}") from None
+        except ValueError:  # json.loads of a body that is not JSON
             raise InfraError(f"the endpoint {self.base_url} answered /models with a body that is not JSON") from None
         data = listing.get("data") if isinstance(listing, dict) else None
         ids = [str(m.get("id")) for m in data if isinstance(m, dict)] if isinstance(data, list) else []
@@ -504,8 +512,7 @@ class OpenAICompatible:
             # long history); errors, retries-after headers and parsing are the SDK's own.
             encoded = self.encode_body({**body, **self.extra_body})
             sent: dict[str, Any] = {"content": encoded} if isinstance(encoded, bytes) else {"body": encoded}
-            # cast_to=object: the SDK's parsed JSON as is, not built into a ChatCompletion to be dumped back
-            response = self.client().post("/chat/completions", cast_to=object, **sent)
+            response = post_bounded(self.client(), "/chat/completions", self.timeout_s, **sent)
         except openai.APIStatusError as exc:
             # `from None` here and below: the SDK's exception quotes the server's raw text, key included, and a
             # chained cause would print it in any traceback. Our message keeps that text, redacted.
@@ -552,6 +559,10 @@ class OpenAICompatible:
         if retries:
             info["retries"] = retries
         tokens, invalid = parse_usage(usage)
+        if tokens is not None and local_input_tokens and (why := implausible(tokens, local_input_tokens,
+                                                                              self.output_limit({}))):
+            invalid[why] = f"{tokens.input_tokens:,} in / {tokens.output_tokens:,} out"
+            tokens = None
         if tokens is None:  # no usage, or counts that are not numbers: the harness's own count, flagged, never 0
             tokens = Usage(local_input_tokens, self.tokens.message(message))
             info["usage_missing"] = True
@@ -609,16 +620,55 @@ def _check_prices(prices: Any) -> None:
                              "cache_write) in USD per 1M tokens, numbers >= 0")
 
 
+MAX_COUNT = 10**12  # a token count above it is no count (no request comes near it; int64 holds it)
+MAX_RESPONSE_BYTES = 32 * 2**20  # a completion's body at most (a 200 MB reply was held whole, then written twice)
+
+
+def post_bounded(client: openai.OpenAI, path: str, timeout_s: float, **sent: Any) -> Any:
+    """client.post(path, **sent), its body read within timeout_s in all and at most MAX_RESPONSE_BYTES, as JSON
+    (a ValueError when it is none). The client's timeout bounds each read, not the whole: a server sending a byte
+    a second held the call, and the run, forever. Past either bound: APITimeoutError / EndpointFault (retried)."""
+    return _bounded(client.post, path, timeout_s, **sent)
+
+
+def get_bounded(client: openai.OpenAI, path: str, timeout_s: float) -> Any:
+    """client.get(path), bounded as `post_bounded`."""
+    return _bounded(client.get, path, timeout_s)
+
+
+def _bounded(send: Callable[..., Any], path: str, timeout_s: float, **sent: Any) -> Any:
+    start = time.monotonic()
+    # cast_to=httpx2.Response with the SDK's "stream" marker: the response unread (the SDK still raises on 4xx/5xx)
+    response = send(path, cast_to=httpx2.Response, options={"headers": {RAW_RESPONSE_HEADER: "stream"}}, **sent)
+    body = bytearray()
+    try:
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > MAX_RESPONSE_BYTES:
+                raise EndpointFault(f"the endpoint's answer passed {MAX_RESPONSE_BYTES:,} bytes (no completion is "
+                                    "that long)")
+            if time.monotonic() - start > timeout_s:
+                raise openai.APITimeoutError(request=response.request)
+    except httpx2.TimeoutException:
+        raise openai.APITimeoutError(request=response.request) from None
+    except httpx2.TransportError as exc:  # (the connection closed mid-body)
+        raise openai.APIConnectionError(message=f"{type(exc).__name__}: {exc}", request=response.request) from None
+    finally:
+        response.close()
+    return json.loads(bytes(body))
+
+
 def _as_count(value: Any) -> int | None:
     """A token count: a whole, non-negative number (JSON has no int type of its own: 12.0 counts as 12), or a
     string of decimal digits (the OpenAI SDK itself reads "57" as 57 when the rest of the usage object is whole, so
     the count never depends on which other fields came with it); None for anything else."""
-    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-        return int(value)
-    if (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-            and value >= 0 and value == int(value)):
-        return int(value)
-    return None
+    digits = isinstance(value, str) and value.strip().isascii() and value.strip().isdigit()
+    whole = (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+             and value >= 0 and value == int(value))
+    if not (digits or whole):
+        return None
+    n = int(value)
+    return n if n <= MAX_COUNT else None  # 10**30 "tokens" overflowed the tables' int64 (every resume crashed)
 
 
 def parse_usage(usage: Any) -> tuple[Usage | None, dict[str, str]]:
@@ -668,6 +718,17 @@ def parse_usage(usage: Any) -> tuple[Usage | None, dict[str, str]]:
     if written and (cached or 0) + written > prompt:
         prompt += written
     return Usage(prompt, completion, cached or 0, reasoning or 0, written or 0), invalid
+
+
+def implausible(tokens: Usage, local_input: int, output_limit: int) -> str | None:
+    """Why usage counts cannot be this request's (None when they can): input far above the harness's own count of
+    the prompt (tokenizers differ by tens of percent, not tenfold), output far above the most the request allowed.
+    Billed as sent, 10**12 reasoning tokens put $1.6M on a run's spend ledger (its cap was dead for good)."""
+    if tokens.input_tokens > 10 * local_input + 10_000:
+        return "prompt_tokens (implausible for the request)"
+    if tokens.output_tokens > 2 * output_limit + 1_000:
+        return "completion_tokens (implausible for the request)"
+    return None
 
 
 CACHE_FIELDS = (("prompt_tokens_details", "cached_tokens"), ("prompt_tokens_details", "cache_write_tokens"),
@@ -730,4 +791,7 @@ def parse_message(raw: dict[str, Any]) -> Message:
         args = fn.get("arguments", "")
         calls.append(ToolCall(c.get("id") or f"call_{i}", fn.get("name", ""),
                               args if isinstance(args, str) else json.dumps(args)))
-    return Message("assistant", msg.get("content") or "", tuple(calls))
+    content = msg.get("content") or ""
+    if isinstance(content, list):  # text parts, as some servers send them (completion_problem checked them)
+        content = "".join(part["text"] for part in content)
+    return Message("assistant", content, tuple(calls))
