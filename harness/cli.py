@@ -630,6 +630,10 @@ def _check_run(cfg: DictConfig) -> str | None:
 def check_failures(cfg: DictConfig) -> None:
     """The simulated agent's noise, latency and failure model (model.noise, model.latency, model.failures), checked
     before any episode: InputError naming the key."""
+    for key in ("noise", "latency", "failures"):
+        if cfg.model.get(key) is not None and not OmegaConf.is_dict(cfg.model[key]):
+            raise InputError(f"model.{key}={cfg.model[key]!r} is not a block: set model.{key}.<setting>=... "
+                             f"(configs/model/*.yaml shows them)")
     if str(cfg.model.get("_target_", "")).startswith("harness.backends.sim."):
         from harness.backends.sim.model import sim_settings
 

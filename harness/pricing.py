@@ -138,6 +138,8 @@ ANTHROPIC_TTL_MIN = (5.0, 60.0)  # the cache lifetimes Anthropic offers (cache_c
 def settings(pricing: Mapping[str, Any] | None) -> tuple[PriceSheet, CacheModel]:
     """The `pricing` config block (sheet, cache, expiry_min, min_tokens; all optional) as a sheet and a cache model;
     a bad key or value is one InputError line naming it."""
+    if pricing is not None and not isinstance(pricing, Mapping):
+        raise InputError(f"pricing={pricing!r} is not the pricing block: set pricing.sheet=..., pricing.cache=...")
     block = dict(pricing or {})
     unknown = sorted(set(block) - set(PRICING_KEYS))
     if unknown:

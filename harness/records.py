@@ -335,13 +335,17 @@ def transcript_files(out_dir: Path) -> list[Path]:
     return paths
 
 
+ATOMIC_RUN_FILES = ("manifest.json", "config.yaml", "fingerprint.txt")  # a run folder's own, by io.atomic_write
+
+
 def remove_interrupted_writes(out_dir: Path) -> list[Path]:
-    """The temp files a killed write left (io.atomic_write's `.<transcript>.<random>.tmp`, write_parquet's
-    `.<table>.tmp`): never read, but they piled up with every SIGKILL. Only with the out_dir's run lock held: no
-    other writer can be in the middle of one. Returns those removed."""
+    """The temp files a killed write left (io.atomic_write's `.<transcript>.<random>.tmp` and those of the run
+    folder's own files, write_parquet's `.<table>.tmp`): never read, but they piled up with every SIGKILL. Only
+    with the out_dir's run lock held: no other writer can be in the middle of one. Returns those removed."""
     stale = [p for p in (out_dir / "transcripts").glob(".*.jsonl.*.tmp") if NAME.match(p.name[1:].split(".jsonl")[0]
                                                                                   + ".jsonl")]
     stale += [p for p in (out_dir / f".{t}.tmp" for t in ("episodes.parquet", "steps.parquet")) if p.exists()]
+    stale += [p for name in ATOMIC_RUN_FILES for p in out_dir.glob(f".{name}.*.tmp")]  # (a killed manifest write's)
     removed = []
     for path in stale:
         if path.is_file() and not path.is_symlink():

@@ -15,6 +15,7 @@ import os
 import re
 import stat
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from harness.config import EXECUTORS
 from harness.envs.base import Domain
 from harness.errors import InputError, share, whole_number
-from harness.io import irregular
+from harness.io import atomic_write, irregular
 from harness.records import State, transcript_files, transcript_path, transcript_state
 from harness.tokens import ENCODINGS
 
@@ -104,7 +105,7 @@ def check_resume(out_dir: Path, print_: str) -> None:
     if found is not None and found != print_:
         raise InputError(f"{out_dir} holds episodes of a different configuration (fingerprint {found} != {print_}); "
                          "choose another out_dir")
-    marker.write_text(print_ + "\n")
+    atomic_write(marker, print_ + "\n")  # (a write killed half-way: a truncated marker)
 
 
 def read_marker(out_dir: Path) -> str | None:
@@ -224,7 +225,11 @@ def check_shape(cfg: DictConfig) -> None:
         raise InputError(f"encoding={cfg.encoding} is not an encoding (valid: {', '.join(ENCODINGS)})")
     if cfg.get("executor", "auto") not in EXECUTORS:
         raise InputError(f"executor={cfg.executor} is not an executor (valid: {', '.join(EXECUTORS)})")
-    budget = cfg.get("budget") or {}
+    budget = cfg.get("budget")
+    if not isinstance(budget, Mapping):  # (null or a number there: a traceback in the first episode, or here)
+        shown = "null" if budget is None else repr(budget)
+        raise InputError(f"budget={shown} is not the "
+                         "budget block: set budget.fraction=... and budget.reference_tokens=... (both null: no budget)")
     if budget.get("reference_tokens") is not None:
         whole_number("budget.reference_tokens", budget.get("reference_tokens"), 1)
     if budget.get("fraction") is not None:

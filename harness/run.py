@@ -55,6 +55,7 @@ from harness.envs.base import Domain, EpisodeContext, sweep_leftovers
 from harness.episode import EpisodeResult, run_episode
 from harness.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_JUDGE, InputError
 from harness.executors import execute, plan
+from harness.io import atomic_write
 from harness.policies.budget import budget_tokens
 from harness.pricing import settings as pricing_settings
 from harness.records import build_tables, remove_interrupted_writes, transcript_path, write_transcript
@@ -196,7 +197,7 @@ def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
             if jobs and backends and cfg.preflight:
                 _preflight(cfg, backends, len(jobs), verbose)
             how = plan(cfg, jobs, bool(backends))  # refused: the out_dir's config and manifest stay as they were
-        (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        atomic_write(out_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
         manifest.begin(out_dir, cfg, print_, [t.task_id for t in domain.tasks], **manifest.domain_record(domain))
         before = snapshot(out_dir)
         try:  # from the manifest's `running` on: a signal while WAAC's model loads is a stop, not a lasting `running`

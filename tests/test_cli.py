@@ -486,6 +486,7 @@ def test_a_bad_yaml_file_in_a_config_dir_is_one_line(tmp_path: Path, content: by
     ("model.noise.degradation_onset_tokens=-3", "model.noise.degradation_onset_tokens=-3 must be a number of at least"),
     ("model.latency.decode_tokens_per_s=0", "model.latency.decode_tokens_per_s=0 must be a number above 0"),
     ("+model.latency.warmup_s=1", "model.latency: unknown key 'warmup_s'"),
+    ("model.noise=5", "model.noise=5 is not a block"),  # (a traceback)
 ])
 def test_the_simulated_agents_noise_and_latency_are_checked_before_the_run(override: str, reason: str) -> None:
     """OmegaConf reads the model block untyped: `noise.enabled=flase` ran with the noise on (a string is true), and

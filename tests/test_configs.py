@@ -232,6 +232,8 @@ def test_odysseys_takes_the_first_n_tasks_and_refuses_more_than_it_has() -> None
     ("budget.fraction=0", "budget.fraction=0 is not a number in (0, 1]"),
     ("budget.fraction=true", "budget.fraction=True is not a number in (0, 1]"),
     ("budget.reference_tokens=-5", "budget.reference_tokens=-5 is not a whole number >= 1"),
+    ("budget=null", "budget=null is not the budget block"),  # (a traceback in the first episode)
+    ("budget=2.0", "budget=2.0 is not the budget block"),
     ("model.context_window=-1", "model.context_window=-1 is not a whole number >= 1")])
 def test_a_run_setting_out_of_range_is_refused_by_name(override: str, reason: str) -> None:
     with pytest.raises(InputError) as err:

@@ -169,8 +169,10 @@ def test_after_the_whole_task_set_the_console_says_comparable_and_labels_a_self_
 def test_a_resume_removes_the_temp_files_a_killed_write_left_and_nothing_else(tmp_path: Path) -> None:
     runner.run(config(tmp_path), verbose=False)
     name = next((tmp_path / "transcripts").glob("*.jsonl")).name
-    stale = [tmp_path / "transcripts" / f".{name}.uugecp8l.tmp", tmp_path / ".steps.parquet.tmp"]
-    kept = [tmp_path / "transcripts" / ".notes.tmp", tmp_path / "transcripts" / f".{name}.x.tmp.bak"]
+    stale = [tmp_path / "transcripts" / f".{name}.uugecp8l.tmp", tmp_path / ".steps.parquet.tmp",
+             tmp_path / ".manifest.json.rfdy8kvb.tmp", tmp_path / ".config.yaml.a1b2c3d4.tmp"]  # (a killed write's)
+    kept = [tmp_path / "transcripts" / ".notes.tmp", tmp_path / "transcripts" / f".{name}.x.tmp.bak",
+            tmp_path / ".mine.json.a1b2c3d4.tmp"]
     for path in stale + kept:
         path.write_text("half a write")
     runner.run(config(tmp_path), verbose=False)

@@ -215,7 +215,8 @@ def test_keyless_real_run_fails_before_its_first_episode_and_leaves_no_folder(tm
     assert done.returncode == 2 and {p.name for p in kept.iterdir()} >= {".hydra", "fingerprint.txt", ".lock"}
 
 
-@pytest.mark.parametrize("refused", ["max_cost_usd=-5", "pricing.sheet=nope", "model=openai dry_run=true"])
+@pytest.mark.parametrize("refused", ["max_cost_usd=-5", "pricing.sheet=nope", "model=openai dry_run=true",
+                                     "pricing=5"])
 def test_a_setting_refused_before_the_run_takes_its_folder_leaves_no_folder(tmp_path: Path, refused: str) -> None:
     """Refused before the run's lock (a bad value, a dry run's pre-flight), Hydra's .hydra and run.log stayed."""
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
