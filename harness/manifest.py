@@ -203,17 +203,25 @@ def _existing(out_dir: Path) -> dict[str, Any]:
 
 def _load(path: Path) -> dict[str, Any] | None:
     if irregular(path):  # (a FIFO's read would wait forever)
-        log.warning("unreadable manifest %s: not a file", path)
-        return None
+        return _unreadable(path, "not a file")
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as e:  # (JSONDecodeError and UnicodeDecodeError: bytes that are not UTF-8)
-        log.warning("unreadable manifest %s: %s", path, e)
-        return None
+        return _unreadable(path, str(e))
     if not isinstance(data, dict):
-        log.warning("unreadable manifest %s: not a JSON object", path)
-        return None
+        return _unreadable(path, "not a JSON object")
     return data
+
+
+_SAID: set[tuple[str, str]] = set()
+
+
+def _unreadable(path: Path, why: str) -> None:
+    """Warned once per manifest and reason in a process (`make plots` looks at every run for each figure: it said
+    the same line four times)."""
+    if (str(path), why) not in _SAID:
+        _SAID.add((str(path), why))
+        log.warning("unreadable manifest %s: %s", path, why)
 
 
 def _write(out_dir: Path, manifest: dict[str, Any]) -> None:
