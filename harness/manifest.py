@@ -216,12 +216,13 @@ def _load(path: Path) -> dict[str, Any] | None:
 _SAID: set[tuple[str, str]] = set()
 
 
-def _unreadable(path: Path, why: str) -> None:
-    """Warned once per manifest and reason in a process (`make plots` looks at every run for each figure: it said
-    the same line four times)."""
+def _unreadable(path: Path, why: str) -> dict[str, Any] | None:
+    """No manifest (None), warned once per manifest and reason in a process (`make plots` looks at every run for
+    each figure: it said the same line four times)."""
     if (str(path), why) not in _SAID:
         _SAID.add((str(path), why))
         log.warning("unreadable manifest %s: %s", path, why)
+    return None
 
 
 def _write(out_dir: Path, manifest: dict[str, Any]) -> None:
