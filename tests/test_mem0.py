@@ -192,6 +192,7 @@ class _StubLLM(BaseHTTPRequestHandler):
     """An OpenAI-compatible /chat/completions that answers mem0's extraction with one memory and usage."""
 
     requests: list[dict[str, Any]] = []
+    usage: dict[str, Any] = {"prompt_tokens": 123, "completion_tokens": 17, "total_tokens": 140}
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -200,7 +201,7 @@ class _StubLLM(BaseHTTPRequestHandler):
         reply = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
                  "choices": [{"index": 0, "finish_reason": "stop",
                               "message": {"role": "assistant", "content": json.dumps(memory)}}],
-                 "usage": {"prompt_tokens": 123, "completion_tokens": 17, "total_tokens": 140}}
+                 "usage": _StubLLM.usage}
         data = json.dumps(reply).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -210,6 +211,26 @@ class _StubLLM(BaseHTTPRequestHandler):
 
     def log_message(self, *args: Any) -> None:
         pass
+
+
+def test_mem0s_calls_reporting_no_token_counts_are_counted_locally(monkeypatch: pytest.MonkeyPatch) -> None:
+    """mem0's own client is read as the harness's: 10**30 tokens (a crash of the tables, a ledger past any cap)
+    are counted locally."""
+    server = HTTPServer(("127.0.0.1", 0), _StubLLM)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(_StubLLM, "usage", {"prompt_tokens": 10**30, "completion_tokens": 10**30})
+    try:
+        backend = OpenAICompatible(model="stub-model", base_url=f"http://127.0.0.1:{server.server_port}/v1",
+                                   api_key_env=None, name="stub", prices={"stub-model": {"input": 1.0, "output": 2.0}})
+        policy = Mem0Memory(window=1, top_k=2, summarizer=LLMSummarizer(backend))
+        lifecycle.METER.reset(None, 0.0)
+        views = _render_all(policy, _history()[:6])
+    finally:
+        server.shutdown()
+        server.server_close()
+    used = [v.aux_usage for _, v in views if v.decisions["llm_calls"]]
+    assert used and all(0 < u.input_tokens < 10**5 and 0 < u.output_tokens < 10**5 for u in used)
+    assert lifecycle.METER.spent < 1.0
 
 
 def test_infer_true_uses_the_aux_backend_endpoint_and_accounts_its_tokens(monkeypatch: pytest.MonkeyPatch) -> None:

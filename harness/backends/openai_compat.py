@@ -37,13 +37,12 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 import httpx2  # the HTTP library the openai SDK (3.x) is built on
 import openai
-from openai._constants import RAW_RESPONSE_HEADER
 
 from harness import lifecycle
 from harness.backends.base import ContextWindowExceeded, InfraError
@@ -189,14 +188,55 @@ def _without_nulls(value: Any) -> Any:
     return value
 
 
+class BoundedTransport(httpx2.BaseTransport):
+    """httpx's transport with every answer's body (a completion, an error, a listing) read within timeout_s of the
+    request in all and at most MAX_RESPONSE_BYTES: the client's timeout bounds each read, not the whole, so a server
+    sending a byte a second held a call, and the run, forever; and any size was held whole. Past the time: a read
+    timeout (the SDK's APITimeoutError, retried); past the size: EndpointFault (retried). (The status line and
+    headers are bounded per read only.)"""
+
+    def __init__(self, timeout_s: float, **options: Any) -> None:
+        self._inner = httpx2.HTTPTransport(**options)
+        self.timeout_s = timeout_s
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        deadline = time.monotonic() + self.timeout_s
+        response = self._inner.handle_request(request)
+        response.stream = _BoundedBody(response.stream, deadline, request)
+        return response
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _BoundedBody(httpx2.SyncByteStream):
+    def __init__(self, stream: Any, deadline: float, request: httpx2.Request) -> None:
+        self._stream, self._deadline, self._request = stream, deadline, request
+
+    def __iter__(self) -> Iterator[bytes]:
+        size = 0
+        for chunk in self._stream:
+            size += len(chunk)
+            if size > MAX_RESPONSE_BYTES:
+                raise EndpointFault(f"the endpoint's answer passed {MAX_RESPONSE_BYTES:,} bytes (no completion is "
+                                    "that long)")
+            if time.monotonic() > self._deadline:
+                raise httpx2.ReadTimeout("the answer took longer than timeout_s in all", request=self._request)
+            yield chunk
+
+    def close(self) -> None:
+        self._stream.close()
+
+
 def shared_client(base_url: str, api_key: str, timeout_s: float) -> openai.OpenAI:
     """One HTTP client (connection pool) per endpoint in a process; our own retry loop, so max_retries=0."""
     key = (base_url, api_key, timeout_s)
     with _CLIENTS_LOCK:
         if key not in _CLIENTS:
             pool = httpx2.Limits(max_connections=POOL, max_keepalive_connections=POOL)
+            transport = BoundedTransport(timeout_s, limits=pool)
             _CLIENTS[key] = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=0,
-                                          http_client=openai.DefaultHttpxClient(limits=pool))
+                                          http_client=openai.DefaultHttpxClient(transport=transport))
         return _CLIENTS[key]
 
 
@@ -393,18 +433,17 @@ class OpenAICompatible:
             if exc.status_code not in NO_ROUTE:
                 raise self._preflight_error(exc) from None
         try:  # no /models route (some servers serve only chat): one token of chat instead
-            post_bounded(client, "/chat/completions", PREFLIGHT_TIMEOUT_S,
-                         body={**self.request([Message("user", "Say OK.")], []), self.max_tokens_param: 1,
-                               **self.extra_body})
+            client.post("/chat/completions", body={**self.request([Message("user", "Say OK.")], []),
+                                                   self.max_tokens_param: 1, **self.extra_body}, cast_to=object)
         except openai.APIError as exc:
             raise self._preflight_error(exc) from None
-        except (EndpointFault, ValueError):  # alive and past authentication: its answers are the run's to judge
+        except (EndpointFault, ValueError, RecursionError):  # alive and past authentication: the run's to judge
             pass
         return f"endpoint {self.base_url} answered a 1-token chat completion for model {self.model} (no /models)"
 
     def _preflight_models(self, client: openai.OpenAI) -> str:
         try:
-            listing = get_bounded(client, "/models", PREFLIGHT_TIMEOUT_S)
+            listing = client.get("/models", cast_to=object)
         except openai.APIStatusError as exc:
             if exc.status_code == 429 or (exc.status_code >= 500 and exc.status_code not in NO_ROUTE):
                 # Alive and past authentication; a busy or flaky endpoint is the run's retries' to handle.
@@ -414,7 +453,7 @@ class OpenAICompatible:
             raise self._preflight_error(exc) from None
         except EndpointFault as exc:
             raise InfraError(f"the endpoint {self.base_url} answered /models with {exc}") from None
-        except ValueError:  # json.loads of a body that is not JSON
+        except (ValueError, RecursionError):  # the SDK's json.loads of a body that claims to be JSON
             raise InfraError(f"the endpoint {self.base_url} answered /models with a body that is not JSON") from None
         data = listing.get("data") if isinstance(listing, dict) else None
         ids = [str(m.get("id")) for m in data if isinstance(m, dict)] if isinstance(data, list) else []
@@ -512,7 +551,8 @@ class OpenAICompatible:
             # long history); errors, retries-after headers and parsing are the SDK's own.
             encoded = self.encode_body({**body, **self.extra_body})
             sent: dict[str, Any] = {"content": encoded} if isinstance(encoded, bytes) else {"body": encoded}
-            response = post_bounded(self.client(), "/chat/completions", self.timeout_s, **sent)
+            # cast_to=object: the SDK's parsed JSON as is, not built into a ChatCompletion to be dumped back
+            response = self.client().post("/chat/completions", cast_to=object, **sent)
         except openai.APIStatusError as exc:
             # `from None` here and below: the SDK's exception quotes the server's raw text, key included, and a
             # chained cause would print it in any traceback. Our message keeps that text, redacted.
@@ -524,12 +564,17 @@ class OpenAICompatible:
             # fault, not the agent's: an infrastructure failure, kept apart from task failures.
             raise InfraError(self.redact(f"the endpoint refused the request ({exc.status_code} "
                                          f"{type(exc).__name__}): {str(exc)[:300]}")) from None
-        except (ValueError, openai.APIResponseValidationError) as exc:
-            # The SDK parses a JSON content type with json.loads: a 200 with a non-JSON body raises here.
-            raise EndpointFault(f"the endpoint answered 200 with a body that is not a completion: {exc}") from None
+        except (ValueError, RecursionError, openai.APIResponseValidationError) as exc:
+            # The SDK parses a JSON content type with json.loads: a 200 with a non-JSON body (or one nested deeper
+            # than the parser goes) raises here.
+            raise EndpointFault(f"the endpoint answered 200 with a body that is not a completion: "
+                                f"{type(exc).__name__}: {str(exc)[:200]}") from None
         # A non-JSON content type comes back as text. A null field reads as an absent one (as the SDK's models
         # dump with exclude_none); a field of the wrong type (a usage count sent as a string) is ours to flag.
-        raw = _without_nulls(response)
+        try:
+            raw = _without_nulls(response)
+        except RecursionError:
+            raise EndpointFault("the endpoint answered 200 with JSON nested deeper than a completion") from None
         if (problem := completion_problem(raw)) is not None:
             raise EndpointFault(f"the endpoint answered 200 without a completion ({problem}): {str(raw)[:200]}")
         return raw
@@ -559,10 +604,8 @@ class OpenAICompatible:
         if retries:
             info["retries"] = retries
         tokens, invalid = parse_usage(usage)
-        if tokens is not None and local_input_tokens and (why := implausible(tokens, local_input_tokens,
-                                                                              self.output_limit({}))):
-            invalid[why] = f"{tokens.input_tokens:,} in / {tokens.output_tokens:,} out"
-            tokens = None
+        if tokens is not None and local_input_tokens:
+            tokens = plausible(tokens, local_input_tokens, self.output_limit({}), invalid)
         if tokens is None:  # no usage, or counts that are not numbers: the harness's own count, flagged, never 0
             tokens = Usage(local_input_tokens, self.tokens.message(message))
             info["usage_missing"] = True
@@ -624,45 +667,12 @@ MAX_COUNT = 10**12  # a token count above it is no count (no request comes near 
 MAX_RESPONSE_BYTES = 32 * 2**20  # a completion's body at most (a 200 MB reply was held whole, then written twice)
 
 
-def post_bounded(client: openai.OpenAI, path: str, timeout_s: float, **sent: Any) -> Any:
-    """client.post(path, **sent), its body read within timeout_s in all and at most MAX_RESPONSE_BYTES, as JSON
-    (a ValueError when it is none). The client's timeout bounds each read, not the whole: a server sending a byte
-    a second held the call, and the run, forever. Past either bound: APITimeoutError / EndpointFault (retried)."""
-    return _bounded(client.post, path, timeout_s, **sent)
-
-
-def get_bounded(client: openai.OpenAI, path: str, timeout_s: float) -> Any:
-    """client.get(path), bounded as `post_bounded`."""
-    return _bounded(client.get, path, timeout_s)
-
-
-def _bounded(send: Callable[..., Any], path: str, timeout_s: float, **sent: Any) -> Any:
-    start = time.monotonic()
-    # cast_to=httpx2.Response with the SDK's "stream" marker: the response unread (the SDK still raises on 4xx/5xx)
-    response = send(path, cast_to=httpx2.Response, options={"headers": {RAW_RESPONSE_HEADER: "stream"}}, **sent)
-    body = bytearray()
-    try:
-        for chunk in response.iter_bytes():
-            body += chunk
-            if len(body) > MAX_RESPONSE_BYTES:
-                raise EndpointFault(f"the endpoint's answer passed {MAX_RESPONSE_BYTES:,} bytes (no completion is "
-                                    "that long)")
-            if time.monotonic() - start > timeout_s:
-                raise openai.APITimeoutError(request=response.request)
-    except httpx2.TimeoutException:
-        raise openai.APITimeoutError(request=response.request) from None
-    except httpx2.TransportError as exc:  # (the connection closed mid-body)
-        raise openai.APIConnectionError(message=f"{type(exc).__name__}: {exc}", request=response.request) from None
-    finally:
-        response.close()
-    return json.loads(bytes(body))
-
-
 def _as_count(value: Any) -> int | None:
     """A token count: a whole, non-negative number (JSON has no int type of its own: 12.0 counts as 12), or a
     string of decimal digits (the OpenAI SDK itself reads "57" as 57 when the rest of the usage object is whole, so
     the count never depends on which other fields came with it); None for anything else."""
-    digits = isinstance(value, str) and value.strip().isascii() and value.strip().isdigit()
+    digits = (isinstance(value, str) and value.strip().isascii() and value.strip().isdigit()
+              and len(value.strip()) <= len(str(MAX_COUNT)))  # (int() refuses past 4,300 digits: a crash)
     whole = (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
              and value >= 0 and value == int(value))
     if not (digits or whole):
@@ -720,15 +730,20 @@ def parse_usage(usage: Any) -> tuple[Usage | None, dict[str, str]]:
     return Usage(prompt, completion, cached or 0, reasoning or 0, written or 0), invalid
 
 
-def implausible(tokens: Usage, local_input: int, output_limit: int) -> str | None:
-    """Why usage counts cannot be this request's (None when they can): input far above the harness's own count of
-    the prompt (tokenizers differ by tens of percent, not tenfold), output far above the most the request allowed.
-    Billed as sent, 10**12 reasoning tokens put $1.6M on a run's spend ledger (its cap was dead for good)."""
-    if tokens.input_tokens > 10 * local_input + 10_000:
-        return "prompt_tokens (implausible for the request)"
-    if tokens.output_tokens > 2 * output_limit + 1_000:
-        return "completion_tokens (implausible for the request)"
-    return None
+def plausible(tokens: Usage, local_input: int, output_limit: int, invalid: dict[str, str]) -> Usage:
+    """The counts, each capped at the most this request could use (flagged in `invalid` when one is): input at 10x
+    the harness's own count of the prompt plus 10,000 (tokenizers differ by tens of percent, not tenfold), output
+    at twice the request's output limit plus 1,000. Billed as sent, 10**12 reasoning tokens put $1.6M on a run's
+    spend ledger (its cap dead for good); capped, a real overrun is still charged at its most likely bound."""
+    most_in, most_out = 10 * local_input + 10_000, 2 * output_limit + 1_000
+    if tokens.input_tokens <= most_in and tokens.output_tokens <= most_out:
+        return tokens
+    invalid["usage (implausible for the request: capped)"] = (f"{tokens.input_tokens:,} in / "
+                                                              f"{tokens.output_tokens:,} out")
+    inp = min(tokens.input_tokens, most_in)
+    cached = min(tokens.cached_input_tokens, inp)
+    return Usage(inp, min(tokens.output_tokens, most_out), cached, min(tokens.reasoning_tokens, most_out),
+                 min(tokens.cache_write_tokens, inp - cached))
 
 
 CACHE_FIELDS = (("prompt_tokens_details", "cached_tokens"), ("prompt_tokens_details", "cache_write_tokens"),

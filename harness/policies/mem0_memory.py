@@ -53,6 +53,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from harness import lifecycle, minilm, scratch
+from harness.backends.openai_compat import parse_usage, plausible
 from harness.policies.base import ContextPolicy, RenderContext, View
 from harness.policies.summarizers import aux_label, is_llm
 from harness.text import utf8_replaced
@@ -318,14 +319,20 @@ class Mem0Memory(ContextPolicy):
     def _on_llm_response(self, llm: Any, response: Any, params: dict[str, Any]) -> None:
         """mem0's response_callback (mem0/llms/openai.py): the API's usage, or a local count flagged in the log."""
         usage = getattr(response, "usage", None)
-        if usage is not None:
-            got = Usage(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0))
-        else:
-            tokens = self._tokens or TokenCounter()
-            text = response.choices[0].message.content or "" if getattr(response, "choices", None) else ""
-            got = Usage(sum(tokens.text(str(m.get("content", ""))) for m in params.get("messages", [])),
-                        tokens.text(text))
-            log.warning("mem0 extraction call returned no usage: tokens counted locally")
+        # read as the harness's own client reads usage (openai_compat): counts that are no counts (10**30 crashed
+        # the tables) or implausible for the call (10**12 on the spend ledger) are not billed as sent
+        dump = getattr(usage, "model_dump", None)  # (the SDK's CompletionUsage; None: no usage)
+        reported, invalid = parse_usage(dump() if dump is not None else usage)
+        tokens = self._tokens or TokenCounter()
+        text = response.choices[0].message.content or "" if getattr(response, "choices", None) else ""
+        local = Usage(sum(tokens.text(str(m.get("content", ""))) for m in params.get("messages", [])),
+                      tokens.text(text))
+        backend = getattr(self.summarizer, "backend", None)
+        got = local if reported is None else plausible(reported, local.input_tokens,
+                                                        int(getattr(backend, "max_output_tokens", 4096)), invalid)
+        if reported is None or invalid:
+            log.warning("mem0 extraction call's usage %s: %s", "missing or not token counts, counted locally"
+                        if reported is None else "implausible, capped", ", ".join(sorted(invalid)) or "none")
         self._llm_log.append((got, 0.0))
 
     def _add_new(self, history: Sequence[Message], n_fixed: int) -> int:
