@@ -24,6 +24,7 @@ from harness.backends.base import InfraError
 from harness.build import EXPENSE, instantiate_backend, target_of
 from harness.errors import InputError
 from harness.io import walk_results
+from harness.outcome import FAILED
 
 if TYPE_CHECKING:
     import pandas as pd  # loaded where an earlier run's table is read: not before every run's first request
@@ -126,7 +127,7 @@ def reference_run(experiment: str, results: Path) -> tuple[Path, pd.DataFrame] |
             continue
         if episodes.empty or "experiment" not in episodes:
             continue
-        ok = episodes[(episodes.experiment == experiment) & (episodes.termination != "infra_error")]
+        ok = episodes[(episodes.experiment == experiment) & ~episodes.termination.isin(FAILED)]
         stamp = parquet.stat().st_mtime
         if len(ok) and (best is None or stamp > best[0]):
             best = (stamp, parquet.parent, ok)

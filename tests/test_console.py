@@ -51,6 +51,18 @@ def test_crashed_episodes_are_no_task_failures_their_figures_are_n_a() -> None:
     assert table["Tasks completed (%)"] == "n/a" and table["Failed episodes: infra or crash (total)"] == "6"
 
 
+def test_every_report_leaves_crashed_episodes_out_of_completion_as_infra_failures() -> None:
+    """The console's rule in the figures, the methods table and the paired comparison too (a crashed run drew 0%
+    where the table said n/a)."""
+    from harness.report import methods_table, paired, plots
+
+    crashed = episodes(n_runs=2, n_tasks=3, infra_runs=1).replace({"termination": {"infra_error": "error"}})
+    assert plots.scored(crashed).isna().sum() == 3
+    means = methods_table.per_run_means(crashed.assign(aux_calls=0, aux_time_s=0.0, local_time_s=0.0))
+    assert means.completed.isna().sum() == 1  # run 0: every episode crashed
+    assert len(paired.episode_values(crashed)) == 3
+
+
 def test_elapsed_time_is_the_sessions_and_summed_episode_time_says_so() -> None:
     text = render(episodes(n_runs=2, n_tasks=3), elapsed_s=3.25, written=4)
     assert "Elapsed (wall clock, this invocation): 3.2 s; episodes written: 4" in text

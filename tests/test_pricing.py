@@ -396,3 +396,23 @@ def test_an_anthropic_cache_kept_past_five_minutes_is_the_one_hour_kind_with_wri
         with pytest.raises(InputError, match=f"pricing.expiry_min={other}: Anthropic"):
             cache_model("anthropic", other)
     assert cache_model("openai", 60).write_multiplier == cache_model("openai").write_multiplier
+
+
+def test_the_cost_figure_draws_a_bar_over_runs_per_experiment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its title promised "± 95% CI" and it drew none: with two runs or more, each cost bar has its bootstrap bar."""
+    from harness.report import cost
+    from harness.report.pinchbench_tables import Table
+
+    frame = pd.DataFrame({"experiment": ["c2", "c2", "c3", "c3"], "run": [0, 1, 0, 1],
+                          "cost_usd_cache": [1.0, 3.0, 2.0, 2.5], "cost_usd_no_cache": [4.0, 6.0, 3.0, 3.5],
+                          "cache_read_tokens": [10, 10, 1, 1], "input_tokens": [20, 20, 20, 20]})
+    table = Table("expense_cost", pd.DataFrame(), "x (SIMULATED; mean ± 95% CI over runs)", [])
+    monkeypatch.setattr(cost, "build", lambda *a: [(table, frame)])
+    drawn = []
+    monkeypatch.setattr(cost, "save_figure", lambda fig, *a: drawn.append(fig) or [])
+    cost.figures(tmp_path, None, tmp_path)
+    left = drawn[0].axes[0]
+    bars = [c for c in left.containers if getattr(c, "errorbar", None) is not None]
+    assert len(bars) == 2 and left.get_legend().get_title().get_text() == "n=2 runs"
+    lows = bars[1].errorbar.lines[2][0].get_segments()[0]  # c2 with the cache: runs 1.0 and 3.0, mean 2.0
+    assert lows[0][1] < 2.0 < lows[1][1]

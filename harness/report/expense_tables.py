@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.outcome import FAILED
 from harness.report import sim_failures
 from harness.report.console import per_run
 from harness.report.names import short
@@ -97,7 +98,7 @@ def ratio_table(episodes: pd.DataFrame, paper: dict[str, Any], sources: dict[str
     runs = per_run(episodes).groupby("experiment")
     # an experiment whose every episode failed at the endpoint has no outcome or tokens to compare: "–", not a
     # ratio of nothing (a -100% token change, a NaN completion gain)
-    failed = {name for name, g in episodes.groupby("experiment") if (g.termination == "infra_error").all()}
+    failed = {name for name, g in episodes.groupby("experiment") if g.termination.isin(FAILED).all()}
     mean = {name: g.mean(numeric_only=True) for name, g in runs if name not in failed}
 
     def both(a: str, b: str, col: str) -> tuple[float, float] | None:

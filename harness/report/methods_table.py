@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from harness import methods
+from harness.outcome import FAILED
 from harness.policies.reporting import TOKENSKIP_UNSUPPORTED as UNSUPPORTED
 from harness.report.names import display
 from harness.report.stats import fmt, mean_ci
@@ -41,7 +42,7 @@ COLUMNS = (
 def per_run_means(episodes: pd.DataFrame) -> pd.DataFrame:
     """Per (experiment, run): the mean per episode of each column; infrastructure failures are left out of
     completion (the endpoint failed, not the method) but their tokens still count."""
-    infra = episodes.termination == "infra_error"
+    infra = episodes.termination.isin(FAILED)  # (crashes too: they did not really run either)
     df = episodes.assign(completed=episodes.completed.astype(float).mask(infra))
     for col in ("aux_calls", "aux_time_s", "local_time_s"):  # runs made before these columns existed
         if col not in df:

@@ -36,6 +36,7 @@ import pandas as pd
 
 from harness import methods
 from harness.io import atomic_write
+from harness.outcome import FAILED
 from harness.pricing import priced_on
 from harness.report.names import key, short
 from harness.report.pinchbench_tables import EXPENSE, PINCHBENCH, Table, chosen_runs, kinds_of, select_kind
@@ -132,7 +133,7 @@ def mcnemar(first: np.ndarray, second: np.ndarray) -> tuple[int, int, float]:
 def episode_values(episodes: pd.DataFrame) -> pd.DataFrame:
     """Per episode the compared values, infrastructure failures left out. Completion is NaN where a graded
     benchmark's episode was never scored (as the console: not a failure); costs NaN where the price is unknown."""
-    ran = episodes[episodes.termination != "infra_error"]
+    ran = episodes[~episodes.termination.isin(FAILED)]  # (crashes too: they did not really run either)
     values = ran[[c for c in ("task_id", "run", "seed") if c in ran]].copy()
     values["task_id"] = values.task_id.astype(str)
     if "seed" in values:

@@ -34,6 +34,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from harness.outcome import FAILED  # noqa: E402
 from harness.report import cli, cost, names, odysseys_plots  # noqa: E402
 from harness.report.console import per_run  # noqa: E402
 from harness.report.expense_tables import EXPENSE, budget_cut_notes, budget_sweep, swept_policy  # noqa: E402
@@ -66,8 +67,8 @@ def bounded_bars(values: Iterable[float], done: pd.Series | None = None) -> tupl
 
 def scored(episodes: pd.DataFrame) -> pd.Series:
     """Each episode's completion as 1.0 / 0.0, NaN where it was never scored (as harness.report.console.per_run)."""
-    infra = episodes.termination == "infra_error"
-    unscored = infra | episodes.score.isna() if "score" in episodes else infra
+    failed = episodes.termination.isin(FAILED)  # infra failures and crashes: they did not really run
+    unscored = failed | episodes.score.isna() if "score" in episodes else failed
     return episodes.completed.astype(float).mask(unscored)
 
 
