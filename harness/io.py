@@ -104,6 +104,7 @@ def walk(top: str | Path) -> Iterator[tuple[str, list[str], list[str]]]:
 
 
 AGENT_FOLDERS = ("workspaces",)  # a run folder's subfolders of what its agents wrote (PinchBench's workspaces)
+RUN_MARKS = ("config.yaml", "manifest.json", "fingerprint.txt")  # files a run folder has from its start
 
 
 def walk_results(top: str | Path) -> Iterator[tuple[str, list[str], list[str]]]:
@@ -111,7 +112,8 @@ def walk_results(top: str | Path) -> Iterator[tuple[str, list[str], list[str]]]:
     an agent's 3,000 nested folders or its own `manifest.json` there are neither a RecursionError nor a run to the
     reports, the pre-flight estimate or `make judge`. Hidden folders (.hydra, a writer's temp files) are skipped."""
     for path, dirs, files in walk(top):
-        dirs[:] = [d for d in dirs if not d.startswith(".") and not (d in AGENT_FOLDERS and "transcripts" in dirs)]
+        run = "transcripts" in dirs or any(f in files for f in RUN_MARKS)  # (before its first transcript too)
+        dirs[:] = [d for d in dirs if not d.startswith(".") and not (run and d in AGENT_FOLDERS)]
         yield path, dirs, files
 
 

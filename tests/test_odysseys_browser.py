@@ -917,6 +917,10 @@ def test_a_huge_url_title_or_typed_text_does_not_push_the_page_out_of_the_result
         assert not typed.truncated and 'button "Go"' in typed.content, typed.content[:300]
         assert "...(1,048,576 characters)" in typed.content.splitlines()[0]
         assert "...(2,000,000 characters)" in typed.content and "...(1,900,0" in typed.content
+        long = call(tools, "goto", url=s.url("x", "/a.html") + "?q=" + "q" * 30_000)  # the agent's own URL
+        assert len(long.content.splitlines()[0]) < 2_100 and "page a" in long.content, long.content[:300]
+        found = call(tools, "find", text="f" * 100_000)
+        assert found.content.startswith('No match for "fff') and "...(100,000 characters)" in found.content
 
 
 @pytest.mark.browser

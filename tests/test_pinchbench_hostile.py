@@ -377,6 +377,10 @@ def test_results_scans_never_enter_an_agents_workspace(tmp_path: Path) -> None:
     pd.DataFrame({"experiment": ["pb"], "termination": ["agent_final"]}).to_parquet(ws / "episodes.parquet")
     os.utime(ws / "episodes.parquet", (2e9, 2e9))  # newer than the run's: it would be the reference
     _deep(ws)
+    starting = tmp_path / "results" / "pb" / "starting"  # a run before its first transcript: config.yaml only
+    (starting / "workspaces" / "task__run0").mkdir(parents=True)
+    (starting / "config.yaml").write_text("x: 1\n")
+    (starting / "workspaces" / "task__run0" / "manifest.json").write_text("{}")
     results = tmp_path / "results"
     assert [r.path for r in discover(results)] == [run]
     found = reference_run("pb", results)

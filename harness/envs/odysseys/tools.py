@@ -32,6 +32,7 @@ from harness.types import ImagePart, ToolCall, ToolSpec
 
 MAX_FIND_LINES = 20
 ECHO_CHARS = 200  # of a typed text echoed in the result (1 MB typed: the page itself was cut from the result)
+FIND_LINE_CHARS = 2_000  # of each page line `find` shows (a page of one 1 MB line)
 
 
 def _spec(name: str, description: str, props: dict[str, Any] | None = None, required: tuple[str, ...] = ()
@@ -162,7 +163,8 @@ class BrowserTools:
             text = "\n".join([first, *notes]) + gap + rest
         misses = tuple(url for url, kind in self.browser.archive_misses[misses_before:] if kind == "document")
         if misses:
-            text = f"Error: not in the replay archive (no network in replay mode): {misses[-1]}\n\n{text}"
+            text = (f"Error: not in the replay archive (no network in replay mode): "
+                    f"{shortened(misses[-1], URL_CHARS)}\n\n{text}")
             is_error = True
         content, truncated = cap_text(text, self.cap)
         if self.mode == "aria":
@@ -202,14 +204,15 @@ class BrowserTools:
     # ---- tools ---------------------------------------------------------------------------------------------
     def _goto(self, args: dict[str, Any]) -> tuple[str, Observation]:
         url = _string(args, "url")
-        return f"Opened {url}.", self.browser.goto(url)
+        return f"Opened {shortened(url, URL_CHARS)}.", self.browser.goto(url)
 
     def _go_back(self, args: dict[str, Any]) -> tuple[str, Observation]:
         return "Went back.", self.browser.go_back()
 
     def _tab_open(self, args: dict[str, Any]) -> tuple[str, Observation]:
         url = _string(args, "url", required=False)
-        return f"Opened a new tab{' at ' + url if url else ''}.", self.browser.tab_open(url or None)
+        shown = f" at {shortened(url, URL_CHARS)}" if url else ""
+        return f"Opened a new tab{shown}.", self.browser.tab_open(url or None)
 
     def _tab_switch(self, args: dict[str, Any]) -> tuple[str, Observation]:
         index = _number(args, "index")
@@ -233,7 +236,8 @@ class BrowserTools:
     def _select(self, args: dict[str, Any]) -> tuple[str, Observation]:
         element = self.browser.element(_number(args, "element"))
         value = _string(args, "value", allow_empty=True)
-        return f"Selected {json.dumps(value)} in {element.label()}.", self.browser.select(element.number, value)
+        shown = json.dumps(shortened(value, ECHO_CHARS))
+        return f"Selected {shown} in {element.label()}.", self.browser.select(element.number, value)
 
     def _scroll(self, args: dict[str, Any]) -> tuple[str, Observation]:
         direction = _string(args, "direction")
@@ -242,13 +246,14 @@ class BrowserTools:
     def _find(self, args: dict[str, Any]) -> tuple[str, Observation]:
         text = _string(args, "text")
         lines, observation = self.browser.find(text)
+        said = json.dumps(shortened(text, ECHO_CHARS))
         if not lines:
-            return f"No match for {json.dumps(text)} on this page.", observation
+            return f"No match for {said} on this page.", observation
         if self.mode == "screenshot":  # the page text (and its line numbers) is not shown in this mode
-            return f"{len(lines)} place(s) on the page contain {json.dumps(text)}; scrolled to the first.", observation
-        shown = lines[:MAX_FIND_LINES]
+            return f"{len(lines)} place(s) on the page contain {said}; scrolled to the first.", observation
+        shown = [shortened(line, FIND_LINE_CHARS) for line in lines[:MAX_FIND_LINES]]
         more = f"\n  ... and {len(lines) - len(shown)} more" if len(lines) > len(shown) else ""
-        return (f"{len(lines)} line(s) of the page contain {json.dumps(text)} (line numbers of the page text "
+        return (f"{len(lines)} line(s) of the page contain {said} (line numbers of the page text "
                 "below):\n  " + "\n  ".join(shown) + more), observation
 
     def _read_page(self, args: dict[str, Any]) -> tuple[str, Observation]:

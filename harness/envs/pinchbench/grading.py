@@ -206,7 +206,8 @@ def _leaves(rel: str, path: str, top: str) -> bool:
 
 
 class _Copy:
-    """The workspace copy's rules (copytree's `ignore` and `copy_function`), and the files they left out."""
+    """The workspace copy's rules (`ignore` and `copy`, as copytree's, used by `_copy_tree`), and the files they
+    left out."""
 
     def __init__(self, workspace: Path, max_file: int, max_total: int) -> None:
         self.workspace, self.max_file, self.max_total = workspace, max_file, max_total
@@ -246,7 +247,7 @@ class _Copy:
     def copy(self, src: str, dst: str) -> None:
         """copy2 for a file that must still be the regular file `ignore` saw: opened without following a link
         or blocking, checked once open, at most `max_file` bytes (a FIFO swapped in meanwhile is left out, not
-        waited on). copytree copies symlinks itself, as links."""
+        waited on). `_copy_tree` copies symlinks itself, as links."""
         rel = os.path.relpath(src, self.workspace)
         try:
             fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
