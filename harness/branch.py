@@ -611,10 +611,11 @@ def attribute(run_dir: Path, out: Path | None = None) -> pd.DataFrame:
                                         "dropped restored", "completed after", "failure goes away", "branch"])
     notes = summary(table)
     kind = output.label(pd.DataFrame(ends)) if ends else "no episode"  # SIMULATED, as every table says it
+    named = ", ".join(sorted({str(e.get("experiment")) for e in ends})) or "?"  # (the stamp alone named no method)
     output.write(table.set_index("episode"), out or run_dir, "attribution",
-                 f"Failures caused by what the policy dropped ({kind}): each failed episode of {run_dir.name} re-run "
-                 "from the step where its failure shows with the messages its policy had dropped restored "
-                 "(make attribute)", notes)
+                 f"Failures caused by what the policy dropped ({kind}): each failed episode of {named} "
+                 f"({run_dir.parent.name}/{run_dir.name}) re-run from the step where its failure shows with the "
+                 "messages its policy had dropped restored (make attribute)", notes)
     return table
 
 
@@ -655,7 +656,7 @@ def main(argv: list[str] | None = None) -> int:
             if not table.empty:  # (an empty one: the summary's line says there was no failed episode)
                 print(table.to_string(index=False))
             print("\n".join(summary(table)))
-            print(f"Wrote {(ns.out or ns.run) / 'attribution'}.md/.csv/.tex")
+            print(f"Wrote {(ns.out or ns.run) / 'attribution'}.{{md,csv,tex}}")
             return 0
         if ns.step is not None and ns.step != "" and not str(ns.step).isdigit():
             raise BranchError(f"STEP={ns.step!r} is not a step number (0, 1, 2, ...: as the viewer numbers them)")

@@ -195,6 +195,7 @@ def test_attribute_reports_the_failures_that_go_away_when_the_dropped_messages_c
     csv = (c3 / "attribution.csv").read_text()
     assert "failure model" in csv
     assert "(SIMULATED (model=sim_llmlike), not LLM results)" in text  # labelled as every table of a sim run
+    assert f"each failed episode of c3 ({c3.parent.name}/{c3.name})" in text  # the method, not only a stamp
     assert csv.splitlines()[1].startswith("SIMULATED,")  # the CSV's first row under its header says it
 
 

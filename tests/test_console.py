@@ -63,6 +63,14 @@ def test_every_report_leaves_crashed_episodes_out_of_completion_as_infra_failure
     assert len(paired.episode_values(crashed)) == 3
 
 
+@pytest.mark.parametrize(("n_runs", "note"), [(1, "NOTE: 1 run: no CI"), (2, "NOTE: 2 runs: Student's t with 1"),
+                                               (3, None)])
+def test_a_table_over_fewer_than_3_runs_says_what_its_ci_is(n_runs: int, note: str | None) -> None:
+    """"90.0 ± 127.1" over 2 runs read as a broken table, and 1 run showed the "mean ± 95% CI" header with none."""
+    text = render(episodes(n_runs=n_runs, n_tasks=3))
+    assert (note in text) if note else "NOTE:" not in text
+
+
 def test_elapsed_time_is_the_sessions_and_summed_episode_time_says_so() -> None:
     text = render(episodes(n_runs=2, n_tasks=3), elapsed_s=3.25, written=4)
     assert "Elapsed (wall clock, this invocation): 3.2 s; episodes written: 4" in text

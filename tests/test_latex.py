@@ -32,7 +32,7 @@ from harness.envs.odysseys import judge_run
 from harness.envs.odysseys.judge import Judge
 from harness.envs.odysseys.tasks import load_tasks
 from harness.report import output, tables
-from harness.report.sweep import _varying
+from harness.report.sweep import _job_names, _varying
 
 TABLES = ("expense_c1_c4", "expense_ratios", "waac_ablations", "waac_step_log", "waac_firing", "methods_comparison",
           "budget_sweep", "pinchbench_table1", "pinchbench_table1_coverage", "pinchbench_table4", "pinchbench_table3",
@@ -203,3 +203,10 @@ def test_a_sweeps_merged_table_names_swept_experiments_by_their_display_names() 
     assert _varying(jobs).tolist() == ["C2 (full history)", "Keep-Last-N", "my run"]
     assert _varying(pd.Series(["budget.fraction=0.5 n=1", "budget.fraction=1.0 n=1"])).tolist() == [
         "budget.fraction=0.5", "budget.fraction=1.0"]
+    # a budget sweep's jobs each have their own name: merged_table.txt calls them as their console and `make runs`
+    named = pd.DataFrame({"job": ["0", "1"], "experiment": ["budget[waac@0.3]", "budget[last_n_summary@0.3]"],
+                          "job_overrides": ["policy=waac budget.fraction=0.3",
+                                            "policy=last_n_summary budget.fraction=0.3"]})
+    assert _job_names(named).tolist() == ["budget[waac@0.3]", "budget[last_n_summary@0.3]"]
+    same = named.assign(experiment="waac")  # one name for every job: the swept values tell them apart
+    assert _job_names(same).tolist() == ["policy=waac", "policy=last_n_summary"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -339,3 +340,20 @@ def test_a_mem0_episode_imports_neither_torch_nor_sentence_transformers() -> Non
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split("\n")[-2] == "True False False"
+
+
+def test_mem0_does_not_tell_the_user_to_install_spacy(monkeypatch: pytest.MonkeyPatch,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """"spaCy is not installed. Install it with: pip install mem0ai[nlp]" at every methods sweep read as a broken
+    setup; semantic search only is this harness's choice (docs/methods.md)."""
+    from harness.policies.mem0_memory import _import_mem0
+
+    _import_mem0()
+    import mem0.utils.spacy_models as spacy_models
+
+    monkeypatch.setattr(spacy_models, "_load_failed_lemma", False)  # as in a fresh process: the first load
+    monkeypatch.setattr(spacy_models, "_load_failed_full", False)
+    monkeypatch.setattr(spacy_models, "_ensure_model_available", lambda: (_ for _ in ()).throw(ImportError("no")))
+    with caplog.at_level(logging.WARNING):
+        assert spacy_models.get_nlp_lemma() is None and spacy_models.get_nlp_full() is None
+    assert "spaCy" not in caplog.text

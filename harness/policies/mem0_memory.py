@@ -92,6 +92,9 @@ def _import_mem0() -> Any:
     _no_spacy_download()
     logging.getLogger("mem0").setLevel(logging.WARNING)  # mem0 logs every faiss insert at INFO
     logging.getLogger("mem0.memory.main").addFilter(_KeywordSearchNote())
+    # "spaCy is not installed. Install it with: pip install mem0ai[nlp]" at every run told a user to install what
+    # this harness leaves out on purpose (semantic search only; docs/methods.md, record()'s keyword-search note)
+    logging.getLogger("mem0.utils.spacy_models").setLevel(logging.ERROR)
     return Memory
 
 

@@ -121,6 +121,7 @@ def render(episodes: pd.DataFrame, elapsed_s: float | None = None, written: int 
         f"== {label}; model: {models}; mean ± 95% CI over runs (per run: sum or mean over its tasks; "
         "rows marked total: over all runs) ==",
         *_partial(record),
+        *_few_runs(episodes),
         summary_table(episodes).to_string(),
         "", "Terminations (episodes):", terms.to_string(),
         *([""] + benchmark if benchmark else []),
@@ -131,6 +132,19 @@ def render(episodes: pd.DataFrame, elapsed_s: float | None = None, written: int 
         wrote = "" if written is None else f"; episodes written: {written}"
         lines += ["", f"Elapsed (wall clock, this invocation): {elapsed_s:,.1f} s{wrote}"]
     return "\n".join(lines)
+
+
+def _few_runs(episodes: pd.DataFrame) -> list[str]:
+    """A NOTE above a table over fewer than 3 runs: one run has no CI (its figures show none), two give Student's t
+    with 1 degree of freedom, 12.7 standard errors wide ("90.0 ± 127.1" read as a broken table)."""
+    runs = episodes.groupby("experiment").run.nunique()
+    fewest = int(runs.min()) if len(runs) else 0
+    if fewest >= 3:
+        return []
+    if fewest == 1:
+        return ["NOTE: 1 run: no CI (n_runs=3 or more for one)"]
+    return ["NOTE: 2 runs: Student's t with 1 degree of freedom, so a CI is wide and can pass 0-100% "
+            "(n_runs=3 or more for a narrower one)"]
 
 
 def _partial(record: dict[str, Any] | None) -> list[str]:

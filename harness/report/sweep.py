@@ -38,12 +38,21 @@ def merge(sweep_dir: Path) -> pd.DataFrame:
         return pd.DataFrame()
     merged = pd.concat(frames, ignore_index=True)
     write_parquet(merged, sweep_dir / "merged.parquet")
-    labelled = merged.assign(experiment=_varying(merged.job_overrides))
+    labelled = merged.assign(experiment=_job_names(merged))
     table = summary_table(labelled).T.sort_index()
     warning = f"WARNING: jobs not complete: {', '.join(incomplete)}\n" if incomplete else ""
     atomic_write(sweep_dir / "merged_table.txt", f"{label(merged)}; mean ± 95% CI over runs\n{warning}"
                                                  f"{table.to_string()}\n")
     return merged
+
+
+def _job_names(merged: pd.DataFrame) -> pd.Series:
+    """Each job's column: its experiment's name when every job has its own (a budget sweep's `budget[waac@0.3]`,
+    as its console table and `make runs` call it; a methods sweep's display names), else the swept values."""
+    names = merged.groupby("job").experiment.first()
+    if names.is_unique:
+        return merged.experiment.map(lambda n: n if "[" in str(n) else display(str(n)))
+    return _varying(merged.job_overrides)
 
 
 def _varying(overrides: pd.Series) -> pd.Series:
