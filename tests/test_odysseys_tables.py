@@ -342,6 +342,8 @@ def test_figure3_from_a_judged_budget_sweep(tmp_path: Path) -> None:
         (sweep / str(n) / ".hydra").mkdir(parents=True)
         (sweep / str(n) / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"budget.fraction={tier}"]))
         make_run(sweep / str(n), name, budget_fraction=tier)
+    over = pd.read_parquet(sweep / "1" / "episodes.parquet")  # c2 at 50%: 3 steps whose view did not fit
+    over.assign(over_budget_steps=[3] + [0] * (len(over) - 1)).to_parquet(sweep / "1" / "episodes.parquet")
     merge(sweep)
     for run in judge_run.run_dirs(sweep)[:3]:  # job 3 is left unjudged
         judge_run.judge_run_dir(run, tasks, Judge(KeywordJudge(), attempts=1))
@@ -350,7 +352,8 @@ def test_figure3_from_a_judged_budget_sweep(tmp_path: Path) -> None:
            for r in frame.itertuples()}
     assert got == {("c2", 100.0): (71.4, 50.0, 1000.0), ("c2", 50.0): (71.4, 50.0, 1000.0),
                    ("waac", 100.0): (71.4, 50.0, 500.0)}
-    assert len(notes) == 1 and "sweeps/budget/2026-03-01_00-00-00/3 left out: not judged" in notes[0]
+    assert len(notes) == 2 and "sweeps/budget/2026-03-01_00-00-00/3 left out: not judged" in notes[0]
+    assert notes[1].startswith("NOTE: c2 at 50%: 3 steps over the budget")  # shown, as the expense table shows it
     written = odysseys_plots.build(root, tmp_path / "figures")
     assert [p.name for p in written] == ["odysseys_figure3.png", "odysseys_figure3.pdf"]
     assert all(p.stat().st_size > 1000 for p in written)

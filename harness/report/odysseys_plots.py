@@ -39,6 +39,7 @@ from harness.report.stats import bootstrap_ci, mean_ci, n_label  # noqa: E402
 TIERS = [100, 90, 70, 50, 30]  # WAAC B.3 / Figure 3
 METRICS = {"rubric_avg": "Rubric Avg (%)", "perfect": "Perfect tasks (%)"}
 COLUMNS = ["method", "tier", "rubric_avg", "perfect", "input_tokens_k", "episodes", "scored_episodes", "simulated",
+           "over_budget_steps",
            "runs", "rubric_avg_ci", "perfect_ci", "input_tokens_k_ci",  # *_ci: 95% t half-widths over runs
            "rubric_avg_lo", "rubric_avg_hi", "perfect_lo", "perfect_hi", "input_tokens_k_lo", "input_tokens_k_hi"]
 # *_lo / *_hi: the percentile bootstrap over runs the figure draws (inside the runs' range: never above 100% or
@@ -56,7 +57,16 @@ def figure3_frame(results: Path) -> tuple[pd.DataFrame, list[str]]:
         row, why = _job(job, results)
         rows += row
         notes += [f"WARNING: sweep job {where(job, results)} left out: {why}"] if why else []
-    return _pooled(rows), notes
+    frame = _pooled(rows)
+    return frame, notes + over_budget_notes(frame)
+
+
+def over_budget_notes(frame: pd.DataFrame) -> list[str]:
+    """A point whose views did not fit its budget at some steps (sent with every tool pair evicted, harness.policies
+    .budget): said under the figure, as the expense budget table's `over-budget steps` column says it."""
+    return [f"NOTE: {r.method} at {r.tier:g}%: {int(r.over_budget_steps):,} steps over the budget (each sent with "
+            "every tool pair evicted: the policy's own view did not fit)"
+            for r in frame.itertuples() if r.over_budget_steps]
 
 
 def _job(job: Path, results: Path) -> tuple[list[dict[str, Any]], str | None]:
@@ -100,7 +110,9 @@ def _pooled(jobs: list[dict[str, Any]]) -> pd.DataFrame:
         out.append({"method": method, "tier": tier, "rubric_avg": 100 * metrics.rubric_avg,
                     "perfect": 100 * metrics.perfect, "input_tokens_k": episodes.input_tokens.mean() / 1e3,
                     "episodes": metrics.episodes, "scored_episodes": metrics.scored_episodes,
-                    "simulated": any(j["simulated"] for j in group), **run_spread(episodes, judged)})
+                    "simulated": any(j["simulated"] for j in group),
+                    "over_budget_steps": int(episodes.over_budget_steps.sum()) if "over_budget_steps" in episodes
+                    else 0, **run_spread(episodes, judged)})
     return pd.DataFrame(out, columns=COLUMNS)
 
 
