@@ -486,6 +486,29 @@ def test_a_frame_missing_from_the_archive_is_no_missing_page() -> None:
     assert miss_kind(SimpleNamespace(resource_type="image", frame=frame)) == "image"
 
 
+@pytest.mark.browser
+def test_a_page_whose_iframe_was_not_recorded_replays_as_the_page(tmp_path: Path) -> None:
+    """The route's wiring of `miss_kind`: the embedded frame the archive lacks is a miss of kind subframe, and the
+    page itself loads, no tool error (it was answered as an error page, which WAAC dropped whole)."""
+    (tmp_path / "f").mkdir()
+    (tmp_path / "f" / "page.html").write_text(
+        "<title>Framed</title><p>outer text</p><iframe src='/inner.html'></iframe>")
+    (tmp_path / "f" / "inner.html").write_text("<p>inner text</p>")
+    archive = tmp_path / "task.har"
+    with FixtureSites(tmp_path) as live:
+        url = live.url("f", "/page.html")
+        with Browser(BrowserConfig(source="record", navigation_timeout_s=10, action_timeout_s=10), archive) as rec:
+            assert not call(BrowserTools(rec, None), "goto", url=url).is_error
+    har = json.loads(archive.read_text())
+    har["log"]["entries"] = [e for e in har["log"]["entries"] if not e["request"]["url"].endswith("/inner.html")]
+    archive.write_text(json.dumps(har))
+    with Browser(BrowserConfig(source="replay", navigation_timeout_s=10, action_timeout_s=10), archive) as b:
+        page = call(BrowserTools(b, None), "goto", url=url)
+        kinds = dict(b.archive_misses)
+    assert not page.is_error and "outer text" in page.content and not page.archive_misses, page.content[:300]
+    assert kinds == {url.replace("/page.html", "/inner.html"): "subframe"}
+
+
 # ---- crashes, hangs and clean-up --------------------------------------------------------------------------------
 def main_process(b: Browser) -> int:
     return next(p.pid for p in b.processes() if "--type=" not in p.cmdline and "chrom" in p.cmdline.split()[0])
