@@ -232,3 +232,18 @@ def test_two_processes_wanting_the_same_checkpoint_convert_it_once(tmp_path: Pat
     for t in callers:
         t.join()
     assert len(made) == 1 and got == [made[0], made[0]]
+
+
+def test_a_text_the_compressor_cannot_score_or_shorten_is_shown_whole(tiny_classifier: str) -> None:
+    """A 600-character word is one [UNK] to WordPiece: llmlingua raised out of render (np.percentile of nothing).
+    Deep JSON came back longer than it went in (its kept words re-joined with spaces). Both: the message whole, a
+    fallback."""
+    deep = '{"a":' * 1000 + "1" + "}" * 1000
+    for content in ("x" * 600, deep):
+        h = [Message("system", "s"), Message("user", "t"),
+             Message("assistant", "", (ToolCall("a", "exec", "{}"),)),
+             Message("tool", content, tool_call_id="a", name="exec"),
+             Message("assistant", "", (ToolCall("b", "exec", "{}"),)), Message("tool", "ok", tool_call_id="b",
+                                                                                 name="exec")]
+        view = lingua2(tiny_classifier).render(h, ctx(1))
+        assert view.messages[3] is h[3] and view.decisions["fallbacks"] == 1, content[:20]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import re
 import time
 from collections import OrderedDict
@@ -47,6 +48,15 @@ DEFAULT_FIELDS = ("FormName", "Name", "Value", "SubCategory", "RecId", "Number",
 ROLES = ("tool", "assistant")
 _FORCED_1 = re.compile(r'[{}\[\]:,"]|[^\s{}\[\]:,"]*\d[^\s{}\[\]:,"]*')  # llmlingua1: punctuation, digit words
 _MEMO_LIMIT = 4096
+log = logging.getLogger(__name__)
+_WARNED: set[str] = set()
+
+
+def _warn_once(text: str) -> None:
+    if text not in _WARNED:
+        _WARNED.add(text)
+        log.warning("%s", text)
+
 _MEMO: OrderedDict[str, tuple[str, bool, float]] = OrderedDict()  # content hash -> (shown, fell back, seconds)
 
 
@@ -144,11 +154,15 @@ class LLMLinguaPolicy(ContextPolicy):
                 calls += 1
                 read += ctx.tokens.text(m.content)
                 charged += seconds
-            fallbacks += fell_back
-            compressed += not fell_back
             if not fell_back:
                 if key not in self._sizes:
                     self._sizes[key] = (ctx.tokens.text(m.content), ctx.tokens.text(text))
+                # no shorter than its message (JSON whose kept words were re-joined with spaces: 2,502 -> 4,992
+                # tokens): the message itself, counted as a fallback
+                fell_back = self._sizes[key][1] >= self._sizes[key][0]
+            fallbacks += fell_back
+            compressed += not fell_back
+            if not fell_back:
                 tokens_in, tokens_kept = tokens_in + self._sizes[key][0], tokens_kept + self._sizes[key][1]
             out.append(m if fell_back else replace(m, content=text))
             provenance.append(Provenance("kept" if fell_back else "compressed", (i,)))
@@ -170,7 +184,13 @@ class LLMLinguaPolicy(ContextPolicy):
             return _MEMO[key]
         pc = load_compressor(self.compressor, resolve_model(self.compressor, self.model_path), self.device)
         t0 = time.perf_counter()  # after the compressor's load: once per process, not the method's per-call work
-        text = self._lingua2(pc, content) if self.compressor == "llmlingua2" else self._lingua1(pc, content)
+        try:
+            text = self._lingua2(pc, content) if self.compressor == "llmlingua2" else self._lingua1(pc, content)
+        except (IndexError, ValueError, RuntimeError) as exc:  # the library's own failure on a text it cannot score
+            # (a 600-character word is one [UNK] to BERT's WordPiece: np.percentile of nothing): the message whole
+            _warn_once(f"llmlingua could not compress a message ({type(exc).__name__}: {str(exc)[:120]}); it is "
+                       "shown whole and counted as a fallback")
+            text = None
         seconds = time.perf_counter() - t0
         result = (content, True, seconds) if text is None else (text, False, seconds)
         _MEMO[key] = result
