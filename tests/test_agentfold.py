@@ -193,6 +193,20 @@ def test_stand_in_costs_aux_tokens_once_per_fold() -> None:
     assert again.decisions["blocks"][0][:2] == [1, 4]
 
 
+def test_a_stand_in_consolidation_is_bounded_as_a_models_fold_text_and_keeps_the_newest() -> None:
+    """Merged without a bound, the stand-in's oldest block grew with every step (32,000 tokens at 2,000 steps), where
+    a model's fold text is cut at max_fold_tokens; its oldest lines go first."""
+    p, history = policy(max_blocks=2, max_fold_tokens=120), list(OPENING)
+    for n in range(1, 40):  # each step a line of its own (equal lines are merged into one)
+        history += [Message("assistant", "", (ToolCall(f"a{n}", "form_click_control", f'{{"controlName": "C{n}"}}'),)),
+                    Message("tool", '{"Status": "Success"}', tool_call_id=f"a{n}", name="form_click_control")]
+    view = p.render(tuple(history), ctx(40))
+    assert view.decisions["blocks"][0][:2] == [1, 37]  # consolidated
+    block = previous(view).split("**[Compressed Step")[1]
+    assert TOKENS.text(block) <= 120 + 20  # its header and the cut text
+    assert '"C37"' in block and '"C1"' not in block  # the newest kept, the oldest gone
+
+
 def test_fold_texts_keep_what_the_sim_reads() -> None:
     d = Driver(ExpenseEnv(task(0)))
     open_itemize(d, task(0))

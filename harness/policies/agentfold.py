@@ -378,8 +378,11 @@ class AgentFold(ContextPolicy):
             if is_llm(aux):
                 summary = aux.complete(CONSOLIDATE_PROMPT, shown)
                 text = self._cap(summary.text, ctx.tokens)[0]
-            else:
-                text = "\n".join(supersede([line for b in old for line in b.text.splitlines()]))
+            else:  # bounded as a model's fold text is (max_fold_tokens; merged lines grew to 32,000 tokens in 2,000
+                lines = supersede([line for b in old for line in b.text.splitlines()])  # steps): the oldest go
+                while len(lines) > 1 and ctx.tokens.text("\n".join(lines)) > self.max_fold_tokens:
+                    del lines[: max(1, len(lines) // 8)]
+                text = self._cap("\n".join(lines), ctx.tokens)[0]
                 summary = self._modeled(aux, CONSOLIDATE_PROMPT, ctx.tokens.text(shown), text, list(user),
                                         ctx.tokens)
             self._cache[key] = (text, summary)
