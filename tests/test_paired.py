@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -226,3 +227,27 @@ def test_the_console_line_takes_the_reference_run_by_the_reports_rule(tmp_path: 
                                                                                      '"model": "sim_llmlike"'))
     assert f"Paired vs C2 ({same};" in render(c3, out_dir=out)  # the sim_llmlike C2 is newer, not of its family
     assert f"Paired vs C2 ({theirs};" in render(c3.assign(model="sim_llmlike"), out_dir=mine)
+
+
+def test_the_reference_search_lists_only_reference_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """glob("*/*") of the run's grandparent listed every folder two levels up (all of /tmp/*/* for out_dir=/tmp/a/b),
+    and one another process removed meanwhile ended a finished run in a FileNotFoundError traceback."""
+    import os as os_module
+
+    root = tmp_path / "results"
+    c3 = episodes("c3").assign(seed=[1, 2, 3, 4], cost_usd_cache=[0.001] * 4)
+    out = _run(root, "c3", c3)
+    _run(root, "c2", episodes("c2").assign(seed=[1, 2, 3, 4]))
+    (root / "other" / "vanishing").mkdir(parents=True)
+    listed: list[str] = []
+    scandir = os_module.scandir
+
+    def watched(path: Any) -> Any:
+        listed.append(Path(path).name)
+        if Path(path).name == "vanishing":
+            raise FileNotFoundError(path)
+        return scandir(path)
+
+    monkeypatch.setattr(paired.os, "scandir", watched)
+    assert "Paired vs C2" in render(c3, out_dir=out)
+    assert "other" not in listed and "c3" not in listed  # a folder named as no reference's is never listed

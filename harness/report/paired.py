@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -419,9 +420,8 @@ def reference_run(out_dir: Path, episodes: pd.DataFrame) -> tuple[Run, pd.DataFr
     kind = next(iter(kinds))
     this = describe(out_dir)
     candidates = []
-    for folder in sorted(out_dir.resolve().parent.parent.glob("*/*")):  # only folders named as a reference's runs
-        if key(folder.parent.name, kind) not in REFERENCE_KEYS or folder == out_dir.resolve() \
-                or not (folder / "manifest.json").exists():
+    for folder in _reference_folders(out_dir.resolve(), kind):
+        if folder == out_dir.resolve() or not (folder / "manifest.json").exists():
             continue
         run = describe(folder)
         # harness.report.runs' one rule: complete, not a sweep job, of this run's family (model=sim_llmlike apart)
@@ -432,6 +432,25 @@ def reference_run(out_dir: Path, episodes: pd.DataFrame) -> tuple[Run, pd.DataFr
         if not theirs.empty and _covers(theirs, episodes):
             return run, theirs
     return None
+
+
+def _reference_folders(out_dir: Path, kind: str) -> list[Path]:
+    """The run folders under the siblings of this run's experiment folder that are named as a reference's: only
+    those are listed (`glob("*/*")` of the grandparent listed all of /tmp/*/* for out_dir=/tmp/a/b, and a folder
+    another process removed meanwhile ended a finished run in a traceback); one that cannot be listed is none."""
+    found = []
+    for parent in _listed(out_dir.parent.parent):
+        if key(parent.name, kind) in REFERENCE_KEYS:
+            found += _listed(parent)
+    return sorted(found)
+
+
+def _listed(folder: Path) -> list[Path]:
+    try:
+        with os.scandir(folder) as entries:
+            return [Path(e.path) for e in entries if e.is_dir()]
+    except OSError:
+        return []
 
 
 def _covers(reference: pd.DataFrame, mine: pd.DataFrame) -> bool:
