@@ -60,6 +60,16 @@ def check() -> None:
         raise Interrupted(stop_reason())
 
 
+def sleep(seconds: float, slice_s: float = 0.25) -> None:
+    """time.sleep that a stop ends: in slices, `check()` between them (a run told to stop waited out every thread's
+    retry backoff of up to a minute, then reported them as blocked in a request)."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        check()
+        time.sleep(min(slice_s, left))
+    check()
+
+
 def stopping() -> bool:
     return _STOP["reason"] is not None
 
@@ -187,7 +197,7 @@ def wait_at_most(alive: Callable[[], int], what: str, between: Callable[[], None
         between()
     if left:
         print(f"\n{left} {what} still running {STOP_GRACE_S if grace_s is None else grace_s:g} s after the stop "
-              "(blocked in a request or a read that does not return): left behind without a transcript; the "
+              "(blocked, e.g. in a request or a read that does not return): left behind without a transcript; the "
               "resume reruns their episodes", file=sys.stderr)
     return left
 

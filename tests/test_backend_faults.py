@@ -404,7 +404,7 @@ def test_a_stop_while_waiting_for_the_rate_limiter_sends_no_request(stub: Any, f
     model = backend(server.base_url)
 
     class StopsWhileWaiting:
-        def acquire(self, tokens: int) -> float:
+        def acquire(self, tokens: int, check: Any = None) -> float:
             lifecycle.request_stop("stopped while waiting for the rate limit")
             return 1.0
 
@@ -420,7 +420,7 @@ def test_a_stopping_run_does_not_wait_for_the_rate_limiter(stub: Any, fresh_life
     waited: list[int] = []
 
     class Recording:
-        def acquire(self, tokens: int) -> float:
+        def acquire(self, tokens: int, check: Any = None) -> float:
             waited.append(tokens)
             return 0.0
 
@@ -440,7 +440,7 @@ def test_no_new_attempt_after_a_stop_between_retries(stub: Any, fresh_lifecycle:
     model, waited = backend(server.base_url), []
 
     class Recording:  # the retry does not even wait for (or spend) the rate limit: the stop is checked first
-        def acquire(self, tokens: int) -> float:
+        def acquire(self, tokens: int, check: Any = None) -> float:
             waited.append(tokens)
             return 0.0
 

@@ -121,3 +121,27 @@ def test_observed_request_rate_against_a_loopback_server_stays_under_the_bound()
         elapsed = time.monotonic() - start
         sent = server.requests
     assert sent <= 10 + 10 * elapsed + 1
+
+
+def test_a_stop_ends_the_wait_for_the_limits_and_a_retrys_backoff(fresh_lifecycle: None) -> None:
+    """A run told to stop waited out each thread's wait for the rate limit (a minute at rpm=1) or its retry backoff
+    (40 s), then called them blocked in a request: both waits end at the next slice (CHECK_S)."""
+    from harness import lifecycle
+
+    rl, clock = limiter(rpm=1, tpm=None)
+    rl.acquire(1)  # the one request the bucket holds: the next waits 60 s
+    stops = iter([None, None, "stop"])
+
+    def check() -> None:
+        if next(stops) == "stop":
+            raise lifecycle.Interrupted("stop")
+
+    start = clock.now
+    with pytest.raises(lifecycle.Interrupted):
+        rl.acquire(1, check)
+    assert clock.now - start <= 1.0  # three slices, not the minute
+    lifecycle.request_stop("stop")
+    started = time.monotonic()
+    with pytest.raises(lifecycle.Interrupted):
+        lifecycle.sleep(40)
+    assert time.monotonic() - started < 1.0

@@ -510,7 +510,7 @@ class OpenAICompatible:
 
         def attempt() -> dict[str, Any]:  # every attempt, retries included, goes through the rate limits
             lifecycle.check()  # a stopping run sends no new request
-            self.limiter.acquire(estimate)
+            self.limiter.acquire(estimate, lifecycle.check)  # (its wait ends at a stop)
             lifecycle.check()  # acquiring may have slept while the run was told to stop
             with held_slot(self.gate, lifecycle.check):  # a 429/503 cuts the calls in flight, successes restore them
                 return self._call(body)
@@ -593,7 +593,7 @@ class OpenAICompatible:
                 delay = self.retry_policy.delay(attempt, retry_after_seconds(exc), self.rng)
                 retries.append({"attempt": attempt + 1, "error": type(exc).__name__, "delay_s": round(delay, 3)})
                 log.warning("model call failed (%s); retry %d in %.2f s", reason[:300], attempt + 1, delay)
-                time.sleep(delay)
+                lifecycle.sleep(delay)  # (a stop ends the wait: it waited out a minute's backoff)
         raise AssertionError("unreachable")
 
     def _completion(self, raw: dict[str, Any], cached: bool, retries: list[dict[str, Any]],

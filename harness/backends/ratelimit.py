@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 # and a clock that did not move (a coarse or fake clock) would then spin on ever tinier waits.
 _EPSILON_S = 1e-9
 NOTICE_S = 5.0  # calls' total wait for the limits after which the run is told once (RateLimiter._notice)
+CHECK_S = 0.25  # a wait for the limits is slept in slices of this, a stop checked between them
 log = logging.getLogger("harness.backends")
 
 
@@ -63,8 +64,9 @@ class RateLimiter:
                 waits.append((need - self._tokens) * 60 / self.tpm)
         return max(waits)
 
-    def acquire(self, tokens: int) -> float:
-        """Block until the request may go; returns the seconds waited."""
+    def acquire(self, tokens: int, check: Callable[[], None] = lambda: None) -> float:
+        """Block until the request may go; returns the seconds waited. The wait is slept in slices with `check`
+        between them (a stopping run raises there: a stop waited out every thread's wait for the rate limit)."""
         waited = 0.0
         while True:
             with self._lock:
@@ -76,9 +78,11 @@ class RateLimiter:
                     if self.tpm:
                         self._tokens -= tokens  # may go negative: the debt of an oversized request
                     return waited
+            wait = min(wait, CHECK_S)
             self._sleep(wait)
             waited += wait
             self._notice(wait)
+            check()
 
     def _notice(self, wait: float) -> None:
         """Once, when calls have waited NOTICE_S in all: a run against an endpoint with no limits of its own (a local
