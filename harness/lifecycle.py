@@ -292,7 +292,7 @@ class CostMeter:
     cost when it returns (`settle`). A call whose reservation does not fit under the cap (spent + reserved + it >
     cap) is not sent: the run stops, cleanly and resumably. So the spend stays within the cap, unless a provider
     bills more than the reservation (it counts more input tokens than the local tokenizer, or ignores the output
-    limit), and then by at most that call's difference.
+    limit), and then by at most the sum of those differences over the calls in flight together.
 
     With a ledger (`out_dir/spent_usd.txt`, one number: spent + reserved) the state lives in that file, read and
     written under an flock, so the threads of a run and its forked worker processes (`hybrid` runs) share one

@@ -217,3 +217,22 @@ def test_the_key_is_computed_only_when_a_cache_is_on(tmp_path: Path, monkeypatch
         on.generate(MESSAGES, [])
         assert len(calls) == 1 and len(entries(tmp_path)) == 1  # keyed once: looked up, then stored
         assert on.generate(MESSAGES, []).cached and len(calls) == 2 and s.requests == 2
+
+
+def test_a_killed_writes_temp_file_is_removed_once_stale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGKILL during `put` left `.<key>.json.<random>.tmp` in the cache folder for good; one older than an hour
+    goes when a process opens the folder, a fresh one (another run writing it now) stays."""
+    import os
+
+    from harness.backends import cache as cache_module
+
+    (tmp_path / "ab").mkdir()
+    old, fresh = tmp_path / "ab" / ".abcd.json.x1y2.tmp", tmp_path / "ab" / ".abce.json.z9.tmp"
+    entry = tmp_path / "ab" / "abcd.json"
+    for path in (old, fresh, entry):
+        path.write_text("{")
+    os.utime(old, (1, 1))
+    os.utime(entry, (1, 1))
+    monkeypatch.setattr(cache_module, "_SWEPT", set())
+    cache_module.ResponseCache(tmp_path)
+    assert not old.exists() and fresh.exists() and entry.exists()

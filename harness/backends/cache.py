@@ -16,9 +16,12 @@ runs never leave a half-written entry.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -74,9 +77,16 @@ def _message_problem(msg: dict[str, Any]) -> str | None:
     return None
 
 
+STALE_TEMP_S = 3600.0  # a cache write's temp file older than this is a killed write's, not another run's
+_SWEPT: set[str] = set()  # cache folders swept in this process
+
+
 class ResponseCache:
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
+        if str(self.directory) not in _SWEPT:
+            _SWEPT.add(str(self.directory))
+            _remove_stale_temps(self.directory)
 
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.json"
@@ -108,3 +118,24 @@ class ResponseCache:
     def put(self, key: str, value: dict[str, Any]) -> None:
         entry = {**value, KEY_FIELD: key}
         atomic_write(self._path(key), json.dumps({**entry, HASH_FIELD: content_hash(entry)}, sort_keys=True))
+
+
+def _remove_stale_temps(directory: Path) -> None:
+    """A SIGKILL in the middle of `put` leaves its temp file (`.<key>.json.<random>.tmp`) for good: removed once per
+    folder and process when older than STALE_TEMP_S (other runs may share the folder, writing theirs right now)."""
+    now = time.time()
+    try:
+        subdirs = [e.path for e in os.scandir(directory) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for sub in subdirs:
+        try:
+            with os.scandir(sub) as entries:
+                stale = [e.path for e in entries if e.name.startswith(".") and e.name.endswith(".tmp")
+                         and ".json." in e.name and e.is_file(follow_symlinks=False)
+                         and now - e.stat(follow_symlinks=False).st_mtime > STALE_TEMP_S]
+        except OSError:
+            continue
+        for path in stale:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
