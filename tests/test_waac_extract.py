@@ -442,3 +442,17 @@ def test_the_waac_config_builds_the_extractor(summarizer: str, llm: bool, monkey
     extractor: Any = instantiate(cfg.policy.extractor)
     assert isinstance(extractor, Extractor) and (extractor.aux is not None) is llm
     assert [p.name for p in extractor.parsers] == list(PARSERS)
+
+
+def test_a_text_is_split_into_lines_once_for_all_the_parsers_tried_on_it() -> None:
+    """Each parser split the text anew (a 200,000-line result took seconds, split seven times): the last text's
+    lines are kept, and each call still gets a list of its own."""
+    from harness.waac.extract.parts import split_lines
+
+    text = "a: 1\nb: 2\n"
+    first = split_lines(text)
+    first.clear()  # a parser's own list: what it does to it does not reach the next parser
+    again = split_lines(text)
+    assert [ln.text for ln in again] == ["a: 1", "b: 2"]
+    assert split_lines(text)[0] is again[0]  # the same lines, not split again
+    assert split_lines("a: 1\nb: 2\n".replace("2", "3"))[1].text == "b: 3"
