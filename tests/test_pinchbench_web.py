@@ -206,19 +206,37 @@ def test_web_fetch_of_a_server_that_drips_ends_at_its_timeout(fake: Fake, settin
     from dataclasses import replace
 
     web = WebTools(replace(settings, fetch=replace(settings.fetch, timeout_s=1)), lambda p: tmp_path / p)
+    outcome = _outcome_within(lambda: web.web_fetch({"url": f"{fake.url}/drip"}), 30)  # the drip lasts a minute
+    assert isinstance(outcome, WebError) and "within 1 s" in str(outcome)
+
+
+def _outcome_within(call: Any, seconds: float) -> BaseException | str:
+    """What `call` returned or raised, asserted to come within `seconds` (in a thread: a hang fails, not waits)."""
     outcome: list[BaseException | str] = []
 
-    def fetch() -> None:
+    def run() -> None:
         try:
-            outcome.append(web.web_fetch({"url": f"{fake.url}/drip"}))
+            outcome.append(call())
         except BaseException as exc:
             outcome.append(exc)
 
-    worker = threading.Thread(target=fetch, daemon=True)
+    worker = threading.Thread(target=run, daemon=True)
     worker.start()
-    worker.join(30)  # the drip lasts a minute
-    assert not worker.is_alive() and outcome, "web_fetch was still reading the drip after 30 s"
-    assert isinstance(outcome[0], WebError) and "within 1 s" in str(outcome[0])
+    worker.join(seconds)
+    assert not worker.is_alive() and outcome, f"still reading the drip after {seconds:g} s"
+    return outcome[0]
+
+
+def test_web_search_of_an_api_that_drips_ends_at_its_timeout(fake: Fake, settings: NetworkSettings,
+                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search API's answer was read with httpx's per-read timeout only, as web_fetch's once was."""
+    from dataclasses import replace
+
+    monkeypatch.setenv(settings.search.api_key_env, "k")
+    slow = replace(settings, search=replace(settings.search, base_url=f"{fake.url}/drip", timeout_s=1))
+    web = WebTools(slow, lambda p: tmp_path / p)
+    outcome = _outcome_within(lambda: web.web_search({"query": "x"}), 30)
+    assert isinstance(outcome, WebError) and "within 1 s" in str(outcome)
 
 
 def test_web_fetch_refusals(web: WebTools, fake: Fake, settings: NetworkSettings) -> None:

@@ -45,6 +45,8 @@ DEFAULT_USER_AGENT = ("Mozilla/5.0 (Macintosh; Intel Mac OS X 14_7_2) AppleWebKi
                       "Chrome/122.0.0.0 Safari/537.36")  # web-fetch.ts DEFAULT_FETCH_USER_AGENT
 MIN_MAX_CHARS = 100  # web-fetch.ts: maxChars minimum
 ERROR_MAX_CHARS = 4000  # web-fetch.ts DEFAULT_ERROR_MAX_CHARS
+API_MAX_BYTES = 8 * 2**20  # a search API answer at most (read as a fetch is: whole within its timeout)
+IMAGE_MAX_BYTES = 32 * 2**20  # a generated image downloaded at most
 
 
 def _spec(name: str, description: str, props: dict[str, Any], required: list[str]) -> ToolSpec:
@@ -205,16 +207,14 @@ class WebTools:
             if value := _string(args, name):
                 params[name] = value
         start = time.monotonic()
+        status, body = bounded_get(cfg.base_url, cfg.timeout_s, "Brave Search API request", params=params,
+                                   headers={"Accept": "application/json", "X-Subscription-Token": key})
+        if status >= 400:
+            raise WebError(f"Brave Search API error ({status}): "
+                           f"{body.decode('utf-8', errors='replace')[:ERROR_MAX_CHARS]}")
         try:
-            res = httpx.get(cfg.base_url, params=params, timeout=cfg.timeout_s,
-                            headers={"Accept": "application/json", "X-Subscription-Token": key})
-        except httpx.HTTPError as exc:
-            raise WebError(f"Brave Search API request failed: {one_line(exc)}") from None
-        if res.status_code >= 400:
-            raise WebError(f"Brave Search API error ({res.status_code}): {res.text[:ERROR_MAX_CHARS]}")
-        try:
-            results = (res.json().get("web") or {}).get("results") or []
-        except (ValueError, AttributeError):
+            results = (json.loads(body).get("web") or {}).get("results") or []
+        except (ValueError, AttributeError, RecursionError):
             raise WebError("Brave Search API returned a response that is not JSON") from None
         mapped = [_search_result(r) for r in results if isinstance(r, dict)]
         return _json({"query": query, "provider": "brave", "count": len(mapped),
@@ -275,12 +275,10 @@ def _image_bytes(cfg: ImageSettings, prompt: str) -> bytes:
     if item is not None and item.b64_json:
         return base64.b64decode(item.b64_json)
     if item is not None and item.url:
-        try:
-            res = httpx.get(item.url, timeout=cfg.timeout_s)
-            res.raise_for_status()
-        except httpx.HTTPError as exc:
-            raise WebError(f"image download failed: {one_line(exc)}") from None
-        return res.content
+        status, body = bounded_get(item.url, cfg.timeout_s, "image download", cap=IMAGE_MAX_BYTES)
+        if status >= 400:
+            raise WebError(f"image download failed ({status})")
+        return body
     raise WebError("image generation returned no image")
 
 
@@ -324,15 +322,30 @@ def fetch(url: str, cfg: FetchSettings, allow_loopback: bool) -> tuple[int, str,
     raise WebError(f"Web fetch failed: more than {cfg.max_redirects} redirects")
 
 
-def _read_capped(res: httpx.Response, cap: int, deadline: float, timeout_s: float) -> tuple[bytes, bool]:
+def _read_capped(res: httpx.Response, cap: int, deadline: float, timeout_s: float,
+                 what: str = "Web fetch") -> tuple[bytes, bool]:
     buf = bytearray()
     for chunk in res.iter_bytes():
         buf += chunk
         if len(buf) > cap:
             return bytes(buf[:cap]), True
         if time.monotonic() > deadline:
-            raise WebError(f"Web fetch failed: no whole response within {timeout_s:g} s")
+            raise WebError(f"{what} failed: no whole response within {timeout_s:g} s")
     return bytes(buf), False
+
+
+def bounded_get(url: str, timeout_s: float, what: str, cap: int = API_MAX_BYTES, **options: Any) -> tuple[int, bytes]:
+    """(status, body) of a GET read within timeout_s in all and at most `cap` bytes, as `fetch` reads a page:
+    httpx's timeout is per read, so the search API or an image host dripping a byte a second held the episode."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        with httpx.Client(timeout=timeout_s) as client, client.stream("GET", url, **options) as res:
+            body, cut = _read_capped(res, cap, deadline, timeout_s, what)
+            if cut:
+                raise WebError(f"{what} failed: the response passed {cap:,} bytes")
+            return res.status_code, body
+    except httpx.HTTPError as exc:
+        raise WebError(f"{what} failed: {one_line(exc)}") from None
 
 
 def check_url(url: str, allow_loopback: bool = False) -> None:
