@@ -493,8 +493,8 @@ def _render(node: _Node, depth: int, inside: bool, lines: list[str], elements: l
         text = f"[{len(elements)}] {text}"
     for child in node.children:
         if child.key.startswith("/"):
-            value = shortened(child.value, URL_CHARS) if isinstance(child.value, str) else child.value  # (2 MB)
-            text += f" -> {value}" if child.key == "/url" else f" {child.key[1:]}={json.dumps(value)}"
+            prop = shortened(child.value, URL_CHARS) if isinstance(child.value, str) else child.value  # (2 MB)
+            text += f" -> {prop}" if child.key == "/url" else f" {child.key[1:]}={json.dumps(prop)}"
     value = node.value if node.value is not None or ref not in texts else collapsed(texts[ref])
     if numbered and node.value is not None:  # a field's own value (1 MB typed into it filled the whole result;
         value = shortened(node.value, EDITABLE_CHARS)  # an editor's text, from `texts`, is cut as it is read)

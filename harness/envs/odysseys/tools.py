@@ -177,9 +177,9 @@ class BrowserTools:
             content, is_error = f"{content}\n\nError: {note}", True  # its numbers with it
         elif note and self.mode != "aria":
             content += f"\n(no screenshot: {note})"
-        return BrowserResult(content, is_error, shortened(self.browser.url(), URL_CHARS), shot, truncated, len(text),
-                             self.cap, misses,
-                             self.step, note, images, tabs)
+        url = shortened(self.browser.url(), URL_CHARS)
+        return BrowserResult(content, is_error, url, shot, truncated, len(text), self.cap, misses, self.step, note,
+                             images, tabs)
 
     def _screenshot(self) -> tuple[str | None, ActionError | None]:
         if self.screenshots_dir is None:
