@@ -603,12 +603,15 @@ class OpenAICompatible:
         info: dict[str, Any] = {"finish_reason": (raw.get("choices") or [{}])[0].get("finish_reason")}
         if retries:
             info["retries"] = retries
-        tokens, invalid = parse_usage(usage)
+        tokens, invalid = parse_usage(usage, local_input_tokens)
         if tokens is not None and local_input_tokens:
             tokens = plausible(tokens, local_input_tokens, self.output_limit({}), invalid)
         if tokens is None:  # no usage, or counts that are not numbers: the harness's own count, flagged, never 0
             tokens = Usage(local_input_tokens, self.tokens.message(message))
             info["usage_missing"] = True
+            if usage is None:  # (fields that are not counts are warned about below)
+                _warn_once(f"{self.name}: the endpoint reports no token usage: tokens and costs are the harness's "
+                           "own count, flagged (usage_missing; the tables say so)")
         elif reports_cache(usage):
             info["cache_reported"] = True
         if invalid:
@@ -681,10 +684,11 @@ def _as_count(value: Any) -> int | None:
     return n if n <= MAX_COUNT else None  # 10**30 "tokens" overflowed the tables' int64 (every resume crashed)
 
 
-def parse_usage(usage: Any) -> tuple[Usage | None, dict[str, str]]:
+def parse_usage(usage: Any, local_input: int = 0) -> tuple[Usage | None, dict[str, str]]:
     """The API's usage (None when it has no usable prompt and completion counts: the caller counts locally), and
     the fields present that are not counts (field -> its value's repr), for the flag. A detail that is not a count
-    (cached or reasoning tokens) is 0: cached input is then priced as input, the safe side."""
+    (cached or reasoning tokens) is 0: cached input is then priced as input, the safe side. `local_input`: the
+    harness's own count of the prompt (0: unknown), which tells whether cache counts are inside prompt_tokens."""
     if usage is None:
         return None, {}
     if not isinstance(usage, dict):
@@ -711,6 +715,8 @@ def parse_usage(usage: Any) -> tuple[Usage | None, dict[str, str]]:
     cached = count(prompt_details, "cached_tokens", "prompt_tokens_details.cached_tokens")
     if cached is None:  # Anthropic-style counts as LiteLLM passes them through (prompt_tokens includes them)
         cached = count(usage, "cache_read_input_tokens", "cache_read_input_tokens")
+    if cached is None:  # DeepSeek's name (inside prompt_tokens, as its prompt_cache_miss_tokens is the rest)
+        cached = count(usage, "prompt_cache_hit_tokens", "prompt_cache_hit_tokens")
     written = count(usage, "cache_creation_input_tokens", "cache_creation_input_tokens")
     if written is None:  # OpenRouter's name for the same count
         written = count(prompt_details, "cache_write_tokens", "prompt_tokens_details.cache_write_tokens")
@@ -721,13 +727,26 @@ def parse_usage(usage: Any) -> tuple[Usage | None, dict[str, str]]:
     if prompt is None or completion is None or prompt == 0:  # both counted locally, never a silent 0
         return None, invalid
     # Counts that cannot be inside their totals are not: reasoning above completion_tokens (a Gemini layer reports
-    # completion 0, reasoning 60) is output beside it; cache reads and writes above prompt_tokens (a LiteLLM that
-    # adds only the reads, as Anthropic's own input_tokens holds neither) leave the writes out of the prompt.
+    # completion 0, reasoning 60) is output beside it.
     if reasoning and reasoning > completion:
         completion += reasoning
-    if written and (cached or 0) + written > prompt:
-        prompt += written
-    return Usage(prompt, completion, cached or 0, reasoning or 0, written or 0), invalid
+    return Usage(prompt + _beside(prompt, cached or 0, written or 0, local_input), completion, cached or 0,
+                 reasoning or 0, written or 0), invalid
+
+
+def _beside(prompt: int, read: int, written: int, local_input: int) -> int:
+    """The cache counts prompt_tokens leaves out. Endpoints differ: OpenAI, DeepSeek and OpenRouter count reads
+    (and writes) inside prompt_tokens; Anthropic's own input_tokens holds neither, and LiteLLM's versions pass it
+    through with both, the reads only, or neither added. Counts that cannot be inside are not (reads above
+    prompt_tokens: reads and writes beside; reads and writes together above it: the writes beside). Otherwise,
+    with the harness's own count of the prompt, the reading whose total is nearest to it (tokenizers differ by tens
+    of percent; a cache count small enough to be unclear changes the total little), else all inside."""
+    if read > prompt:
+        return read + written
+    readings = [0, written, read + written] if local_input else [0]
+    if read + written > prompt:
+        readings = [r for r in readings if r] or [written]
+    return min(readings, key=lambda extra: abs(prompt + extra - local_input))
 
 
 def plausible(tokens: Usage, local_input: int, output_limit: int, invalid: dict[str, str]) -> Usage:
@@ -747,7 +766,8 @@ def plausible(tokens: Usage, local_input: int, output_limit: int, invalid: dict[
 
 
 CACHE_FIELDS = (("prompt_tokens_details", "cached_tokens"), ("prompt_tokens_details", "cache_write_tokens"),
-                (None, "cache_read_input_tokens"), (None, "cache_creation_input_tokens"))
+                (None, "cache_read_input_tokens"), (None, "cache_creation_input_tokens"),
+                (None, "prompt_cache_hit_tokens"))
 
 
 def reports_cache(usage: Any) -> bool:

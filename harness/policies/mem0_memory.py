@@ -325,11 +325,11 @@ class Mem0Memory(ContextPolicy):
         # read as the harness's own client reads usage (openai_compat): counts that are no counts (10**30 crashed
         # the tables) or implausible for the call (10**12 on the spend ledger) are not billed as sent
         dump = getattr(usage, "model_dump", None)  # (the SDK's CompletionUsage; None: no usage)
-        reported, invalid = parse_usage(dump() if dump is not None else usage)
         tokens = self._tokens or TokenCounter()
         text = response.choices[0].message.content or "" if getattr(response, "choices", None) else ""
         local = Usage(sum(tokens.text(str(m.get("content", ""))) for m in params.get("messages", [])),
                       tokens.text(text))
+        reported, invalid = parse_usage(dump() if dump is not None else usage, local.input_tokens)
         backend = getattr(self.summarizer, "backend", None)
         got = local if reported is None else plausible(reported, local.input_tokens,
                                                         int(getattr(backend, "max_output_tokens", 4096)), invalid)
