@@ -117,8 +117,12 @@ def cache_model(kind: str | None, expiry_min: float | None = None, min_tokens: i
     if kind not in KINDS:
         raise InputError(f"pricing.cache={kind!r} is not a cache model; valid: auto, {', '.join(KINDS)}")
     for key, value in (("pricing.expiry_min", expiry_min), ("pricing.min_tokens", min_tokens)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
+        # (nan passed `<= 0` and turned the cache off without a word; inf crashed in int())
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not math.isfinite(value) or value <= 0):
             raise InputError(f"{key}={value!r} must be a positive number")
+    if min_tokens is not None and min_tokens != int(min_tokens):
+        raise InputError(f"pricing.min_tokens={min_tokens!r} must be a whole number of tokens")
     base = CacheModel(kind)  # type: ignore[arg-type]
     expiry = float(expiry_min or base.expiry_min)
     if base.kind == "anthropic" and expiry not in ANTHROPIC_TTL_MIN:
