@@ -57,6 +57,7 @@ from harness.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_JOB_FAILED, EXIT_J
 from harness.executors import execute, plan
 from harness.io import atomic_write
 from harness.policies.budget import budget_tokens
+from harness.pricing import SHEETS
 from harness.pricing import settings as pricing_settings
 from harness.records import build_tables, remove_interrupted_writes, transcript_path, write_transcript
 from harness.resume import (
@@ -170,6 +171,15 @@ def run(cfg: DictConfig, verbose: bool = True) -> pd.DataFrame:
         return _run(served, verbose)
 
 
+def _warn_other_sheet(sheet: str, agent: Any) -> None:
+    """The cost table prices every run on one sheet (pricing.sheet, default gpt-5.4-mini): a run of a model that has
+    a sheet of its own, priced on another, is an easy trap (the billed cost_usd and the table's then differ)."""
+    model = str(getattr(agent, "model", ""))
+    if model in SHEETS and model != sheet:
+        log.warning("the agent is %s, which has a price sheet of its own, but the cost table prices this run on "
+                    "pricing.sheet=%s (pricing.sheet=%s prices it as billed)", model, sheet, model)
+
+
 def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
     started = time.monotonic()
     lifecycle.reset()
@@ -179,8 +189,9 @@ def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
         check_shape(cfg)
         domain = build_domain(cfg)
         check_policy_model(cfg)
-        pricing_settings(cfg.get("pricing"))  # a bad pricing block: one line before any episode
+        sheet, _ = pricing_settings(cfg.get("pricing"))  # a bad pricing block: one line before any episode
         backends = preflight.real_backends(cfg, cfg.seed)
+        _warn_other_sheet(sheet.name, backends.get("agent"))
         preflight.check_cost_cap(cfg.max_cost_usd, backends)
         if cfg.dry_run:
             return _dry_run(cfg, domain, backends)

@@ -231,3 +231,15 @@ def test_crashed_episodes_are_named_under_the_table_and_a_run_where_all_crashed_
     runner.run(config(tmp_path / "job"))
     assert "crashed; 3 with: ValueError: always" in capsys.readouterr().err and len(runner.JOBS_FAILED) == 1
     assert runner.judge_status() == 1
+
+
+def test_steps_without_the_endpoints_usage_are_said_to_be_counted_locally() -> None:
+    """A run whose endpoint reported no usage (35 of 35 steps) showed tokens and costs as if billed; the console and
+    every table built with mismatch_notes (the cost table's too) say how many steps were the harness's own count."""
+    from harness.report.runs import mismatch_notes
+
+    frame = episodes(n_runs=1, n_tasks=3).assign(n_steps=10, usage_missing_steps=[0, 4, 10])
+    assert "WARNING: c3: the endpoint reported no token usage for 14 of 30 steps" in render(frame)
+    assert any("no token usage for 14 of 30 steps" in n for n in mismatch_notes(frame, ["c3"]))
+    reported = frame.assign(usage_missing_steps=0)
+    assert "no token usage" not in render(reported) and not mismatch_notes(reported, ["c3"])

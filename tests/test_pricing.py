@@ -191,6 +191,9 @@ def test_costs_on_the_default_sheet_by_hand() -> None:
                                               ({"cache": "lru"}, "pricing.cache='lru'"),
                                               ({"expiry_min": -1}, "pricing.expiry_min"),
                                               ({"min_tokens": 0}, "pricing.min_tokens=0"),  # not the sheet's
+                                              ({"expiry_min": math.nan}, "pricing.expiry_min=nan"),  # cache off
+                                              ({"min_tokens": math.inf}, "pricing.min_tokens=inf"),  # a crash
+                                              ({"min_tokens": 1.5}, "pricing.min_tokens=1.5 must be a whole"),
                                               ({"ttl": 5}, "pricing.ttl is not a pricing setting")])
 def test_bad_pricing_settings_are_one_line(block: dict[str, Any], match: str) -> None:
     with pytest.raises(InputError, match=match):
@@ -231,6 +234,28 @@ def test_usage_details_of_openai_litellm_and_openrouter() -> None:
     beside = {"prompt_tokens": 0 + 3 + 50_000, "completion_tokens": 0, "cache_read_input_tokens": 50_000,
               "cache_creation_input_tokens": 2_000, "completion_tokens_details": {"reasoning_tokens": 60}}
     assert parse_usage(beside)[0] == Usage(52_003, 60, 50_000, 60, 2_000)
+
+
+def test_usage_cache_counts_inside_or_beside_the_prompt() -> None:
+    # DeepSeek's names: the hit is inside prompt_tokens (its miss count is the rest), and it is a reported count
+    deepseek = {"prompt_tokens": 2006, "completion_tokens": 5, "prompt_cache_hit_tokens": 1920,
+                "prompt_cache_miss_tokens": 86}
+    assert parse_usage(deepseek)[0] == Usage(2006, 5, 1920, 0, 0)
+    assert reports_cache(deepseek)
+    # reads above prompt_tokens cannot be inside it (Anthropic's own input_tokens holds neither): beside, with the
+    # writes, so the share read from cache never passes 100%
+    anthropic = {"prompt_tokens": 2006, "completion_tokens": 5, "cache_read_input_tokens": 5000,
+                 "cache_creation_input_tokens": 300}
+    assert parse_usage(anthropic)[0] == Usage(7306, 5, 5000, 0, 300)
+    # all three readings fit the numbers: the one nearest the harness's own count of the prompt is taken
+    both = {"prompt_tokens": 4000, "completion_tokens": 5, "cache_read_input_tokens": 1000,
+            "cache_creation_input_tokens": 2000}
+    assert parse_usage(both, local_input=5900)[0] == Usage(6000, 5, 1000, 0, 2000)  # writes beside (LiteLLM)
+    assert parse_usage(both, local_input=4100)[0] == Usage(4000, 5, 1000, 0, 2000)  # all inside (OpenRouter)
+    assert parse_usage(both, local_input=7200)[0] == Usage(7000, 5, 1000, 0, 2000)  # neither inside (Anthropic)
+    assert parse_usage(both)[0] == Usage(4000, 5, 1000, 0, 2000)  # no count of ours: inside, as OpenAI's are
+    openai = {"prompt_tokens": 10_000, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 9000}}
+    assert parse_usage(openai, local_input=10_050)[0] == Usage(10_000, 5, 9000, 0, 0)
 
 
 class _Fixed:
@@ -416,3 +441,18 @@ def test_the_cost_figure_draws_a_bar_over_runs_per_experiment(tmp_path: Path, mo
     assert len(bars) == 2 and left.get_legend().get_title().get_text() == "n=2 runs"
     lows = bars[1].errorbar.lines[2][0].get_segments()[0]  # c2 with the cache: runs 1.0 and 3.0, mean 2.0
     assert lows[0][1] < 2.0 < lows[1][1]
+
+
+def test_a_run_of_a_model_with_its_own_sheet_priced_on_another_is_warned_about(caplog: pytest.LogCaptureFixture
+                                                                               ) -> None:
+    from types import SimpleNamespace
+
+    from harness.run import _warn_other_sheet
+
+    _warn_other_sheet("gpt-5.4-mini", SimpleNamespace(model="gpt-5"))
+    assert "the agent is gpt-5, which has a price sheet of its own" in caplog.text
+    caplog.clear()
+    for sheet, agent in (("gpt-5", SimpleNamespace(model="gpt-5")), ("gpt-5.4-mini", SimpleNamespace(model="llama")),
+                         ("gpt-5.4-mini", None)):
+        _warn_other_sheet(sheet, agent)
+    assert not caplog.text

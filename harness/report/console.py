@@ -13,6 +13,7 @@ import pandas as pd
 from harness.outcome import FAILED
 from harness.report import paired
 from harness.report.pinchbench_tables import console_lines
+from harness.report.runs import usage_notes
 from harness.report.stats import fmt, mean_ci
 
 # (label, column or derived per-run aggregate, how to aggregate over tasks in a run, digits, scale)
@@ -122,6 +123,7 @@ def render(episodes: pd.DataFrame, elapsed_s: float | None = None, written: int 
         "rows marked total: over all runs) ==",
         *_partial(record),
         *_few_runs(episodes),
+        *usage_notes(episodes, list(dict.fromkeys(episodes.experiment))),
         summary_table(episodes).to_string(),
         "", "Terminations (episodes):", terms.to_string(),
         *([""] + benchmark if benchmark else []),

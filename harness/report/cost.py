@@ -24,7 +24,7 @@ from harness.report.names import short
 from harness.report.output import save_figure, write
 from harness.report.pinchbench_tables import EXPENSE, PINCHBENCH, Table, kinds_of, select_kind
 from harness.report.reader import EPISODES, read_frame
-from harness.report.runs import Run, status_notes, where
+from harness.report.runs import Run, status_notes, usage_notes, where
 from harness.report.stats import bootstrap_bars, fmt, mean_ci, n_label
 
 KINDS = (EXPENSE, PINCHBENCH, "odysseys")
@@ -64,8 +64,10 @@ def cost_table(episodes: pd.DataFrame, kind: str) -> pd.DataFrame:
             "cache-read share": f"{read / inputs:.1%}" if inputs else "n/a",
             "written to cache": f"{g.cache_write_tokens.sum() / inputs:.1%}" if inputs else "n/a",
             "USD / episode, cached": fmt(*cached, digits=4), "USD / episode, no cache": fmt(*plain, digits=4),
+            # (n/a with an unpriced episode, as the cost columns are: a ratio over the priced ones only read as all)
             "no cache / cached": f"{g.cost_usd_no_cache.sum() / g.cost_usd_cache.sum():.2f}x"
-            if g.cost_usd_cache.sum() > 0 else "n/a",
+            if g.cost_usd_cache.sum() > 0 and g[["cost_usd_cache", "cost_usd_no_cache"]].notna().all(axis=None)
+            else "n/a",
             "cache counts": "/".join(sorted(set(g.cache_source.dropna().astype(str)))) or "n/a",
         })
     return pd.DataFrame(rows)
@@ -99,7 +101,7 @@ def build(results: Path, pins: dict[str, Path] | None = None, found: list[Run] |
         if episodes.empty:
             continue
         used = list(dict.fromkeys(episodes.experiment))
-        notes = status_notes(runs, used) + notes_of(episodes)
+        notes = status_notes(runs, used) + usage_notes(episodes, used) + notes_of(episodes)
         notes.append("NOTE: runs: " + "; ".join(f"{short(n, kind)} = {where(runs[n].path, results)}" for n in used))
         name = f"{kind.replace(' ', '_')}_cost"
         built.append((Table(name, cost_table(episodes, kind), caption(episodes, kind), notes), episodes))

@@ -237,6 +237,21 @@ def mismatch_notes(episodes: pd.DataFrame, names: Iterable[str]) -> list[str]:
             notes.append(f"WARNING: the columns differ in size, tasks x runs ({parts}): their totals and spreads "
                          "do not compare; `--run EXPERIMENT=DIR` pins runs of one size" if key == SIZE else
                          f"WARNING: the columns do not share the same {key} ({parts})")
+    return notes + usage_notes(episodes, names)
+
+
+def usage_notes(episodes: pd.DataFrame, names: Iterable[str]) -> list[str]:
+    """A WARNING per column with steps whose endpoint reported no usage: their tokens and costs are the harness's
+    own count (its tokenizer, its price sheet), not the endpoint's bill (the columns said nothing of it)."""
+    if "usage_missing_steps" not in episodes:
+        return []
+    notes = []
+    for name in names:
+        group = episodes[episodes.experiment == name]
+        missing = int(group.usage_missing_steps.fillna(0).sum())
+        if missing:
+            notes.append(f"WARNING: {name}: the endpoint reported no token usage for {missing:,} of "
+                         f"{int(group.n_steps.sum()):,} steps; their tokens and costs are the harness's own count")
     return notes
 
 
