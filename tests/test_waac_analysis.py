@@ -45,7 +45,9 @@ def test_the_papers_path_example() -> None:
     h += exchange("s2", "search", {"q": "y"}, SEARCH)
     assert _levels(h, policy)["w/Path"] == Level.EXACT  # a failed validation did not complete the obligation
     h += exchange("v2", "validate_workbook", {"path": PATH}, '{"Status": "Success", "Report": "ok"}')
-    assert _levels(h, policy)["w/Path"] == Level.DROP  # released as soon as the validation completed
+    # the validation completed: no longer pending, only recoverable while the retry that answered the failed
+    # attempt (a read between the two: still its retry) is the newest observation, through the attempt it drew from
+    assert _levels(h, policy)["w/Path"] == Level.POINTER and policy.graph.conditions("v2") == ["v1/Status"]
     assert policy.graph.g.has_edge("w/Path", "v2/in:path") and policy.graph.g.has_edge("w/Path", "v1/in:path")
     h += exchange("s3", "search", {"q": "z"}, SEARCH)
     levels = _levels(h, policy)
@@ -53,15 +55,16 @@ def test_the_papers_path_example() -> None:
 
 
 def test_failed_attempts_stay_readable_until_answered() -> None:
+    # (a path the task names: a value no observation explains would keep the retry, and through it the attempt)
     policy = WAAC(toy_schemas())
-    h = opening("Validate /x.") + exchange("v1", "validate_workbook", {"path": "/x"},
+    h = opening("Validate /tmp/q3.xlsx.") + exchange("v1", "validate_workbook", {"path": "/tmp/q3.xlsx"},
                                            '{"Status": "Error", "Report": "no"}', True)
     h += exchange("s", "search", {}, SEARCH)
     req = policy.last[0] if _levels(h, policy) else None
     assert req is not None and req.d["v1/Status"] == Level.SUMMARY and "failed:v1" in req.why("v1/Status")
     h += exchange("s2", "search", {}, SEARCH)
     assert _levels(h, policy)["v1/Status"] == Level.SUMMARY  # another tool's success does not answer it
-    h += exchange("v2", "validate_workbook", {"path": "/x"}, '{"Status": "Success", "Report": "ok"}')
+    h += exchange("v2", "validate_workbook", {"path": "/tmp/q3.xlsx"}, '{"Status": "Success", "Report": "ok"}')
     h += exchange("s3", "search", {}, SEARCH)
     assert _levels(h, policy)["v1/Status"] == Level.DROP  # the retry that worked released it
 
@@ -128,8 +131,8 @@ def _steps(*exchanges: list[Message], transfer: Any = None) -> tuple[WAAC, list[
 
 
 def _open_failure(transfer: Any = None) -> tuple[WAAC, list[tuple[dict, dict]]]:
-    """lookup; apply a looked-up code, which fails; another call; the apply again (it works; not a retry:
-    another call came between, but it answers the failure)."""
+    """lookup; apply a looked-up code, which fails; another call; the apply again (it works: a retry, with another
+    call between)."""
     return _steps(LOOKUP, APPLY_FAILS, exchange("s1", "search", {}, SEARCH),
                   exchange("a2", "apply_code", {"code": "ABC-1"}, DONE), transfer=transfer)
 
@@ -148,7 +151,18 @@ def test_data_edges_carry_a_failed_calls_demand_back_to_its_arguments_source() -
     assert policy.graph.data_sources("a1") == [("L/Codes", "Code", "code")]
     assert d1["L/Codes"] == Level.EXACT and sorted(why1["L/Codes"]) == ["failed:a1", "next_action"]
     assert d2["L/Codes"] == Level.POINTER and why2["L/Codes"] == ["failed:a1"]
-    assert "L/Codes" not in d3
+    assert d3["L/Codes"] == Level.POINTER and d3["a1/Status"] == Level.SUMMARY  # through the retry, as _retry's
+
+
+def test_a_retry_answers_its_failed_attempt_whatever_came_between() -> None:
+    """A retry linked to its failed attempt only when it came right after it: with a read between (or a parallel
+    sibling call), the failure's status and message were dropped as the retry's result came in, and kept with the
+    same retry right after it (§3.2.1 control edges; A.3). The newest open failure on the same target is linked."""
+    _, (*_, (adjacent, _), _) = _retry()
+    policy, (*_, (between, _)) = _open_failure()
+    assert policy.graph.conditions("a2") == ["a1/Status"]
+    assert between["a1/Status"] == adjacent["a1/Status"] == Level.SUMMARY
+    assert between["a1/Message"] == adjacent["a1/Message"] == Level.SUMMARY
 
 
 def test_control_edges_carry_a_retrys_demand_back_to_the_attempt_it_answers() -> None:

@@ -376,11 +376,14 @@ class TraceGraph:
 
     # ---- control edges --------------------------------------------------------------------------------
     def _control_edges(self, ev: Event, schema: ToolSchema | None) -> None:
-        prev = self.events[self.order[-2]] if len(self.order) > 1 else None
-        # a retry answers the failed attempt: the same operation on the same target (the schema's), as in
-        # _track_failure — not any next call of the same tool (§3.2.1: observed conditions governing execution)
-        if prev is not None and not prev.ok and prev.target() == ev.target():
-            self._control(prev, ev, "retry")
+        # a retry answers the failed attempt: the newest open failure of the same operation on the same target (the
+        # schema's), as in _track_failure — not any next call of the same tool (§3.2.1: observed conditions
+        # governing execution), and not only the call just before (a read or a parallel sibling between the two
+        # left the failure with no edge: dropped as the retry's result came in, A.3)
+        target = ev.target()
+        failed = next((e for e in reversed(self.open_failures) if self.events[e].target() == target), None)
+        if failed is not None:
+            self._control(self.events[failed], ev, "retry")
         if schema is not None and schema.acts_on_state and self.state_event is not None:
             self._control(self.events[self.state_event], ev, "state")
 
