@@ -302,6 +302,12 @@ def test_summarizer_output_is_checked_for_facts_traceability_and_length() -> Non
     quote = f.value[2:11]  # traceable (a verbatim quote of the source), yet not the required fact
     assert checked_summary(f, [quote], frozenset(), ctx().tokens, f.value) == quote
     assert need and checked_summary(f, [quote], need, ctx().tokens, f.value) is None
+    # a quote is whole at its ends: "8" and "menu item(s)" are in "8 menu item(s) found.", "enu" and "8 men" not
+    assert f.value == "8 menu item(s) found."
+    for traced in ("8", "menu item(s)", "item(s) found."):
+        assert checked_summary(f, [traced], frozenset(), ctx().tokens, f.value) == traced
+    for part in ("enu", "8 men", "s) foun"):
+        assert checked_summary(f, [part], frozenset(), ctx().tokens, f.value) is None
 
 
 def test_projection_keeps_pairs_and_never_touches_the_history() -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -442,10 +443,21 @@ def checked_summary(f: Field, stated: list[str], required: frozenset[str], token
         return None
     if not required <= set(stated):
         return None
-    if not all(s in available or (source is not None and s in source) for s in stated):
+    if not all(s in available or (source is not None and _quoted(s, source)) for s in stated):
         return None
     text = "; ".join(stated)
     return text if tokens.text(text) <= f.spec.summary_tokens else None
+
+
+def _quoted(stated: str, source: str) -> bool:
+    """A verbatim quote of the source, whole at both ends (not a part of a longer word or number): "0" or "Saved"
+    found inside "10" or "Unsaved" traced nothing to the source (A.3)."""
+    stated = stated.strip()
+    if not stated:
+        return False
+    pattern = (("(?<!\\w)" if stated[0].isalnum() else "") + re.escape(stated)
+               + ("(?!\\w)" if stated[-1].isalnum() else ""))
+    return re.search(pattern, source) is not None
 
 
 def _json_content(g: TraceGraph, ev: Event, content: str, reps: dict[str, _Rep],
