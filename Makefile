@@ -22,7 +22,7 @@ SMOLLM_STAMP := $(VENV)/.smollm2-stamp
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-17s %s\n", $$1, $$2}'
 	@echo "  Examples: make run CONFIG=c4   make run CONFIG=c3 ARGS='n_tasks=5 n_runs=1 out_dir=/tmp/r'"
-	@echo "            make run CONFIG=c4 ARGS='model=openai model.model=gpt-5 model.temperature=null model.top_p=null'"
+	@echo "            make run CONFIG=c4 ARGS='model=openai model.model=gpt-5 model.temperature=null model.top_p=null user=llm'"
 	@echo "            (key in \$$OPENAI_API_KEY; gpt-5 takes only its default sampling, the config's is the WAAC paper's)"
 	@echo "            make run CONFIG=c3 ARGS='--cfg job'   make run CONFIG=c2 ARGS='-m policy=full,last_n n_tasks=1'"
 

@@ -180,6 +180,14 @@ def _warn_other_sheet(sheet: str, agent: Any) -> None:
                     "pricing.sheet=%s (pricing.sheet=%s prices it as billed)", model, sheet, model)
 
 
+def _warn_scripted_user(cfg: DictConfig, agent: Any) -> None:
+    """C2-C4's default user is the scripted one, which reads the agent's words by keywords (the simulated agent's
+    questions are worded for it); a real model's are not, and the paper's user is an LLM (GPT-4.1)."""
+    if agent is not None and str((cfg.get("user") or {}).get("_target_", "")).endswith(".ScriptedUser"):
+        log.warning("user=scripted answers a real model by keywords (room, tax, other, folio, ...) and stops on a "
+                    "stated completion; the paper's user model is an LLM: user=llm (user.backend: its endpoint)")
+
+
 def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
     started = time.monotonic()
     lifecycle.reset()
@@ -192,6 +200,7 @@ def _run(cfg: DictConfig, verbose: bool) -> pd.DataFrame:
         sheet, _ = pricing_settings(cfg.get("pricing"))  # a bad pricing block: one line before any episode
         backends = preflight.real_backends(cfg, cfg.seed)
         _warn_other_sheet(sheet.name, backends.get("agent"))
+        _warn_scripted_user(cfg, backends.get("agent"))
         preflight.check_cost_cap(cfg.max_cost_usd, backends)
         if cfg.dry_run:
             return _dry_run(cfg, domain, backends)

@@ -78,6 +78,10 @@ def test_never_reveals_charges_not_on_the_folio(index: int) -> None:
     "Itemisation complete.",
     "The hotel expense is now fully itemized.",
     "Done. Remaining balance is $0.00.",
+    # a real model's wordings (the sim's were the only ones matched)
+    "The remaining balance: 0.00; all lines saved.",
+    "Final remaining balance: 0.00. The itemization is done.",
+    "All set: the itemization has been completed? No: the itemization is finished.",
 ])
 def test_stop_on_completion(text: str) -> None:
     assert ScriptedUser(tasks()[0]).respond(text) == STOP == "###STOP###"
@@ -89,6 +93,11 @@ def test_stop_on_completion(text: str) -> None:
     "the itemization is not finished",
     "Remaining balance is 10.00.",
     "Remaining is 100.00",
+    "Remaining balance is 0.50.",
+    # a question asks the user; a completion taken back in its sentence is none
+    "Is the itemization complete on your side, or are there more charges?",
+    "Can you confirm the itemization is complete?",
+    "Remaining balance is $0.00 after the room rate line, but I still need the parking charges.",
 ])
 def test_no_stop_when_not_finished(text: str) -> None:
     assert STOP not in ScriptedUser(tasks()[0]).respond(text)
@@ -97,3 +106,29 @@ def test_no_stop_when_not_finished(text: str) -> None:
 def test_no_stop_on_negated_completion() -> None:
     reply = ScriptedUser(tasks()[0]).respond("The hotel expense is not fully itemized yet; 120.50 remains.")
     assert STOP not in reply
+
+
+@pytest.mark.parametrize("question", ["Could you please share the hotel folio?",
+                                      "Please list all the charges on your hotel folio.",
+                                      "What charges appear on your hotel bill?"])
+def test_a_question_about_the_whole_folio_gets_the_whole_folio(question: str) -> None:
+    """A real model's wordings got "I'm not sure what you need from me" (only the sim's keywords were read)."""
+    t = task_where(has_all_types)
+    assert sorted(lines_of(ScriptedUser(t).respond(question))) == sorted(describe(f) for f in folio_of(t))
+
+
+def test_a_real_model_with_the_scripted_user_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from harness.run import _warn_scripted_user
+
+    scripted = OmegaConf.create({"user": {"_target_": "harness.envs.expense.user.ScriptedUser"}})
+    _warn_scripted_user(scripted, SimpleNamespace(model="gpt-5"))
+    assert "user=llm" in caplog.text
+    caplog.clear()
+    _warn_scripted_user(scripted, None)  # the simulated agent: no real backend
+    _warn_scripted_user(OmegaConf.create({"user": {"_target_": "harness.envs.expense.user.LLMUser"}}), object())
+    _warn_scripted_user(OmegaConf.create({"user": None}), object())
+    assert not caplog.text

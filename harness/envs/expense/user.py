@@ -15,10 +15,13 @@ from harness.envs.expense.tasks import folio_of
 from harness.types import FolioLine, Message, Task, Usage
 
 LODGING = ("Room rate", "Room tax")
-COMPLETION = re.compile(r"itemi[sz]ation (is )?complete|(?<!not )fully itemi[sz]ed|"
-                        r"remaining (balance )?(is )?(\$)?0\.00", re.I)
+COMPLETION = re.compile(r"itemi[sz]ation (is |has been )?(now )?(complete|done|finished)|(?<!not )fully itemi[sz]ed|"
+                        r"remaining (balance|amount)\W*(is |of |now |at )*\$?0(\.00)?(?!\.?\d)", re.I)
+NOT_DONE = re.compile(r"\b(but|still|except|however|yet to)\b", re.I)  # "... is 0.00, but I still need parking"
+SENTENCE = re.compile(r"(?<=[.!?])\s+|\n")
 ASKS_LODGING = re.compile(r"\b(room|lodging|nightly|night|tax(es)?)\b", re.I)
 ASKS_OTHER = re.compile(r"\b(other|additional|extra|meals?|restaurant|parking|laundry|incidentals?)\b", re.I)
+ASKS_FOLIO = re.compile(r"\b(folio|charges?|bill|receipt|invoice|statement)\b", re.I)  # the whole folio
 
 
 def describe(line: FolioLine) -> str:
@@ -26,17 +29,27 @@ def describe(line: FolioLine) -> str:
     return f"- {line.subcategory}, starting {line.date}: {line.quantity} x {line.daily_rate} = {line.amount}"
 
 
+def reports_completion(agent_text: str) -> bool:
+    """The agent states that the itemization is complete: in a sentence that is no question ("can you confirm the
+    itemization is complete?" asks the user) and takes nothing back ("but I still need the parking charges")."""
+    return any(COMPLETION.search(s) and not s.rstrip().endswith("?") and not NOT_DONE.search(s)
+               for s in SENTENCE.split(agent_text))
+
+
 class ScriptedUser:
     def __init__(self, task: Task) -> None:
         self.folio: list[FolioLine] = folio_of(task)
 
     def respond(self, agent_text: str) -> str:
-        if COMPLETION.search(agent_text):
+        if reports_completion(agent_text):
             return STOP
         parts = []
-        if ASKS_LODGING.search(agent_text):
+        lodging, other = ASKS_LODGING.search(agent_text), ASKS_OTHER.search(agent_text)
+        if not (lodging or other) and ASKS_FOLIO.search(agent_text):  # "please list the charges on your folio"
+            lodging = other = True  # type: ignore[assignment]
+        if lodging:
             parts.append(self._reveal([f for f in self.folio if f.subcategory in LODGING], "lodging"))
-        if ASKS_OTHER.search(agent_text):
+        if other:
             parts.append(self._reveal([f for f in self.folio if f.subcategory not in LODGING], "other"))
         if not parts:
             return "I'm not sure what you need from me. I have the hotel folio if you need any of its charges."
@@ -80,12 +93,14 @@ class LLMUser:
         self.messages = [Message("system", system), Message("assistant", task.instruction)]
         self.usage = Usage()
         self.cost_usd = 0.0
+        self.modeled_time_s = 0.0  # its calls' time: part of the episode's (the paper's hours include the user's)
 
     def respond(self, agent_text: str) -> str:
         self.messages.append(Message("user", agent_text))
         completion = self.backend.generate(self.messages, [])
         self.usage = self.usage + completion.usage
         self.cost_usd += completion.cost_usd
+        self.modeled_time_s += completion.modeled_time_s
         reply = completion.message.content.strip() or "Could you say that again?"
         self.messages.append(Message("assistant", reply))
         return STOP if STOP in reply else reply
