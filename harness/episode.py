@@ -143,7 +143,7 @@ def run_episode(episode: Episode, policy: ContextPolicy, model: LLMBackend, toke
     score = episode.score(history, usage, termination.value)  # graders and judges: timed apart from the episode
     return EpisodeResult(history, steps, termination, score, elapsed, tool_errors, malformed, user_usage,
                          getattr(episode.user, "cost_usd", 0.0), error, failed_retries,
-                         time.perf_counter() - scoring)
+                         time.perf_counter() - scoring, float(getattr(episode.user, "modeled_time_s", 0.0)))
 
 
 def _clock(start: float, deadline_s: float | None) -> Callable[[], float] | None:

@@ -91,3 +91,4 @@ class EpisodeResult:
     error: str | None = None
     failed_call_retries: int = 0  # retries of the call that ended the episode as an infrastructure failure
     scoring_time_s: float = 0.0  # grading the episode (graders, judges): not part of wall_time_s
+    user_time_s: float = 0.0  # the user model's calls (an LLM user's latency; 0 for a scripted one)

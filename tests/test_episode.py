@@ -286,3 +286,21 @@ def test_a_policys_local_work_is_its_time_but_an_llms_wall_time_is_replaced_by_i
         assert 0 <= step.local_time_s < step.policy_time_s - 0.049  # its 0.05 s counted as the 2.0 modeled instead
     else:
         assert step.local_time_s == step.policy_time_s >= 0.05
+
+
+def test_the_user_models_time_is_the_episodes_too() -> None:
+    """An LLM user's calls took time the episode's time left out (the paper's hours include its GPT-4.1 user)."""
+    from harness.envs.expense.user import LLMUser
+    from harness.records import episode_row
+
+    class Timed:
+        def generate(self, messages: object, tools: object) -> object:
+            from harness.types import Completion, Usage
+
+            return Completion(Message("assistant", "Room rate 100.00 a night."), Usage(50, 5), modeled_time_s=2.5)
+
+    model = ScriptedModel([say("What were the room charges?"), say("Thanks, anything else?"), say("I give up.")])
+    r = run_episode(DOMAIN.episode(T, lambda t: LLMUser(t, Timed())), FullHistory(), model, TOKENS, 3)
+    assert r.user_time_s == 7.5  # three replies
+    row = episode_row({}, r)
+    assert row["modeled_time_s"] == pytest.approx(7.5 + sum(s.modeled_time_s for s in r.steps))

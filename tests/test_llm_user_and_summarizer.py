@@ -31,6 +31,19 @@ def test_llm_user_holds_the_folio_plays_the_user_side_and_stops() -> None:
     assert first == Message("assistant", task.instruction)  # its own opening request, as the assistant side
     assert [m.role for m in backend.seen[1][2:]] == ["user", "assistant", "user"]  # roles flipped
     assert user.usage == Usage(200, 14)  # accumulated apart from the agent's
+    assert user.modeled_time_s == 0.6  # and its calls' time, which the episode's time includes
+
+
+def test_the_episodes_time_includes_the_user_models_calls() -> None:
+    """The paper's hours are of the whole benchmark, GPT-4.1 user included; the row's time was the agent's and the
+    summarizer's only."""
+    from harness.outcome import EpisodeResult, Termination
+    from harness.records import episode_row
+    from harness.types import Score
+
+    result = EpisodeResult([], [], Termination.USER_STOP, Score(True), 1.0, user_time_s=0.6)
+    row = episode_row({}, result)
+    assert row["user_time_s"] == 0.6 and row["modeled_time_s"] == 0.6
 
 
 def test_llm_summarizer_sends_the_pairs_and_reports_usage_and_time() -> None:
