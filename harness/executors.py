@@ -10,10 +10,13 @@ next request (harness.lifecycle), and workers are waited for at most lifecycle.S
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import queue
 import signal
+import socket
+import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterator
@@ -64,6 +67,8 @@ def plan(cfg: DictConfig, jobs: list[Job], spends: bool) -> str:
     simulated agent) or `serial`. A run that spends money (any real backend, e.g. the sim agent with user=llm)
     never uses the pool: its workers could not be stopped mid-episode nor metered against the cost cap."""
     if cfg.get("executor", "auto") == "ray":
+        if jobs:  # connected here, where a refusal still leaves the out_dir as it was (no half-made run folder)
+            ray_connect(cfg)
         return "ray"
     if cfg.get("executor", "auto") != "auto":
         raise InputError(f"executor={cfg.executor} is not an executor (valid: {', '.join(EXECUTORS)})")
@@ -349,6 +354,74 @@ def _work(job: Job) -> dict[str, Any]:
 # Every node needs the project at the same path with the same environment (.venv), and out_dir on a filesystem all
 # of them share: the workers write the transcripts and meter the spend in out_dir/spent_usd.txt (an flock) there.
 _RAY_WORKER: dict[str, Any] = {}
+_RAY_DRIVER: dict[str, bool] = {}  # "started": this process started (or joined) Ray for the run: _ray shuts it down
+PROBE_S = 5.0  # a host:port ray.address must accept a connection within this (Ray's own client retries for minutes)
+
+
+def ray_settings(cfg: DictConfig) -> dict[str, Any]:
+    """The `ray` block, checked: one line naming a bad value (they were tracebacks, or a ZeroDivisionError)."""
+    block = cfg.get("ray")
+    if block is None:
+        return {}
+    if not isinstance(block, DictConfig | dict):
+        raise InputError(f"ray={block!r} is not the ray block: set ray.address=..., ray.num_cpus=..., "
+                         "ray.max_retries=...")
+    settings = dict(block)
+    cpus = settings.get("num_cpus", 1)
+    if isinstance(cpus, bool) or not isinstance(cpus, int | float) or not math.isfinite(cpus) or cpus <= 0:
+        raise InputError(f"ray.num_cpus={cpus!r} must be a positive number of CPUs per episode")
+    retries = settings.get("max_retries", 3)
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < -1:
+        raise InputError(f"ray.max_retries={retries!r} must be a whole number >= 0 (-1: retry for ever)")
+    address = settings.get("address")
+    if address is not None and not (isinstance(address, str) and (address == "auto" or address.startswith("ray://")
+                                                                   or _host_port(address) is not None)):
+        raise InputError(f"ray.address={address!r} is not a Ray address (valid: null for a private instance, auto, "
+                         "HOST:PORT of the head's GCS, ray://HOST:PORT)")
+    return settings
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    host, _, port = address.rpartition(":")
+    return (host.strip("[]"), int(port)) if host and port.isdigit() and 0 < int(port) < 65536 else None
+
+
+def ray_connect(cfg: DictConfig) -> None:
+    """Check the ray block, import Ray and connect (or start a private instance), before the run folder is made
+    a run: a wrong address, a missing Ray or a num_cpus no node has is one line and leaves nothing behind."""
+    settings = ray_settings(cfg)
+    if cfg.model.get("serve"):
+        raise InputError("executor=ray cannot use a model the runner serves itself (model.serve): start the server on "
+                         "every node (make serve-local) and set model.base_url to it")
+    address = settings.get("address")  # None: a private local instance (no dashboard)
+    where = _host_port(address) if isinstance(address, str) and not address.startswith("ray://") else None
+    if where is not None and "ray" not in sys.modules:  # (connected already: nothing to probe)
+        try:
+            socket.create_connection(where, timeout=PROBE_S).close()
+        except OSError as exc:
+            raise InputError(f"ray.address={address}: no Ray cluster there ({exc.strerror or exc})") from None
+    ray = _import_ray()
+    if ray.is_initialized():
+        return
+    # ray.init puts its own SIGINT/SIGTERM handlers (sys.exit) over the run's: a SIGTERM then crashed the driver
+    # with no resume line; the run's own are put back
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        ray.init(address=address, logging_level="WARNING", **({"include_dashboard": False} if address is None else {}))
+    except ConnectionError as exc:
+        raise InputError(f"ray.address={address}: no Ray cluster there ({exc})") from None
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for number, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(number, handler)
+    _RAY_DRIVER["started"] = True
+    cpus = float(settings.get("num_cpus", 1))
+    most = max((float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")), default=0.0)
+    if cpus > most:  # Ray's autoscaler would wait for such a node for ever
+        _RAY_DRIVER.clear()
+        ray.shutdown()
+        raise InputError(f"ray.num_cpus={cpus:g}: no node of the Ray cluster has that many CPUs (the most: {most:g})")
 
 
 def _ray(cfg: DictConfig, domain: Domain, jobs: list[Job], one: RunOne) -> Iterator[dict[str, Any]]:
@@ -358,18 +431,9 @@ def _ray(cfg: DictConfig, domain: Domain, jobs: list[Job], one: RunOne) -> Itera
     signal, the cost cap reached in any worker) pending tasks are cancelled, running ones interrupted, and after
     lifecycle.STOP_GRACE_S killed; the resume reruns what has no whole transcript."""
     ray = _import_ray()
-    settings = dict(cfg.get("ray") or {})
-    if cfg.model.get("serve"):
-        raise InputError("executor=ray cannot use a model the runner serves itself (model.serve): start the server on "
-                         "every node (make serve-local) and set model.base_url to it")
-    started = not ray.is_initialized()
-    if started:
-        try:
-            address = settings.get("address")  # None: a private local instance (no dashboard)
-            ray.init(address=address, logging_level="WARNING",
-                     **({"include_dashboard": False} if address is None else {}))
-        except ConnectionError as exc:
-            raise InputError(f"ray.address={settings.get('address')}: no Ray cluster there ({exc})") from None
+    settings = ray_settings(cfg)
+    ray_connect(cfg)  # (done by plan() for a run: then nothing here)
+    started = _RAY_DRIVER.pop("started", False)
     try:
         yield from _ray_drive(ray, cfg, domain, jobs, one, settings)
     finally:
@@ -422,8 +486,9 @@ def _ray_result(ray: Any, ref: Any) -> dict[str, Any]:
         raise RuntimeError(f"an episode crashed on the Ray cluster:\n{exc}") from None
     except ray.exceptions.RayError as exc:  # its worker or node died once more than ray.max_retries allow
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RuntimeError(f"an episode's Ray worker died on every attempt (ray.max_retries): {first}; the "
-                           "resume reruns it") from None
+        why = f"an episode's Ray worker died on every attempt (ray.max_retries): {first}"
+        lifecycle.request_stop(why)  # a stop, as a killed worker of the local pool is: the resume reruns it
+        raise lifecycle.Interrupted(why) from None
 
 
 def _ray_cancel(ray: Any, refs: list[Any]) -> None:
@@ -474,8 +539,11 @@ def _ray_episode(cfg_yaml: str, job: Job, one: RunOne, before: tuple[int, int] |
         _RAY_WORKER.update(yaml=cfg_yaml, cfg=cfg, domain=build_domain(cfg))
     cfg, domain = _RAY_WORKER["cfg"], _RAY_WORKER["domain"]
     lifecycle.reset()  # a worker process outlives runs: no stop or meter of an earlier one
-    if Path(ledger).exists():
-        lifecycle.METER.join(cfg.max_cost_usd, Path(ledger))
+    if not Path(ledger).exists():  # the run made it before any task: out_dir is not on a filesystem this node shares
+        return {"stopped": f"out_dir {Path(ledger).parent} is not visible on the Ray node {socket.gethostname()} "
+                           "(every node must see it: a shared filesystem): its episodes would run with no cost "
+                           "cap and write where the run cannot see them"}
+    lifecycle.METER.join(cfg.max_cost_usd, Path(ledger))
     path = transcript_path(Path(job[2]), domain.tasks[job[0]].task_id, job[1])
     if (row := _already_written(path, job[3], before)) is not None:
         return row

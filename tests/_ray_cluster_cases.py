@@ -163,3 +163,65 @@ def test_the_cost_cap_holds_across_the_cluster_and_the_resume_finishes(cluster: 
         episodes = run(config(tmp_path, server.base_url, cluster.address, "n_tasks=3", priced), verbose=False)
     assert len(episodes) == 3 and set(whole(tmp_path).values()) == {State.COMPLETE}
 
+
+
+def test_a_sigterm_on_the_driver_stops_the_run_as_ctrl_c_does_and_the_resume_finishes(
+        cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """ray.init put Ray's own SIGTERM handler (sys.exit) over the run's: a scheduler's SIGTERM ended the driver with
+    status 15 and no resume line. The run's handlers are put back after ray.init."""
+    with RecordingEndpoint(latency_s=0.1) as server:
+
+        def terminate() -> None:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and len(server.posts()) < 3:
+                time.sleep(0.02)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=terminate, daemon=True).start()
+        with pytest.raises(SystemExit) as stopped:
+            run(config(tmp_path, server.base_url, cluster.address, "n_tasks=3"), verbose=False)
+        assert stopped.value.code == 130
+        assert "Stopped (SIGTERM received)" in capsys.readouterr().err
+        assert (manifest.read(tmp_path) or {}).get("status") == "partial"
+        episodes = run(config(tmp_path, server.base_url, cluster.address, "n_tasks=3"), verbose=False)
+    assert len(episodes) == 3 and set(whole(tmp_path).values()) == {State.COMPLETE}
+
+
+def test_a_worker_that_dies_on_its_last_attempt_stops_the_run_resumably(
+        cluster: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With no retry left (ray.max_retries=0) a killed worker crashed the driver with a traceback (exit 1, no resume
+    line); it is a stop, as a killed worker of the local pool is."""
+    with RecordingEndpoint(latency_s=0.1) as server:
+
+        def kill_one() -> None:  # as in the first case: hold the answers until one is held mid-episode
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and len(server.posts()) < 3:
+                time.sleep(0.02)
+            server.freeze()
+            try:
+                held: list[object] = []
+                while time.monotonic() < deadline and not held:
+                    time.sleep(0.5)
+                    held = [s for s in server.posts() if s.answered_at is None]
+                for pid in episode_workers(cluster)[:1] if held else []:
+                    os.kill(pid, signal.SIGKILL)
+            finally:
+                server.thaw()
+
+        threading.Thread(target=kill_one, daemon=True).start()
+        with pytest.raises(SystemExit) as stopped:
+            run(config(tmp_path, server.base_url, cluster.address, "n_tasks=3", "ray.max_retries=0"), verbose=False)
+        assert stopped.value.code == 130
+        assert "died on every attempt (ray.max_retries)" in capsys.readouterr().err
+        episodes = run(config(tmp_path, server.base_url, cluster.address, "n_tasks=3"), verbose=False)
+    assert len(episodes) == 3 and episodes.task_id.is_unique and set(whole(tmp_path).values()) == {State.COMPLETE}
+
+
+def test_more_cpus_per_episode_than_any_node_has_is_one_line_before_the_run_begins(cluster: Any,
+                                                                                 tmp_path: Path) -> None:
+    """Ray's autoscaler waited for such a node for ever (the nodes here have 1 CPU each)."""
+    from harness.errors import InputError
+
+    with RecordingEndpoint() as server, pytest.raises(InputError, match="ray.num_cpus=3: no node of the Ray cluster"):
+        run(config(tmp_path, server.base_url, cluster.address, "n_tasks=2", "ray.num_cpus=3"), verbose=False)
+    assert not (tmp_path / "manifest.json").exists()

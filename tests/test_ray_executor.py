@@ -15,6 +15,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _support import CONFIG_DIR, ROOT
@@ -52,7 +53,7 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, s
     return {n: (o[0], f"{o[1]}\n{tail}" if n in failed else o[1]) for n, o in found.items()}
 
 
-@pytest.mark.timeout(1300)  # the child runs all three cases (and starts the cluster) in the first one's setup
+@pytest.mark.timeout(1300)  # the child runs all the cases (and starts the cluster) in the first one's setup
 @pytest.mark.parametrize("name", NAMES)
 def test_cluster_case(outcomes: dict[str, tuple[str, str]], name: str) -> None:
     outcome, message = outcomes[name]
@@ -80,3 +81,56 @@ def test_a_retried_task_takes_the_transcript_its_first_attempt_wrote_and_only_th
     assert _already_written(path, print_, before=_identity(path)) is None  # there before: rerun it
     path.write_text(path.read_text()[:200])  # cut short: damaged, rerun
     assert _already_written(path, print_, before=None) is None
+
+
+def _cfg(tmp_path: Path, *extra: str) -> Any:
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=["experiment=c3", "n_runs=1", "n_tasks=2", "progress=false",
+                                                       f"out_dir={tmp_path / 'run'}", "executor=ray", *extra])
+
+
+@pytest.mark.parametrize(("override", "match"), [
+    ("ray.num_cpus=abc", r"^ray.num_cpus='abc' must be a positive number"),  # a ValueError's traceback
+    ("ray.num_cpus=0", r"^ray.num_cpus=0 must be a positive number"),  # a ZeroDivisionError's
+    ("ray.num_cpus=-1", r"^ray.num_cpus=-1 must be"),
+    ("ray.max_retries=abc", r"^ray.max_retries='abc' must be a whole number"),
+    ("ray.max_retries=1.5", r"^ray.max_retries=1.5 must be"),
+    ("ray.address=nowhere", r"^ray.address='nowhere' is not a Ray address"),
+    ("ray.address=127.0.0.1:1", r"^ray.address=127.0.0.1:1: no Ray cluster there"),  # Ray retried for minutes
+])
+def test_a_bad_ray_setting_or_address_is_one_line_and_leaves_no_run_folder(tmp_path: Path, override: str,
+                                                                            match: str) -> None:
+    from harness.errors import InputError
+
+    loaded = "ray" in sys.modules
+    with pytest.raises(InputError, match=match):
+        run(_cfg(tmp_path, override), verbose=False)
+    # refused before the run began: no manifest (make runs listed such folders as `partial` runs of 0 episodes),
+    # no config; the command's own folder is then removed (run._removed_if_refused: a Hydra-made one only)
+    assert not {"manifest.json", "config.yaml", "episodes.parquet"} & {p.name for p in (tmp_path / "run").iterdir()}
+    assert loaded or "ray" not in sys.modules  # refused before Ray is imported (the suite's process never loads it)
+
+
+def test_a_ray_block_that_is_no_block_is_one_line() -> None:
+    from omegaconf import OmegaConf
+
+    from harness.errors import InputError
+    from harness.executors import ray_settings
+
+    with pytest.raises(InputError, match=r"^ray=5 is not the ray block"):
+        ray_settings(OmegaConf.create({"ray": 5}))
+    assert ray_settings(OmegaConf.create({"ray": {"address": "[::1]:6379", "num_cpus": 0.5, "max_retries": -1}}))
+
+
+def test_a_ray_node_that_cannot_see_the_run_folder_runs_nothing(tmp_path: Path) -> None:
+    """A worker whose node does not share out_dir ran its episode with no cost cap (the ledger unseen) and wrote
+    its transcript where the run could not see it (every resume paid for it again); it stops the run instead."""
+    from omegaconf import OmegaConf
+
+    from harness.executors import _ray_episode
+
+    cfg = _cfg(tmp_path, "max_cost_usd=0.01")
+    ran: list[object] = []
+    row = _ray_episode(OmegaConf.to_yaml(cfg, resolve=True), (0, 0, str(tmp_path / "run"), "print"),
+                       lambda *a: ran.append(a) or {}, None, str(ROOT), str(tmp_path / "run" / "spent_usd.txt"))
+    assert "is not visible on the Ray node" in row["stopped"] and not ran
