@@ -92,6 +92,27 @@ def episode_workers(cluster: Any) -> list[int]:
     return found
 
 
+def kill_mid_episode(server: RecordingEndpoint, cluster: Any, killed: list[int], most: int | None = None) -> None:
+    """Deterministic: once episodes are under way, hold every answer (freeze) until a request is seen held; its
+    episode is then mid-way by construction. SIGKILL the workers running an episode (`most` of them; all: the held
+    one among them; one whose episode just ended only has its Ray task retried and skipped), then deliver again. A
+    kill timed by polling alone could land after an episode's last call."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(server.posts()) < 4:
+        time.sleep(0.02)
+    server.freeze()
+    try:
+        held: list[object] = []
+        while time.monotonic() < deadline and not held:
+            time.sleep(0.5)  # past latency_s: an answer that was on its way has been marked answered
+            held = [s for s in server.posts() if s.answered_at is None]
+        for pid in episode_workers(cluster)[:most] if held else []:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+    finally:
+        server.thaw()
+
+
 def whole(out_dir: Path) -> dict[str, State]:
     return {p.name: check_transcript(p)[0] for p in transcript_files(out_dir)}
 
@@ -101,27 +122,7 @@ def test_a_worker_killed_mid_episode_its_episode_reruns_and_nothing_is_duplicate
     killed: list[int] = []
     with RecordingEndpoint(latency_s=0.1) as server:
 
-        def kill_one() -> None:
-            # Deterministic: once episodes are under way, hold every answer (freeze) until a request is seen held;
-            # its episode is then mid-way by construction. SIGKILL every worker running an episode (the held one
-            # among them; one whose episode just ended only has its Ray task retried and skipped), then deliver
-            # again. A kill timed by polling alone could land after an episode's last call.
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and len(server.posts()) < 4:
-                time.sleep(0.02)
-            server.freeze()
-            try:
-                held: list[object] = []
-                while time.monotonic() < deadline and not held:
-                    time.sleep(0.5)  # past latency_s: an answer that was on its way has been marked answered
-                    held = [s for s in server.posts() if s.answered_at is None]
-                for pid in episode_workers(cluster) if held else []:
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-            finally:
-                server.thaw()
-
-        killer = threading.Thread(target=kill_one, daemon=True)
+        killer = threading.Thread(target=kill_mid_episode, args=(server, cluster, killed), daemon=True)
         killer.start()
         episodes = run(config(tmp_path, server.base_url, cluster.address, "n_tasks=3"), verbose=False)
         killer.join(5)
@@ -193,22 +194,7 @@ def test_a_worker_that_dies_on_its_last_attempt_stops_the_run_resumably(
     line); it is a stop, as a killed worker of the local pool is."""
     with RecordingEndpoint(latency_s=0.1) as server:
 
-        def kill_one() -> None:  # as in the first case: hold the answers until one is held mid-episode
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and len(server.posts()) < 3:
-                time.sleep(0.02)
-            server.freeze()
-            try:
-                held: list[object] = []
-                while time.monotonic() < deadline and not held:
-                    time.sleep(0.5)
-                    held = [s for s in server.posts() if s.answered_at is None]
-                for pid in episode_workers(cluster)[:1] if held else []:
-                    os.kill(pid, signal.SIGKILL)
-            finally:
-                server.thaw()
-
-        threading.Thread(target=kill_one, daemon=True).start()
+        threading.Thread(target=kill_mid_episode, args=(server, cluster, [], 1), daemon=True).start()
         with pytest.raises(SystemExit) as stopped:
             run(config(tmp_path, server.base_url, cluster.address, "n_tasks=3", "ray.max_retries=0"), verbose=False)
         assert stopped.value.code == 130
