@@ -540,3 +540,10 @@ def test_reports_and_the_judge_skip_a_run_folder_whose_files_are_fifos(tmp_path:
     assert listed.path == folder and listed.problem == "episodes.parquet is not a file", listed
     with pytest.raises(InputError, match=r"manifest.json is not a file; remove it"):
         judge_run.odysseys_config(folder, [])
+    # the viewer's and `make tables --run`'s readers of the manifest and the config (they waited for ever)
+    from harness.report.reader import manifest_of
+    from harness.report.trajectory import _encoding
+
+    (folder / "config.yaml").unlink()
+    os.mkfifo(folder / "config.yaml")
+    assert manifest_of(folder) == {} and _encoding(folder) == "o200k_base"

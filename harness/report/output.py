@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from harness.io import atomic_write
+from harness.io import atomic_write, irregular
 from harness.report import sim_failures
 
 if TYPE_CHECKING:
@@ -262,8 +262,8 @@ def _left_over(out: Path, command: str, written: list[Path]) -> list[str]:
     Only its own: a README, an attribution table or a user's file in the same folder is never named."""
     record = out / f".{command}-outputs"
     try:
-        earlier = set(record.read_text().split())
-    except OSError:
+        earlier = set() if irregular(record) else set(record.read_text().split())  # (a FIFO: read for ever)
+    except (OSError, ValueError):
         earlier = set()
     now = {p.name for p in written if p.parent.resolve() == out.resolve()}
     left = sorted(name for name in earlier - now if (out / name).is_file())

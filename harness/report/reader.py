@@ -212,8 +212,11 @@ def read_manifest(run_dir: Path) -> dict[str, Any] | None:
 def manifest_of(run_dir: Path) -> dict[str, Any]:
     """The manifest as written, unchecked, for showing (the viewer): {} when missing, unreadable or not an
     object. Choosing runs uses read_manifest, which checks the keys it relies on."""
+    path = run_dir / manifests.FILE
+    if irregular(path):  # a FIFO there held `make view` and `make tables --run` for ever
+        return {}
     try:
-        loaded = json.loads((run_dir / manifests.FILE).read_text())
+        loaded = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
     return loaded if isinstance(loaded, dict) else {}

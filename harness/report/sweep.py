@@ -10,7 +10,7 @@ import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from harness.io import atomic_write
+from harness.io import atomic_write, irregular
 from harness.records import write_parquet
 from harness.report.console import summary_table
 from harness.report.names import display
@@ -25,7 +25,7 @@ def merge(sweep_dir: Path) -> pd.DataFrame:
     frames, incomplete = [], []
     for overrides in sorted(sweep_dir.glob("*/.hydra/overrides.yaml")):  # the jobs, not e.g. the reference run
         job_dir = overrides.parent.parent
-        if not job_dir.name.isdigit():  # Hydra names job folders by number
+        if not job_dir.name.isdigit() or irregular(overrides):  # Hydra names job folders by number (a FIFO: no job)
             continue
         job = describe(job_dir)  # warns, naming the folder, if its episodes are damaged or empty
         if job.status != "complete":

@@ -37,7 +37,7 @@ import yaml
 
 from harness.backends.sim.reporting import EVENT
 from harness.errors import InputError
-from harness.io import Signature, signature
+from harness.io import Signature, irregular, signature
 from harness.outcome import FIELD_LOG
 from harness.records import NAME, transcript_files
 from harness.report import names, sim_failures
@@ -298,6 +298,8 @@ def _encoding(run_path: Path) -> str:
     """The run's token encoding (its config.yaml), o200k_base when unknown; read once per version of the file (the
     viewer asks for every episode: parsing the YAML each time was ~13% of a 250-episode run's report)."""
     config = run_path / "config.yaml"
+    if irregular(config):  # (a FIFO's read would wait for ever)
+        return "o200k_base"
     try:
         version = signature(os.stat(config))
     except OSError:
