@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import fcntl
 import gc
 import logging
@@ -258,7 +259,13 @@ class RunLock:
         self._file: IO[str] | None = None
 
     def __enter__(self) -> RunLock:
-        f = self.path.open("a+")
+        try:  # not through a link (its pid was written over the file a `.lock` link named, outside the folder)
+            f = os.fdopen(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o666), "a+")
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            raise InputError(f"{self.path} is a symbolic link: the run would write through it, outside its folder; "
+                             "remove it or choose another out_dir") from None
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

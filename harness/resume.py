@@ -161,6 +161,9 @@ def prepare_out_dir(value: str) -> Path:
 # it is there (a folder there failed with a traceback; a FIFO's open waited for a writer forever)
 RUN_FILES = (MARKER, "manifest.json", "spent_usd.txt", ".spend.lock", ".lock", "config.yaml", "run.log")
 HYDRA_DIR, HYDRA_RECORD = ".hydra", ("config.yaml", "hydra.yaml", "overrides.yaml")
+# ... of which these are written in place (opened, not renamed over): a symbolic link there was written through,
+# outside the run folder (a pid over a file a link named; a `cp -as` copy of a run does it by accident)
+IN_PLACE = (".lock", ".spend.lock", ".spent_usd.txt.tmp", "run.log")
 
 
 def run_file_problem(out_dir: Path) -> str | None:
@@ -174,7 +177,21 @@ def run_file_problem(out_dir: Path) -> str | None:
         return f"error: {hydra} is not a folder; remove it or choose another out_dir"
     paths = [out_dir / n for n in (*RUN_FILES, *tables)] + [hydra / n for n in HYDRA_RECORD]
     bad = next((p for p in paths if irregular(p)), None)
-    return None if bad is None else f"error: {bad} is not a file; remove it or choose another out_dir"
+    if bad is not None:
+        return f"error: {bad} is not a file; remove it or choose another out_dir"
+    transcripts = out_dir / "transcripts"
+    written = [out_dir / n for n in IN_PLACE] + [hydra / n for n in HYDRA_RECORD] + [transcripts]
+    link = next((p for p in written if p.is_symlink()), None)
+    if link is not None:
+        return (f"error: {link} is a symbolic link: the run would write through it, outside its folder; remove it or "
+                "choose another out_dir")
+    if transcripts.is_dir():  # (every episode's first write failed in a worker: a traceback)
+        try:
+            with tempfile.TemporaryFile(dir=transcripts):
+                pass
+        except OSError as exc:
+            return f"error: {transcripts} is not writable ({exc.strerror}); fix it or choose another out_dir"
+    return None
 
 
 def folder_problem(folder: Path, key: str) -> str | None:

@@ -477,6 +477,25 @@ def test_a_run_folder_file_that_is_not_a_file_is_one_line_naming_it(tmp_path: Pa
     assert check_out_dir(tmp_path) == f"error: {path} is not a file; remove it or choose another out_dir"
 
 
+@pytest.mark.parametrize("name", [".lock", "run.log", ".spend.lock", ".hydra/overrides.yaml", "transcripts"])
+def test_a_link_where_the_run_writes_in_place_is_refused_and_nothing_outside_is_written(tmp_path: Path,
+                                                                                       name: str) -> None:
+    """A resume wrote its pid over the file a `.lock` link named, and its log lines into the file `run.log` named
+    (a `cp -as` copy of a run has such links): the run would write outside its folder. A transcripts folder that
+    is a link wrote the episodes elsewhere."""
+    from harness.cli import check_out_dir
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "precious.txt").write_text("precious data")
+    out = tmp_path / "run"
+    (out / ".hydra").mkdir(parents=True)
+    (out / name).symlink_to(elsewhere if name == "transcripts" else elsewhere / "precious.txt")
+    assert check_out_dir(out) == (f"error: {out / name} is a symbolic link: the run would write through it, outside "
+                                  "its folder; remove it or choose another out_dir")
+    assert (elsewhere / "precious.txt").read_text() == "precious data"
+
+
 @pytest.mark.timeout(120)
 def test_the_command_refuses_a_fifo_in_its_run_folder_and_a_refusal_keeps_its_record(tmp_path: Path) -> None:
     """End to end: Hydra opens run.log and writes .hydra before the run's own code; the command stops first. A run
@@ -547,3 +566,38 @@ def test_reports_and_the_judge_skip_a_run_folder_whose_files_are_fifos(tmp_path:
     (folder / "config.yaml").unlink()
     os.mkfifo(folder / "config.yaml")
     assert manifest_of(folder) == {} and _encoding(folder) == "o200k_base"
+
+
+def test_a_transcripts_folder_the_run_cannot_write_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """Only out_dir itself was checked: every episode's first write then failed in a worker (a traceback, exit 1).
+    (As root every folder is writable: the refusal is the filesystem's, stood in for here.)"""
+    import tempfile
+
+    from harness.cli import check_out_dir
+
+    out = tmp_path / "run"
+    (out / "transcripts").mkdir(parents=True)
+    real = tempfile.TemporaryFile
+
+    def refused(*args: object, dir: object = None, **kwargs: object) -> object:  # noqa: A002
+        if dir == out / "transcripts":
+            raise PermissionError(13, "Permission denied")
+        return real(*args, dir=dir, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", refused)
+    assert check_out_dir(out) == (f"error: {out / 'transcripts'} is not writable (Permission denied); fix it or "
+                                  "choose another out_dir")
+
+
+def test_the_run_lock_is_never_taken_through_a_link(tmp_path: Path) -> None:
+    from harness.lifecycle import RunLock
+
+    (tmp_path / "precious.txt").write_text("precious data")
+    (tmp_path / ".lock").symlink_to(tmp_path / "precious.txt")
+    with pytest.raises(InputError, match=r"\.lock is a symbolic link"), RunLock(tmp_path):
+        pass
+    assert (tmp_path / "precious.txt").read_text() == "precious data"
+    (tmp_path / ".lock").unlink()
+    with RunLock(tmp_path):
+        assert (tmp_path / ".lock").read_text() == f"{os.getpid()}\n"
