@@ -16,9 +16,11 @@ Written atomically, so a reader sees the old manifest or the new one, never half
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
+import os
 import platform
 import socket
 import subprocess
@@ -98,9 +100,31 @@ def abandon(out_dir: Path) -> None:
     """A session that could not write its tables (a full disk) ends `partial` (resumable), its episode counts as the
     last session recorded them: `running` would say a live process holds the folder."""
     manifest = _existing(out_dir)
-    if manifest:
-        manifest.update(status="partial", ended=_now())
-        _write(out_dir, manifest)
+    if not manifest:
+        return
+    ended = {**manifest, "status": "partial", "ended": _now()}
+    try:
+        _write(out_dir, ended)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        _rewrite_in_place(out_dir / FILE, ended, {**manifest, "status": "partial"})
+
+
+def _rewrite_in_place(path: Path, *choices: dict[str, Any]) -> None:
+    """The disk too full for the manifest's new copy (the rename needs room for both): the first of `choices` that
+    is no longer than the file is written over it in place, which needs no new block ("partial" is as long as
+    "running"). A write cut short there is still no lasting `running`: `make runs` reads such a manifest as
+    unreadable, the resume replaces it."""
+    old = path.stat().st_size
+    text = next((t for c in choices if len(t := json.dumps(c, indent=2, default=str) + "\n") <= old), None)
+    if text is None:
+        raise OSError(errno.ENOSPC, "no room for the manifest's new copy", str(path))
+    with open(path, "r+", encoding="utf-8") as f:
+        f.write(text)
+        f.truncate()
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def read(run_dir: Path) -> dict[str, Any] | None:

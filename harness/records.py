@@ -424,7 +424,10 @@ def write_parquet(frame: pd.DataFrame, path: Path) -> None:
                                            PARQUET_VERSION: str(FORMAT_VERSION).encode()})
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        pq.write_table(table, tmp)
+        # (a file of ours, closed as the error leaves: pyarrow's own writer, kept alive by the traceback, held the
+        # unlinked file's blocks, so the disk stayed full for the manifest written next)
+        with open(tmp, "wb") as sink:
+            pq.write_table(table, sink)
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)  # a full disk leaves the previous table whole and no half file behind

@@ -128,3 +128,26 @@ def test_a_worker_processs_own_stop_reason_reaches_the_runners_stop_line(monkeyp
         assert lifecycle.stop_reason() == "the disk is full: [Errno 28] No space left on device"
     finally:
         lifecycle.reset()
+
+
+def test_a_session_on_a_full_disk_still_leaves_its_manifest_partial_not_running(small_disk: Path) -> None:
+    """abandon() is there so that a session that cannot write its tables does not leave `running` for good; on a
+    full disk its own atomic write failed too (its new copy needs room), silently. It rewrites in place then."""
+    from harness import manifest
+
+    out = small_disk / "run"
+    out.mkdir()
+    (out / manifest.FILE).write_text(json.dumps({"status": "running", "ended": None, "episodes": {"done": 3}},
+                                                indent=2) + "\n")
+    fd = os.open(small_disk / "filler.bin", os.O_WRONLY | os.O_CREAT)
+    try:
+        with pytest.raises(OSError):
+            while True:  # every block of the filesystem taken
+                os.write(fd, b"\0" * (64 << 10))
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError):
+        atomic_write(out / "probe.json", "{}" * 4096)  # (the disk is full indeed)
+    manifest.abandon(out)
+    record = json.loads((out / manifest.FILE).read_text())
+    assert record["status"] == "partial" and record["episodes"] == {"done": 3}
