@@ -81,7 +81,16 @@ from harness.config import BENCHMARK_SETTINGS, MAKE_VARS, RENAMED, RunConfig, mi
 from harness.errors import EXIT_INPUT, InputError, one_line
 from harness.io import atomic_write, irregular
 from harness.resume import HYDRA_DIR, HYDRA_RECORD, check_shape, folder_problem, run_file_problem
-from harness.run import CONFIG_DIR, FRESH_OUT_DIR, FRESH_TOP, judge_status, main, record_jobs
+from harness.run import (
+    CONFIG_DIR,
+    DISK_FULL,
+    FRESH_OUT_DIR,
+    FRESH_TOP,
+    judge_status,
+    main,
+    record_jobs,
+    without_hydra_stub,
+)
 from harness.sweep import installed, missing_launcher
 
 GROUPS = ("experiment", "env", "policy", "model", "user", "summarizer")
@@ -415,12 +424,12 @@ def run_once(overrides: list[str]) -> None:
         if problem:
             print(problem, file=sys.stderr)
             sys.exit(2)
-        if not Path(cfg.out_dir).exists():  # Hydra makes it next: a dry run may remove it (run._without_hydra_stub)
+        if not Path(cfg.out_dir).exists():  # Hydra makes it next: a dry run may remove it (run.without_hydra_stub)
             out = Path(cfg.out_dir).absolute()
             os.environ[FRESH_OUT_DIR] = str(out)
             os.environ[FRESH_TOP] = str(next(p for p in reversed([out, *out.parents]) if not p.exists()))
         with _record_kept_if_refused(Path(cfg.out_dir)):
-            run_and_report(lambda: _run_job(hydra, cfg, task))
+            run_and_report(lambda: _job_on_disk(hydra, cfg, task))
     finally:
         GlobalHydra.instance().clear()
 
@@ -552,6 +561,20 @@ def first_job(overrides: list[str]) -> list[str]:
         else:
             out.append(line)
     return out
+
+
+def _job_on_disk(hydra: Hydra, cfg: DictConfig, task: Any) -> None:
+    """_run_job, with a full disk while Hydra makes the run's folder and saves its .hydra record (before the run's
+    own code, which says so itself) one line, as the run's, not Hydra's traceback (exit 1); its stub is removed."""
+    try:
+        _run_job(hydra, cfg, task)
+    except OSError as exc:
+        if exc.errno not in DISK_FULL:
+            raise
+        print(f"error: the disk is full: {exc}; free space there and rerun the same command", file=sys.stderr)
+        with contextlib.suppress(OSError):
+            without_hydra_stub(Path(cfg.out_dir))
+        raise SystemExit(EXIT_INPUT) from None
 
 
 def _run_job(hydra: Hydra, cfg: DictConfig, task: Any) -> None:

@@ -350,7 +350,7 @@ def _dry_run(cfg: DictConfig, domain: Domain, backends: dict[str, Any]) -> pd.Da
     print(f"dry run: {preflight.estimate(cfg, len(jobs), backends).describe()}")
     into = "" if OmegaConf.is_interpolation(cfg, "out_dir") else f" into out_dir={out_dir}"  # (a stamp: the next)
     print(f"dry run: nothing was run; drop dry_run=true to run{into}")
-    _without_hydra_stub(out_dir)
+    without_hydra_stub(out_dir)
     import pandas as pd
 
     return pd.DataFrame()
@@ -363,7 +363,7 @@ FRESH_OUT_DIR = "HARNESS_FRESH_OUT_DIR"
 FRESH_TOP = "HARNESS_FRESH_TOP"  # the outermost of the out_dir's folders that did not exist (results/<name>): the same
 
 
-def _without_hydra_stub(out_dir: Path) -> None:
+def without_hydra_stub(out_dir: Path) -> None:
     """The folder this command's Hydra made, holding only what Hydra wrote as the command started (.hydra and an
     empty run.log), as a dry run leaves it, is removed: "nothing was run" left a run folder that `make runs` does
     not list. Anything else there (a link, another file), or a folder that existed before, is kept as it is."""
@@ -419,7 +419,7 @@ def _removed_if_refused(out_dir: Path, locked: bool = False) -> Iterator[None]:
     pre-flight) in the folder this command's Hydra made leaves no folder behind: each failed first try of a new
     user left one more under results/. Its marker and lock, when the run had taken them, are removed while the lock
     is still held (a run that opens the lock file later makes its own, and then keeps the folder), then Hydra's
-    stub (`_without_hydra_stub`). Anything else there: all kept."""
+    stub (`without_hydra_stub`). Anything else there: all kept."""
     try:
         yield
     except BaseException:
@@ -437,7 +437,7 @@ def _without_refused_stub(out_dir: Path, locked: bool) -> None:
     if names <= {".hydra", "run.log", *(p.name for p in own)} and all(p.is_file() and not p.is_symlink() for p in own):
         for path in own:
             path.unlink()
-        _without_hydra_stub(out_dir)
+        without_hydra_stub(out_dir)
 
 
 class Session(NamedTuple):

@@ -151,3 +151,22 @@ def test_a_session_on_a_full_disk_still_leaves_its_manifest_partial_not_running(
     manifest.abandon(out)
     record = json.loads((out / manifest.FILE).read_text())
     assert record["status"] == "partial" and record["episodes"] == {"done": 3}
+
+
+def test_a_disk_full_before_the_run_starts_is_one_line_not_hydras_traceback(small_disk: Path) -> None:
+    """Hydra saves the run's .hydra record before the run's own code: on a full disk its traceback (exit 1) was
+    all the user saw, and a stub folder was left."""
+    fd = os.open(small_disk / "filler.bin", os.O_WRONLY | os.O_CREAT)
+    try:
+        with pytest.raises(OSError):
+            while True:
+                os.write(fd, b"\0" * (64 << 10))
+    finally:
+        os.close(fd)
+    out = small_disk / "new"
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "experiment=c3", "n_tasks=1", "n_runs=1",
+                           "progress=false", f"out_dir={out}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: the disk is full:"), done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert not out.exists()  # (its stub removed)

@@ -245,7 +245,7 @@ def test_a_run_log_is_removed_with_its_folder_only_when_this_process_wrote_all_o
             other.write("another process's line\n")
         assert not run_module._hydra_stub_only(out)
         monkeypatch.setenv(run_module.FRESH_OUT_DIR, str(out.absolute()))
-        run_module._without_hydra_stub(out)
+        run_module.without_hydra_stub(out)
         assert (out / "run.log").read_text().endswith("another process's line\n")
     finally:
         logging.getLogger().removeHandler(handler)
