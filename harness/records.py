@@ -211,7 +211,15 @@ def read_transcript(path: Path) -> list[dict[str, Any]]:
             text = f.read()
     finally:
         os.close(fd)
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    records, start = [], 0
+    for line in text.split("\n"):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:  # placed in the file: "line 1" of each line misled a reader
+                raise json.JSONDecodeError(exc.msg, text, start + exc.pos) from None
+        start += len(line) + 1
+    return records
 
 
 def check_version(version: Any, where: Path | str) -> int:

@@ -358,6 +358,20 @@ def test_a_fifo_at_a_transcripts_path_is_damaged_not_a_run_that_hangs(tmp_path: 
     assert done.stdout.strip() == "DAMAGED", done.stderr
 
 
+def test_a_damaged_line_is_named_by_its_line_in_the_file(tmp_path: Path) -> None:
+    """Each line was parsed alone, so every error said "line 1": the reader of a 41-line transcript was sent to the
+    wrong line."""
+    from harness.records import State, check_transcript
+
+    path = run_folder(tmp_path)
+    lines = path.read_text().split("\n")
+    assert len(lines) > 4
+    lines[3] = lines[3][:20] + "\0" + lines[3][20:]  # a NUL byte on the file's line 4, column 21
+    path.write_text("\n".join(lines))
+    state, why = check_transcript(path)
+    assert state is State.DAMAGED and "line 4 column 21" in str(why), why
+
+
 def test_a_copy_under_a_non_canonical_run_number_is_not_a_second_episode(tmp_path: Path) -> None:
     path = run_folder(tmp_path)
     path.with_name(path.name.replace("__run0.", "__run00.")).write_text(path.read_text())
