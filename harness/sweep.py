@@ -362,7 +362,8 @@ def _sweep(sweep: str, sweep_dir: Path, args: list[str]) -> Path:
         return sensitivity(sweep_dir, args)
     multirun(sweep, sweep_dir, args)
     read = ("`make tables` and `make plots` read it" if sweep in READ_BY_REPORTS else
-            f"no table or figure reads a {sweep} sweep: merged_table.txt is its report")  # (n_w: said they did)
+            f"no table or figure reads a {sweep} sweep: merged_table.txt is its report"
+            + (" (and merged_grid.md, N x W)" if sweep == "n_w" else ""))  # (n_w: said they did)
     print(f"sweep folder: {sweep_dir} (merged.parquet, merged_table.txt); {read}")
     return sweep_dir
 

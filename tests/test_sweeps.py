@@ -312,3 +312,33 @@ def test_make_sweep_passes_on_a_failed_job_or_judge_status(code: int, monkeypatc
         sweep.main(["n_w", f"hydra.sweep.dir={tmp_path}"])
     err = capsys.readouterr().err
     assert stop.value.code == code and f"ended with exit status {code}: " in err and "stopped" not in err
+
+
+def test_a_sweep_over_two_settings_is_also_written_as_grids() -> None:
+    """The expense paper's sensitivity of C4 to N x W had only a list of jobs (merged_table.txt): a sweep that varies
+    exactly two settings gets each headline figure as a grid, N as rows and W as columns, in numeric order."""
+    from harness.report.console import summary_table
+    from harness.report.sweep import grid_tables
+
+    rows = []
+    for job, (n, w) in enumerate([(10, 0), (3, 0), (10, 1), (3, 1)]):
+        for task in range(2):
+            rows.append({"job": str(job), "experiment": f"n_w[n={n},w={w}]", "run": 0, "task_id": f"t{task}",
+                         "job_overrides": f"experiment=c4 policy.n={n} policy.w={w}", "model": "sim",
+                         "simulated": True, "termination": "user_stop", "completed": task < w + 1,
+                         "any_line_itemized": True, "amount_itemized_pct": 100.0, "input_tokens": 1000 * n,
+                         "output_tokens": 10, "aux_input_tokens": 0, "aux_output_tokens": 0, "user_input_tokens": 0,
+                         "user_output_tokens": 0, "n_tool_calls": 3, "modeled_time_s": 5.0, "wall_time_s": 1.0,
+                         "cost_usd": 0.0})
+    merged = pd.DataFrame(rows)
+    grid = grid_tables(merged, summary_table(merged).T, merged)
+    assert grid is not None and "### Tasks completed (%): policy.n (rows) x policy.w (columns)" in grid
+    completed = grid.split("### Agent input tokens")[0]
+    lines = [ln for ln in completed.splitlines() if ln.startswith("|") and "---" not in ln]
+    assert [c.strip() for c in lines[0].strip("|").split("|")] == ["policy.n", "0", "1"]
+    assert [c.strip() for c in lines[1].strip("|").split("|")] == ["3", "50.0", "100.0"]  # 3 before 10
+    assert [c.strip() for c in lines[2].strip("|").split("|")] == ["10", "50.0", "100.0"]
+    tokens = grid.split("### Agent input tokens")[1].split("###")[0]
+    assert "| 3          | 6,000  | 6,000  |" in tokens and "| 10         | 20,000 | 20,000 |" in tokens
+    one = merged[merged.job.isin(["0", "2"])]  # one setting varies: its list is the report
+    assert grid_tables(one, summary_table(one).T, one) is None

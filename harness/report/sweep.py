@@ -43,7 +43,47 @@ def merge(sweep_dir: Path) -> pd.DataFrame:
     warning = f"WARNING: jobs not complete: {', '.join(incomplete)}\n" if incomplete else ""
     atomic_write(sweep_dir / "merged_table.txt", f"{label(merged)}; mean ± 95% CI over runs\n{warning}"
                                                  f"{table.to_string()}\n")
+    grid = grid_tables(merged, table, labelled)
+    if grid:
+        atomic_write(sweep_dir / "merged_grid.md", f"{label(merged)}; mean ± 95% CI over runs\n{warning}\n{grid}")
     return merged
+
+
+GRID_ROWS = ("Tasks completed (%)", "Score (mean task score x 100)", "Agent input tokens", "Total tokens")
+
+
+def grid_tables(merged: pd.DataFrame, table: pd.DataFrame, labelled: pd.DataFrame) -> str | None:
+    """A sweep over exactly two settings (the expense paper's sensitivity of C4 to N x W: `SWEEP=n_w`) as grids:
+    one per headline figure, the first setting's values as rows and the second's as columns (markdown). None for
+    any other sweep (its merged_table.txt lists the jobs)."""
+    settings = {job: dict(_pair(o) for o in str(over).split(" ") if "=" in o)
+                for job, over in merged.groupby("job").job_overrides.first().items()}
+    keys = [k for k in dict.fromkeys(k for s in settings.values() for k in s)
+            if len({s.get(k) for s in settings.values()}) > 1]
+    if len(keys) != 2:
+        return None
+    names = labelled.groupby("job").experiment.first()
+    parts = []
+    for row in (r for r in GRID_ROWS if r in table.columns):
+        cells = pd.DataFrame([{keys[0]: settings[j].get(keys[0]), keys[1]: settings[j].get(keys[1]),
+                               "value": table.loc[names[j], row]} for j in settings])
+        grid = cells.pivot_table(index=keys[0], columns=keys[1], values="value", aggfunc="first")
+        grid = grid.reindex(index=sorted(grid.index, key=_order), columns=sorted(grid.columns, key=_order))
+        parts.append(f"### {row}: {keys[0]} (rows) x {keys[1]} (columns)\n\n{grid.fillna('-').to_markdown(disable_numparse=True)}\n")
+    return "\n".join(parts)
+
+
+def _pair(override: str) -> tuple[str, str]:
+    key, _, value = override.partition("=")
+    return key.lstrip("+~"), value
+
+
+def _order(value: Any) -> tuple[int, float | str]:
+    """Numbers in numeric order (10 after 7), then anything else by its text."""
+    try:
+        return 0, float(value)
+    except (TypeError, ValueError):
+        return 1, str(value)
 
 
 def _job_names(merged: pd.DataFrame) -> pd.Series:
