@@ -69,7 +69,8 @@ def grid_tables(merged: pd.DataFrame, table: pd.DataFrame, labelled: pd.DataFram
                                "value": table.loc[names[j], row]} for j in settings])
         grid = cells.pivot_table(index=keys[0], columns=keys[1], values="value", aggfunc="first")
         grid = grid.reindex(index=sorted(grid.index, key=_order), columns=sorted(grid.columns, key=_order))
-        parts.append(f"### {row}: {keys[0]} (rows) x {keys[1]} (columns)\n\n{grid.fillna('-').to_markdown(disable_numparse=True)}\n")
+        shown = grid.fillna("-").to_markdown(disable_numparse=True)
+        parts.append(f"### {row}: {keys[0]} (rows) x {keys[1]} (columns)\n\n{shown}\n")
     return "\n".join(parts)
 
 
