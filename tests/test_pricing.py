@@ -256,6 +256,16 @@ def test_usage_cache_counts_inside_or_beside_the_prompt() -> None:
     assert parse_usage(both)[0] == Usage(4000, 5, 1000, 0, 2000)  # no count of ours: inside, as OpenAI's are
     openai = {"prompt_tokens": 10_000, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 9000}}
     assert parse_usage(openai, local_input=10_050)[0] == Usage(10_000, 5, 9000, 0, 0)
+    # OpenAI's and DeepSeek's hits are inside prompt_tokens, as documented, however far off our count is (it counts
+    # tools its own way: a hit added again overbilled the input by 10-40%)
+    small_hit = {"prompt_tokens": 10_000, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 1024}}
+    assert parse_usage(small_hit, local_input=10_600)[0].input_tokens == 10_000
+    deepseek_hit = {"prompt_tokens": 3000, "completion_tokens": 5, "prompt_cache_hit_tokens": 64,
+                    "prompt_cache_miss_tokens": 2936}
+    assert parse_usage(deepseek_hit, local_input=3040)[0].input_tokens == 3000
+    # Anthropic's names: beside only when clearly nearer our count than all inside
+    unclear = {"prompt_tokens": 10_000, "completion_tokens": 5, "cache_read_input_tokens": 1024}
+    assert parse_usage(unclear, local_input=10_600)[0].input_tokens == 10_000
 
 
 class _Fixed:

@@ -713,13 +713,16 @@ def parse_usage(usage: Any, local_input: int = 0) -> tuple[Usage | None, dict[st
                                                                                 "completion_tokens")
     prompt_details = details("prompt_tokens_details")
     cached = count(prompt_details, "cached_tokens", "prompt_tokens_details.cached_tokens")
-    if cached is None:  # Anthropic-style counts as LiteLLM passes them through (prompt_tokens includes them)
-        cached = count(usage, "cache_read_input_tokens", "cache_read_input_tokens")
     if cached is None:  # DeepSeek's name (inside prompt_tokens, as its prompt_cache_miss_tokens is the rest)
         cached = count(usage, "prompt_cache_hit_tokens", "prompt_cache_hit_tokens")
+    anthropic = cached is None  # Anthropic's names, which LiteLLM's versions place inside prompt_tokens or not
+    if cached is None:
+        cached = count(usage, "cache_read_input_tokens", "cache_read_input_tokens")
     written = count(usage, "cache_creation_input_tokens", "cache_creation_input_tokens")
-    if written is None:  # OpenRouter's name for the same count
+    if written is None:  # OpenRouter's name for the same count (inside its prompt_tokens)
         written = count(prompt_details, "cache_write_tokens", "prompt_tokens_details.cache_write_tokens")
+    else:
+        anthropic = True
     reasoning = count(details("completion_tokens_details"), "reasoning_tokens",
                       "completion_tokens_details.reasoning_tokens")
     if prompt == 0:  # every request has input tokens: an endpoint that says 0 did not count them
@@ -730,23 +733,28 @@ def parse_usage(usage: Any, local_input: int = 0) -> tuple[Usage | None, dict[st
     # completion 0, reasoning 60) is output beside it.
     if reasoning and reasoning > completion:
         completion += reasoning
-    return Usage(prompt + _beside(prompt, cached or 0, written or 0, local_input), completion, cached or 0,
-                 reasoning or 0, written or 0), invalid
+    beside = _beside(prompt, cached or 0, written or 0, local_input if anthropic else 0)
+    return Usage(prompt + beside, completion, cached or 0, reasoning or 0, written or 0), invalid
 
 
 def _beside(prompt: int, read: int, written: int, local_input: int) -> int:
     """The cache counts prompt_tokens leaves out. Endpoints differ: OpenAI, DeepSeek and OpenRouter count reads
-    (and writes) inside prompt_tokens; Anthropic's own input_tokens holds neither, and LiteLLM's versions pass it
-    through with both, the reads only, or neither added. Counts that cannot be inside are not (reads above
-    prompt_tokens: reads and writes beside; reads and writes together above it: the writes beside). Otherwise,
-    with the harness's own count of the prompt, the reading whose total is nearest to it (tokenizers differ by tens
-    of percent; a cache count small enough to be unclear changes the total little), else all inside."""
+    (and writes) inside prompt_tokens, as their documentation says: always taken so; Anthropic's own input_tokens
+    holds neither, and LiteLLM's versions pass Anthropic's names through with both, the reads only, or neither
+    added. Counts that cannot be inside are not (reads above prompt_tokens: reads and writes beside; reads and
+    writes together above it: the writes beside). Otherwise, given `local_input` (the harness's own count of the
+    prompt; 0 for the documented-inside names), a reading with counts beside is taken only when it is clearly
+    nearer to that count (the harness counts tools its own way: tens of percent off), else all inside."""
     if read > prompt:
         return read + written
-    readings = [0, written, read + written] if local_input else [0]
     if read + written > prompt:
-        readings = [r for r in readings if r] or [written]
-    return min(readings, key=lambda extra: abs(prompt + extra - local_input))
+        return written if not local_input or abs(prompt + written - local_input) <= abs(
+            prompt + read + written - local_input) else read + written
+    if not local_input:
+        return 0
+    inside = abs(prompt - local_input)
+    nearer = [x for x in (written, read + written) if x and abs(prompt + x - local_input) < 0.5 * inside]
+    return min(nearer, key=lambda extra: abs(prompt + extra - local_input), default=0)
 
 
 def plausible(tokens: Usage, local_input: int, output_limit: int, invalid: dict[str, str]) -> Usage:
