@@ -374,10 +374,15 @@ def ray_settings(cfg: DictConfig) -> dict[str, Any]:
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < -1:
         raise InputError(f"ray.max_retries={retries!r} must be a whole number >= 0 (-1: retry for ever)")
     address = settings.get("address")
-    if address is not None and not (isinstance(address, str) and (address == "auto" or address.startswith("ray://")
+    if address is not None and not (isinstance(address, str) and (address in ("auto", "local") or "://" in address
                                                                    or _host_port(address) is not None)):
         raise InputError(f"ray.address={address!r} is not a Ray address (valid: null for a private instance, auto, "
-                         "HOST:PORT of the head's GCS, ray://HOST:PORT)")
+                         "local, HOST:PORT of the head's GCS, ray://HOST:PORT)")
+    unknown = sorted(set(settings) - {"address", "num_cpus", "max_retries", "autoscaling"})
+    if unknown or not isinstance(settings.get("autoscaling", False), bool):
+        bad = f"ray.{unknown[0]} is not a ray setting" if unknown else \
+            f"ray.autoscaling={settings['autoscaling']!r} must be true or false"
+        raise InputError(f"{bad} (valid: address, num_cpus, max_retries, autoscaling)")
     return settings
 
 
@@ -395,7 +400,8 @@ def ray_connect(cfg: DictConfig) -> None:
                          "every node (make serve-local) and set model.base_url to it")
     address = settings.get("address")  # None: a private local instance (no dashboard)
     where = _host_port(address) if isinstance(address, str) and not address.startswith("ray://") else None
-    if where is not None and "ray" not in sys.modules:  # (connected already: nothing to probe)
+    connected = "ray" in sys.modules and sys.modules["ray"].is_initialized()  # (an earlier job's Ray may be shut)
+    if where is not None and not connected:
         try:
             socket.create_connection(where, timeout=PROBE_S).close()
         except OSError as exc:
@@ -418,10 +424,11 @@ def ray_connect(cfg: DictConfig) -> None:
     _RAY_DRIVER["started"] = True
     cpus = float(settings.get("num_cpus", 1))
     most = max((float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")), default=0.0)
-    if cpus > most:  # Ray's autoscaler would wait for such a node for ever
+    if cpus > most and not settings.get("autoscaling", False):  # a fixed cluster's tasks would wait for ever
         _RAY_DRIVER.clear()
         ray.shutdown()
-        raise InputError(f"ray.num_cpus={cpus:g}: no node of the Ray cluster has that many CPUs (the most: {most:g})")
+        raise InputError(f"ray.num_cpus={cpus:g}: no node of the Ray cluster has that many CPUs (the most: {most:g}; "
+                         "ray.autoscaling=true if the cluster adds nodes on demand)")
 
 
 def _ray(cfg: DictConfig, domain: Domain, jobs: list[Job], one: RunOne) -> Iterator[dict[str, Any]]:
@@ -541,8 +548,9 @@ def _ray_episode(cfg_yaml: str, job: Job, one: RunOne, before: tuple[int, int] |
     lifecycle.reset()  # a worker process outlives runs: no stop or meter of an earlier one
     if not Path(ledger).exists():  # the run made it before any task: out_dir is not on a filesystem this node shares
         return {"stopped": f"out_dir {Path(ledger).parent} is not visible on the Ray node {socket.gethostname()} "
-                           "(every node must see it: a shared filesystem): its episodes would run with no cost "
-                           "cap and write where the run cannot see them"}
+                           "(every node must see it: a shared filesystem), or its spend ledger could not be written "
+                           "(the run's log says so): its episodes would run with no cost cap and write where the run "
+                           "cannot see them"}
     lifecycle.METER.join(cfg.max_cost_usd, Path(ledger))
     path = transcript_path(Path(job[2]), domain.tasks[job[0]].task_id, job[1])
     if (row := _already_written(path, job[3], before)) is not None:

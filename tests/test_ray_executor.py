@@ -134,3 +134,21 @@ def test_a_ray_node_that_cannot_see_the_run_folder_runs_nothing(tmp_path: Path) 
     row = _ray_episode(OmegaConf.to_yaml(cfg, resolve=True), (0, 0, str(tmp_path / "run"), "print"),
                        lambda *a: ran.append(a) or {}, None, str(ROOT), str(tmp_path / "run" / "spent_usd.txt"))
     assert "is not visible on the Ray node" in row["stopped"] and not ran
+
+
+def test_the_address_is_probed_unless_ray_is_connected_now(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A later sweep job in a reused process has Ray imported (an earlier job's, shut down): the probe was skipped
+    and ray.init retried a dead address for minutes."""
+    from types import SimpleNamespace
+
+    from harness.errors import InputError
+    from harness.executors import ray_connect
+
+    inits: list[object] = []
+    monkeypatch.setitem(sys.modules, "ray", SimpleNamespace(is_initialized=lambda: False,
+                                                            init=lambda **kw: inits.append(kw)))
+    with pytest.raises(InputError, match=r"^ray.address=127.0.0.1:1: no Ray cluster there"):
+        ray_connect(_cfg(tmp_path, "ray.address=127.0.0.1:1"))
+    assert not inits
+    with pytest.raises(InputError, match=r"^ray.autoscaling='yes' must be true or false"):
+        ray_connect(_cfg(tmp_path, "ray.autoscaling=yes"))
