@@ -120,7 +120,7 @@ def _rewrite_in_place(path: Path, *choices: dict[str, Any]) -> None:
     text = next((t for c in choices if len(t := json.dumps(c, indent=2, default=str) + "\n") <= old), None)
     if text is None:
         raise OSError(errno.ENOSPC, "no room for the manifest's new copy", str(path))
-    with open(path, "r+", encoding="utf-8") as f:
+    with open(os.open(path, os.O_RDWR | os.O_NOFOLLOW), "r+", encoding="utf-8") as f:  # (never through a link)
         f.write(text)
         f.truncate()
         f.flush()

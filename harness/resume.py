@@ -180,7 +180,8 @@ def run_file_problem(out_dir: Path) -> str | None:
     if bad is not None:
         return f"error: {bad} is not a file; remove it or choose another out_dir"
     transcripts = out_dir / "transcripts"
-    written = [out_dir / n for n in IN_PLACE] + [hydra / n for n in HYDRA_RECORD] + [transcripts]
+    written = [out_dir / n for n in IN_PLACE] + [hydra / n for n in HYDRA_RECORD]  # (transcripts/ may be a link:
+    # to a bigger disk, deliberately; it is checked writable below wherever it points)
     link = next((p for p in written if p.is_symlink()), None)
     if link is not None:
         return (f"error: {link} is a symbolic link: the run would write through it, outside its folder; remove it or "

@@ -82,6 +82,10 @@ def test_never_reveals_charges_not_on_the_folio(index: int) -> None:
     "The remaining balance: 0.00; all lines saved.",
     "Final remaining balance: 0.00. The itemization is done.",
     "All set: the itemization has been completed? No: the itemization is finished.",
+    "Remaining is 0.00.",
+    "Remaining is $0.00 now.",
+    "The itemization is complete, but let me know if you need anything else.",
+    "Itemization complete - anything else?",
 ])
 def test_stop_on_completion(text: str) -> None:
     assert ScriptedUser(tasks()[0]).respond(text) == STOP == "###STOP###"
@@ -98,6 +102,7 @@ def test_stop_on_completion(text: str) -> None:
     "Is the itemization complete on your side, or are there more charges?",
     "Can you confirm the itemization is complete?",
     "Remaining balance is $0.00 after the room rate line, but I still need the parking charges.",
+    "The expense isn't fully itemized yet.",
 ])
 def test_no_stop_when_not_finished(text: str) -> None:
     assert STOP not in ScriptedUser(tasks()[0]).respond(text)
@@ -115,6 +120,11 @@ def test_a_question_about_the_whole_folio_gets_the_whole_folio(question: str) ->
     """A real model's wordings got "I'm not sure what you need from me" (only the sim's keywords were read)."""
     t = task_where(has_all_types)
     assert sorted(lines_of(ScriptedUser(t).respond(question))) == sorted(describe(f) for f in folio_of(t))
+
+
+def test_a_statement_about_the_folio_reveals_nothing() -> None:
+    reply = ScriptedUser(task_where(has_all_types)).respond("I have entered all the charges from your folio.")
+    assert lines_of(reply) == [] and reply != STOP
 
 
 def test_a_real_model_with_the_scripted_user_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:

@@ -308,6 +308,12 @@ def test_summarizer_output_is_checked_for_facts_traceability_and_length() -> Non
         assert checked_summary(f, [traced], frozenset(), ctx().tokens, f.value) == traced
     for part in ("enu", "8 men", "s) foun"):
         assert checked_summary(f, [part], frozenset(), ctx().tokens, f.value) is None
+    from harness.waac.projection import _quoted
+
+    assert _quoted("120.00", "total 120.00 due") and _quoted("3.5", "price 3.5")
+    for part, source in (("5", "price 3.5"), ("120.00", "total 1,120.00"), ("000", "1,000 items"),
+                         ("_id", "user_id=3"), ("1", "1.5 nights")):
+        assert not _quoted(part, source), (part, source)
 
 
 def test_projection_keeps_pairs_and_never_touches_the_history() -> None:

@@ -223,7 +223,9 @@ def stand_in_notes(episodes: pd.DataFrame) -> list[str]:
 
 
 def mismatch_notes(episodes: pd.DataFrame, names: Iterable[str]) -> list[str]:
-    """One WARNING line per property in which the compared columns differ, grouping the columns that agree."""
+    """One WARNING line per property in which the compared columns differ, grouping the columns that agree, and
+    one per column with steps counted locally for want of the endpoint's usage (usage_notes)."""
+    names = list(names)  # (read twice: here and by usage_notes)
     if episodes.empty:
         return []
     sigs = {n: signature(g) for n in names if not (g := episodes[episodes.experiment == n]).empty}

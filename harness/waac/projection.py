@@ -450,13 +450,13 @@ def checked_summary(f: Field, stated: list[str], required: frozenset[str], token
 
 
 def _quoted(stated: str, source: str) -> bool:
-    """A verbatim quote of the source, whole at both ends (not a part of a longer word or number): "0" or "Saved"
-    found inside "10" or "Unsaved" traced nothing to the source (A.3)."""
-    stated = stated.strip()
-    if not stated:
+    """A verbatim quote of the source, whole at both ends (not a part of a longer word or number): "0", "_id" or
+    "120.00" found inside "10", "user_id" or "1,120.00" traced nothing to the source (A.3)."""
+    if not stated.strip():
         return False
-    pattern = (("(?<!\\w)" if stated[0].isalnum() else "") + re.escape(stated)
-               + ("(?!\\w)" if stated[-1].isalnum() else ""))
+    word = re.compile(r"\w")
+    pattern = (("(?<!\\w)(?<!\\d[.,])" if word.match(stated[0]) else "") + re.escape(stated)
+               + ("(?!\\w)(?![.,]\\d)" if word.match(stated[-1]) else ""))
     return re.search(pattern, source) is not None
 
 

@@ -16,9 +16,17 @@ from harness.types import FolioLine, Message, Task, Usage
 
 LODGING = ("Room rate", "Room tax")
 COMPLETION = re.compile(r"itemi[sz]ation (is |has been )?(now )?(complete|done|finished)|(?<!not )fully itemi[sz]ed|"
-                        r"remaining (balance|amount)\W*(is |of |now |at )*\$?0(\.00)?(?!\.?\d)", re.I)
-NOT_DONE = re.compile(r"\b(but|still|except|however|yet to)\b", re.I)  # "... is 0.00, but I still need parking"
+                        r"remaining\W*((balance|amount)\W*)?(is |of |now |at )*\$?0(\.00)?(?!\.?\d)", re.I)
+# what takes a completion back in its sentence ("... is 0.00, but I still need the parking charges"); a polite "but
+# let me know if you need anything else" does not
+NOT_DONE = re.compile(r"\bstill (need|have|to|missing)\b|\bnot yet\b|\byet to\b|\bexcept\b|n't fully\b|\bnot fully\b|"
+                      r"\bnot (yet )?(complete|done|finished)\b", re.I)
 SENTENCE = re.compile(r"(?<=[.!?])\s+|\n")
+# a yes/no question about completion asks the user ("Can you confirm the itemization is complete?"); a stated one
+# with a question after it does not ("Itemization complete - anything else?")
+ASKS = re.compile(r"\s*(is|are|was|can|could|would|will|shall|should|do|does|did|has|have|may|might)\b", re.I)
+REQUEST = re.compile(r"\s*(please|could you|can you|would you|list|share|tell|give|send|provide|show|what|which)\b",
+                     re.I)
 ASKS_LODGING = re.compile(r"\b(room|lodging|nightly|night|tax(es)?)\b", re.I)
 ASKS_OTHER = re.compile(r"\b(other|additional|extra|meals?|restaurant|parking|laundry|incidentals?)\b", re.I)
 ASKS_FOLIO = re.compile(r"\b(folio|charges?|bill|receipt|invoice|statement)\b", re.I)  # the whole folio
@@ -30,10 +38,16 @@ def describe(line: FolioLine) -> str:
 
 
 def reports_completion(agent_text: str) -> bool:
-    """The agent states that the itemization is complete: in a sentence that is no question ("can you confirm the
-    itemization is complete?" asks the user) and takes nothing back ("but I still need the parking charges")."""
-    return any(COMPLETION.search(s) and not s.rstrip().endswith("?") and not NOT_DONE.search(s)
+    """The agent states that the itemization is complete: in a sentence that is no yes/no question ("can you confirm
+    the itemization is complete?" asks the user) and takes nothing back ("but I still need the parking charges")."""
+    return any(COMPLETION.search(s) and not (s.rstrip().endswith("?") and ASKS.match(s)) and not NOT_DONE.search(s)
                for s in SENTENCE.split(agent_text))
+
+
+def _asked(sentence: str) -> bool:
+    """A question or a request ("Please list ...", "Share ..."), not a statement ("I have entered all the charges
+    from your folio")."""
+    return sentence.rstrip().endswith("?") or REQUEST.match(sentence) is not None
 
 
 class ScriptedUser:
@@ -45,8 +59,8 @@ class ScriptedUser:
             return STOP
         parts = []
         lodging, other = ASKS_LODGING.search(agent_text), ASKS_OTHER.search(agent_text)
-        if not (lodging or other) and ASKS_FOLIO.search(agent_text):  # "please list the charges on your folio"
-            lodging = other = True  # type: ignore[assignment]
+        if not (lodging or other) and any(ASKS_FOLIO.search(s) and _asked(s) for s in SENTENCE.split(agent_text)):
+            lodging = other = True  # type: ignore[assignment]  # "please list the charges on your folio"
         if lodging:
             parts.append(self._reveal([f for f in self.folio if f.subcategory in LODGING], "lodging"))
         if other:
