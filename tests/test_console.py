@@ -95,6 +95,8 @@ def test_model_time_is_named_modeled_for_a_simulated_run_and_measured_for_a_real
     assert "Model time (h; modeled for sim)" in summary_table(sim).index
     assert "Model time (h; measured latency)" in summary_table(real).index
     assert not any("modeled" in label for label in summary_table(real).index)
+    llm_user = sim.assign(user_time_s=2.0)  # the simulated agent with user=llm: the user's latency is measured
+    assert "Model time (h; modeled for sim, the user model's measured)" in summary_table(llm_user).index
 
 
 def test_per_run_sums_of_runs_of_different_sizes_are_shown_without_a_ci() -> None:

@@ -59,8 +59,10 @@ def _time_label(episodes: pd.DataFrame) -> str:
     """What modeled_time_s holds: the simulated agent's modeled latency, a real endpoint's measured one (a real run
     was labelled "modeled for sim" too)."""
     simulated = episodes.simulated.astype(bool) if "simulated" in episodes.columns else pd.Series([True])
-    if simulated.all():
-        return "Model time (h; modeled for sim)"
+    user = "user_time_s" in episodes.columns and bool((episodes.user_time_s.fillna(0) > 0).any())
+    if simulated.all():  # (an LLM user beside the simulated agent: its measured latency is in it too)
+        return "Model time (h; modeled for sim, the user model's measured)" if user else \
+            "Model time (h; modeled for sim)"
     if simulated.any():
         return "Model time (h; modeled for sim, else measured)"
     return "Model time (h; measured latency)"
