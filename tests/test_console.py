@@ -245,3 +245,9 @@ def test_steps_without_the_endpoints_usage_are_said_to_be_counted_locally() -> N
     assert any("no token usage for 14 of 30 steps" in n for n in mismatch_notes(frame, ["c3"]))
     reported = frame.assign(usage_missing_steps=0)
     assert "no token usage" not in render(reported) and not mismatch_notes(reported, ["c3"])
+
+
+def test_a_run_priced_on_two_sheets_says_so() -> None:
+    frame = episodes(n_runs=1, n_tasks=2).assign(price_sheet=["gpt-5.4-mini", "gpt-5"])
+    assert "WARNING: the episodes were priced on different sheets (gpt-5, gpt-5.4-mini)" in render(frame)
+    assert "priced on different sheets" not in render(frame.assign(price_sheet="gpt-5"))

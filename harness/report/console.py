@@ -126,6 +126,7 @@ def render(episodes: pd.DataFrame, elapsed_s: float | None = None, written: int 
         *_partial(record),
         *_few_runs(episodes),
         *usage_notes(episodes, list(dict.fromkeys(episodes.experiment))),
+        *_mixed_sheets(episodes),
         summary_table(episodes).to_string(),
         "", "Terminations (episodes):", terms.to_string(),
         *([""] + benchmark if benchmark else []),
@@ -149,6 +150,14 @@ def _few_runs(episodes: pd.DataFrame) -> list[str]:
         return ["NOTE: 1 run: no CI (n_runs=3 or more for one)"]
     return ["NOTE: 2 runs: Student's t with 1 degree of freedom, so a CI is wide and can pass 0-100% "
             "(n_runs=3 or more for a narrower one)"]
+
+
+def _mixed_sheets(episodes: pd.DataFrame) -> list[str]:
+    """A run resumed with another pricing.sheet (a setting a resume may change) priced its sessions apart: said, as
+    the cost table says it."""
+    sheets = sorted(map(str, episodes.price_sheet.dropna().unique())) if "price_sheet" in episodes else []
+    return [f"WARNING: the episodes were priced on different sheets ({', '.join(sheets)}): pricing.sheet changed "
+            "between sessions; the cost columns mix them"] if len(sheets) > 1 else []
 
 
 def _partial(record: dict[str, Any] | None) -> list[str]:
