@@ -7,6 +7,7 @@ Expected values are worked out by hand from tests/fixtures/make_results.py: c2 c
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -452,6 +453,15 @@ def test_an_output_folder_that_cannot_be_written_is_one_line(command: str,
     assert cli.run(main, ["--results", str(FIXTURE), "--out", "/sys/harness-outputs"]) == cli.EXIT_INPUT
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: /sys/harness-outputs: cannot write the outputs there (") and "--out" in err[-1]
+
+
+def test_a_full_disk_under_a_report_is_said_so_not_read_as_permissions(capsys: pytest.CaptureFixture[str]) -> None:
+    def full(_argv: list[str]) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    assert cli.run(full, []) == cli.EXIT_INPUT
+    assert capsys.readouterr().err.strip() == ("error: the output folder: the disk is full (No space left on device); "
+                                               "free space there and rerun the same command")
 
 
 @pytest.mark.parametrize("command", ["tables", "plots"])

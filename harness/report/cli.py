@@ -102,7 +102,11 @@ def run(main: Callable[[list[str] | None], Any], argv: list[str] | None = None,
     except OSError as exc:  # the outputs' folder is not writable (reading a damaged file is skipped where read)
         if exc.errno not in UNWRITABLE:
             raise
-        print(f"error: {exc.filename or 'the output folder'}: cannot write the outputs there ({exc.strerror}); "
-              f"{unwritable}", file=sys.stderr)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # (advice for permissions read as wrong for a full disk)
+            print(f"error: {exc.filename or 'the output folder'}: the disk is full ({exc.strerror}); free space "
+                  "there and rerun the same command", file=sys.stderr)
+        else:
+            print(f"error: {exc.filename or 'the output folder'}: cannot write the outputs there ({exc.strerror}); "
+                  f"{unwritable}", file=sys.stderr)
         return EXIT_INPUT
     return status if isinstance(status, int) and not isinstance(status, bool) else 0
