@@ -158,11 +158,14 @@ def test_failed_calls_and_an_oversized_prompt_are_errors() -> None:
     assert "does not fit the judge's context window" in (r2.reason or "")
 
 
-def test_no_judge_is_not_judged_with_the_reason_and_an_empty_trajectory_is_an_error() -> None:
+def test_no_judge_is_not_judged_with_the_reason_and_an_empty_trajectory_scores_0_as_upstream() -> None:
+    """An empty trajectory was an `error`, left out of every figure (an agent whose first request overflowed had
+    its episodes dropped); upstream's empty_result scores every item 0: so here, with or without a judge."""
     results = Judge(None, unavailable_reason="the agent is simulated").judge_episode(TASK, STEPS)
     assert [(r.status, r.score, r.reason) for r in results] == [("not_judged", None, "the agent is simulated")] * 2
-    empty = Judge(FakeJudge({})).judge_episode(TASK, [])
-    assert {(r.status, r.reason) for r in empty} == {("error", "empty trajectory: no steps recorded")}
+    judge = FakeJudge({})
+    for empty in (Judge(judge).judge_episode(TASK, []), Judge(None).judge_episode(TASK, [])):
+        assert [(r.status, r.score) for r in empty] == [("failure", 0.0)] * 2 and all(r.calls == 0 for r in empty)
     with pytest.raises(InputError, match="attempts must be >= 1"):
         Judge(None, attempts=0)
 
@@ -387,6 +390,8 @@ def test_webjudge_text_only_gets_upstreams_no_screenshot_prompt(tmp_path: Path) 
     assert verdict.calls == 2 and OUTCOME_USER_NO_IMAGES.split("{")[0] == "User Task: "
     none = WebJudge(None, unavailable_reason="judge=none").judge_episode(TASK, steps, folder)
     assert (none.status, none.success, none.reason) == ("not_judged", None, "judge=none")
+    empty = WebJudge(text).judge_episode(TASK, [], folder)  # the agent's failure: 0, as the rubric judge scores it
+    assert (empty.status, empty.success, empty.calls) == ("failure", 0.0, 0)
 
 
 @pytest.mark.parametrize(("reply", "status"), [

@@ -190,12 +190,14 @@ class Judge(JudgeBase):
     def judge_episode(self, task: OdysseyTask, steps: Sequence[Step], folder: Path | None = None
                       ) -> list[RubricJudgment]:
         """One judgment per rubric item, in the task's order. Screenshots are read from `folder` (the episode's
-        upstream-layout folder) for a multimodal judge only. An empty trajectory is an error, as upstream's."""
+        upstream-layout folder) for a multimodal judge only. A finished episode with an empty trajectory (its first
+        request overflowed the context window) fails every item without a judge call, as upstream scores it 0
+        (run_full_trajectory_per_rubric.py's empty_result): an `error` left it out of every figure."""
+        if not steps:
+            return [RubricJudgment(r.key, "failure", reason="empty trajectory: no steps recorded (scored 0, as "
+                                   "upstream)", model=self.model) for r in task.rubrics]
         if self.backend is None:
             return [RubricJudgment(r.key, "not_judged", reason=self.unavailable_reason) for r in task.rubrics]
-        if not steps:
-            return [RubricJudgment(r.key, "error", reason="empty trajectory: no steps recorded", model=self.model)
-                    for r in task.rubrics]
         images = load_images(folder, steps, self.max_images) if self.multimodal and folder is not None else []
         return [self.judge_rubric(task, rubric, steps, images) for rubric in task.rubrics]
 

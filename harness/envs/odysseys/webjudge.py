@@ -280,10 +280,10 @@ class WebJudge(JudgeBase):
         """The episode's verdict; screenshots are read from `folder` (its upstream-layout folder) for a
         multimodal judge only."""
         images = self._images(steps, folder)
+        if not steps:  # the agent's failure, not the judge's: scored as the rubric judge scores it (0, as upstream)
+            return WebJudgment("failure", not images, reason="empty trajectory: no steps recorded", model=self.model)
         if self.backend is None:
             return WebJudgment("not_judged", not images, reason=self.unavailable_reason)
-        if not steps:
-            return WebJudgment("error", not images, reason="empty trajectory: no steps recorded", model=self.model)
         spend = _Spend()
         key_points, scores = "", list[ScreenshotScore]()
         try:
