@@ -242,7 +242,8 @@ def test_graded_on_the_first_reply_with_no_tools(tmp_path: Path) -> None:
 
 
 def test_an_unusable_reply_is_final_as_upstream_and_scored_nothing(tmp_path: Path) -> None:
-    for reply, what in (("Sure! The agent did great.", "no parseable JSON"), ('{"notes": "x"}', "no total score")):
+    for reply, what in (("Sure! The agent did great.", "no parseable JSON"), ('{"notes": "x"}', "no total score"),
+                        ("", "judge reply is empty")):  # (named "'str'" before)
         backend = ScriptedJudge([reply, GOOD])
         result = Judge(backend).grade(task(), [], tmp_path)
         assert (result.status, result.score, result.calls, len(backend.seen)) == ("unusable", None, 1, 1)

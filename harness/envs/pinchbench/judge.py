@@ -575,6 +575,8 @@ def _read(reply: str) -> tuple[dict[str, float], float, str] | Unusable:
     scores, total, notes = normalise(raw)
     if total is not None:
         return scores, total, notes
+    if not text.strip():  # (one_line names an empty text by its type: "'str'" read as the reply)
+        return Unusable("judge reply is empty")
     what = "no parseable JSON or prose total" if not raw else "JSON with no total score"
     return Unusable(f"judge reply has {what}: {one_line(text)[:120]!r}")
 
