@@ -33,6 +33,8 @@ class ToolCall:
             raise ValueError(f"arguments are not valid JSON ({exc.msg} at char {exc.pos})") from exc
         except RecursionError:  # nested deeper than the parser goes: malformed, as any other bad JSON
             raise ValueError("arguments are nested too deeply to read") from None
+        except ValueError:  # an integer literal past Python's 4,300 digits (its own message named sys settings)
+            raise ValueError("arguments hold a number too long to read") from None
         if not isinstance(value, dict):
             raise ValueError("arguments must be a JSON object")
         return value

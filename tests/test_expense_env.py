@@ -298,6 +298,16 @@ def test_start_date_must_lie_inside_the_stay() -> None:
     ([{"controlName": "Merchant", "value": "x"}], "does not exist or is not editable"),
     ([{"controlName": "DailyRate", "value": "10.00"}, {"controlName": "Quantity", "value": 2},
       {"controlName": "Amount", "value": "25.00"}], "must equal Daily rate x Quantity"),
+    # a hostile or clumsy agent's values (each was taken, or answered with Python's own text)
+    ([{"controlName": "DailyRate", "value": "1.00"}, {"controlName": "Amount", "value": "7.00"}],
+     "Set Quantity with DailyRate and Amount"),  # (saved as is: the rule bypassed)
+    ([{"controlName": "Amount", "value": "12,50"}], "not a valid number"),  # (a decimal comma: 1250.00)
+    ([{"controlName": "Amount", "value": "1e999999999"}], "not a valid number"),  # ([<class InvalidOperation>])
+    ([{"controlName": "Amount", "value": 1e308}], "not a valid number"),
+    ([{"controlName": "Quantity", "value": "1_000"}], "not a valid integer"),
+    ([{"controlName": "Quantity", "value": "\u0663"}], "not a valid integer"),  # an Arabic-Indic 3
+    ([{"controlName": "Quantity", "value": 1.5}], "not a valid integer"),
+    ([], "one at least"),  # (marked a saved line Modified)
 ])
 def test_invalid_line_values(values: list[dict[str, object]], expected: str) -> None:
     d = env_driver()
@@ -487,3 +497,26 @@ def test_sort_by_total_amount_is_numeric() -> None:
     ok = d.ok("form_sort_grid_column", gridName="ExpenseReportsGrid", columnName="TotalAmount")
     amounts = [Decimal(r["Values"]["TotalAmount"]) for r in grid_rows(ok.form, "ExpenseReportsGrid")]
     assert amounts == sorted(amounts)
+
+
+def test_thousands_separators_are_read_and_a_boolean_is_read_as_written() -> None:
+    """"false" was true (a non-empty string): close with discardChanges="false" lost the edits with a success."""
+    d = env_driver()
+    open_itemize(d, T)
+    d.ok("form_click_control", controlName="NewLine")
+    d.ok("form_set_control_values", controlValues=[{"controlName": "Amount", "value": "1,234.50"}])
+    assert grid_rows(d.steps[-1].form, "ItemizationGrid")[-1]["Values"]["Amount"] == "1234.50"
+    assert "unsaved changes" in message(d.err("form_close_form", discardChanges="false"))
+    assert "must be true or false" in message(d.err("form_close_form", discardChanges="maybe"))
+    # opening another menu item drops the edits as closing would: refused the same way
+    assert "unsaved changes" in message(d.err("form_open_menu_item", name="TrvExpenses"))
+    d.ok("form_close_form", discardChanges="TRUE")
+
+
+def test_sorting_paging_and_tabs_take_only_what_they_say() -> None:
+    d = env_driver()
+    d.ok("form_open_menu_item", name="TrvExpenses")
+    assert "must be true or false" in message(d.err("form_sort_grid_column", columnName="ExpenseNumber",
+                                                   descending="yes"))
+    assert "top must be at least 1" in message(d.err("data_find_entities", entitySetName="ExpenseReports", top=0))
+    assert "must be an integer" in message(d.err("form_select_grid_row", rowNumber=True))

@@ -7,10 +7,11 @@ Invalid arguments get the error a real server would return, as a tool result (ne
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from harness.envs.expense import views as v
@@ -25,6 +26,12 @@ from harness.envs.expense.catalog import (
 from harness.envs.expense.forms import ExpenseListForm, ItemizeForm, ReportForm, ToolError
 from harness.envs.expense.toolspecs import TOOL_SPECS
 from harness.types import Task, ToolCall, ToolSpec
+
+# what a number argument may be written as (ASCII digits; an amount with a point for decimals, commas only as
+# thousands separators): int() and Decimal() read far more ("1_000", Arabic-Indic digits, "1e999999999")
+INTEGER = re.compile(r"[0-9]{1,15}")
+AMOUNT = re.compile(r"-?([0-9]{1,12}(\.[0-9]+)?|\.[0-9]+)")  # (a sign: refused below as no positive amount)
+THOUSANDS = re.compile(r"-?[0-9]{1,3}(,[0-9]{3})+(\.[0-9]+)?")
 
 Form = ExpenseListForm | ReportForm | ItemizeForm
 ENTITIES = {
@@ -115,12 +122,16 @@ class ExpenseEnv:
             raise ToolError(f"Menu item '{name}' does not exist. Use form_find_menu_item to search.")
         if name not in OPENABLE_FORMS:
             raise ToolError(f"You do not have access to '{name}' with your security role (Employee).")
+        dirty = next((f for f in self.stack if isinstance(f, ItemizeForm) and f.dirty), None)
+        if dirty is not None:  # (as form_close_form refuses: opening another form dropped the edits with a success)
+            raise ToolError(f"The form {dirty.name} has unsaved changes. Save them, or close it with "
+                            "discardChanges=true, before opening another menu item.")
         self.stack = [ExpenseListForm(self.reports)]
         return self._ok(f"Form {name} opened.")
 
     def _form_close_form(self, args: dict[str, Any]) -> str:
         form = self._form()
-        if isinstance(form, ItemizeForm) and form.dirty and not args.get("discardChanges"):
+        if isinstance(form, ItemizeForm) and form.dirty and not _boolean(args.get("discardChanges"), "discardChanges"):
             raise ToolError("The form has unsaved changes. Save them or close with discardChanges=true.")
         self.stack.pop()
         return self._ok(f"Form {form.name} closed.")
@@ -138,7 +149,10 @@ class ExpenseEnv:
         name = str(self._require(args, "tabName"))
         if not isinstance(form, ReportForm) or name not in ReportForm.TABS:
             raise ToolError(f"Tab '{name}' does not exist on form {form.name}.")
-        open_ = str(args.get("tabAction", "Open")).lower() != "close"
+        action = str(args.get("tabAction", "Open")).lower()
+        if action not in ("open", "close"):  # ("Closed" opened it)
+            raise ToolError(f"tabAction must be Open or Close; got {args.get('tabAction')!r}")
+        open_ = action == "open"
         (form.open_tabs.add if open_ else form.open_tabs.discard)(name)
         return self._ok()
 
@@ -162,7 +176,7 @@ class ExpenseEnv:
         col = str(self._require(args, "columnName"))
         if not isinstance(form, ExpenseListForm) or col not in {c[0] for c in ExpenseListForm.COLUMNS}:
             raise ToolError(f"Column '{col}' cannot be sorted on form {form.name}.")
-        form.sort, form.selected = (col, bool(args.get("descending", False))), None
+        form.sort, form.selected = (col, _boolean(args.get("descending"), "descending")), None
         return self._ok()
 
     def _form_select_grid_row(self, args: dict[str, Any]) -> str:
@@ -221,8 +235,9 @@ class ExpenseEnv:
     def _form_set_control_values(self, args: dict[str, Any]) -> str:
         form = self._form()
         values = self._require(args, "controlValues")
-        if not isinstance(values, list) or not all(isinstance(x, dict) and "controlName" in x for x in values):
-            raise ToolError("controlValues must be a list of {controlName, value} objects")
+        if not isinstance(values, list) or not values or not all(isinstance(x, dict) and "controlName" in x
+                                                                 for x in values):  # ([] marked a line Modified)
+            raise ToolError("controlValues must be a list of {controlName, value} objects (one at least)")
         if not isinstance(form, ItemizeForm) or form.selected is None:
             raise ToolError(f"No editable line is selected on form {form.name}.")
         row = dict(form.rows[form.selected])
@@ -284,7 +299,9 @@ class ExpenseEnv:
         if not isinstance(filt, dict):
             raise ToolError("filter must be an object of field -> value")
         rows = [r for r in rows if all(str(r.get(k, "")).lower() == str(val).lower() for k, val in filt.items())]
-        top = _integer(args.get("top") or 50, "top")
+        top = _integer(50 if args.get("top") is None else args.get("top"), "top")
+        if top < 1:  # (-1 returned all but the last record, 0 all of them)
+            raise ToolError(f"top must be at least 1; got {top}")
         return v.response("Success", None, f"{len(rows)} record(s).", EntitySetName=name, Records=rows[:top])
 
     def _entity_rows(self, name: str) -> list[dict[str, Any]]:
@@ -302,19 +319,30 @@ class ExpenseEnv:
 
 
 def _integer(value: Any, name: str) -> int:
-    try:
+    """A whole number: an int, a float without a fraction or a string of ASCII digits (1.9 was row 1, true row 1,
+    "1_000" and Arabic-Indic digits were read as numbers)."""
+    whole = isinstance(value, float) and value.is_integer() or isinstance(value, int) and not isinstance(value, bool)
+    if whole or isinstance(value, str) and INTEGER.fullmatch(value.strip()):
         return int(value)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise ToolError(f"{name} must be an integer; got {value!r}") from exc
+    raise ToolError(f"{name} must be an integer; got {value!r}")
+
+
+def _boolean(value: Any, name: str) -> bool:
+    """true/false, or their text in any case ("false" was true, as a non-empty string); absent: false."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ToolError(f"{name} must be true or false; got {value!r}")
 
 
 def _decimal(value: Any, control: str) -> Decimal:
-    try:
-        d = Decimal(str(value).replace(",", ""))
-    except InvalidOperation as exc:
-        raise ToolError(f"Value '{value}' is not a valid number for {control}.") from exc
-    if not d.is_finite():
-        raise ToolError(f"Value '{value}' is not a valid number for {control}.")
+    text = str(value).strip()
+    if THOUSANDS.fullmatch(text):  # 1,234.50; any other comma ("12,50": a decimal comma) was dropped: 1250.00
+        text = text.replace(",", "")
+    if not AMOUNT.fullmatch(text):
+        raise ToolError(f"Value '{value}' is not a valid number for {control} (digits, a point for decimals).")
+    d = Decimal(text)
     if d <= 0 or d != d.quantize(Decimal("0.01")):
         raise ToolError(f"{control} must be a positive amount with at most two decimals; got '{value}'.")
     return d.quantize(Decimal("0.01"))
@@ -339,8 +367,8 @@ def _set_value(row: dict[str, Any], control: str, value: Any, line: dict[str, An
         row[control] = f"{_decimal(value, control)}"
     elif control == "Quantity":
         try:
-            qty = int(str(value))
-        except ValueError as exc:
+            qty = _integer(value, "Quantity")
+        except ToolError as exc:
             raise ToolError(f"Value '{value}' is not a valid integer for Quantity.") from exc
         if qty < 1:
             raise ToolError("Quantity must be at least 1.")
@@ -355,6 +383,8 @@ def _reconcile_amount(row: dict[str, Any], touched: set[str]) -> None:
     if "Amount" in touched and not {"DailyRate", "Quantity"} & touched and (rate is None or qty is None):
         row["DailyRate"], row["Quantity"] = row["Amount"], 1
         return
+    if "Amount" in touched and rate is not None and qty is None:  # (a rate and an amount, no quantity: saved as is)
+        raise ToolError("Set Quantity with DailyRate and Amount: Amount must equal Daily rate x Quantity.")
     if rate is not None and qty is not None:
         computed = f"{Decimal(rate) * int(qty):.2f}"
         if "Amount" in touched and row["Amount"] != computed:
