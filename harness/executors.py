@@ -132,7 +132,12 @@ def _pooled(cfg: DictConfig, jobs: list[Job], workers: int, one: RunOne) -> Iter
     yaml = OmegaConf.to_yaml(cfg, resolve=True)
     pool = ProcessPoolExecutor(workers, mp.get_context("fork"), _init_worker, (yaml, os.getpid(), one))
     try:
-        yield from pool.map(_work, jobs, chunksize=chunk_size(len(jobs), workers))
+        for row in pool.map(_work, jobs, chunksize=chunk_size(len(jobs), workers)):
+            stop = row.pop(STOP_KEY, None)
+            yield row
+            if stop is not None:  # the worker stopped the run (a full disk): the runner stops too, as it would
+                lifecycle.request_stop(stop)
+                raise lifecycle.Interrupted(stop)
     except BrokenProcessPool:  # a worker was killed (the out-of-memory killer's SIGKILL): stop, as on a signal
         raise lifecycle.Interrupted(worker_died(None)) from None
     except BaseException:
@@ -291,7 +296,11 @@ def _hybrid_worker(cfg_yaml: str, procs: int, index: int, threads: int, todo: An
     def loop() -> None:
         while (job := todo.get()) is not None:
             try:
+                before = lifecycle.stopping()
                 done.put(one(cfg, domain, job))
+                if lifecycle.stopping() and not before:  # its episode stopped the run (a full disk): say so
+                    done.put({"stopped": lifecycle.stop_reason()})
+                    return
             except lifecycle.Interrupted as exc:  # this worker was told to stop, or a call did not fit the cap
                 done.put({"stopped": str(exc)})
                 return
@@ -346,8 +355,15 @@ def _init_worker(cfg_yaml: str, parent: int, one: RunOne) -> None:
     _WORKER.update(cfg=cfg, domain=build_domain(cfg), one=one)
 
 
+STOP_KEY = "_stop"  # a pool worker's row: the stop its episode asked for (run._disk_full), for the runner
+
+
 def _work(job: Job) -> dict[str, Any]:
-    return _WORKER["one"](_WORKER["cfg"], _WORKER["domain"], job)
+    """One episode in a pool worker. An episode that stops the run (a full disk) stops it in this process only: its
+    row carries the stop to the runner (a run ended 0, PARTIAL, with no stop line and no resume command)."""
+    before = lifecycle.stopping()  # (a stop the worker inherited by the fork is the runner's own already)
+    row = _WORKER["one"](_WORKER["cfg"], _WORKER["domain"], job)
+    return {**row, STOP_KEY: lifecycle.stop_reason()} if lifecycle.stopping() and not before else row
 
 
 # ---- Ray: one run's episodes over a Ray cluster (`executor=ray`, `ray.address=...`) ----
@@ -556,6 +572,7 @@ def _ray_episode(cfg_yaml: str, job: Job, one: RunOne, before: tuple[int, int] |
     if (row := _already_written(path, job[3], before)) is not None:
         return row
     try:
-        return one(cfg, domain, job)
+        row = one(cfg, domain, job)
     except lifecycle.Interrupted as exc:
         return {"stopped": str(exc)}
+    return {"stopped": lifecycle.stop_reason()} if lifecycle.stopping() else row  # (its transcript is written)

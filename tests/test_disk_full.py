@@ -170,3 +170,38 @@ def test_a_disk_full_before_the_run_starts_is_one_line_not_hydras_traceback(smal
     assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: the disk is full:"), done.stderr
     assert "Traceback" not in done.stderr + done.stdout
     assert not out.exists()  # (its stub removed)
+
+
+def _fills_the_disk_on_its_second_job(cfg: object, domain: object, job: tuple) -> dict[str, object]:
+    """A pool worker's episode as run.run_one on a full disk: recorded, and the run stopped (in that process)."""
+    from harness import lifecycle
+
+    if job[0] == 1:
+        lifecycle.request_stop("the disk is full: [Errno 28] No space left on device")
+    return {"completed": False, "input_tokens": 0, "cost_usd": 0.0, "job": job[0]}
+
+
+def test_a_pool_workers_full_disk_stops_the_run_not_only_the_worker(tmp_path: Path) -> None:
+    """A worker that met a full disk stopped itself only: the run ended 0 with a PARTIAL table, no stop line, no
+    resume command. Its row carries the stop: the runner gets the row, then stops."""
+    from hydra import compose, initialize_config_dir
+
+    from harness import lifecycle
+    from harness.config import register
+    from harness.executors import _pooled
+
+    register()
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["experiment=c3", "n_tasks=3", "n_runs=1",
+                                                       f"out_dir={tmp_path}", "progress=false"])
+    jobs = [(i, 0, str(tmp_path), "print") for i in range(3)]
+    rows = []
+    lifecycle.reset()
+    try:
+        with pytest.raises(lifecycle.Interrupted, match="the disk is full"):
+            for row in _pooled(cfg, jobs, 1, _fills_the_disk_on_its_second_job):
+                rows.append(row)
+        assert [r["job"] for r in rows] == [0, 1] and all("_stop" not in r for r in rows)
+        assert lifecycle.stop_reason().startswith("the disk is full")
+    finally:
+        lifecycle.reset()
