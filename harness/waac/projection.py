@@ -449,14 +449,16 @@ def checked_summary(f: Field, stated: list[str], required: frozenset[str], token
     return text if tokens.text(text) <= f.spec.summary_tokens else None
 
 
+WORD = re.compile(r"\w")  # a quote's end that is part of a word or number: bounded by _quoted's look-arounds
+
+
 def _quoted(stated: str, source: str) -> bool:
     """A verbatim quote of the source, whole at both ends (not a part of a longer word or number): "0", "_id" or
     "120.00" found inside "10", "user_id" or "1,120.00" traced nothing to the source (A.3)."""
     if not stated.strip():
         return False
-    word = re.compile(r"\w")
-    pattern = (("(?<!\\w)(?<!\\d[.,])" if word.match(stated[0]) else "") + re.escape(stated)
-               + ("(?!\\w)(?![.,]\\d)" if word.match(stated[-1]) else ""))
+    pattern = (("(?<!\\w)(?<!\\d[.,])" if WORD.match(stated[0]) else "") + re.escape(stated)
+               + ("(?!\\w)(?![.,]\\d)" if WORD.match(stated[-1]) else ""))
     return re.search(pattern, source) is not None
 
 
