@@ -302,3 +302,15 @@ def test_the_current_form_reads_each_unknown_part_from_the_newest_view_that_show
     remaining = next(c["Value"] for c in full["Form"]["Controls"] if c["Name"] == "Remaining")
     assert current.control("Remaining") == remaining
     assert current.rows("ItemizationGrid") == read(view).snapshots[0].rows("ItemizationGrid")
+
+
+@pytest.mark.parametrize("role", ["user", "system", "assistant"])
+def test_the_users_facts_are_read_in_any_role_a_policy_gives_them(role: str) -> None:
+    """Summary's `summary_role` and Mem0's `memory_role` place what the user said in a system or assistant message:
+    the same words give the same belief (the reader once took them from user messages only, so an agent under
+    `summary_role=system` asked the user again for facts its summary held)."""
+    user = ScriptedUser(T)
+    said = f"{T.instruction}\n{user.respond(ASK_LODGING)}\n{user.respond(ASK_OTHER)}"
+    b = read([Message("system", SYSTEM_PROMPT.format(user_rule=WITH_USER)), Message(role, said)])
+    assert b.lodging_known and b.other_known and b.report_number and b.report_number in T.instruction
+    assert set(b.folio) == set(FOLIO)

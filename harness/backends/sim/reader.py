@@ -1,7 +1,8 @@
 """How the simulated agent reads its context: only the messages of the view it was sent, and the tools offered.
 
 The reader looks at text the way a model would see it: the user's words, the tool results it can see, and any
-summary text a policy inserted. It never touches environment state, and it reads every policy's view by the
+summary text a policy inserted, in whichever role (the user's facts are read from every message that is not a
+tool result). It never touches environment state, and it reads every policy's view by the
 same rules, whoever rendered it (issue #13, "the simulated agent must be policy-neutral"):
 - a form view is any tool result whose JSON shows a form (`Form` with a `FormName`); the parts it shows are
   known in that snapshot, and parts a policy summarized, pointed to or omitted are simply unknown there;
@@ -235,14 +236,16 @@ def read(messages: Sequence[Message], tools: Sequence[ToolSpec] = ()) -> Belief:
         positions += [pos] * len(found)
         b.references += refs
         b.menu_item_known = b.menu_item_known or menu
+        if m.role == "tool":
+            _read_tool(b, pos, payload)
+            continue
+        # what the user said is read in any role's text: a policy may insert it as a system or assistant
+        # message (Summary's `summary_role`, Mem0's `memory_role`), and the same words count wherever they sit
+        _read_user(b, m.content, pos)
         if m.role == "system":
             b.has_user = b.has_user and NO_USER not in m.content
-        elif m.role == "user":
-            _read_user(b, m.content, pos)
         elif m.role == "assistant":
             _read_assistant(b, m)
-        elif m.role == "tool":
-            _read_tool(b, pos, payload)
     b.codes = CodeBook(items, positions)
     b.visible_text = "\n".join(m.content for m in messages)
     return b
