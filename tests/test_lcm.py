@@ -236,6 +236,30 @@ def test_escalation_stops_at_aggressive_when_that_is_short_enough() -> None:
     assert policy.store.summaries()[0].content == "Clicked C0-C1. " + FOOTER + "click results"
 
 
+@dataclass
+class JustUnder:
+    """A model whose first reply, without the footer, is one token smaller than the segment it summarizes."""
+
+    calls: int = 0
+    label: str = "llm:just-under"
+
+    def complete(self, system: str, user: str) -> Summary:
+        self.calls += 1
+        source = re.search(r"<conversation_segment>\n(.*)\n</conversation_segment>", user, re.S)
+        n = TOKENS.text(source.group(1)) if source else 0  # type: ignore[union-attr]
+        text = "word" + " word" * (n - 2) if self.calls == 1 else "Clicked. " + FOOTER + "x"
+        return Summary(text, Usage(100, 10), 1.0, 0.0)
+
+
+def test_escalation_measures_the_summary_with_its_footer() -> None:
+    """src/compaction.ts escalates a summary not smaller than its input, footer included (upstream's model writes
+    it): a reply just under its input without the footer, over it with the footer added, is not kept as normal."""
+    llm = JustUnder()
+    policy = LCM(context_tokens=4000, context_threshold=0.01, fresh_tail_count=4, summarizer=llm)
+    view = policy.render(pairs(6), RenderContext(0, TOKENS))
+    assert view.decisions["levels"] == ["aggressive"] and llm.calls == 2
+
+
 def test_leaf_target_follows_the_input() -> None:
     llm = FakeLLM(["short. " + FOOTER + "x"])
     policy = LCM(context_tokens=4000, context_threshold=0.01, fresh_tail_count=4, summarizer=llm)

@@ -541,9 +541,10 @@ class LCM(ContextPolicy):
             text = self._summarize(job, mode, self._target(job, mode, input_tokens), ctx, aux).strip()
             if not text:
                 break
+            text = self._with_footer(text, job)  # measured as stored: upstream's model writes the footer itself
             if ctx.tokens.text(text) < input_tokens:
                 aux.levels.append(mode)
-                return self._with_footer(text, job), mode
+                return text, mode
         aux.levels.append("fallback")
         return self._truncate(job, input_tokens, ctx.tokens), "fallback"
 
