@@ -252,5 +252,10 @@ def check_shape(cfg: DictConfig) -> None:
         whole_number("budget.reference_tokens", budget.get("reference_tokens"), 1)
     if budget.get("fraction") is not None:
         share("budget.fraction", budget.get("fraction"))
+        if budget.get("reference_tokens") is None:  # (budget_tokens() is None then: the run had no budget at all)
+            raise InputError(f"budget.fraction={budget.get('fraction')} needs budget.reference_tokens (the tier is a "
+                             "share of it; alone it would run with no budget): give it, e.g. from `python -m "
+                             "harness.report.budget RUN_DIR` on a Vanilla run, or use `make sweep SWEEP=budget`, "
+                             "which measures it")
     if (cfg.get("model") or {}).get("context_window") is not None:
         whole_number("model.context_window", cfg.model.context_window, 1)

@@ -450,6 +450,7 @@ def test_two_of_hydras_commands_get_one_line_not_a_traceback() -> None:
     ("out_dir=", "out_dir is empty"),  # it would be the working directory: Hydra wrote .hydra/ and run.log there
     ("encoding=o300k", "encoding=o300k is not an encoding (valid: o200k_base, cl100k_base)"),
     ("budget.fraction=abc", "budget.fraction='abc' is not a number in (0, 1]"),
+    ("budget.fraction=0.5", "budget.fraction=0.5 needs budget.reference_tokens"),  # (alone: ran with no budget)
     ("n_workers=-3", "n_workers=-3 is not a whole number >= 0")])
 def test_a_bad_run_setting_is_one_line_and_nothing_is_written_anywhere(tmp_path: Path, override: str,
                                                                        reason: str) -> None:
