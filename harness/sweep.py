@@ -349,13 +349,20 @@ def slow_note(sweep: str, args: list[str]) -> str | None:
     return None
 
 
+def _method_setting(arg: str) -> bool:
+    """An argument Vanilla's reference run does not take: Hydra's own, a swept key (the policy, the fraction), or
+    a setting of the swept policy (`policy.n=2` for last_n: policy=full has no such key, and the reference run
+    refused it as unknown)."""
+    key = arg.lstrip("+~").partition("=")[0]
+    return key.startswith("hydra") or key in ("policy", "budget.fraction") or key.startswith("policy.")
+
+
 def _sweep(sweep: str, sweep_dir: Path, args: list[str]) -> Path:
     note = slow_note(sweep, args)
     if note:
         print(note, flush=True)
     if sweep == "budget":
-        swept = ("hydra", "policy=", "budget.fraction=")  # Vanilla's reference run takes none of the swept keys
-        ref = vanilla_reference(sweep_dir, [a for a in args if not a.startswith(swept)])
+        ref = vanilla_reference(sweep_dir, [a for a in args if not _method_setting(a)])
         print(f"budget reference (median per-task peak visible history under Vanilla): {ref} tokens")
         args = [f"budget.reference_tokens={ref}", *args]
     if sweep == "sim_sensitivity":

@@ -172,6 +172,22 @@ def test_a_budget_sweep_folder_keeps_the_reference_it_measured(monkeypatch: pyte
         sweep.vanilla_reference(tmp_path, args)
 
 
+def test_the_budget_reference_run_takes_no_setting_of_the_swept_policy(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    """`policy=last_n policy.n=2` reached Vanilla's reference run (policy=full), which refused `policy.n` as an
+    unknown key: a budget sweep of last_n with another N could not run. The jobs still get every argument."""
+    from harness import sweep
+
+    seen: dict[str, list[str]] = {}
+    monkeypatch.setattr(sweep, "vanilla_reference", lambda d, args: seen.setdefault("ref", args) and 4321)
+    monkeypatch.setattr(sweep, "multirun", lambda name, d, args: seen.setdefault("jobs", args))
+    args = ["n_tasks=3", "policy=last_n", "policy.n=2", "+policy.extra=1", "budget.fraction=1.0,0.5",
+            f"hydra.sweep.dir={tmp_path}"]
+    sweep._sweep("budget", tmp_path, args)
+    assert seen["ref"] == ["n_tasks=3"]
+    assert seen["jobs"] == ["budget.reference_tokens=4321", *args]
+
+
 @pytest.mark.parametrize("fraction", ["abc", "0", "1.5", "0.5,nan"])
 def test_a_budget_fraction_that_is_no_fraction_exits_2_before_the_reference_run(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], fraction: str) -> None:
