@@ -109,3 +109,18 @@ def test_the_console_line_uses_the_rule(mixed: Path) -> None:
     llmlike_line = paired.console_line(pd.read_parquet(mine / "episodes.parquet"), mine)
     assert llmlike_line is not None and f"Paired vs C2 ({theirs};" in llmlike_line
     assert json.loads((theirs / "manifest.json").read_text())["model"] == "sim_llmlike"
+
+
+def test_a_run_with_its_method_changed_on_the_command_line_is_named_in_a_warning(
+        mixed: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`make run CONFIG=c3 policy.n=1` was shown as the paper's C3 ("C3 (last 5)") with no word: its overrides."""
+    chosen = runs.select(mixed)
+    manifest = json.loads((chosen["c3"].path / "manifest.json").read_text())
+    manifest["overrides"] = ["experiment=c3", "policy.n=1", "+budget.fraction=0.5", "n_tasks=2", "model=sim"]
+    (chosen["c3"].path / "manifest.json").write_text(json.dumps(manifest))
+    tables.main(["--results", str(mixed), "--out", str(tmp_path / "t")])
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("expense_c1_c4:")]
+    assert said == [f"expense_c1_c4: WARNING: c3 comes from {chosen['c3'].path}, run with policy.n=1 "
+                    "+budget.fraction=0.5: not the experiment's own method or budget (`--run c3=DIR` pins another "
+                    "run)"], said
+    assert "policy.n=1" in (tmp_path / "t" / "expense_c1_c4.md").read_text()

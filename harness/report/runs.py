@@ -11,6 +11,8 @@ marks these runs):
    with rows, not a sweep job), the newest (latest first start time in the manifest, then the folder path) of the
    size (tasks x runs per task) most experiments have a complete run of (a tie: the larger size), else the newest
    of any size: a later 5 x 2 smoke run does not replace a 50 x 5 run beside other 50 x 5 columns.
+A chosen run made with its method or budget changed on the command line (`policy.*`, `budget.*` in the manifest's
+`overrides`) is named with those overrides in a WARNING line (`status_notes`).
 Families: model=sim_llmlike runs (the SIMULATED failure model) feed only the sim_failures tables; every other run
 feeds every other report. When the runs a table or figure uses still differ in size, it says so in a WARNING line
 (`mismatch_notes`), which `make tables` and `make plots` also print on the console.
@@ -189,15 +191,35 @@ def select(results: Path, pins: dict[str, Path] | None = None) -> dict[str, Run]
 
 
 def status_notes(chosen: dict[str, Run], names: Iterable[str]) -> list[str]:
-    """Warnings for the runs a table uses that are not known to be complete (only pinned ones can be)."""
+    """Warnings for the runs a table uses that are not known to be complete (only pinned ones can be), or that
+    were run with the method's own settings changed on the command line (`make run CONFIG=c3 policy.n=1` was
+    shown as the paper's C3 with no word)."""
     notes = []
     for name in names:
         run = chosen.get(name)
-        if run is not None and run.status != "complete":
+        if run is None:
+            continue
+        if run.status != "complete":
             why = "has no manifest, so its completeness is unknown" if run.manifest is None else \
                 f"is not complete (status {run.status})"
             notes.append(f"WARNING: {name} comes from {run.path}, which {why}")
+        changed = method_overrides(run)
+        if changed:
+            notes.append(f"WARNING: {name} comes from {run.shown}, run with {' '.join(changed)}: not the "
+                         f"experiment's own method or budget (`--run {name}=DIR` pins another run)")
     return notes
+
+
+METHOD_KEYS = ("policy", "budget")  # the config groups whose overrides make a run another method than its name
+
+
+def method_overrides(run: Run) -> list[str]:
+    """The command-line overrides (the manifest's, from Hydra's record) that change the run's method or budget."""
+    given = (run.manifest or {}).get("overrides")
+    if not isinstance(given, list):
+        return []
+    return [o for o in given if isinstance(o, str)
+            and o.lstrip("+~").partition("=")[0].split(".")[0].split("/")[0] in METHOD_KEYS]
 
 
 SIZE = "size (tasks x runs)"
