@@ -387,7 +387,8 @@ def priced_on(episodes: Any) -> tuple[str, str]:
 def episode_columns(entries: Sequence[dict[str, Any] | None], aux_tokens: Sequence[tuple[int, int]]) -> dict[str, Any]:
     """An episode's cache columns from its steps' records: tokens read and written, where the counts came from
     (measured, modelled, or mixed), and the agent's cost on the sheet with the cache as configured and without it.
-    The policy's auxiliary calls (summaries) are one-off prompts: priced at the sheet's input price in both. An
+    The policy's auxiliary calls (summaries) are one-off prompts: priced uncached (the sheet's input and output
+    prices) and added to both. An
     episode with steps but no records (not metered) has NaN costs; one with no step costs 0."""
     found = [e for e in entries if isinstance(e, dict)]
     sources = sorted({str(e.get("source")) for e in found})

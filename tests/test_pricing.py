@@ -408,6 +408,23 @@ def test_full_history_caches_far_more_than_a_sliding_window(tmp_path: Path, monk
     assert "± 95% CI" not in drawn[0]._suptitle.get_text() and "SIMULATED" in drawn[0]._suptitle.get_text()
 
 
+def test_the_cost_table_gives_the_auxiliary_calls_part(tmp_path: Path) -> None:
+    """C4's summaries are priced into its cost (uncached, in both columns); the table said "agent cost" and a fifth
+    of it was the summarizer's: their part is a column of its own, as the episodes' aux tokens price it."""
+    from harness.pricing import cost_without_cache, price_sheet
+    from harness.report import cost
+
+    episodes = run(_cfg(tmp_path / "c4", "experiment=c4", "n_tasks=2", "seed=7"), verbose=False)
+    sheet = price_sheet("gpt-5.4-mini")
+    aux = [cost_without_cache(sheet, i, o) for i, o in zip(episodes.aux_input_tokens, episodes.aux_output_tokens,
+                                                            strict=True)]
+    assert sum(aux) > 0
+    cost.tables(tmp_path, {"c4": tmp_path / "c4"}, None, tmp_path / "tables")
+    table = pd.read_csv(tmp_path / "tables" / "expense_cost.csv", dtype=str)
+    row = table[table.experiment == "C4"].iloc[0]  # (the writer adds the caption and notes as rows)
+    assert row["of it auxiliary"] == f"{sum(aux) / len(aux):.4f}"
+
+
 def test_request_tokens_identity_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Equal copies a policy makes at every step are remembered by identity only up to the limit (each holds its
     message alive), and a copy still gets the first one's segment."""

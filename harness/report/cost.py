@@ -4,8 +4,10 @@ Every episode is priced on the run's price sheet (`pricing.sheet`, default gpt-5
 cache as configured (`pricing.cache`: auto, the sheet's provider's | openai | anthropic | none) and without it
 (harness.pricing, harness.backends.prompt_cache). Per experiment: episodes, agent input tokens per episode, the
 cache-read share (tokens read from the cache / agent input tokens), cost per episode with the cache and without it
-(mean ± 95% CI over runs), their ratio (without / with), and where the cache counts came from (measured: the
-endpoint reported them; modelled: the prefix model). Simulated runs are priced the same way and labelled simulated.
+(mean ± 95% CI over runs; the agent's calls and the policy's auxiliary calls, summaries and extraction, which are
+priced uncached in both), the auxiliary calls' part of it, their ratio (without / with), and where the cache counts
+came from (measured: the endpoint reported them; modelled: the prefix model). Simulated runs are priced the same
+way and labelled simulated.
 
 Written by `make tables` as `<benchmark>_cost` (.md/.csv/.tex) and by `make plots` as `<benchmark>_cost`
 (.png/.pdf), from the runs the other tables of that benchmark use (harness.report.runs' rule). A run written
@@ -19,7 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.pricing import priced_on
+from harness.errors import InputError
+from harness.pricing import cost_without_cache, price_sheet, priced_on
 from harness.report.names import short
 from harness.report.output import save_figure, write
 from harness.report.pinchbench_tables import EXPENSE, PINCHBENCH, Table, kinds_of, select_kind
@@ -64,6 +67,7 @@ def cost_table(episodes: pd.DataFrame, kind: str) -> pd.DataFrame:
             "cache-read share": f"{read / inputs:.1%}" if inputs else "n/a",
             "written to cache": f"{g.cache_write_tokens.sum() / inputs:.1%}" if inputs else "n/a",
             "USD / episode, cached": fmt(*cached, digits=4), "USD / episode, no cache": fmt(*plain, digits=4),
+            "of it auxiliary": _aux_usd(g),
             # (n/a with an unpriced episode, as the cost columns are: a ratio over the priced ones only read as all)
             "no cache / cached": f"{g.cost_usd_no_cache.sum() / g.cost_usd_cache.sum():.2f}x"
             if g.cost_usd_cache.sum() > 0 and g[["cost_usd_cache", "cost_usd_no_cache"]].notna().all(axis=None)
@@ -73,12 +77,26 @@ def cost_table(episodes: pd.DataFrame, kind: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _aux_usd(g: pd.DataFrame) -> str:
+    """The policy's auxiliary calls' cost per episode (in both costs, uncached: harness.pricing.episode_columns):
+    the agent's own cost is the rest (a C4 of the offline stand-in summarizer had 20% of it, unnamed)."""
+    if not {"aux_input_tokens", "aux_output_tokens"} <= set(g):
+        return "n/a"
+    try:
+        usd = sum(cost_without_cache(price_sheet(str(sheet)), int(i), int(o)) for sheet, i, o in zip(
+            g.price_sheet, g.aux_input_tokens.fillna(0), g.aux_output_tokens.fillna(0), strict=True) if sheet)
+    except (InputError, ValueError, TypeError):  # a sheet this harness does not know, a count not a number
+        return "n/a"
+    return f"{usd / len(g):.4f}"
+
+
 def caption(episodes: pd.DataFrame, kind: str) -> str:
     sheets, models = priced_on(episodes)
     what = "SIMULATED runs, priced as if a real model had made these calls" if episodes.simulated.any() \
         else "real runs"
-    return (f"{kind}: agent cost per episode on the {sheets} price sheet, with the prompt cache ({models}) and "
-            f"without it, and the share of input tokens read from the cache ({what}; mean ± 95% CI over runs)")
+    return (f"{kind}: cost per episode on the {sheets} price sheet, the agent's calls with the prompt cache ({models}) "
+            "and without it, plus the policy's auxiliary calls (uncached, also given alone), and the share of input "
+            f"tokens read from the cache ({what}; mean ± 95% CI over runs)")
 
 
 def notes_of(episodes: pd.DataFrame) -> list[str]:
@@ -136,7 +154,7 @@ def figures(results: Path, pins: dict[str, Path] | None, out: Path) -> list[Path
             bars = [bootstrap_bars(per_run.loc[x, column].tolist()) for x in names]
             left.bar([x + shift for x in xs], [b[0] for b in bars], 0.4, label=said, color=colour,
                      yerr=[[b[1] for b in bars], [b[2] for b in bars]], capsize=3)
-        left.set(xticks=list(xs), xticklabels=labels, ylabel="USD per episode (agent)")
+        left.set(xticks=list(xs), xticklabels=labels, ylabel="USD per episode (agent + auxiliary)")
         left.legend(fontsize=8, title=n_label(per_run.groupby(level=0).size()), title_fontsize=8)
         right.bar(list(xs), sums.cache_read_tokens / sums.input_tokens, 0.6, color="tab:green")
         right.set(xticks=list(xs), xticklabels=labels, ylabel="share of input read from cache", ylim=(0, 1))
