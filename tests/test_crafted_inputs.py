@@ -276,6 +276,18 @@ def test_make_plots_and_tables_skip_a_parquet_missing_a_column_or_unreadable(tmp
     assert cells[4] == "75.0 ± 317.7" and cells[6] == cells[8] == "–"  # C2 shown; C3 and C4 ours empty
 
 
+def test_make_tables_skips_a_parquet_with_text_in_a_column_of_numbers(tmp_path: Path) -> None:
+    """`completed` rewritten as "True"/"False" text: `make tables` ended in a traceback ("could not convert string
+    to float"); the run is skipped with one line naming the file and the column, as a missing column is."""
+    root = results_copy(tmp_path)
+    parquet = root / "c3" / STAMP / "episodes.parquet"
+    frame = pd.read_parquet(parquet)
+    frame.assign(completed=frame.completed.astype(str)).to_parquet(parquet)
+    tables = run(["-m", "harness.report.tables", "--results", str(root)])
+    assert tables.returncode == 0 and "Traceback" not in tables.stderr, tables.stderr[-1500:]
+    assert len(lines(tables.stderr, str(root / "c3" / STAMP), "column completed holds", "not numbers")) == 1
+
+
 def test_table2_skips_a_judged_file_missing_a_column(tmp_path: Path) -> None:
     """Odysseys: a judged file without `status` read as "n/a" everywhere, silently; now one line, not judged."""
     from test_odysseys_tables import PLANS, KeywordJudge, make_run, tasks_file

@@ -12,8 +12,9 @@ transcripts. harness.records writes them; nothing else in harness.report opens t
 - Every table and transcript says its format version (harness.records.FORMAT_VERSION; none written: version 1);
   a newer one than this harness reads is refused with one line (harness.errors.InputError naming the file and
   the versions), never half-read.
-- A table that is missing, unreadable, empty or without a column a report reads (REQUIRED, PER_RUN) is skipped
-  with one warning naming it and the column (read_frame returns None), never a KeyError half-way through.
+- A table that is missing, unreadable, empty, without a column a report reads (REQUIRED, PER_RUN) or with text in
+  a column of numbers (NUMERIC) is skipped with one warning naming it and the column (read_frame returns None),
+  never a KeyError half-way through.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ REQUIRED = {
 PER_RUN = ("completed", "any_line_itemized", "amount_itemized_pct", "n_tool_calls", "input_tokens", "output_tokens",
            "aux_input_tokens", "aux_output_tokens", "user_input_tokens", "user_output_tokens", "modeled_time_s",
            "wall_time_s", "cost_usd")
+# ... which, with these, hold numbers (or true/false): a file where one holds text is damaged, skipped alike
+NUMERIC = frozenset((*PER_RUN, "run", "step"))
 # The columns harness.records (and the benchmarks' scorers) write as JSON text, and the JSON type each holds.
 JSON_COLUMNS: dict[str, type] = {"score_details": dict, "decisions": dict, "chain_scores": list,
                                  "method_params": dict}
@@ -90,7 +93,16 @@ def problem(parquet: Path, required: tuple[str, ...] | None = None) -> str | Non
     missing = [c for c in (REQUIRED.get(parquet.name, ()) if required is None else required) if c not in names]
     if missing:
         return f"{parquet.name} has no column{'s' * (len(missing) > 1)} {', '.join(missing)}"
+    wrong = next((f for f in schema if f.name in NUMERIC and not _numeric(f.type)), None)
+    if wrong is not None:  # (a report's sum or mean of it was a traceback: "could not convert string to float")
+        return f"{parquet.name}: column {wrong.name} holds {wrong.type} values, not numbers"
     return f"{parquet.name} has no rows" if rows == 0 else None
+
+
+def _numeric(kind: pa.DataType) -> bool:
+    """A column type a report can add up (true/false count as 1/0; all-null is no value)."""
+    return bool(pa.types.is_boolean(kind) or pa.types.is_integer(kind) or pa.types.is_floating(kind)
+                or pa.types.is_decimal(kind) or pa.types.is_null(kind))
 
 
 def read_frame(parquet: Path, columns: list[str] | None = None, required: tuple[str, ...] | None = None,
