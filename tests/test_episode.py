@@ -86,6 +86,20 @@ def test_context_window_checked_against_the_view_not_the_history() -> None:
     assert max(s.input_tokens for s in pruned.steps) <= 4000 < max(s.history_tokens for s in pruned.steps)
 
 
+def test_the_window_holds_the_output_the_request_reserves() -> None:
+    """A request that fits the window only without its reserved output (max_tokens, as providers count it) is not
+    sent: it would be refused, and paid for where a provider bills the attempt."""
+    first = run(ScriptedModel([say("done")], context_window=100_000), user=False)
+    need = first.steps[0].local_input_tokens  # (the harness's own count decides, before any call)
+    fits = ScriptedModel([say("done")], context_window=need + 50)
+    fits.max_output_tokens = 50  # type: ignore[attr-defined]
+    assert run(fits, user=False).termination is Termination.AGENT_FINAL
+    over = ScriptedModel([say("done")], context_window=need + 50)
+    over.max_output_tokens = 51  # type: ignore[attr-defined]
+    r = run(over, user=False)
+    assert r.termination is Termination.CONTEXT_WINDOW_EXCEEDED and r.steps == [] and over.seen == []
+
+
 def test_context_window_exceeded_raised_by_the_backend() -> None:
     r = run(ScriptedModel([say("What were the room charges?"), ContextWindowExceeded("too long")]))
     assert r.termination is Termination.CONTEXT_WINDOW_EXCEEDED

@@ -302,3 +302,20 @@ def test_a_price_entry_without_its_numbers_is_refused_naming_it(price: Any) -> N
         OpenAICompatible(model="m", base_url="http://127.0.0.1:9/v1", api_key_env=None, prices={"m": price})
     OpenAICompatible(model="m", base_url="http://127.0.0.1:9/v1", api_key_env=None,
                      prices={"m": {"input": 1, "output": 2.0, "cached_input": 0.1, "cache_write": 1.25}})
+
+
+@pytest.mark.parametrize(("ledger", "expected"), [(None, 1.5), ("0.25", 1.5), ("3.0", 3.0), ("garbage", 1.5)])
+def test_a_resume_counts_at_least_what_its_recorded_episodes_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   ledger: str | None, expected: float) -> None:
+    """The ledger may be behind the transcripts (a session killed before it was saved, or it is unreadable): the
+    out_dir's spend is then what its episodes recorded, so a resumed run under max_cost_usd cannot pass the cap."""
+    from harness import spend
+    from harness.records import State
+
+    episode = tmp_path / "transcripts" / "t__run0.jsonl"
+    monkeypatch.setattr(spend, "transcript_files", lambda out: [episode, episode])
+    monkeypatch.setattr(spend, "check_transcript", lambda path, fp: (State.COMPLETE, [
+        {"type": "episode_start"}, {"type": "episode_end", "cost_usd": 0.75}]))
+    if ledger is not None:
+        (tmp_path / spend.SPENT).write_text(ledger)
+    assert spend.spent(tmp_path, "fp") == pytest.approx(expected)

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from _support import task
+from _support import line_values, task
 from _waac import EnvTrajectory, ctx, exchange, opening, status_facts, toy_schemas
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -87,6 +87,35 @@ def test_plan_keeps_the_lookup_codes_as_a_summary_until_verified() -> None:
     assert "LODG-ROOM=Room rate" in needed and all(f.split("=")[1] in tr.history[3].content for f in needed)
     shown = json.loads(policy.last[2].messages[len(tr.history) - 3].content)
     assert shown["Lookup"]["Grids"][0]["$summary"].count("=") == len(needed)
+
+
+def test_plan_releases_the_codes_once_every_line_is_saved_and_not_before() -> None:
+    """methods.md: the folio's codes are kept "until Remaining = 0.00 with all lines saved": with the last line's
+    values set (Remaining already 0.00) but not saved they are still needed; after its save, none is."""
+    t = task(0)
+    tr = EnvTrajectory(t)
+    tr.user("Room charges on the folio:\n" + "\n".join(f"- {f.subcategory}, starting {f.date}" for f in folio_of(t)))
+    tr.call("form_find_menu_item", {"menuItemFilter": "expense reports"})
+    tr.open_itemization()
+    tr.call("form_click_control", {"controlName": "NewLine"})
+    tr.call("form_open_lookup", {"controlName": "SubCategory"})
+    lines = folio_of(t)
+    for i, line in enumerate(lines):
+        if i:
+            tr.call("form_click_control", {"controlName": "NewLine"})
+        tr.call("form_set_control_values", {"controlValues": line_values(line)})
+        if i < len(lines) - 1:
+            tr.call("form_save_form")
+
+    def plans(history: list) -> list[str]:
+        policy = WAAC(schemas())
+        policy.render(history, ctx(len(history)))
+        return sorted({o for f in policy.graph.fields for o in policy.last[0].why(f) if o.startswith("plan:")})
+
+    assert "Remaining" in tr.history[-1].content
+    assert plans(list(tr.history)) == sorted(f"plan:{n}" for n in {x.subcategory for x in lines})
+    tr.call("form_save_form")
+    assert plans(list(tr.history)) == []
 
 
 # ---- the backward walk of eq. 5 over data and control edges ----------------------------------------------

@@ -19,6 +19,7 @@ from harness.build_library import main as build_library
 from harness.envs.expense.tasks import load
 from harness.envs.expense.waac import schemas
 from harness.errors import InputError
+from harness.types import Task
 from harness.waac.embeddings import LocalMiniLM, _Cached
 from harness.waac.lattice import Level, join
 from harness.waac.library import ALTERNATIVES, HistoryLibrary, compat_of, describe, fragment, key_of
@@ -336,3 +337,25 @@ def test_the_committed_libraries_carry_the_local_models_vectors_of_every_record(
     assert set(stored) == {hashlib.sha256(t.encode()).hexdigest()[:16] for t in texts}
     vecs = [stored[hashlib.sha256(t.encode()).hexdigest()[:16]] for t in texts]
     assert np.allclose(np.stack(vecs), model.raw_vectors(texts), atol=1e-5)
+
+
+@pytest.mark.parametrize(("dev_task", "overlaps"), [
+    (Task("dev-9", "Itemize  the\nhotel expense of report X.", {"a": 1}), True),  # same instruction, new id
+    (Task("t1", "Reworded: itemize the hotel expense.", {"a": 1}), True),  # same id and data, reworded
+    (Task("t1", "Another task.", {"a": 2}), False),  # an id repeated with other data (a workflow's chain number)
+    (Task("dev-2", "Another task.", {"a": 1}), False),
+])
+def test_a_dev_task_that_is_an_evaluation_task_is_refused(dev_task: Task, overlaps: bool) -> None:
+    """B.3: the library comes from tasks disjoint from evaluation; each of the two rules (the same instruction up
+    to whitespace, or the same id with the same data) refuses an overlap on its own."""
+    from types import SimpleNamespace
+
+    from harness.build_library import check_disjoint
+
+    evaluation = SimpleNamespace(tasks=[Task("t1", "Itemize the hotel expense of report X.", {"a": 1})])
+    development = SimpleNamespace(tasks=[dev_task])
+    if overlaps:
+        with pytest.raises(InputError, match="overlaps the evaluation tasks"):
+            check_disjoint(evaluation, development, "dev")  # type: ignore[arg-type]
+    else:
+        check_disjoint(evaluation, development, "dev")  # type: ignore[arg-type]
