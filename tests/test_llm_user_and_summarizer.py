@@ -55,3 +55,48 @@ def test_llm_summarizer_sends_the_pairs_and_reports_usage_and_time() -> None:
     assert summary.usage == Usage(100, 7) and summary.modeled_time_s == 0.3
     shown = backend.seen[0][1].content
     assert "form_save_form" in shown and '"Remaining": "0.00"' in shown
+
+
+class Overflowing:
+    def generate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion:
+        from harness.backends.base import ContextWindowExceeded
+
+        raise ContextWindowExceeded("400 context_length_exceeded")
+
+
+def test_an_auxiliary_models_overflow_or_empty_replies_are_its_failure_not_the_agents() -> None:
+    """A user model's or summarizer's request over its window ended the episode as the agent's
+    context_window_exceeded (a failed task); an empty reply was used (an empty summary, an invented user line).
+    Both are now InfraError naming the auxiliary model; one empty reply is asked again, its usage kept."""
+    import pytest
+
+    from harness.backends.base import InfraError
+    from harness.envs.expense.tasks import generate as tasks
+
+    with pytest.raises(InfraError, match="the user model's request does not fit"):
+        LLMUser(tasks()[0], Overflowing()).respond("What were the room charges?")
+    call = Message("assistant", "", (ToolCall("c1", "form_save_form", "{}"),))
+    pair = [(call, Message("tool", "{}", tool_call_id="c1"))]
+    with pytest.raises(InfraError, match="the summarizer's request does not fit"):
+        LLMSummarizer(Overflowing()).summarize(pair, TokenCounter())
+    with pytest.raises(InfraError, match="the summarizer got an empty reply from its model 2 times"):
+        LLMSummarizer(Scripted(["", "  "])).summarize(pair, TokenCounter())
+    with pytest.raises(InfraError, match="the user model got an empty reply"):
+        LLMUser(tasks()[0], Scripted(["", ""])).respond("What were the room charges?")
+    summary = LLMSummarizer(Scripted(["", "- saved"])).summarize(pair, TokenCounter())
+    assert summary.text == "- saved" and summary.usage == Usage(200, 14) and summary.modeled_time_s == 0.6
+
+
+def test_the_episode_ends_as_infra_error_when_the_summarizer_overflows() -> None:
+    from _support import ScriptedModel, calls, say
+
+    from harness.envs.expense.domain import ExpenseDomain
+    from harness.episode import run_episode
+    from harness.outcome import Termination
+    from harness.policies.last_n_summary import LastNSummary
+
+    task = generate()[0]
+    script = [calls((f"c{i}", "form_find_menu_item", '{"menuItemFilter": "x"}')) for i in range(4)] + [say("done")]
+    policy = LastNSummary(n=1, w=3, summarizer=LLMSummarizer(Overflowing()))
+    r = run_episode(ExpenseDomain().episode(task, None), policy, ScriptedModel(script), TokenCounter(), 10)
+    assert r.termination is Termination.INFRA_ERROR and "the summarizer's request does not fit" in (r.error or "")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from harness.types import Completion, Message, ToolSpec
@@ -27,3 +28,28 @@ class LLMBackend(Protocol):
     context_window: int
 
     def generate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion: ...
+
+
+AUX_ATTEMPTS = 2  # an auxiliary model's empty reply is asked again once, then the episode ends as infra_error
+
+
+def aux_reply(backend: LLMBackend, messages: Sequence[Message], who: str) -> Completion:
+    """An auxiliary model's reply (a summarizer's, the user model's): not the agent's, so its failures are not the
+    agent's task failures. Its request overflowing its window is an InfraError naming `who` (it was recorded as the
+    agent's context_window_exceeded, a failed task); an empty reply is asked again, then an InfraError (it was
+    used as it was: an empty summary in place of the evicted pairs, an invented user line). The returned
+    completion carries the usage, time and cost of every attempt."""
+    spent: Completion | None = None
+    for _ in range(AUX_ATTEMPTS):
+        try:
+            completion = backend.generate(messages, [])
+        except ContextWindowExceeded as exc:
+            raise InfraError(f"{who}'s request does not fit its model's context window: {exc}") from None
+        if spent is not None:
+            completion = replace(completion, usage=spent.usage + completion.usage, cost_usd=spent.cost_usd
+                                 + completion.cost_usd, modeled_time_s=spent.modeled_time_s + completion.modeled_time_s)
+        if completion.message.content.strip():
+            return completion
+        spent = completion
+    finish = (spent.info.get("finish_reason") if spent else None) or "?"
+    raise InfraError(f"{who} got an empty reply from its model {AUX_ATTEMPTS} times (finish_reason {finish})")

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.backends.base import aux_reply
 from harness.policies.base import Summary
 from harness.tokens import TokenCounter
 from harness.types import Latency, Message, Usage
@@ -56,7 +57,7 @@ class LLMSummarizer:
         """One auxiliary call with a method's own prompt (OpenHands' summary sections, a fold, an LCM leaf); an empty
         `system`: the user message alone (a method whose reference sends one message)."""
         request = [Message("system", system)] if system else []
-        completion = self.backend.generate([*request, Message("user", user)], [])
+        completion = aux_reply(self.backend, [*request, Message("user", user)], "the summarizer")
         return Summary(completion.message.content.strip(), completion.usage, completion.modeled_time_s,
                        completion.cost_usd)
 
@@ -64,7 +65,7 @@ class LLMSummarizer:
         shown = "\n\n".join(f"CALL {c.tool_calls[0].name}({c.tool_calls[0].arguments})\n"
                              f"RESULT {r.content if r else '(none)'}" for c, r in pairs)
         request = [Message("system", LLM_PROMPT.format(max_words=self.max_words)), Message("user", shown)]
-        completion = self.backend.generate(request, [])
+        completion = aux_reply(self.backend, request, "the summarizer")
         return Summary(completion.message.content.strip(), completion.usage, completion.modeled_time_s,
                        completion.cost_usd)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from harness.backends.base import aux_reply
 from harness.envs.base import STOP
 from harness.envs.expense.tasks import folio_of
 from harness.types import FolioLine, Message, Task, Usage
@@ -111,10 +112,10 @@ class LLMUser:
 
     def respond(self, agent_text: str) -> str:
         self.messages.append(Message("user", agent_text))
-        completion = self.backend.generate(self.messages, [])
+        completion = aux_reply(self.backend, self.messages, "the user model")
         self.usage = self.usage + completion.usage
         self.cost_usd += completion.cost_usd
         self.modeled_time_s += completion.modeled_time_s
-        reply = completion.message.content.strip() or "Could you say that again?"
+        reply = completion.message.content.strip()
         self.messages.append(Message("assistant", reply))
         return STOP if STOP in reply else reply
