@@ -13,7 +13,8 @@ Starlette's TrustedHostMiddleware is not used: it drops the port before comparin
 It also makes a request's `max_tokens` bound the whole reply (`bound_output`): llama-cpp-python's
 `chatml-function-calling` handler, the one model=local serves, passes `max_tokens=None` to the completions it
 chains for a reply (a plain message, each tool call's arguments, the check for one more call), so a small model
-could write, or keep adding tool calls, until the context was full: minutes on a CPU, then a 400.
+could write, or keep adding tool calls, until the context was full: minutes on a CPU, then a 400. And it makes
+that handler show the model its tool results (`tool_turns`): its template dropped every `tool` message.
 
     python -m harness.backends.llama_launcher --model M.gguf --host 127.0.0.1 --port 8765 ...  # llama's own flags
 """
@@ -112,9 +113,48 @@ def bounded(handler: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+TOOL_TURNS = "chatml-function-calling"  # the format whose template drops tool results (`with_tool_turns`)
+
+
+def tool_turns(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The messages as chatml-function-calling's template can show them. Its template renders system, user and
+    assistant turns only (a `tool` message became an empty turn: the model never saw a tool result) and
+    HTML-escapes every text (each `"` reached the model as `&#34;`). Each tool result becomes a user turn holding
+    it in <tool_response> tags (as Qwen2.5's ChatML template shows tool results), and every text is passed as
+    markup, which the template shows as it is."""
+    from markupsafe import Markup
+
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        m = dict(message)
+        content = m.get("content")
+        if isinstance(content, list):  # text parts (model=local is text only)
+            content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        if m.get("role") == "tool":
+            m = {"role": "user", "content": f"<tool_response>\n{content or ''}\n</tool_response>"}
+        elif isinstance(content, str):
+            m["content"] = content
+        if isinstance(m.get("content"), str):
+            m["content"] = Markup(m["content"])
+        if m.get("tool_calls"):
+            m["tool_calls"] = [{**c, "function": {**c.get("function", {}),
+                                                  "arguments": Markup(c.get("function", {}).get("arguments", ""))}}
+                               for c in m["tool_calls"]]
+        out.append(m)
+    return out
+
+
+def with_tool_turns(handler: Callable[..., Any]) -> Callable[..., Any]:
+    def call(*, messages: Sequence[Message], **kwargs: Any) -> Any:
+        return handler(messages=tool_turns(messages), **kwargs)
+
+    return call
+
+
 def bound_output(chat_format: str | None) -> None:
-    """Re-register the named chat format's handler, bounded; a format the server builds itself (a multimodal
-    handler, none here) or none at all (the model's own template) is left as it is."""
+    """Re-register the named chat format's handler, bounded (and chatml-function-calling's with its tool results
+    shown: `tool_turns`); a format the server builds itself (a multimodal handler, none here) or none at all (the
+    model's own template) is left as it is."""
     from llama_cpp import llama_chat_format as formats
 
     if not chat_format:
@@ -124,6 +164,8 @@ def bound_output(chat_format: str | None) -> None:
         handler = registry.get_chat_completion_handler_by_name(chat_format)
     except formats.LlamaChatCompletionHandlerNotFoundException:
         return
+    if chat_format == TOOL_TURNS:
+        handler = with_tool_turns(handler)
     registry.register_chat_completion_handler(chat_format, bounded(handler), overwrite=True)
 
 

@@ -194,3 +194,37 @@ def test_a_foreign_origin_gets_no_cors_grant(local_server: LocalServer) -> None:
     _, preflight = raw_get(local_server, {**host, "Origin": "https://evil.example",
                                           "Access-Control-Request-Method": "POST"}, method="OPTIONS")
     assert "access-control-allow-origin" not in preflight and "access-control-allow-credentials" not in preflight
+
+
+class Capture:
+    """A model that records the prompt the chat handler rendered and answers with a plain message."""
+
+    verbose = False
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def create_completion(self, prompt: str, **_: Any) -> dict[str, Any]:
+        self.prompts.append(prompt)
+        return {"id": "c", "created": 0, "model": "m", "choices": [{"text": "ok", "logprobs": None,
+                                                                      "finish_reason": "stop"}],
+                "usage": {"completion_tokens": 1, "prompt_tokens": 1, "total_tokens": 2}}
+
+
+def test_the_served_handler_shows_the_model_its_tool_results_unescaped(llama_installed: None) -> None:
+    """chatml-function-calling's template rendered a `tool` message as an empty turn (the model never saw a tool
+    result: a 2-character and a 600-word result cost the same prompt tokens) and HTML-escaped every text."""
+    from llama_cpp import llama_chat_format as formats
+
+    from harness.backends.llama_launcher import TOOL_TURNS, bound_output
+
+    bound_output(TOOL_TURNS)
+    handler = formats.LlamaChatCompletionHandlerRegistry().get_chat_completion_handler_by_name(TOOL_TURNS)
+    model = Capture()
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    handler(llama=model, tools=[WEATHER_TOOL], tool_choice="none", max_tokens=8, messages=[
+        *MESSAGES, {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": 'Sunny, "22 C" & <dry>'}])
+    prompt = model.prompts[-1]
+    assert '<tool_response>\nSunny, "22 C" & <dry>\n</tool_response>' in prompt
+    assert '{"city": "Paris"}' in prompt and "&#34;" not in prompt and "&amp;" not in prompt

@@ -41,7 +41,10 @@ def test_pinchbench_on_the_local_model_served_by_the_runner(llama_installed: Non
     episodes = run(cfg, verbose=False).set_index("task_id")
     assert llama_servers() == before  # the runner stopped the server it started
     assert not episodes.simulated.any() and set(episodes.model) == {"SmolLM2-135M-Instruct.Q4_1"}
-    assert set(episodes.termination) <= {"agent_final", "max_steps", "unusable_replies"}, episodes.error.tolist()
+    # (timeout: the task's own time limit on a busy machine, graded as upstream grades it: the model now reads
+    # its tool results, so its prompts are longer)
+    assert set(episodes.termination) <= {"agent_final", "max_steps", "unusable_replies", "timeout"}, \
+        episodes.error.tolist()
     assert (episodes.input_tokens > 0).all()  # real API usage
     # the hybrid task was sent to the real judge, the agent itself (judge=agent, labelled self-judged), whatever it
     # made of it: graded, a reply with no usable total, or an unparseable one
