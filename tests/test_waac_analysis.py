@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from harness.envs.expense.tasks import folio_of
 from harness.envs.expense.waac import schemas
-from harness.types import Message
+from harness.types import Message, Task
 from harness.waac.analysis import DEFAULT_TRANSFER, Analysis, Step, requirement
 from harness.waac.graph import TraceGraph
 from harness.waac.lattice import Level
@@ -69,14 +69,20 @@ def test_failed_attempts_stay_readable_until_answered() -> None:
     assert _levels(h, policy)["v1/Status"] == Level.DROP  # the retry that worked released it
 
 
-def test_plan_keeps_the_lookup_codes_as_a_summary_until_verified() -> None:
-    t = task(0)
+def _at_the_lookup(t: Task) -> EnvTrajectory:
+    """The user named the folio's charges; the itemization is open, a new line added and its code lookup read."""
     tr = EnvTrajectory(t)
     tr.user("Room charges on the folio:\n" + "\n".join(f"- {f.subcategory}, starting {f.date}" for f in folio_of(t)))
     tr.call("form_find_menu_item", {"menuItemFilter": "expense reports"})
     tr.open_itemization()
     tr.call("form_click_control", {"controlName": "NewLine"})
     tr.call("form_open_lookup", {"controlName": "SubCategory"})
+    return tr
+
+
+def test_plan_keeps_the_lookup_codes_as_a_summary_until_verified() -> None:
+    t = task(0)
+    tr = _at_the_lookup(t)
     tr.call("form_set_control_values", {"controlValues": [{"controlName": "SubCategory", "value": "LODG-ROOM"}]})
     policy = WAAC(schemas())
     levels = _levels(tr.history, policy)
@@ -93,12 +99,7 @@ def test_plan_releases_the_codes_once_every_line_is_saved_and_not_before() -> No
     """methods.md: the folio's codes are kept "until Remaining = 0.00 with all lines saved": with the last line's
     values set (Remaining already 0.00) but not saved they are still needed; after its save, none is."""
     t = task(0)
-    tr = EnvTrajectory(t)
-    tr.user("Room charges on the folio:\n" + "\n".join(f"- {f.subcategory}, starting {f.date}" for f in folio_of(t)))
-    tr.call("form_find_menu_item", {"menuItemFilter": "expense reports"})
-    tr.open_itemization()
-    tr.call("form_click_control", {"controlName": "NewLine"})
-    tr.call("form_open_lookup", {"controlName": "SubCategory"})
+    tr = _at_the_lookup(t)
     lines = folio_of(t)
     for i, line in enumerate(lines):
         if i:
