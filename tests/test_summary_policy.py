@@ -226,3 +226,21 @@ def test_the_token_trigger_never_summarizes_the_newest_round() -> None:
     view = SummaryCondenser(max_size=100, max_tokens=500, summarizer=ExtractiveSummarizer()).render(
         tuple(history), RenderContext(0, TokenCounter())).messages
     assert view[-3:] == history[-3:]
+
+
+@dataclass
+class Wordy:
+    """An auxiliary model that ignores the prompt's length limit (the request asks for under N tokens)."""
+
+    label: str = "llm:wordy"
+
+    def complete(self, system: str, user: str) -> Summary:
+        return Summary("USER_CONTEXT:\n" + "word " * 600, Usage(100, 600), 1.0)
+
+
+def test_an_llm_summary_over_the_limit_is_cut_to_it() -> None:
+    """max_summary_tokens bounds what is shown whatever the model wrote (the stand-in fits itself; an LLM may not)."""
+    history = [*OPENING, Message("user", "folio data"), *(m for i in range(8) for m in pair(i))]
+    note = SummaryCondenser(max_size=10, max_summary_tokens=50, summarizer=Wordy()).render(history, CTX).messages[2]
+    assert note.name == SUMMARY_NAME and note.content.startswith("USER_CONTEXT:\nword")
+    assert TOKENS.text(note.content) == 50
