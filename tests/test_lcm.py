@@ -377,3 +377,21 @@ def test_a_summary_holding_a_lone_surrogate_is_stored_and_shown() -> None:
     view = policy.render(pairs(6), RenderContext(0, TOKENS))
     assert policy.store.summaries()[0].content.startswith("Clicked C0-C1 \ufffd. ")
     assert any("Clicked C0-C1 \ufffd. " in m.content for m in view.messages)
+
+
+def test_an_empty_model_summary_goes_to_the_truncation_fallback() -> None:
+    """src/compaction.ts: an empty summary is truncated deterministically; through the harness's LLMSummarizer an
+    empty reply (asked once more) is an EmptyReply, which LCM takes as empty, its attempts' usage kept."""
+    from harness.policies.summarizers import LLMSummarizer
+    from harness.types import Completion, Message, Usage
+
+    class Empty:
+        name = "empty"
+
+        def generate(self, messages: Any, tools: Any) -> Completion:
+            return Completion(Message("assistant", ""), Usage(50, 0), 0.5, info={"finish_reason": "length"})
+
+    policy = LCM(context_tokens=4000, context_threshold=0.01, fresh_tail_count=4, summarizer=LLMSummarizer(Empty()))
+    view = policy.render(pairs(6), RenderContext(0, TOKENS))
+    assert view.decisions["levels"] == ["fallback"] and view.aux_usage == Usage(100, 0)
+    assert policy.store.summaries()[0].content.startswith("[LCM fallback summary")

@@ -81,8 +81,10 @@ def test_an_auxiliary_models_overflow_or_empty_replies_are_its_failure_not_the_a
         LLMSummarizer(Overflowing()).summarize(pair, TokenCounter())
     with pytest.raises(InfraError, match="the summarizer got an empty reply from its model 2 times"):
         LLMSummarizer(Scripted(["", "  "])).summarize(pair, TokenCounter())
+    user = LLMUser(tasks()[0], Scripted(["", ""]))
     with pytest.raises(InfraError, match="the user model got an empty reply"):
-        LLMUser(tasks()[0], Scripted(["", ""])).respond("What were the room charges?")
+        user.respond("What were the room charges?")
+    assert user.usage == Usage(200, 14) and user.modeled_time_s == 0.6  # its paid attempts stay recorded
     summary = LLMSummarizer(Scripted(["", "- saved"])).summarize(pair, TokenCounter())
     assert summary.text == "- saved" and summary.usage == Usage(200, 14) and summary.modeled_time_s == 0.6
 

@@ -51,5 +51,15 @@ def aux_reply(backend: LLMBackend, messages: Sequence[Message], who: str) -> Com
         if completion.message.content.strip():
             return completion
         spent = completion
-    finish = (spent.info.get("finish_reason") if spent else None) or "?"
-    raise InfraError(f"{who} got an empty reply from its model {AUX_ATTEMPTS} times (finish_reason {finish})")
+    assert spent is not None
+    finish = spent.info.get("finish_reason") or "?"
+    raise EmptyReply(f"{who} got an empty reply from its model {AUX_ATTEMPTS} times (finish_reason {finish})", spent)
+
+
+class EmptyReply(InfraError):
+    """An auxiliary model's replies were empty (`aux_reply`); `completion` carries every attempt's usage, time and
+    cost, for a caller that records them or has a rule of its own for an empty reply (LCM truncates)."""
+
+    def __init__(self, message: str, completion: Completion) -> None:
+        super().__init__(message)
+        self.completion = completion

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from harness.backends.base import EmptyReply
 from harness.policies.base import ContextPolicy, RenderContext, View, kept
 from harness.policies.lcm_store import Item, LcmStore, SummaryRow, message_id, summary_id
 from harness.policies.summarizers import aux_label, is_llm
@@ -554,7 +555,12 @@ class LCM(ContextPolicy):
             raise ValueError("lcm needs a summarizer (policy.summarizer or the auxiliary model)")
         prompt = _prompt(job, mode, target)
         if is_llm(backend):
-            s = backend.complete(SYSTEM, prompt)
+            try:
+                s = backend.complete(SYSTEM, prompt)
+            except EmptyReply as exc:  # src/compaction.ts: an empty summary goes to the truncation fallback
+                spent = exc.completion
+                aux.add(spent.usage, spent.modeled_time_s, spent.cost_usd)
+                return ""
             aux.add(s.usage, s.modeled_time_s, s.cost_usd)
             return str(s.text)
         text = _stand_in(job, mode, target, ctx.tokens)  # labelled: record()["aux_backend"] is the stand-in's

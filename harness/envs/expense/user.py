@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from harness.backends.base import aux_reply
+from harness.backends.base import EmptyReply, aux_reply
 from harness.envs.base import STOP
 from harness.envs.expense.tasks import folio_of
 from harness.types import FolioLine, Message, Task, Usage
@@ -112,7 +112,14 @@ class LLMUser:
 
     def respond(self, agent_text: str) -> str:
         self.messages.append(Message("user", agent_text))
-        completion = aux_reply(self.backend, self.messages, "the user model")
+        try:
+            completion = aux_reply(self.backend, self.messages, "the user model")
+        except EmptyReply as exc:  # its paid attempts stay in the episode's user columns
+            completion = exc.completion
+            self.usage = self.usage + completion.usage
+            self.cost_usd += completion.cost_usd
+            self.modeled_time_s += completion.modeled_time_s
+            raise
         self.usage = self.usage + completion.usage
         self.cost_usd += completion.cost_usd
         self.modeled_time_s += completion.modeled_time_s
