@@ -39,6 +39,7 @@ from harness.errors import EXIT_INPUT, EXIT_JOB_FAILED, EXIT_JUDGE, InputError, 
 from harness.io import atomic_write, irregular
 from harness.lifecycle import SWEEP_RESUMES, die_with_parent
 from harness.resume import folder_problem
+from harness.text import override_key
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ("budget", "n_w", "ablations", "methods", "workflow", "sim_sensitivity")
@@ -353,7 +354,7 @@ def _method_setting(arg: str) -> bool:
     """An argument Vanilla's reference run does not take: Hydra's own, a swept key (the policy, the fraction), or
     a setting of the swept policy (`policy.n=2` for last_n: policy=full has no such key, and the reference run
     refused it as unknown)."""
-    key = arg.lstrip("+~").partition("=")[0]
+    key = override_key(arg)
     return key.startswith("hydra") or key in ("policy", "budget.fraction") or key.startswith("policy.")
 
 

@@ -45,3 +45,8 @@ def shortened(text: str, limit: int) -> str:
     typed text, a URL, a title) shown where its size must not crowd out the rest (a page's elements, a judge's
     prompt)."""
     return text if len(text) <= limit else f"{text[:limit]}...({len(text):,} characters)"
+
+
+def override_key(override: str) -> str:
+    """The key a Hydra command-line override sets: `++policy.n=2` -> `policy.n`, `~budget` -> `budget`."""
+    return override.partition("=")[0].lstrip("+~")

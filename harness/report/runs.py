@@ -51,7 +51,7 @@ from harness.report.reader import (
     read_manifest,
     warn_skip,
 )
-from harness.text import printable
+from harness.text import override_key, printable
 
 ROOT = cli.ROOT
 log = logging.getLogger(__name__)
@@ -219,7 +219,7 @@ def method_overrides(run: Run) -> list[str]:
     if not isinstance(given, list):
         return []
     return [o for o in given if isinstance(o, str)
-            and o.lstrip("+~").partition("=")[0].split(".")[0].split("/")[0] in METHOD_KEYS]
+            and override_key(o).split(".")[0].split("/")[0] in METHOD_KEYS]
 
 
 SIZE = "size (tasks x runs)"

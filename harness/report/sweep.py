@@ -17,6 +17,7 @@ from harness.report.names import display
 from harness.report.output import label
 from harness.report.reader import EPISODES, read_frame
 from harness.report.runs import describe
+from harness.text import override_key
 
 
 def merge(sweep_dir: Path) -> pd.DataFrame:
@@ -75,8 +76,7 @@ def grid_tables(merged: pd.DataFrame, table: pd.DataFrame, labelled: pd.DataFram
 
 
 def _pair(override: str) -> tuple[str, str]:
-    key, _, value = override.partition("=")
-    return key.lstrip("+~"), value
+    return override_key(override), override.partition("=")[2]
 
 
 def _order(value: Any) -> tuple[int, float | str]:

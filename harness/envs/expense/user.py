@@ -13,7 +13,7 @@ from typing import Any
 from harness.backends.base import EmptyReply, aux_reply
 from harness.envs.base import STOP
 from harness.envs.expense.tasks import folio_of
-from harness.types import FolioLine, Message, Task, Usage
+from harness.types import Completion, FolioLine, Message, Task, Usage
 
 LODGING = ("Room rate", "Room tax")
 COMPLETION = re.compile(r"itemi[sz]ation (is |has been )?(now )?(complete|done|finished)|(?<!not )fully itemi[sz]ed|"
@@ -115,14 +115,14 @@ class LLMUser:
         try:
             completion = aux_reply(self.backend, self.messages, "the user model")
         except EmptyReply as exc:  # its paid attempts stay in the episode's user columns
-            completion = exc.completion
-            self.usage = self.usage + completion.usage
-            self.cost_usd += completion.cost_usd
-            self.modeled_time_s += completion.modeled_time_s
+            self._spent(exc.completion)
             raise
-        self.usage = self.usage + completion.usage
-        self.cost_usd += completion.cost_usd
-        self.modeled_time_s += completion.modeled_time_s
+        self._spent(completion)
         reply = completion.message.content.strip()
         self.messages.append(Message("assistant", reply))
         return STOP if STOP in reply else reply
+
+    def _spent(self, completion: Completion) -> None:
+        self.usage = self.usage + completion.usage
+        self.cost_usd += completion.cost_usd
+        self.modeled_time_s += completion.modeled_time_s
