@@ -13,8 +13,8 @@ policy had dropped put back), without touching the loop: harness.episode.run_epi
   (`replay_divergences` in branched_from) and the recorded one is shown, so steps < k stay the original's.
 - The user model: recorded replies for turns before k when it is an LLM (it is told them, no call); a scripted
   user is asked again and checked like the environment.
-The branch goes to `<run>/branches/<task>__run<r>__s<k>__<label>/` (its transcript, parquet and config.yaml, so it
-can be branched again) and records `branched_from` (run, episode, step, what changed) in its episode_start and
+The branch goes to `<run>/branches/<task>__run<r>__s<k>__<label>/` (its transcript, parquet and config.yaml) and
+records `branched_from` (run, episode, step, what changed) in its episode_start and
 episode row. Branch folders have no manifest: the tables never pick one as an experiment's run.
 
 `make attribute RUN=<run>` branches every failed episode at the first step where its failure shows (the simulated
@@ -58,7 +58,16 @@ from harness.errors import InputError
 from harness.io import atomic_write
 from harness.policies.base import ContextPolicy, RenderContext, View
 from harness.policies.budget import budget_tokens
-from harness.records import State, build_tables, check_transcript, steps_of, transcript_path, write_transcript
+from harness.records import (
+    State,
+    build_tables,
+    check_transcript,
+    read_marker,
+    steps_of,
+    transcript_files,
+    transcript_path,
+    write_transcript,
+)
 from harness.report import cli, output, sim_failures
 from harness.tokens import TokenCounter
 from harness.types import Completion, Message, Provenance, Task, ToolCall, ToolSpec, Usage
@@ -134,13 +143,35 @@ def load(run_dir: Path, episode: str) -> Recorded:
     if found is None:
         raise BranchError(f"EPISODE={episode!r}: expected <task_id>__run<r>, e.g. hotel-001__run0")
     path = transcript_path(run_dir, found["task"], int(found["run"]))
-    state, records = check_transcript(path)
+    state, records = check_transcript(path, read_marker(run_dir))  # (one copied in from another run: not its)
     if state == State.MISSING:
         raise BranchError(f"{path}: no such transcript (EPISODE={episode} in RUN={run_dir})")
     if isinstance(records, str):
         raise BranchError(f"{path}: damaged transcript ({records})")
-    return Recorded(path, records[0], [Message.from_dict(r["message"]) for r in records if r["type"] == "message"],
-                    steps_of(records), records[-1])
+    try:
+        rec = Recorded(path, records[0], [Message.from_dict(r["message"]) for r in records if r["type"] == "message"],
+                       steps_of(records), records[-1])
+        for j in range(len(rec.steps)):
+            rec.boundary(j)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a hand edit of the wrong shape
+        raise BranchError(f"{path}: malformed transcript ({type(exc).__name__}: {str(exc)[:200]})") from None
+    _not_a_branch(run_dir, rec)
+    return rec
+
+
+def _not_a_branch(run_dir: Path, rec: Recorded) -> None:
+    """A branch's own config.yaml holds only its new policy, so re-rendering its steps before its branch step
+    would use the wrong one (a branch of a branch replayed with FullHistory what C3 had shown): refused."""
+    origin = rec.start.get("branched_from")
+    if not origin:
+        return
+    try:
+        found = json.loads(origin) if isinstance(origin, str) else origin
+        where = f"{found['run']} at step {found['step']}"
+    except (ValueError, TypeError, KeyError):
+        where = "another run"
+    raise BranchError(f"RUN={run_dir} is a branch (of {where}): a branch cannot be branched again; branch the "
+                      "original run (before that step, or from it with the changes combined in ARGS)")
 
 
 # --- the change ------------------------------------------------------------------------------------------------------
@@ -165,7 +196,10 @@ class Change:
         if self.restore:
             digest = hashlib.sha1(",".join(map(str, self.restore)).encode()).hexdigest()[:6]
             parts.append(f"restore{len(self.restore)}-{digest}")
-        return "__".join(parts)[:80] or "same"
+        name = "__".join(parts) or "same"
+        if len(name) > 80:  # cut: two changes sharing their first 80 characters replaced each other's branch
+            name = f"{name[:73]}-{hashlib.sha1(name.encode()).hexdigest()[:6]}"
+        return name
 
     def describe(self) -> dict[str, Any]:
         return {"overrides": self.overrides, "restore": self.restore}
@@ -515,7 +549,7 @@ def branch(run_dir: Path, episode: str, k: int, change: Change) -> Branch:
     if replay.divergences:
         log.warning("%s: %d replayed tool/user results differ from the recording (shown as recorded): %s",
                     episode, len(replay.divergences), ", ".join(replay.divergences[:5]))
-    origin = {"run": str(run_dir), "episode": episode, "step": k, "change": change.describe(),
+    origin = {"run": str(run_dir.resolve()), "episode": episode, "step": k, "change": change.describe(),
               "label": change.name(), "replay_divergences": len(replay.divergences),
               "original_completed": bool(rec.end.get("completed"))}
     meta = {**{k_: v for k_, v in rec.start.items() if k_ not in ("type", "format_version")},
@@ -583,15 +617,19 @@ def attribute(run_dir: Path, out: Path | None = None) -> pd.DataFrame:
     """Branch every failed episode at its failure step with what the policy had dropped restored; the table."""
     run_dir = runs_folder(run_dir)
     rows, ends = [], []
-    for path in sorted((run_dir / "transcripts").glob("*__run*.jsonl")):
-        state, records = check_transcript(path)
+    for path in transcript_files(run_dir):  # (a stray `x__run0.orig.jsonl` stopped it part-way)
+        state, records = check_transcript(path, read_marker(run_dir))
         if isinstance(records, str):  # damaged: a resume reruns it; it cannot be branched
             log.warning("skipping %s: %s", path, records)
             continue
         ends.append(records[-1])
         if state != State.COMPLETE or records[-1].get("completed"):
             continue
-        rec = load(run_dir, path.stem)
+        try:
+            rec = load(run_dir, path.stem)
+        except BranchError as exc:  # (a malformed one: skipped as a damaged one is)
+            log.warning("skipping %s", exc)
+            continue
         if not rec.steps:
             continue
         k, shows, rule = failure_step(rec)
@@ -603,7 +641,13 @@ def attribute(run_dir: Path, out: Path | None = None) -> pd.DataFrame:
         if not dropped:
             rows.append({**row, "completed after": None, "failure goes away": "nothing dropped", "branch": ""})
             continue
-        made = branch(run_dir, path.stem, k, Change(restore=dropped, label="restore-dropped"))
+        try:
+            made = branch(run_dir, path.stem, k, Change(restore=dropped, label="restore-dropped"))
+        except BranchError as exc:  # one episode that cannot be replayed does not stop the others
+            log.warning("%s: %s", path, exc)
+            rows.append({**row, "completed after": None, "failure goes away": f"could not branch: {exc}",
+                         "branch": ""})
+            continue
         rows.append({**row, "completed after": made.completed,
                      "failure goes away": "yes" if made.completed else "no",
                      "branch": str(made.folder.relative_to(run_dir))})
@@ -658,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(summary(table)))
             print(f"Wrote {(ns.out or ns.run) / 'attribution'}.{{md,csv,tex}}")
             return 0
-        if ns.step is not None and ns.step != "" and not str(ns.step).isdigit():
+        if ns.step is not None and ns.step != "" and not (ns.step.isascii() and ns.step.isdigit()):  # (not "²")
             raise BranchError(f"STEP={ns.step!r} is not a step number (0, 1, 2, ...: as the viewer numbers them)")
         if not ns.episode or not ns.step:
             raise BranchError("usage: make branch RUN=<run folder> EPISODE=<task>__run<r> STEP=<k> "
@@ -671,11 +715,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                              else "failed")
     print(f"Branch of {ns.episode} from step {ns.step}: the original {before}, the branch {after} "
           f"({made.row.get('n_steps')} steps, termination {made.row.get('termination')}); wrote {made.folder}")
-    if made.replaced:  # said: a real model's branch differs from run to run, and its own branches were of the last
-        nested = made.folder / "branches"
-        print("Note: this replaced the branch of the same name there (give label=<name> to keep both)"
-              + (f"; the branches made from it before ({nested}) came from the one replaced" if nested.is_dir()
-                 else ""))
+    if made.replaced:  # said: a real model's branch differs from run to run
+        print("Note: this replaced the branch of the same name there (give label=<name> to keep both)")
     return 0
 
 

@@ -43,10 +43,10 @@ from harness.envs.odysseys.tasks import DEFAULT_PATH, load_tasks
 from harness.envs.odysseys.webjudge import from_settings
 from harness.errors import EXIT_JUDGE, InputError, one_line
 from harness.io import walk_results
-from harness.records import build_tables
+from harness.records import build_tables, read_marker
 from harness.regrade import Regraded, can_regrade, regrade_run
 from harness.report.console import judge_lines, judge_outcome
-from harness.resume import read_marker, run_file_problem
+from harness.resume import run_file_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 JUDGE_CONFIGS = ROOT / "configs" / "judge"

@@ -45,6 +45,8 @@ PARQUET_VERSION = b"harness.format_version"
 EPISODE_KEYS = ("experiment", "policy", "model", "simulated", "task_id", "run", "budget_fraction")
 NAME = re.compile(r"^(?P<task_id>[A-Za-z0-9][A-Za-z0-9._-]*)__run(?P<run>0|[1-9]\d*)\.jsonl$")  # run00: foreign
 log = logging.getLogger("harness.records")
+MARKER = "fingerprint.txt"  # a run folder's configuration fingerprint (harness.resume.check_resume writes it)
+FINGERPRINT = re.compile(r"[0-9a-f]{16}")  # as harness.resume.fingerprint writes it
 
 
 class State(StrEnum):
@@ -323,6 +325,34 @@ def _shape_problem(records: list[dict[str, Any]], name: re.Match[str] | None, fi
     if not all(isinstance(a, int) and isinstance(b, int) and a < b for a, b in zip(steps, steps[1:], strict=False)):
         return "its step records are not in order, each once (a line repeated or moved)"
     return None
+
+
+def read_marker(out_dir: Path) -> str | None:
+    """The fingerprint out_dir's marker file holds (None: no marker, or an empty one, as a write killed after its
+    open leaves it: the transcripts' fingerprints then tell). Anything else at that name, e.g. a FIFO (whose
+    reading would wait for a writer forever), a folder or a file the harness did not write, is one InputError
+    line naming it: the folder's configuration cannot be told from it."""
+    marker = out_dir / MARKER
+    try:
+        fd = os.open(marker, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise InputError(f"{marker}: cannot be read ({exc.strerror}); remove it or choose another out_dir") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(f"{marker} is not a file; remove it or choose another out_dir")
+        data = os.read(fd, 257)  # the harness writes 17 bytes: more than 256 is not its marker
+    finally:
+        os.close(fd)
+    text = data.decode("ascii", "replace").strip()
+    if not text and len(data) <= 256:
+        return None
+    if len(data) > 256 or not FINGERPRINT.fullmatch(text):
+        raise InputError(f"{marker} does not hold a fingerprint the harness wrote (16 hex digits); remove it if "
+                         "the folder's transcripts are of this configuration (they carry theirs), else choose another "
+                         "out_dir")
+    return text
 
 
 def is_complete(path: Path) -> bool:

@@ -11,9 +11,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
-import re
-import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,13 +22,11 @@ from harness.config import EXECUTORS
 from harness.envs.base import Domain
 from harness.errors import InputError, share, whole_number
 from harness.io import atomic_write, irregular
-from harness.records import State, transcript_files, transcript_path, transcript_state
+from harness.records import MARKER, State, read_marker, transcript_files, transcript_path, transcript_state
 from harness.tokens import ENCODINGS
 
 log = logging.getLogger("harness.run")
 Job = tuple[int, int, str, str]  # task index, run, out_dir, configuration fingerprint
-MARKER = "fingerprint.txt"  # the out_dir's configuration fingerprint (check_resume)
-FINGERPRINT = re.compile(r"[0-9a-f]{16}")  # as `fingerprint` writes it
 
 
 def pending(cfg: DictConfig, domain: Domain, out_dir: Path, print_: str | None = None) -> list[Job]:
@@ -106,34 +101,6 @@ def check_resume(out_dir: Path, print_: str) -> None:
         raise InputError(f"{out_dir} holds episodes of a different configuration (fingerprint {found} != {print_}); "
                          "choose another out_dir")
     atomic_write(marker, print_ + "\n")  # (a write killed half-way: a truncated marker)
-
-
-def read_marker(out_dir: Path) -> str | None:
-    """The fingerprint out_dir's marker file holds (None: no marker, or an empty one, as a write killed after its
-    open leaves it: the transcripts' fingerprints then tell). Anything else at that name, e.g. a FIFO (whose
-    reading would wait for a writer forever), a folder or a file the harness did not write, is one InputError
-    line naming it: the folder's configuration cannot be told from it."""
-    marker = out_dir / MARKER
-    try:
-        fd = os.open(marker, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise InputError(f"{marker}: cannot be read ({exc.strerror}); remove it or choose another out_dir") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InputError(f"{marker} is not a file; remove it or choose another out_dir")
-        data = os.read(fd, 257)  # the harness writes 17 bytes: more than 256 is not its marker
-    finally:
-        os.close(fd)
-    text = data.decode("ascii", "replace").strip()
-    if not text and len(data) <= 256:
-        return None
-    if len(data) > 256 or not FINGERPRINT.fullmatch(text):
-        raise InputError(f"{marker} does not hold a fingerprint the harness wrote (16 hex digits); remove it if "
-                         "the folder's transcripts are of this configuration (they carry theirs), else choose another "
-                         "out_dir")
-    return text
 
 
 def _transcript_fingerprint(path: Path) -> str:

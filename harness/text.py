@@ -37,7 +37,12 @@ def json_text(value: Any, **options: Any) -> str:
 def printable(text: str) -> str:
     """A file name as a table or a line shows it: an undecodable byte (os.listdir's lone surrogate for it) as its
     escape `\\xff`, which UTF-8 output can carry."""
-    return text if is_utf8(text) else text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    if is_utf8(text):
+        return text
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no byte decodes to (U+D800, an agent's or a cut emoji's): `\ud800`
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def shortened(text: str, limit: int) -> str:

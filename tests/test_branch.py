@@ -221,6 +221,7 @@ def test_the_failure_step_prefers_an_event_naming_a_wrong_line() -> None:
     (["nosuch__run0", "1", "policy=full"], "no such transcript"),
     ([EPISODE, "-1", "policy=full"], "STEP='-1' is not a step number"),  # (both printed the usage line alone)
     ([EPISODE, "abc", "policy=full"], "STEP='abc' is not a step number"),
+    ([EPISODE, "\u00b2", "policy=full"], "STEP='\u00b2' is not a step number"),  # a digit to isdigit, not to int
     ([EPISODE, "999", "policy=full"], "STEP=999: hotel-001__run0 has steps 0..59"),
     ([EPISODE, "1"], "ARGS: nothing changes"),
     ([EPISODE, "1", "restore=a,b"], "restore='a,b': expected history indices"),
@@ -237,6 +238,41 @@ def test_bad_input_is_one_line(c3: Path, argv: list[str], says: str, capsys: pyt
     assert branch.main([str(c3), *argv]) == 2
     err = capsys.readouterr().err
     assert says in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_branch_is_not_branched_again(c3: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A branch's config.yaml holds only its new policy: a branch of it re-rendered the steps before its branch
+    step with that policy (FullHistory showing what C3 had cut) and went on as if it were a faithful replay."""
+    made = branch.branch(c3, EPISODE, 4, branch.Change(["policy=full"], label="first"))
+    assert branch.main([str(made.folder), EPISODE, "2", "policy=last_n"]) == 2
+    err = capsys.readouterr().err
+    assert f"RUN={made.folder} is a branch (of {c3.resolve()} at step 4): a branch cannot be branched again" in err
+    assert not (made.folder / "branches").exists()
+
+
+def test_two_long_changes_get_two_branches() -> None:
+    """The name was cut at 80 characters: two changes sharing those replaced each other's branch."""
+    common = ["policy.summarizer.max_rows=3", "policy.summarizer.latency.overhead_s=0.5"]
+    one, two = (branch.Change([*common, f"policy.w={w}"]) for w in (1, 2))
+    assert one.name() != two.name() and len(one.name()) <= 80
+    assert branch.Change(["policy=full"]).name() == "policy-full"
+
+
+def test_a_branch_records_its_original_by_absolute_path(c3: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RUN given relative (`out/c3`) was recorded as typed: a viewer started elsewhere could not find the original."""
+    monkeypatch.chdir(c3.parent)
+    made = branch.branch(Path(c3.name), EPISODE, 3, branch.Change(["policy=full"], label="relative"))
+    origin = json.loads(made.row["branched_from"])
+    assert origin["run"] == str(c3.resolve())
+
+
+def test_attribute_ignores_a_stray_file_as_every_report_does(c3: Path, tmp_path: Path) -> None:
+    """`x__run0.orig.jsonl` beside the transcripts stopped it part-way with an error about an EPISODE never given."""
+    copy = _copy(c3, tmp_path)
+    shutil.copy(copy / "transcripts" / f"{EPISODE}.jsonl", copy / "transcripts" / f"{EPISODE}.orig.jsonl")
+    table = branch.attribute(copy)
+    assert EPISODE in set(table.episode) and f"{EPISODE}.orig" not in set(table.episode)
+    assert (copy / "attribution.md").is_file()
 
 
 @pytest.mark.parametrize("target", ["view", "branch", "attribute"])

@@ -352,3 +352,61 @@ def test_a_damaged_transcript_is_skipped_with_a_warning(tmp_path: Path, caplog: 
     assert "hotel-002__run0.jsonl" in caplog.text and "episode_end" in caplog.text
     with pytest.raises(InputError, match="hotel-002__run0.jsonl: damaged"):
         load_episode(tmp_path, "hotel-002__run0")
+
+
+def _edited(path: Path, edit: Any) -> None:
+    records = read_transcript(path)
+    edit(records)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def _first(records: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    return next(r for r in records if r["type"] == kind)
+
+
+# hand edits of the wrong shape: the run's summary skips such a transcript with a warning, its episode page is one
+# InputError line naming the file (each was a traceback in a type's own words: IndexError, ValueError, KeyError...)
+HAND_EDITS = {
+    "input tokens as text": (lambda rs: rs[-1].update(input_tokens="lots"), "summary"),
+    "a message record without its message": (lambda rs: _first(rs, "message").pop("message"), "summary"),
+    "a view index past the history": (lambda rs: _first(rs, "step").update(view=[99999], view_provenance=None),
+                                      "episode"),
+    "history length as text": (lambda rs: _first(rs, "step").update(n_history_messages="x"), "episode"),
+    "decisions as a list": (lambda rs: _first(rs, "step").update(decisions=[1]), "episode"),
+    "events as a number": (lambda rs: _first(rs, "step").update(info={"events": 5}), "episode"),
+}
+
+
+@pytest.mark.parametrize("edit", HAND_EDITS)
+def test_a_hand_edited_transcript_of_the_wrong_shape_is_one_line_naming_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, edit: str) -> None:
+    path = wrong_save_run(tmp_path)
+    change, fails_in = HAND_EDITS[edit]
+    _edited(path, change)
+    with caplog.at_level("WARNING"):
+        run = load_run(tmp_path)
+    if fails_in == "summary":
+        assert run["episodes"] == [] and f"{path}: malformed transcript" in caplog.text
+        return
+    assert [e["id"] for e in run["episodes"]] == [path.stem]
+    with pytest.raises(InputError) as err:
+        load_episode(tmp_path, path.stem)
+    assert str(err.value).startswith(f"{path}: malformed transcript") and "\n" not in str(err.value)
+
+
+def test_a_transcript_of_another_configuration_is_not_shown_as_the_runs(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A transcript copied in from another run (its fingerprint not the folder's marker) once named the whole run
+    after its own experiment; it is left out with a warning, as the tables leave it out."""
+    path = wrong_save_run(tmp_path)
+    _edited(path, lambda rs: rs[0].update(fingerprint="0123456789abcdef"))
+    foreign = path.with_name(path.name.replace("hotel-001", "hotel-002"))
+    other = read_transcript(path)
+    for r in (other[0], other[-1]):
+        r.update(task_id="hotel-002", experiment="c4", fingerprint="fedcba9876543210")
+    foreign.write_text("".join(json.dumps(r) + "\n" for r in other))
+    (tmp_path / "fingerprint.txt").write_text("0123456789abcdef\n")
+    with caplog.at_level("WARNING"):
+        run = load_run(tmp_path)
+    assert [e["id"] for e in run["episodes"]] == [path.stem] and run["experiment"] == "c1"
+    assert f"{foreign}: written by another configuration" in caplog.text

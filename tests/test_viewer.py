@@ -11,6 +11,7 @@ import json
 import os
 import re
 import threading
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -164,6 +165,16 @@ def test_text_cannot_leave_its_script_block(fake: Path) -> None:
     assert json.loads(view.script_json(HOSTILE + "\u2028")) == HOSTILE + "\u2028"
 
 
+def test_a_run_named_with_a_lone_surrogate_is_written(fake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The title is the run's display name (its experiment, from a transcript): a lone surrogate there (an agent's
+    or a folder's undecodable byte) failed the UTF-8 write of the whole report."""
+    one = copy.deepcopy(FAKES["c3"])
+    one["display"] = "C3 \udcff\ud800"
+    monkeypatch.setitem(FAKES, "c3", one)
+    out, _ = view.write_report([fake / "c3"])
+    assert "<title>Trajectories: C3 \\udcff\\ud800</title>" in out.read_text()
+
+
 def test_stats_and_unique_ids() -> None:
     eps: list[dict[str, Any]] = [{"completed": c, "score": None} for c in (True, False, None)]
     assert view.stats(eps) == {"n": 3, "completion": 0.5, "score": None}
@@ -243,6 +254,15 @@ def test_serve_answers_on_loopback(fake: Path) -> None:
         assert host == "127.0.0.1"
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/{out.name}", timeout=5) as answer:
             assert answer.read() == out.read_bytes()
+        (out.parent / "secret.env").write_text("KEY=1\n")
+        for path in ("/secret.env", "/", "/transcripts/", "/config.yaml", f"/{out.name}/../secret.env"):
+            with pytest.raises(urllib.error.HTTPError) as refused:  # the report alone, never its folder
+                urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5)
+            assert refused.value.code == 404, path
+        rebound = urllib.request.Request(f"http://127.0.0.1:{port}/{out.name}", headers={"Host": "evil.example"})
+        with pytest.raises(urllib.error.HTTPError) as refused:  # DNS rebinding: another origin's page
+            urllib.request.urlopen(rebound, timeout=5)
+        assert refused.value.code == 421
     finally:
         server.shutdown()
         server.server_close()

@@ -230,13 +230,34 @@ def test_explain_on_a_bad_transcript_is_one_line_naming_it(tmp_path, capsys) -> 
     binary.write_bytes(b"\xff\xfe")
     plain = tmp_path / "c3.jsonl"
     plain.write_text('{"type": "step", "step": 0, "decisions": {"kept_pairs": []}}\n')
-    for path, reason in ((cut, f"{cut}:2: not a transcript record"), (binary, f"{binary}: not UTF-8 text"),
-                         (plain, f"{plain} has no field decisions"),
-                         (tmp_path / "none.jsonl", f"{tmp_path / 'none.jsonl'}: cannot be read (No such file")):
+    fifo = tmp_path / "fifo.jsonl"  # its read waited for a writer forever
+    os.mkfifo(fifo)
+    short = tmp_path / "short.jsonl"
+    short.write_text('{"type": "step", "step": 0, "decisions": {"fields": {}}}\n' * 2)
+    for path, step, reason in (
+            (cut, 0, f"{cut}:2: not a transcript record"), (binary, 3, f"{binary}: not UTF-8 text"),
+            (plain, 0, f"{plain}:1: no field decisions"), (fifo, 3, f"{fifo}: not a regular file"),
+            (tmp_path / "none.jsonl", 3, f"{tmp_path / 'none.jsonl'}: cannot be read (No such file"),
+            (short, 9999, f"--step 9999: {short} has steps 0..1"), (short, -5, f"--step -5: {short} has steps 0..1")):
         with pytest.raises(SystemExit) as stop:
-            main([str(path), "--step", "3"])
+            main([str(path), "--step", str(step)])
         err = capsys.readouterr().err
         assert stop.value.code == 2 and err.startswith(f"error: {reason}") and err.count("\n") == 1, err
+
+
+def test_explain_starts_each_session_anew(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A workflow's new session has a fresh policy (its first step logs every field it decides): the fields of an
+    earlier session are not in force there (the viewer's replay resets alike)."""
+    from harness.waac.explain import decisions_at
+
+    field = {"level": "exact", "d": "exact", "rho": None, "why": []}
+    steps = [{"type": "step", "step": 0, "session": 0, "decisions": {"fields": {"s0/a": field}}},
+             {"type": "step", "step": 1, "session": 1, "decisions": {"fields": {"s1/b": field}}},
+             {"type": "step", "step": 2, "session": 1, "decisions": {"fields": {}}}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in steps))
+    assert list(decisions_at(path, 0)) == ["s0/a"]
+    assert list(decisions_at(path, 2)) == ["s1/b"]
 
 
 def _long_session(steps: int) -> list[list[Message]]:

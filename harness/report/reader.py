@@ -278,10 +278,10 @@ class Transcript:
         return str(params.get("method") or self.start.get("policy") or "")
 
 
-def read_transcript(path: Path) -> tuple[State, Transcript | str]:
-    """A transcript's state and, when whole, its typed records (else why not: harness.records.check_transcript);
-    one in a newer format is an InputError."""
-    state, records = check_transcript(path)
+def read_transcript(path: Path, fingerprint: str | None = None) -> tuple[State, Transcript | str]:
+    """A transcript's state and, when whole, its typed records (else why not: harness.records.check_transcript;
+    `fingerprint`: one written by another configuration is not whole); one in a newer format is an InputError."""
+    state, records = check_transcript(path, fingerprint)
     if isinstance(records, str):
         return state, records
     start, end = dict(records[0]), dict(records[-1])

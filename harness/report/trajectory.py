@@ -29,6 +29,7 @@ import json
 import logging
 import math
 import os
+import shlex
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ from harness.backends.sim.reporting import EVENT
 from harness.errors import InputError
 from harness.io import Signature, irregular, signature
 from harness.outcome import FIELD_LOG
-from harness.records import NAME, transcript_files
+from harness.records import NAME, read_marker, transcript_files
 from harness.report import names, sim_failures
 from harness.report.reader import Transcript, details, manifest_of, read_transcript, view_provenance
 from harness.text import printable
@@ -103,8 +104,8 @@ def branch_command(run_path: Path, episode_id: str, step: int, restore: list[int
     """The `make branch` command that re-runs the episode from this step with its dropped messages restored."""
     if not restore:
         return None
-    return (f"make branch RUN={run_path} EPISODE={episode_id} STEP={step} "
-            f"ARGS='restore={','.join(map(str, restore))}'")
+    return (f"make branch RUN={shlex.quote(str(run_path))} EPISODE={episode_id} STEP={step} "  # (a path with a
+            f"ARGS='restore={','.join(map(str, restore))}'")  # space or `$(...)` is pasted into a shell)
 
 
 def load_run(path: Path, root: Path | None = None) -> dict[str, Any]:
@@ -115,12 +116,20 @@ def load_run(path: Path, root: Path | None = None) -> dict[str, Any]:
         raise InputError(f"{path}: not a run folder (no such directory)")
     summaries: list[dict[str, Any]] = []
     start: dict[str, Any] = {}
+    fingerprint = _fingerprint(path)
     for path_ in transcript_files(path):
-        transcript = _whole(path_)
+        transcript = _whole(path_, fingerprint)  # (a transcript copied in from another run named the run as its)
         if transcript is None:
             continue
+        try:
+            summary = _summary(transcript)
+        except InputError:
+            raise
+        except MALFORMED as exc:  # a hand-edited record (`"input_tokens": "lots"`): left out, as a damaged one
+            log.warning("skipping %s: %s", printable(str(path_)), malformed(exc))
+            continue
         start = start or transcript.start
-        summaries.append(_summary(transcript))
+        summaries.append(summary)
     manifest = manifest_of(path)
     experiment = str(start.get("experiment") or manifest.get("experiment") or path.name)
     benchmark = str(start.get("benchmark") or "expense")  # transcripts before PinchBench had no benchmark key
@@ -134,8 +143,32 @@ def load_run(path: Path, root: Path | None = None) -> dict[str, Any]:
             "episodes": sorted(summaries, key=lambda s: (s["task_id"], s["run"]))}
 
 
-def _whole(path: Path) -> Transcript | None:
-    state, transcript = read_transcript(path)
+def _fingerprint(run: Path) -> str | None:
+    """The run's configuration fingerprint (its marker file), None when it has none or it cannot be read (every
+    transcript is shown then)."""
+    try:
+        return read_marker(run)
+    except InputError as exc:
+        log.warning("%s (every transcript shown)", exc)
+        return None
+
+
+MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError)  # a record of the wrong shape or type
+
+
+def malformed(exc: BaseException) -> str:
+    """Why a transcript's records could not be read as the harness writes them (one line)."""
+    return f"malformed transcript ({type(exc).__name__}: {str(exc)[:200]}); correct or remove it"
+
+
+def _whole(path: Path, fingerprint: str | None = None) -> Transcript | None:
+    try:
+        state, transcript = read_transcript(path, fingerprint)
+    except InputError:
+        raise
+    except MALFORMED as exc:  # (a message record without its message)
+        log.warning("skipping %s: %s", printable(str(path)), malformed(exc))
+        return None
     if isinstance(transcript, str):
         log.warning("skipping %s: %s (%s)", printable(str(path)), transcript, state.value)
         return None
@@ -239,8 +272,18 @@ def _fmt(value: Any) -> str:
 
 # ---- one episode ----------------------------------------------------------------------------------------------
 def load_episode(run_path: Path, episode_id: str) -> dict[str, Any]:
-    """One episode: its messages and, per step, what the model was shown and did (the contract's keys)."""
+    """One episode: its messages and, per step, what the model was shown and did (the contract's keys); a record
+    of the wrong shape (a hand edit) is one InputError naming the transcript."""
     transcript = _episode_transcript(Path(run_path), episode_id)
+    try:
+        return _episode(transcript, Path(run_path), episode_id)
+    except InputError:
+        raise
+    except MALFORMED as exc:
+        raise InputError(f"{transcript.path}: {malformed(exc)}") from None
+
+
+def _episode(transcript: Transcript, run_path: Path, episode_id: str) -> dict[str, Any]:
     history, steps, method = transcript.messages, transcript.steps, transcript.method
     counter = TokenCounter(_encoding(Path(run_path)))  # its own: a shared one's message memo kept every message
     messages = [_message(i, m, counter) for i, m in enumerate(history)]
@@ -288,7 +331,12 @@ def _episode_transcript(run_path: Path, episode_id: str) -> Transcript:
     if not NAME.match(path.name) or not path.is_file():
         raise InputError(f"{run_path}: no episode {episode_id!r} (expected transcripts/{episode_id}.jsonl; "
                          "episode ids are <task_id>__run<N>)")
-    state, transcript = read_transcript(path)
+    try:
+        state, transcript = read_transcript(path)
+    except InputError:
+        raise
+    except MALFORMED as exc:
+        raise InputError(f"{path}: {malformed(exc)}") from None
     if isinstance(transcript, str):
         raise InputError(f"{path}: {state.value} transcript: {transcript}")
     return transcript

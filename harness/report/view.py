@@ -24,6 +24,7 @@ import http.server
 import json
 import os
 import sys
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from harness.errors import InputError
 from harness.io import atomic_write
 from harness.report import cli, trajectory
 from harness.report.runs import reported
-from harness.text import json_text
+from harness.text import json_text, printable
 
 ASSETS = Path(__file__).with_name("view_assets")
 # No fetch, frame, font or image from anywhere: the report is offline by construction (inline code only).
@@ -201,7 +202,7 @@ def document(index: dict[str, Any], blobs: Iterable[tuple[str, str]]) -> Iterato
     css = (ASSETS / "view.css").read_text()
     js = (ASSETS / "view.js").read_text().replace("</script", "<\\/script")
     runs = index["runs"]
-    title = f"Trajectories: {runs[0]['display']}" if len(runs) == 1 else f"Trajectories: {len(runs)} runs"
+    title = printable(f"Trajectories: {runs[0]['display']}" if len(runs) == 1 else f"Trajectories: {len(runs)} runs")
     yield f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -253,8 +254,10 @@ def write_report(paths: Sequence[Path], out: Path | None = None, say: Callable[[
 
 # ---- CLI -------------------------------------------------------------------------------------------------------
 def make_server(out: Path, port: int) -> http.server.ThreadingHTTPServer:
-    """An HTTP server for the report's folder on 127.0.0.1 only (never on other interfaces); port 0: any free one."""
-    handler = functools.partial(_QuietHandler, directory=str(out.parent))
+    """An HTTP server of the report alone (`GET /<its name>`; any other path is 404: the folder beside it holds the
+    run's transcripts and config, or whatever else is there) on 127.0.0.1 only; port 0: any free one. A request
+    naming another host is refused (a web page's DNS rebinding would reach it as its own origin)."""
+    handler = functools.partial(_ReportHandler, report=out)
     try:
         return http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
     except OSError as exc:
@@ -273,7 +276,39 @@ def serve(out: Path, port: int) -> None:
         server.server_close()
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+class _ReportHandler(http.server.BaseHTTPRequestHandler):
+    """GET or HEAD of the one report file; nothing else (no listing, no other file of its folder)."""
+
+    def __init__(self, *args: Any, report: Path, **kwargs: Any) -> None:
+        self.report = report
+        super().__init__(*args, **kwargs)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        self._answer(body=True)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._answer(body=False)
+
+    def _answer(self, body: bool) -> None:
+        host = (self.headers.get("Host") or "").rsplit(":", 1)[0].strip("[]").lower()
+        if host not in ("127.0.0.1", "localhost"):
+            self.send_error(421, "this server answers for 127.0.0.1 and localhost only")
+            return
+        if urllib.parse.unquote(self.path.split("?", 1)[0]) != f"/{self.report.name}":
+            self.send_error(404, f"this server serves /{self.report.name} only")
+            return
+        try:
+            data = self.report.read_bytes()
+        except OSError:
+            self.send_error(404, "the report is gone")
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if body:
+            self.wfile.write(data)
+
     def log_message(self, format: str, *args: Any) -> None:
         """No line per request on the console."""
 

@@ -11,16 +11,42 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from harness.errors import InputError, one_line
+from harness.io import irregular
 from harness.outcome import FIELD_LOG
 
 
 def decisions_at(transcript: Path, step: int) -> dict[str, dict[str, Any]]:
-    """Every field's decision in force at `step` (field id -> level, d, rho, why)."""
+    """Every field's decision in force at `step` (field id -> level, d, rho, why). A new session's fresh policy
+    starts anew (its first step logs every field it decides), so an earlier session's fields are not in force."""
     state: dict[str, dict[str, Any]] = {}
+    steps, session = 0, None
+    for number, record in _records(transcript):
+        if not isinstance(record, dict) or record.get("type") != "step":
+            continue
+        steps += 1
+        if record.get("step", 0) > step:
+            continue
+        fields = record.get("decisions", {}).get(FIELD_LOG) if isinstance(record.get("decisions"), dict) else None
+        if not isinstance(fields, dict):
+            raise InputError(f"{transcript}:{number}: no field decisions (not a WAAC run, or log_fields=false)")
+        if record.get("session", 0) != session:
+            state, session = {}, record.get("session", 0)
+        state.update(fields)
+    if not 0 <= step < steps:
+        raise InputError(f"--step {step}: {transcript} has steps 0..{steps - 1}")
+    return state
+
+
+def _records(transcript: Path) -> Iterator[tuple[int, Any]]:
+    """Its records with their line numbers; anything but a regular file (a FIFO would block the read forever)
+    is one line."""
+    if irregular(transcript):
+        raise InputError(f"{transcript}: not a regular file (not a transcript)")
     try:
         lines = transcript.read_text().splitlines()
     except OSError as exc:
@@ -29,16 +55,9 @@ def decisions_at(transcript: Path, step: int) -> dict[str, dict[str, Any]]:
         raise InputError(f"{transcript}: not UTF-8 text (not a transcript)") from None
     for number, line in enumerate(lines, 1):
         try:
-            record = json.loads(line)
+            yield number, json.loads(line)
         except json.JSONDecodeError as exc:
             raise InputError(f"{transcript}:{number}: not a transcript record ({exc.msg})") from None
-        if not isinstance(record, dict) or record.get("type") != "step" or record.get("step", 0) > step:
-            continue
-        fields = (record.get("decisions") or {}).get(FIELD_LOG)
-        if fields is None:
-            raise InputError(f"{transcript} has no field decisions (not a WAAC run, or log_fields=false)")
-        state.update(fields)
-    return state
 
 
 def main(argv: list[str] | None = None) -> None:
