@@ -1,11 +1,13 @@
-"""The loopback servers the tests and `make serve-sim` rely on: malformed requests get a 400, not a dropped
-connection; the listen backlog takes a burst of clients. (The llama.cpp launcher's Host/CORS limits are tested
-against the real server in tests/integration/test_local_server.py.)"""
+"""The loopback servers the tests and `make serve-sim` rely on: malformed requests get a 400 (an oversized or
+unmeasured body a 413/411, a failure a 500), not a dropped connection; the listen backlog takes a burst of clients.
+(The llama.cpp launcher's Host/CORS limits are tested against the real server in
+tests/integration/test_local_server.py.)"""
 
 from __future__ import annotations
 
 import http.client
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 from _support import ROOT
 
-from harness.backends import llama_launcher
+from harness.backends import llama_launcher, sim_server
 from harness.backends.sim_server import SimServer
 
 
@@ -50,13 +52,98 @@ GOOD = json.dumps({"model": "sim-served", "messages": [{"role": "system", "conte
     json.dumps({"messages": [{"role": "assistant", "tool_calls": [{"id": "x"}]}]}).encode(),
     json.dumps({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}).encode(),
     "é".encode("latin-1"),
+    json.dumps({"messages": [{"role": "user", "content": 5}]}).encode(),
+    json.dumps({"messages": [{"role": "user", "content": [{"type": "audio"}]}]}).encode(),
+    json.dumps({"messages": [{"role": "wizard", "content": "hi"}]}).encode(),
+    json.dumps({"messages": [{"role": 5, "content": "hi"}]}).encode(),
+    json.dumps({"messages": [{"role": "user", "content": "hi"}],
+                "tools": [{"type": "function", "function": {"name": "f", "parameters": None}}]}).encode(),
+    json.dumps({"messages": [{"role": "assistant", "tool_calls": [
+        {"id": "x", "type": "function", "function": {"name": "f", "arguments": {}}}]}]}).encode(),
 ], ids=["bad-json", "not-an-object", "no-messages", "messages-not-a-list", "no-role", "message-not-an-object",
-        "tool-call-without-function", "tool-without-function", "not-utf8"])
+        "tool-call-without-function", "tool-without-function", "not-utf8", "content-a-number",
+        "content-part-not-text-or-image", "role-unknown", "role-a-number", "tool-parameters-null",
+        "tool-call-arguments-not-a-string"])
 def test_a_malformed_request_gets_a_400_with_a_json_error(sim: SimServer, body: bytes) -> None:
     status, payload = post(sim, body)
     assert status == 400
     assert isinstance(payload["error"]["message"], str) and payload["error"]["type"] == "invalid_request_error"
     assert post(sim, GOOD)[0] == 200  # the server is still serving
+
+
+@pytest.mark.parametrize("content", [
+    [{"type": "text", "text": "hi"}],
+    [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}],
+], ids=["text-parts", "text-and-image-parts"])
+def test_a_content_given_as_parts_is_answered(sim: SimServer, content: list[dict[str, Any]]) -> None:
+    """OpenAI's multimodal form (what model.multimodal=true sends): the text parts are read, images ignored."""
+    status, payload = post(sim, json.dumps({"messages": [{"role": "user", "content": content}]}).encode())
+    assert status == 200 and payload["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_a_stream_request_is_refused_not_answered_as_json(sim: SimServer) -> None:
+    """Answered with a plain JSON 200, the openai client's stream yielded no chunk and said nothing."""
+    status, payload = post(sim, json.dumps({**json.loads(GOOD), "stream": True}).encode())
+    assert status == 400 and "stream is not supported" in payload["error"]["message"]
+    assert post(sim, json.dumps({**json.loads(GOOD), "stream": False}).encode())[0] == 200
+
+
+def test_a_failure_while_answering_is_a_500_not_a_dropped_connection(sim: SimServer,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_: Any) -> dict[str, Any]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(sim_server, "answer", broken)
+    status, payload = post(sim, GOOD)
+    assert status == 500 and payload["error"]["type"] == "server_error" and "boom" in payload["error"]["message"]
+    monkeypatch.undo()
+    assert post(sim, GOOD)[0] == 200
+
+
+def post_headers(server: SimServer, length: str | None, body: bytes = b"") -> tuple[int, dict[str, Any], str]:
+    """A POST with exactly this Content-Length header (None: none) and body; the status, JSON and Connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.server.server_address[1], timeout=10)
+    try:
+        conn.putrequest("POST", "/v1/chat/completions")
+        if length is not None:
+            conn.putheader("Content-Length", length)
+        conn.endheaders(body or None)
+        response = conn.getresponse()
+        return response.status, json.loads(response.read()), response.getheader("Connection", "")
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(("length", "expected"), [
+    ("1000000000000", 413), (None, 411), ("-1", 400), ("abc", 400),
+])
+def test_a_post_without_a_usable_length_is_refused_unread(sim: SimServer, length: str | None, expected: int) -> None:
+    """A 10^12 Content-Length was a MemoryError and an empty reply; the rest of the body is not read as a next
+    request: the connection is closed."""
+    status, payload, connection = post_headers(sim, length)
+    assert status == expected and payload["error"]["type"] == "invalid_request_error"
+    assert connection == "close"
+    assert post(sim, GOOD)[0] == 200
+
+
+def test_a_body_over_the_cap_is_refused(sim: SimServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sim_server, "MAX_BODY", len(GOOD) - 1)
+    assert post_headers(sim, str(len(GOOD)), GOOD)[0] == 413
+    monkeypatch.setattr(sim_server, "MAX_BODY", len(GOOD))
+    assert post(sim, GOOD)[0] == 200
+
+
+def test_serving_on_a_port_in_use_is_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """`make serve-sim` with a server left running was an OSError traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SystemExit) as exit_:
+            sim_server.main(["--port", str(port)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "already in use" in err and err.count("\n") == 1
 
 
 def test_a_good_request_is_answered(sim: SimServer) -> None:
