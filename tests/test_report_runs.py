@@ -124,3 +124,43 @@ def test_a_run_with_its_method_changed_on_the_command_line_is_named_in_a_warning
                     "+budget.fraction=0.5: not the experiment's own method or budget (`--run c3=DIR` pins another "
                     "run)"], said
     assert "policy.n=1" in (tmp_path / "t" / "expense_c1_c4.md").read_text()
+
+
+def test_runs_made_with_other_settings_are_named_in_a_warning(
+        mixed: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """C2 run with a noisier simulated agent (`model.noise.*` on its command line) beside a default C3: the tables
+    showed the noise's effect as the policy's (a 15-point gap, McNemar p=0.0001) without a word. A setting one run
+    overrode is compared in every column's config.yaml; an override that leaves it equal (the default restated)
+    and the experiments' own differences (C1's user) are not flagged."""
+    chosen = runs.select(mixed)
+    for name, noise in (("c1", 0.0), ("c2", 0.02), ("c3", 0.0), ("c4", 0.0)):
+        (chosen[name].path / "config.yaml").write_text(
+            f"experiment: {name}\nuser: {'null' if name == 'c1' else '{kind: scripted}'}\n"
+            f"model:\n  name: sim\n  noise:\n    degradation_per_1k_tokens: {noise}\n")
+    for name, given in (("c2", ["model.noise.degradation_per_1k_tokens=0.02", "n_tasks=2", "out_dir=x"]),
+                        ("c3", ["model.noise.degradation_per_1k_tokens=0.0"])):
+        manifest = json.loads((chosen[name].path / "manifest.json").read_text())
+        (chosen[name].path / "manifest.json").write_text(json.dumps({**manifest, "overrides": given}))
+    tables.main(["--results", str(mixed), "--out", str(tmp_path / "t")])
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("expense_c1_c4:")]
+    assert said == ["expense_c1_c4: WARNING: the columns were run with different settings besides their methods: "
+                    "model.noise.degradation_per_1k_tokens (c1 0.0, c2 0.02, c3 0.0, c4 0.0); their differences "
+                    "are not the methods' alone (`--run EXPERIMENT=DIR` pins other runs)"], said
+    (chosen["c2"].path / "config.yaml").write_text(
+        "experiment: c2\nuser: {kind: scripted}\nmodel:\n  name: sim\n  noise:\n    degradation_per_1k_tokens: 0.0\n")
+    tables.main(["--results", str(mixed), "--out", str(tmp_path / "t")])
+    assert not [line for line in capsys.readouterr().err.splitlines() if "different settings" in line]
+
+
+def test_episodes_that_did_not_really_run_are_counted_in_a_note(mixed: Path, tmp_path: Path) -> None:
+    """They are left out of completion but their tokens stay in the totals: the table said neither."""
+    chosen = runs.select(mixed)
+    path = chosen["c2"].path / "episodes.parquet"
+    frame = pd.read_parquet(path)
+    frame.loc[frame.index[:2], "termination"] = "infra_error"
+    frame.to_parquet(path)
+    tables.main(["--results", str(mixed), "--out", str(tmp_path / "t")])
+    text = (tmp_path / "t" / "expense_c1_c4.md").read_text()
+    assert f"NOTE: c2: 2 of {len(frame)} episodes failed for infrastructure reasons or crashed: left out of the task " \
+           "figures" in text
+    assert "NOTE: c3:" not in text

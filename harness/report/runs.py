@@ -12,7 +12,9 @@ marks these runs):
    size (tasks x runs per task) most experiments have a complete run of (a tie: the larger size), else the newest
    of any size: a later 5 x 2 smoke run does not replace a 50 x 5 run beside other 50 x 5 columns.
 A chosen run made with its method or budget changed on the command line (`policy.*`, `budget.*` in the manifest's
-`overrides`) is named with those overrides in a WARNING line (`status_notes`).
+`overrides`) is named with those overrides in a WARNING line (`status_notes`), and compared runs made with different
+other settings on the command line (`model.noise.*`, `encoding`, ...: not its size, workers or out_dir) get one
+WARNING naming each run's (`setting_notes`).
 Families: model=sim_llmlike runs (the SIMULATED failure model) feed only the sim_failures tables; every other run
 feeds every other report. When the runs a table or figure uses still differ in size, it says so in a WARNING line
 (`mismatch_notes`), which `make tables` and `make plots` also print on the console.
@@ -26,6 +28,7 @@ status is then unknown.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -39,6 +42,7 @@ import pandas as pd
 
 from harness import manifest as manifests
 from harness.io import irregular, walk_results
+from harness.outcome import FAILED
 from harness.records import transcript_files
 from harness.report import cli
 from harness.report.reader import (
@@ -207,10 +211,78 @@ def status_notes(chosen: dict[str, Run], names: Iterable[str]) -> list[str]:
         if changed:
             notes.append(f"WARNING: {name} comes from {run.shown}, run with {' '.join(changed)}: not the "
                          f"experiment's own method or budget (`--run {name}=DIR` pins another run)")
-    return notes
+    return notes + setting_notes(chosen, names)
+
+
+def setting_notes(chosen: dict[str, Run], names: Iterable[str]) -> list[str]:
+    """A WARNING when a setting some compared run overrode on the command line (`model.noise.*`, `encoding`,
+    `user.*`, ...: not its method, size, workers or out_dir) has different values in the compared runs' config.yaml:
+    a 15-point gap between C2 and C3 came from a noisier simulated agent on one side, and the tables said nothing
+    (the model's *name* was the same). Only overridden keys are compared: experiments differ by design (C1 has no
+    user model)."""
+    compared = {name: chosen[name] for name in names if name in chosen}
+    keys = sorted({override_key(o) for run in compared.values() for o in setting_overrides(run)})
+    if len(compared) < 2 or not keys:
+        return []
+    configs = {name: _config(run.path) for name, run in compared.items()}
+    differ = []
+    for key in keys:
+        values = {name: _shown_value(_at(config, key)) for name, config in configs.items()}
+        if len(set(values.values())) > 1:
+            differ.append(f"{key} ({', '.join(f'{name} {value}' for name, value in values.items())})")
+    if not differ:
+        return []
+    return [f"WARNING: the columns were run with different settings besides their methods: {'; '.join(differ)}; "
+            "their differences are not the methods' alone (`--run EXPERIMENT=DIR` pins other runs)"]
+
+
+_ABSENT = object()
+
+
+def _config(run: Path) -> Any:
+    """The run's config.yaml as plain data (None when it has none or it cannot be read)."""
+    import yaml
+
+    try:
+        return yaml.safe_load((run / "config.yaml").read_text()) if not irregular(run / "config.yaml") else None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+
+
+def _at(config: Any, key: str) -> Any:
+    for part in key.split("."):
+        if not isinstance(config, dict) or part not in config:
+            return _ABSENT
+        config = config[part]
+    return config
+
+
+def _shown_value(value: Any) -> str:
+    if value is _ABSENT:
+        return "(not set)"
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 METHOD_KEYS = ("policy", "budget")  # the config groups whose overrides make a run another method than its name
+# overrides that change no episode's outcome or what a table compares (the size is warned about on its own)
+SETTING_NEUTRAL = ("experiment", "out_dir", "progress", "n_workers", "concurrency", "executor", "ray", "n_tasks",
+                   "n_runs", "rerun_failed", "dry_run", "max_cost_usd", "preflight", "hydra")
+BACKEND_NEUTRAL = ("rate_limit", "retry", "timeout_s", "api_key_env", "cache_dir")  # how calls are made, not answered
+
+
+def setting_overrides(run: Run) -> list[str]:
+    """The run's command-line overrides (its manifest's) that change what its episodes do, besides its method's."""
+    given = (run.manifest or {}).get("overrides")
+    if not isinstance(given, list):
+        return []
+    out = []
+    for o in given:
+        parts = override_key(o).split(".") if isinstance(o, str) else [""]
+        if parts[0].split("/")[0] not in (*METHOD_KEYS, *SETTING_NEUTRAL, "") and \
+                not any(p in BACKEND_NEUTRAL for p in parts):
+            out.append(str(o))
+    return sorted(out)
 
 
 def method_overrides(run: Run) -> list[str]:
@@ -262,6 +334,22 @@ def mismatch_notes(episodes: pd.DataFrame, names: Iterable[str]) -> list[str]:
                          "do not compare; `--run EXPERIMENT=DIR` pins runs of one size" if key == SIZE else
                          f"WARNING: the columns do not share the same {key} ({parts})")
     return notes + usage_notes(episodes, names)
+
+
+def infra_notes(episodes: pd.DataFrame, names: Iterable[str]) -> list[str]:
+    """A NOTE per column with episodes the endpoint failed or that crashed: how many, and that only the task figures
+    leave them out (their tokens, time, tool calls and cost were spent: they stay in the totals)."""
+    if "termination" not in episodes:
+        return []
+    notes = []
+    for name in names:
+        group = episodes[episodes.experiment == name]
+        failed = int(group.termination.isin(FAILED).sum())
+        if failed:
+            notes.append(f"NOTE: {name}: {failed} of {len(group)} episodes failed for infrastructure reasons or "
+                         "crashed: left out of the task figures (completion, lines, amount, score); their tokens, "
+                         "time, tool calls and cost are in the totals")
+    return notes
 
 
 def usage_notes(episodes: pd.DataFrame, names: Iterable[str]) -> list[str]:

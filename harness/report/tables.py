@@ -68,7 +68,7 @@ from harness.report.names import display
 from harness.report.output import announce, label, write
 from harness.report.pinchbench_tables import EXPENSE as EXPENSE_KIND
 from harness.report.pinchbench_tables import select_kind
-from harness.report.runs import Run, discover, mismatch_notes, stand_in_notes, status_notes, where
+from harness.report.runs import Run, discover, infra_notes, mismatch_notes, stand_in_notes, status_notes, where
 from harness.report.waac_tables import (
     WAAC_RUNS,
     ablation_table,
@@ -117,7 +117,7 @@ def _expense(results: Path, chosen: dict[str, Run], out: Path) -> list[Path]:
     used = [n for n in EXPENSE if n in set(episodes.experiment)]
     sources = {n: where(paths[n], results) for n in used}
     notes = status_notes(chosen, used) + mismatch_notes(episodes, used) + stand_in_notes(episodes) \
-        + user_notes(episodes, used) + step_cap_notes(episodes, used)
+        + user_notes(episodes, used) + step_cap_notes(episodes, used) + infra_notes(episodes, used)
     cap = f"Less Context, Better Agents C1-C4: ours ({label(episodes)}; mean ± 95% CI over runs) vs paper"
     written = write(expense_table(episodes, paper, sources), out, "expense_c1_c4", cap, notes)
     compared = [n for n in RATIO_RUNS if n in used]
@@ -160,7 +160,7 @@ def _methods(results: Path, chosen: dict[str, Run], pins: dict[str, Path], out: 
     if not present & (set(listed) - {"c2", "waac"}):
         return []  # no comparison method has run: C1-C4 and WAAC have their own tables
     used = [n for n in listed if n in present]
-    notes += status_notes(runs, used) + mismatch_notes(episodes, used)
+    notes += status_notes(runs, used) + mismatch_notes(episodes, used) + infra_notes(episodes, used)
     sources = {n: where(paths[n], results) for n in used}
     paper = yaml.safe_load(WAAC_PAPER.read_text())
     notes += stand_in_notes(episodes)
