@@ -434,6 +434,92 @@ def test_webjudge_unusable_outcome_is_an_error_and_bad_settings_are_refused(tmp_
     assert from_settings(Judge(None), {"enabled": False}) is None
 
 
+class StageJudge:
+    """A multimodal judge backend answering WebJudge's stages (told apart by upstream's system prompts) from lists
+    of replies taken in order; None is a reply with content null (a dead judge's)."""
+
+    multimodal = True
+    simulated = True
+    context_window = 1_000_000
+
+    def __init__(self, key_points: list[str | None], shots: list[str | None], outcome: list[str | None]) -> None:
+        self.name = "stage-judge"
+        self.replies = {"key points": key_points, "image": shots, "outcome": outcome}
+        self.systems: list[str] = []
+
+    def generate(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Completion:
+        stage = next(s for s, phrase in STAGES.items() if phrase in messages[0].content)
+        self.systems.append(stage)
+        return Completion(Message("assistant", self.replies[stage].pop(0)), Usage(10, 1))  # type: ignore[arg-type]
+
+    def generate_with_images(self, messages: Sequence[Message], images: Sequence[JudgeImage]) -> Completion:
+        return self.generate(messages, [])
+
+
+STAGES = {"key points": "identify the key points explicitly stated", "image": "whether an image contains information",
+          "outcome": "evaluating the performance of a web navigation agent"}
+WORKING = ("**Key Points**:\n1. Open site A", "**Reasoning**: shows A.\n\n**Score**: {}",
+           'Thoughts: ok\nStatus: "success"')
+
+
+def working_judge(scores: Sequence[int] = (4, 2, 3)) -> StageJudge:
+    return StageJudge([WORKING[0]], [WORKING[1].format(s) for s in scores], [WORKING[2]])
+
+
+def test_webjudge_a_key_point_reply_with_none_is_a_failed_call_never_cached(tmp_path: Path) -> None:
+    """A dead judge's empty key points were cached: a later run with a working judge reused them and gave a
+    verdict judged on no key points."""
+    from harness.envs.odysseys.webjudge import WebJudge
+
+    folder, cache = tmp_path / "ep", tmp_path / "cache"
+    steps = fixture_episode(folder)
+    for reply, problem in ((None, "judge reply is empty"), ("  \n", "judge reply is empty"),
+                           ("**Key Points**:\n\n", "judge reply has no key points: '**Key Points**:'")):
+        dead = StageJudge([reply], [], [])
+        verdict = WebJudge(dead, cache).judge_episode(TASK, steps, folder)
+        assert (verdict.status, verdict.success, verdict.calls, dead.systems) == ("error", None, 1, ["key points"])
+        assert verdict.reason == f"key point identification: {problem}"
+        assert not cache.exists() or not any(cache.iterdir())
+    working = working_judge()
+    verdict = WebJudge(working, cache).judge_episode(TASK, steps, folder)
+    assert (verdict.status, verdict.key_points, verdict.calls, verdict.cached_calls) == (
+        "success", "\n1. Open site A", 5, 0)
+    # an empty entry an earlier version stored is a miss: asked again, and replaced
+    (entry,) = [e for e in cache.iterdir() if json.loads(e.read_text())["text"].startswith("**Key Points**")]
+    entry.write_text(json.dumps(json.loads(entry.read_text()) | {"text": ""}))
+    again = StageJudge([WORKING[0]], [], [])
+    verdict = WebJudge(again, cache).judge_episode(TASK, steps, folder)
+    assert (verdict.status, verdict.calls, verdict.cached_calls, again.systems) == ("success", 1, 4, ["key points"])
+    assert json.loads(entry.read_text())["text"] == WORKING[0]
+
+
+def test_webjudge_a_screenshot_reply_without_a_score_is_not_cached(tmp_path: Path) -> None:
+    from harness.envs.odysseys.webjudge import WebJudge
+
+    folder, cache = tmp_path / "ep", tmp_path / "cache"
+    steps = fixture_episode(folder)
+    flaky = StageJudge([WORKING[0]], [None, "I cannot see it.", WORKING[1].format(5)], ['Status: "failure"'])
+    verdict = WebJudge(flaky, cache).judge_episode(TASK, steps, folder)
+    assert [s.score for s in verdict.screenshots] == [0, 0, 5]  # upstream's 0 for this run
+    working = working_judge()
+    verdict = WebJudge(working, cache).judge_episode(TASK, steps, folder)
+    assert [s.score for s in verdict.screenshots] == [4, 2, 5]  # the unscored two asked again, the third cached
+    assert working.systems == ["image", "image", "outcome"] and verdict.cached_calls == 2
+
+
+def test_an_empty_reply_is_said_to_be_empty_not_named_str(tmp_path: Path) -> None:
+    """one_line("") is the type's name: the reason read "judge reply has no Status line: 'str'"."""
+    from harness.envs.odysseys.webjudge import WebJudge
+
+    r1, r2 = Judge(FakeJudge({"R1": [""], "R2": [" \n "]}), attempts=1).judge_episode(TASK, STEPS)
+    assert r1.reason == r2.reason == "judge reply is empty (after 1 call)"
+    folder = tmp_path / "ep"
+    steps = fixture_episode(folder)
+    dies_at_the_end = StageJudge([WORKING[0]], [WORKING[1].format(1)] * 3, [None])
+    verdict = WebJudge(dies_at_the_end).judge_episode(TASK, steps, folder)
+    assert (verdict.status, verdict.reason) == ("error", "judge reply is empty (after 1 call)")
+
+
 def test_the_odysseys_default_judge_is_upstreams_gemini_with_screenshots() -> None:
     from hydra import compose, initialize_config_dir
 

@@ -122,6 +122,15 @@ class Unusable:
     problem: str
 
 
+def unusable_reply(reply: str | None, what: str) -> Unusable:
+    """`reply` is unusable because it has `what` (e.g. "no Status line"), quoted in one line; an empty reply (or
+    content null) is said to be empty first: one_line names an empty text by its type, "'str'" read as the reply."""
+    text = reply or ""
+    if not text.strip():
+        return Unusable("judge reply is empty")
+    return Unusable(f"judge reply has {what}: {one_line(text)[:120]!r}")
+
+
 @dataclass(frozen=True)
 class Asked(Generic[T]):
     """How a judge's attempts ended: `value` the parsed reply (None: no usable one); `calls` made, with their tokens

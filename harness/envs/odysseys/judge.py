@@ -48,11 +48,12 @@ from harness.backends.judging import (
     check_attempts,
     check_images,
     content_key,
+    unusable_reply,
 )
 from harness.backends.judging import image_parts as image_parts
 from harness.envs.odysseys.layout import ScreenshotRefused, Step, read_screenshot
 from harness.envs.odysseys.tasks import OdysseyTask, Rubric
-from harness.errors import InputError, one_line
+from harness.errors import InputError
 from harness.types import Usage
 
 log = logging.getLogger("harness.envs.odysseys.judge")
@@ -230,7 +231,7 @@ class Judge(JudgeBase):
 
 
 def _parse(reply: str) -> tuple[str, str] | Unusable:
-    return parse_reply(reply) or Unusable(f"judge reply has no Status line: {one_line(reply)[:120]!r}")
+    return parse_reply(reply) or unusable_reply(reply, "no Status line")
 
 
 def cache_key(model: str, system: str, user: str, image_hashes: Sequence[str] = ()) -> str:

@@ -28,15 +28,18 @@ Where we differ, and why:
 - Upstream scores a final reply without `status:` as failure. Here it is asked again with a reminder of the
   format, and after `attempts` calls the episode is `error` (no verdict, counted apart), as the rubric judge does;
   a call that fails (after the backend's own retries) also makes the episode `error` (upstream's run crashes).
+  So does a key-point reply with no key points (empty: a dead judge's content null), which upstream would
+  judge on with empty key points.
 - Every call's reply is cached on disk by a SHA-256 of its inputs (model, system, user text, image hashes), so a
-  rerun asks only what was not answered; an unusable final reply is not cached.
+  rerun asks only what was not answered; a reply with no key points, no screenshot score or no `status:` is not
+  cached (nor used from the cache), so a rerun with a working judge asks it again.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +55,7 @@ from harness.backends.judging import (
     check_attempts,
     check_images,
     content_key,
+    unusable_reply,
 )
 from harness.envs.odysseys.judge import Judge, load_images
 from harness.envs.odysseys.layout import Step
@@ -287,8 +291,7 @@ class WebJudge(JudgeBase):
         spend = _Spend()
         key_points, scores = "", list[ScreenshotScore]()
         try:
-            key_points = parse_key_points(self._call(spend, KEY_POINTS_SYSTEM,
-                                                     KEY_POINTS_USER.format(task=task.instruction.strip())))
+            key_points = self._key_points(spend, task)
             scores = [self._score(spend, task, key_points, step, image) for step, image in images]
             kept = [(s, image) for s, (_, image) in zip(scores, images, strict=True)
                     if s.score >= self.score_threshold][:MAX_IMAGE]
@@ -312,10 +315,21 @@ class WebJudge(JudgeBase):
             found += [(step.step_num, image) for image in loaded]
         return found
 
+    def _key_points(self, spend: _Spend, task: OdysseyTask) -> str:
+        """The task's key points; a reply with none (empty: a dead judge's content null) is a failed call, neither
+        cached nor judged on: every later prompt would carry empty key points, and its verdict would count."""
+        reply = self._call(spend, KEY_POINTS_SYSTEM, KEY_POINTS_USER.format(task=task.instruction.strip()), (),
+                           valid=lambda r: bool(parse_key_points(r).strip()))
+        key_points = parse_key_points(reply)
+        if not key_points.strip():
+            raise _CallFailed(f"key point identification: {unusable_reply(reply, 'no key points').problem}")
+        return key_points
+
     def _score(self, spend: _Spend, task: OdysseyTask, key_points: str, step: int,
                image: JudgeImage) -> ScreenshotScore:
+        # a reply without a score is upstream's 0 for this run, but not cached: a rerun asks again
         reply = self._call(spend, IMAGE_SYSTEM, IMAGE_USER.format(task=task.instruction.strip(), key_points=key_points),
-                           [image])
+                           [image], valid=lambda r: parse_image_score(r)[0] > 0)
         score, thought = parse_image_score(reply)
         return ScreenshotScore(step, score, thought)
 
@@ -328,14 +342,16 @@ class WebJudge(JudgeBase):
         return ask(call, user, _outcome_status, self.attempts, RETRY_REMINDER, retry_unusable=self.retry_unusable,
                    retry_failed=False)
 
-    def _call(self, spend: _Spend, system: str, user: str, images: Sequence[JudgeImage] = (),
-              valid: Any = None) -> str:
-        """One judge call's reply text, from the cache when it holds one; a failed call raises _CallFailed."""
+    def _call(self, spend: _Spend, system: str, user: str, images: Sequence[JudgeImage],
+              valid: Callable[[str], bool]) -> str:
+        """One judge call's reply text, from the cache when it holds one; a failed call raises _CallFailed. Only a
+        reply `valid` accepts is cached, and only such a cached reply is used (an entry an earlier version stored
+        from a dead judge is asked again)."""
         assert self.backend is not None
         key = _cache_key(str(self.backend.name), system, user, [i.sha256 for i in images])
         cache = JudgeCache(self.cache_dir, log, "webjudge")
         hit = cache.load(key, lambda entry: _from_entry(key, entry))
-        if hit is not None:
+        if hit is not None and valid(hit):
             spend.cached += 1
             return hit
         spend.calls += 1
@@ -345,7 +361,7 @@ class WebJudge(JudgeBase):
             raise _CallFailed(f"judge call failed: {type(exc).__name__}: {one_line(exc)}") from None
         spend.usage, spend.cost = spend.usage + completion.usage, spend.cost + completion.cost_usd
         text = completion.message.content or ""
-        if valid is None or valid(text):
+        if valid(text):
             cache.store(key, {"key": key, "text": text})
         return text
 
@@ -384,7 +400,7 @@ def _from_entry(key: str, entry: Any) -> str:
 
 
 def _outcome_status(reply: str) -> str | Unusable:
-    return parse_outcome(reply) or Unusable(f"judge reply has no Status line: {one_line(reply)[:120]!r}")
+    return parse_outcome(reply) or unusable_reply(reply, "no Status line")
 
 
 def _thoughts(reply: str) -> str:

@@ -50,9 +50,17 @@ from typing import Any
 
 from harness.backends.base import LLMBackend
 from harness.backends.judge_backend import host
-from harness.backends.judging import JudgeBase, JudgeCache, Unusable, ask, check_attempts, content_key
+from harness.backends.judging import (
+    JudgeBase,
+    JudgeCache,
+    Unusable,
+    ask,
+    check_attempts,
+    content_key,
+    unusable_reply,
+)
 from harness.envs.pinchbench.tasks import PinchTask
-from harness.errors import InputError, one_line
+from harness.errors import InputError
 from harness.io import walk
 from harness.types import Usage
 
@@ -457,7 +465,9 @@ def balanced_objects(text: str) -> list[str]:
 def normalise(parsed: dict[str, Any]) -> tuple[dict[str, float], float | None, str]:
     """(scores, total or None, notes), as 2.0.0 lib_grading.py _normalize_judge_response: upstream's key
     variants, the criteria's mean when there is no total, and a summed total (above 1, every criterion in
-    [0, 1]) replaced by the criteria's mean. Any other total is kept, even outside [0, 1], as upstream keeps it."""
+    [0, 1]) replaced by the criteria's mean. Any other total is kept, even outside [0, 1], as upstream keeps it.
+    Ours: a total that is not a finite number (the criteria's mean can still round up past the largest float) is
+    no total, as a NaN or infinite total key is none."""
     scores = named_scores(parsed)
     total = next((v for k in _TOTAL_KEYS if k in parsed and (v := _coerce(parsed[k])) is not None), None)
     if total is None and isinstance(parsed.get("overall"), dict):
@@ -466,6 +476,8 @@ def normalise(parsed: dict[str, Any]) -> tuple[dict[str, float], float | None, s
         total = _mean(scores)
     if total is not None and total > 1.0 and scores and all(0.0 <= v <= 1.0 for v in scores.values()):
         total = _mean(scores)
+    if total is not None and not math.isfinite(total):
+        total = None
     notes = next((str(parsed[k]) for k in _NOTE_KEYS if k in parsed), "")
     return scores, total, notes
 
@@ -509,7 +521,10 @@ def _coerce(value: Any) -> float | None:
 
 
 def _mean(scores: dict[str, float]) -> float:
-    return sum(scores.values()) / len(scores)
+    """Upstream's sum / n (to the last bit), but when that sum overflows (two criteria near the largest float)
+    each criterion is divided before summing, so a finite mean is not read as infinite."""
+    mean = sum(scores.values()) / len(scores)
+    return mean if math.isfinite(mean) else sum(v / len(scores) for v in scores.values())
 
 
 # ---- the judge -------------------------------------------------------------------------------------------------
@@ -575,10 +590,9 @@ def _read(reply: str) -> tuple[dict[str, float], float, str] | Unusable:
     scores, total, notes = normalise(raw)
     if total is not None:
         return scores, total, notes
-    if not text.strip():  # (one_line names an empty text by its type: "'str'" read as the reply)
-        return Unusable("judge reply is empty")
-    what = "no parseable JSON or prose total" if not raw else "JSON with no total score"
-    return Unusable(f"judge reply has {what}: {one_line(text)[:120]!r}")
+    what = ("no parseable JSON or prose total" if not raw else "JSON with no total score" if not scores
+            else "criterion scores whose mean is not a finite number")  # (scores and no total: the mean overflowed)
+    return unusable_reply(text, what)
 
 
 def _out_of_range(total: float) -> str | None:
