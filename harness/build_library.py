@@ -12,10 +12,10 @@ the benchmark's scorer verifies the task. The env config's `waac:` block names e
         split: [overrides]              # select the development tasks; always applied last
         defaults: [overrides]           # the dev run's model, judge, ... (ARGS override these)
 
-The development split must be disjoint from the evaluation tasks (B.3): the evaluation tasks are those the same
-config selects without `dev.split`; a dev task sharing a task id or an instruction with one of them is refused
-with one error line. Any config group can be overridden (e.g. `model=openai`), so the library can be built with
-the model that will be evaluated.
+The development split must be disjoint from the evaluation tasks (B.3): the evaluation tasks are all those the
+same config's benchmark holds without `dev.split` (task-selection overrides such as n_tasks=5 select dev tasks
+only); a dev task sharing a task id or an instruction with one of them is refused with one error line. Any config
+group can be overridden (e.g. `model=openai`), so the library can be built with the model that will be evaluated.
 
     python -m harness.build_library [--env expense|pinchbench|odysseys] [hydra overrides] [--out PATH]
 """
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -45,11 +46,17 @@ from harness.run import CONFIG_DIR
 from harness.tokens import TokenCounter
 from harness.types import Task
 from harness.waac.library import HistoryLibrary, decode_vector
-from harness.waac.policy import WAAC
+from harness.waac.policy import WAAC, resolve_library_path
 
 # The initial compression policy of B.3: online analysis only, no library, checkpoints recorded.
 DEFAULTS = ["experiment=waac", "n_runs=2", "seed=5202", "policy.use_library=false", "policy.log_fields=false",
             "+policy.record_checkpoints=true"]
+
+# Task-selection settings (any env's): the evaluation tasks the dev split must be disjoint from are all of them,
+# whatever subset a dev run selects; WIDEST sets those whose default is not already "all" (where the env has them).
+SELECTION = {"n_tasks", "env.n_tasks", "env.ids", "env.levels", "benchmark.ids", "benchmark.categories",
+             "benchmark.grading_types", "benchmark.subset", "benchmark.offline_only"}
+WIDEST = {"n_tasks": "null", "benchmark.offline_only": "false"}
 
 
 def dev_block(cfg: DictConfig) -> DictConfig:
@@ -61,8 +68,14 @@ def dev_block(cfg: DictConfig) -> DictConfig:
     return dev
 
 
+def unselected(overrides: list[str]) -> list[str]:
+    """The overrides without those selecting which tasks run (they choose the dev run's tasks, not the benchmark's)."""
+    return [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in SELECTION]
+
+
 def compose_split(env: str, overrides: list[str]) -> tuple[DictConfig, DictConfig]:
-    """(evaluation config, development config): the same overrides, the dev one with `dev.split` applied last."""
+    """(evaluation config, development config): the same overrides, the dev one with `dev.split` applied last; the
+    evaluation one selects every task (task-selection overrides such as n_tasks=5 are the dev run's only)."""
     envs = sorted(p.stem for p in (Path(CONFIG_DIR) / "env").glob("*.yaml"))
     if env not in envs:  # Hydra's own error for an unknown group option is a traceback from deep in compose
         raise InputError(f"--env {env} is not an env config; valid: {', '.join(envs)}")
@@ -73,6 +86,9 @@ def compose_split(env: str, overrides: list[str]) -> tuple[DictConfig, DictConfi
     with initialize_config_dir(CONFIG_DIR, version_base="1.3"):
         evaluation = compose("config", ["experiment=waac", f"env={env}", *overrides])
         dev = dev_block(evaluation)
+        # B.3 compares against every evaluation task: a dev run's `n_tasks=5` must not shrink the check to 5
+        widest = [f"{k}={v}" for k, v in WIDEST.items() if OmegaConf.select(evaluation, k) is not None]
+        evaluation = compose("config", ["experiment=waac", f"env={env}", *unselected(overrides), *widest])
         development = compose("config", [*DEFAULTS, f"env={env}", *dev.get("defaults", []), *overrides,
                                          *dev.split])
     return evaluation, development
@@ -146,29 +162,52 @@ def _meta(cfg: DictConfig, split: str, total: int, verified: int, records: int) 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="expense", help="the env config (configs/env/<name>.yaml)")
-    parser.add_argument("--out", default=None, help="default: the env config's waac.library_path")
+    parser.add_argument("--out", default=None,
+                        help="default: the env config's waac.library_path (relative: to the repository root)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv if argv is not None else sys.argv[1:])
-    if args.out and Path(args.out).is_dir():  # found before the build, not after it (IsADirectoryError)
-        refuse(f"error: --out {args.out} is a folder; give the library file's path "
-               f"(e.g. {Path(args.out) / 'library.json'})")
     try:
         evaluation, development = compose_split(args.env, args.overrides)
+        out = output_path(args.out, str(development.env.waac.library_path))
         library = build(development, evaluation_domain(evaluation))
+        same = write(library, out)
     except InputError as exc:
         refuse(f"error: {exc}")
     except HydraException as exc:  # a bad override: Hydra's reason, one line, no traceback
         refuse(f"error: {str(exc).strip().splitlines()[0]}")
-    out = args.out or str(development.env.waac.library_path)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    text = library.text()
-    same = _same_but_the_date(text, Path(out))
-    if not same:
-        atomic_write(Path(out), text)  # an interrupted build keeps the library that was there
     m = library.meta
     print(f"history library: {m['records']} canonical fragments from {m['verified_episodes']}/{m['episodes']} "
           f"verified dev episodes ({m['model']}{', simulated' if m['simulated'] else ''}) -> {out}"
           f"{' (unchanged: the file is kept, with its build date)' if same else ''}")
+
+
+def output_path(out: str | None, library_path: str) -> Path:
+    """Where the library goes, absolute, its folder made: `--out` as given (relative: to the current folder), else
+    the env config's library_path where runs read it (relative: to the repository root, whatever the current
+    folder). Checked before the build, which may be long and paid, not after it."""
+    given = f"--out {out}" if out else f"waac.library_path {library_path}"
+    path = Path(os.path.abspath(out or resolve_library_path(library_path)))  # (no "..", a symlink kept as given)
+    if path.is_dir():  # (IsADirectoryError after the build)
+        raise InputError(f"{given} is a folder; give the library file's path (e.g. {path / 'library.json'})")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # e.g. under /proc, or a file in the way
+        why = "a file is in the way" if isinstance(exc, FileExistsError | NotADirectoryError) else exc.strerror
+        raise InputError(f"{given}: cannot make its folder {path.parent} ({why})") from None
+    return path
+
+
+def write(library: HistoryLibrary, out: Path) -> bool:
+    """Write the library to `out` unless it already holds it but for the date; whether it did (True: kept)."""
+    text = library.text()
+    if _same_but_the_date(text, out):
+        return True
+    try:
+        atomic_write(out, text)  # an interrupted build keeps the library that was there
+    except OSError as exc:
+        raise InputError(f"cannot write the library to {out} ({exc.strerror}); give --out a library file path you "
+                         "can write to") from None
+    return False
 
 
 def _same_but_the_date(text: str, out: Path) -> bool:

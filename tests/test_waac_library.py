@@ -359,3 +359,148 @@ def test_a_dev_task_that_is_an_evaluation_task_is_refused(dev_task: Task, overla
             check_disjoint(evaluation, development, "dev")  # type: ignore[arg-type]
     else:
         check_disjoint(evaluation, development, "dev")  # type: ignore[arg-type]
+
+
+# ---- the dev/evaluation disjointness check sees every evaluation task (B.3) ----------------------------------
+@pytest.mark.parametrize("selection", ["n_tasks=5", "env.n_tasks=5", "++n_tasks=5"])
+def test_a_dev_runs_task_selection_does_not_shrink_the_disjointness_check(selection: str, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """The evaluation config was composed with the build's overrides: `n_tasks=5` (a short dev run) compared the dev
+    tasks with the first 5 evaluation tasks only, and a dev task equal to hotel-010 went into the library."""
+    dev = tmp_path / "dev.jsonl"
+    evaluation = (ROOT / "benchmarks" / "expense" / "tasks.jsonl").read_text().splitlines()
+    dev.write_text(evaluation[9] + "\n" + (ROOT / "benchmarks" / "expense" / "dev_tasks.jsonl").read_text())
+    out = tmp_path / "lib.json"
+    with pytest.raises(SystemExit) as stop:
+        build_library(["--env", "expense", "--out", str(out), f"env.waac.dev.split=['env.tasks_path={dev}']",
+                       selection])
+    said = capsys.readouterr().err
+    assert stop.value.code == 2 and "overlaps the evaluation tasks: hotel-010" in said and said.count("\n") == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("env", "selection", "widest"), [
+    ("expense", ["n_tasks=3"], {"n_tasks": None, "env.n_tasks": None}),
+    ("odysseys", ["env.ids=[x]", "env.levels=[easy]", "n_tasks=3"],
+     {"env.ids": None, "env.levels": None, "env.n_tasks": None}),
+    ("pinchbench", ["benchmark.ids=[task_00_sanity]", "benchmark.categories=[coding]", "benchmark.subset=core",
+                    "benchmark.grading_types=[automated]", "benchmark.offline_only=true", "n_tasks=1"],
+     {"env.ids": None, "env.categories": None, "env.subset": "all", "env.grading_types": None,
+      "env.offline_only": False, "env.n_tasks": None}),
+])
+def test_the_evaluation_tasks_are_every_task_whatever_the_dev_run_selects(env: str, selection: list[str],
+                                                                           widest: dict[str, object]) -> None:
+    from omegaconf import OmegaConf
+
+    from harness.build_library import compose_split
+
+    evaluation, _ = compose_split(env, ["benchmark.path=/x"] * (env == "pinchbench") + selection)
+    assert {k: OmegaConf.select(evaluation, k) for k in widest} == widest
+
+
+# ---- a damaged library is one line naming it, at load (not a crash in every episode) --------------------------
+def _no_recency(row: dict) -> None:
+    del row["fragment"]["recency"]
+
+
+def _set(where: str, value: object) -> object:
+    def damage(row: dict) -> None:
+        *path, last = where.split(".")
+        target = row
+        for part in path:
+            target = target[part]
+        target[last] = value
+    return damage
+
+
+def _first_analysis(key: str, value: object) -> object:
+    def damage(row: dict) -> None:
+        if row["analysis"]:
+            row["analysis"][0][key] = value
+    return damage
+
+
+@pytest.mark.parametrize(("damage", "says"), [
+    (_no_recency, "fragment has no recency"),
+    (_set("fragment.inputs", [[1, 2, 3]]), "fragment.inputs holds [1, 2, 3]"),
+    (_set("fragment.consumers", [[1, 2]]), "fragment.consumers holds [1, 2]"),
+    (_set("fragment.fields", [["A", "T", "state"]]), "fragment.fields holds"),
+    (_set("fragment.ok", "yes"), "fragment.ok is not bool"),
+    (_set("fragment.op", "another_op"), "the key is not its fragment's"),
+    (_set("analysis", "abc"), "`analysis` is not a list"),
+    (_set("analysis", [{"kind": "x"}]), "an analysis record has no paths"),
+    (_first_analysis("steps", [[0, 0, 99, "drop"]]), "steps hold [0, 0, 99, 'drop']"),
+    (_first_analysis("level", "most"), "level 'most'"),
+    (_first_analysis("paths", "A"), "an analysis record.paths is not list"),
+])
+def test_a_damaged_record_is_one_line_naming_the_library(damage: object, says: str, tmp_path: Path) -> None:
+    """Each of these loaded, then crashed every episode (KeyError, ValueError, AttributeError in the transcripts)
+    naming no file; every record's whole shape is now checked when the file is loaded."""
+    data = json.loads(LIBRARY.read_text())
+    for row in data["records"]:
+        damage(row)  # type: ignore[operator]
+    path = tmp_path / "lib.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=rf"{re.escape(str(path))}: not a library file") as err:
+        HistoryLibrary.load(path)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+# ---- where the library is written ---------------------------------------------------------------------------
+def test_the_default_output_is_where_runs_read_it_whatever_the_current_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A relative waac.library_path was written relative to the current folder, while runs read (and manifests hash)
+    it relative to the repository root: built from another folder, the library was never used. A relative --out is
+    the user's own path, relative to the current folder; the path written is printed absolute."""
+    import os
+
+    from harness.resume import _file_sha256
+    from harness.waac.policy import resolve_library_path
+
+    elsewhere, library = tmp_path.resolve() / "a" / "b", tmp_path.resolve() / "lib" / "library.json"
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    relative = os.path.relpath(library, ROOT)  # relative to the repository root
+    build_library(["--env", "expense", "n_tasks=1", f"env.waac.library_path={relative}"])
+    assert library.is_file() and not (elsewhere / relative).exists()
+    assert Path(resolve_library_path(relative)).resolve() == library and _file_sha256(relative) != "missing"
+    assert f"-> {library}\n" in capsys.readouterr().out
+    build_library(["--env", "expense", "n_tasks=1", "--out", "mine.json"])
+    assert (elsewhere / "mine.json").is_file() and f"-> {elsewhere / 'mine.json'}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("out", ["/proc/nope/x.json", "{file}/x.json", "{file}/deeper/x.json"])
+def test_an_out_whose_folder_cannot_be_made_is_one_line_before_the_build(out: str, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """It was a traceback after the whole (possibly paid) build."""
+    import harness.build_library as module
+
+    def no_build(*_: object) -> None:
+        raise AssertionError("built before --out was checked")
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr(module, "build", no_build)
+    with pytest.raises(SystemExit) as stop:
+        build_library(["--env", "expense", "--out", out.format(file=tmp_path / "file")])
+    said = capsys.readouterr().err
+    assert stop.value.code == 2 and said.startswith("error: --out ") and "cannot make its folder" in said
+    assert said.count("\n") == 1
+
+
+def test_a_library_that_cannot_be_written_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import errno
+
+    import harness.build_library as module
+
+    def read_only(path: Path, _: str) -> None:
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(module, "build", lambda *_: HistoryLibrary(read_only=False, meta={"built": "2000-01-01"}))
+    monkeypatch.setattr(module, "atomic_write", read_only)
+    with pytest.raises(SystemExit) as stop:
+        build_library(["--env", "expense", "--out", str(tmp_path / "lib.json")])
+    said = capsys.readouterr().err
+    assert stop.value.code == 2 and said == (f"error: cannot write the library to {tmp_path / 'lib.json'} (Read-only "
+                                             "file system); give --out a library file path you can write to\n")

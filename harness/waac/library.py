@@ -242,12 +242,63 @@ class HistoryLibrary:
     def _parse(cls, data: dict[str, Any]) -> HistoryLibrary:
         records = {}
         for row in data["records"]:
-            frag = row["fragment"]
+            frag, analysis = row["fragment"], row.get("analysis", [])  # older files: no analysis (no seeding)
+            _check_record(row["key"], frag, analysis)
             frag["inputs"] = [tuple(x) for x in frag["inputs"]]
             frag["consumers"] = [tuple(x) for x in frag["consumers"]]
             records[row["key"]] = Record(row["key"], frag, {p: Level(v) for p, v in row["policies"].items()},
-                                         row["tasks"], row.get("analysis", []))  # older files: none (no seeding)
+                                         row["tasks"], analysis)
         return cls(records, read_only=True, meta=data.get("meta", {}), vectors=_vectors(data.get("vectors", {})))
+
+
+# A record's shape, as `fragment` and harness.waac.analysis.record_of make it: key -> type; each list's entries
+_FRAGMENT = {"op": str, "category": str, "ok": bool, "recency": str, "inputs": list, "fields": list, "consumers": list}
+_ENTRIES = {"inputs": (str, str), "fields": (str, str, str, bool), "consumers": (str, str, str)}  # (path, type), ...
+_ANALYSIS = {"kind": str, "paths": list, "level": str, "rules": str, "rows": list, "steps": list}
+_LEVELS = {lv.value for lv in Level}
+
+
+def _check_record(key: Any, frag: Any, analysis: Any) -> None:
+    """A record's whole shape, checked while loading (a ValueError naming the record; load: one line naming the
+    file): a damaged one used to load, then crash every episode that matched or described it, naming no file."""
+    problem = _shape(frag, _FRAGMENT, "fragment") or next(
+        (f"fragment.{name} holds {x!r}, not {len(types)} values ({', '.join(t.__name__ for t in types)})"
+         for name, types in _ENTRIES.items() for x in frag[name] if not _entry(x, types)), "")
+    if not problem and key != key_of(frag):  # an edited fragment: its exact matches would transfer another's policies
+        problem = "the key is not its fragment's (key_of)"
+    if not problem and not isinstance(analysis, list):
+        problem = "`analysis` is not a list of dependency-analysis records"
+    for rec in analysis if not problem else ():
+        problem = problem or _shape(rec, _ANALYSIS, "an analysis record") or _analysis_problem(rec)
+    if problem:
+        raise ValueError(f"record {key}: {problem}")
+
+
+def _shape(obj: Any, shape: dict[str, type], name: str) -> str:
+    """'' if `obj` is an object with exactly these keys and value types; else what is wrong with it."""
+    if not isinstance(obj, dict):
+        return f"{name} is {type(obj).__name__}, not an object"
+    missing, extra = [k for k in shape if k not in obj], [str(k) for k in obj if k not in shape]
+    if missing or extra:
+        return f"{name} has {'no ' + ', '.join(missing) if missing else 'unknown keys ' + ', '.join(extra)}"
+    wrong = [k for k, t in shape.items() if type(obj[k]) is not t]
+    return f"{name}.{wrong[0]} is not {shape[wrong[0]].__name__}: {obj[wrong[0]]!r}" if wrong else ""
+
+
+def _entry(x: Any, types: tuple[type, ...]) -> bool:
+    return isinstance(x, list | tuple) and len(x) == len(types) and all(
+        type(v) is t for v, t in zip(x, types, strict=True))
+
+
+def _analysis_problem(rec: dict[str, Any]) -> str:
+    """What seed and replay would trip on in an analysis record of the right keys and types ('' if nothing)."""
+    if rec["level"] not in _LEVELS or not all(isinstance(p, str) for p in rec["paths"]):
+        return f"an analysis record has level {rec['level']!r} or paths {rec['paths']!r}"
+    if not all(isinstance(r, list) for r in rec["rows"]):
+        return "an analysis record's rows are not lists of rule inputs"
+    bad = [s for s in rec["steps"] if not (_entry(s, (int, int, int, str)) and s[3] in _LEVELS
+                                          and 0 <= s[2] < len(rec["rows"]))]
+    return f"an analysis record's steps hold {bad[0]!r}, not [event, field, row, level]" if bad else ""
 
 
 def _digest(text: str) -> str:

@@ -72,7 +72,7 @@ class WAAC(ContextPolicy):
     def __post_init__(self) -> None:
         self._check_settings()
         if self.library is None and self.library_path and self.use_library:
-            self.library = _load_library(_resolve(self.library_path))
+            self.library = _load_library(resolve_library_path(self.library_path))
         self.schemas.tools.setdefault(RECALL_TOOL, RECALL_SCHEMA)
         if self.extractor is not None:
             self.schemas.attach(self.extractor)
@@ -410,6 +410,8 @@ def _kind(levels: set[Level]) -> ProvenanceKind:
     return "summarized" if Level.SUMMARY in levels else "compressed"
 
 
-def _resolve(path: str) -> str:
+def resolve_library_path(path: str) -> str:
+    """A library path as runs read it (and make library writes it): relative to the repository root, not the
+    current folder."""
     p = Path(path)
     return str(p if p.is_absolute() else Path(__file__).resolve().parents[2] / p)
