@@ -466,7 +466,7 @@ def normalise(parsed: dict[str, Any]) -> tuple[dict[str, float], float | None, s
     """(scores, total or None, notes), as 2.0.0 lib_grading.py _normalize_judge_response: upstream's key
     variants, the criteria's mean when there is no total, and a summed total (above 1, every criterion in
     [0, 1]) replaced by the criteria's mean. Any other total is kept, even outside [0, 1], as upstream keeps it.
-    Ours: a total that is not a finite number (the criteria's mean can still round up past the largest float) is
+    Ours: a total that is not a finite number (the criteria's sum / n overflowing past the largest float) is
     no total, as a NaN or infinite total key is none."""
     scores = named_scores(parsed)
     total = next((v for k in _TOTAL_KEYS if k in parsed and (v := _coerce(parsed[k])) is not None), None)
@@ -521,10 +521,9 @@ def _coerce(value: Any) -> float | None:
 
 
 def _mean(scores: dict[str, float]) -> float:
-    """Upstream's sum / n (to the last bit), but when that sum overflows (two criteria near the largest float)
-    each criterion is divided before summing, so a finite mean is not read as infinite."""
-    mean = sum(scores.values()) / len(scores)
-    return mean if math.isfinite(mean) else sum(v / len(scores) for v in scores.values())
+    """Upstream's sum / n, to the last bit: a sum that overflows (two criteria near the largest float) is
+    infinite there as here, and `normalise` then takes the reply as having no total (unusable)."""
+    return sum(scores.values()) / len(scores)
 
 
 # ---- the judge -------------------------------------------------------------------------------------------------
