@@ -252,9 +252,10 @@ class HistoryLibrary:
 
 
 # A record's shape, as `fragment` and harness.waac.analysis.record_of make it: key -> type; each list's entries
-_FRAGMENT = {"op": str, "category": str, "ok": bool, "recency": str, "inputs": list, "fields": list, "consumers": list}
+_FRAGMENT: dict[str, type] = {"op": str, "category": str, "ok": bool, "recency": str, "inputs": list, "fields": list,
+                              "consumers": list}
 _ENTRIES = {"inputs": (str, str), "fields": (str, str, str, bool), "consumers": (str, str, str)}  # (path, type), ...
-_ANALYSIS = {"kind": str, "paths": list, "level": str, "rules": str, "rows": list, "steps": list}
+_ANALYSIS: dict[str, type] = {"kind": str, "paths": list, "level": str, "rules": str, "rows": list, "steps": list}
 _LEVELS = {lv.value for lv in Level}
 
 
