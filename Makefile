@@ -142,7 +142,7 @@ run: $(STAMP) bytecode $(call METHODS_DEPS,$(CONFIG)) $(PINCH_DEPS) $(ODYSSEYS_D
 # WAAC's history library from the env's dev split (its env config's waac.dev), checked disjoint from evaluation.
 ENV ?= expense
 LIBRARY_DEPS := $(if $(filter pinchbench%,$(ENV)),sandbox-deps) $(if $(filter odysseys,$(ENV)),$(BROWSER_STAMP) browser-deps)
-library: $(STAMP) bytecode $(METHODS_STAMP) $(LIBRARY_DEPS) ## Rebuild WAAC's history library: ENV=expense|pinchbench|pinchbench_workflow|odysseys (ARGS='model=openai ...')
+library: $(STAMP) bytecode $(METHODS_STAMP) $(LIBRARY_DEPS) ## Rebuild WAAC's history library: ENV=expense|pinchbench|odysseys (ARGS='model=openai ...')
 	$(PY) -m harness.entry harness.build_library --env $(ENV) $(ARGS)
 
 # Every sweep but n_w (C4 only) and sim_sensitivity (C2/C3/C4) runs WAAC or the comparison methods;

@@ -504,3 +504,12 @@ def test_a_library_that_cannot_be_written_is_one_line(tmp_path: Path, monkeypatc
     said = capsys.readouterr().err
     assert stop.value.code == 2 and said == (f"error: cannot write the library to {tmp_path / 'lib.json'} (Read-only "
                                              "file system); give --out a library file path you can write to\n")
+
+
+def test_a_run_records_which_library_content_it_used(tmp_path: Path) -> None:
+    """The library's path alone was recorded: a rebuilt file at the same path could not be told apart afterwards.
+    Its SHA-256 (as the run's fingerprint folds it in) is in the policy's record, which every episode_start keeps."""
+    path = ROOT / "benchmarks" / "expense" / "waac_library.json"
+    policy = WAAC(schemas(), library_path=str(path))
+    assert policy.record()["library_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    assert WAAC(schemas(), use_library=False).record()["library_sha256"] is None

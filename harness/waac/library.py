@@ -135,6 +135,7 @@ class HistoryLibrary:
         self.vectors = vectors or {}
         self._mismatched: set[str] = set()  # embedder names whose stored vectors have another length (warned)
         self.source = "(in memory)"  # the file it was loaded from, for messages
+        self.sha256: str | None = None  # of that file's bytes (16 hex digits, as the run's fingerprint folds it in)
         self._by_compat: dict[str, list[str]] = {}
         self._described: dict[str, tuple[dict[str, Any], str]] = {}  # record key -> (its fragment, describe(it))
         for k, r in self.records.items():
@@ -228,8 +229,10 @@ class HistoryLibrary:
     def load(cls, path: str | Path) -> HistoryLibrary:
         """A library file; a missing, unreadable or malformed one is one InputError line naming it."""
         try:
-            library = cls._parse(json.loads(Path(path).read_text()))
+            data = Path(path).read_bytes()
+            library = cls._parse(json.loads(data))
             library.source = str(path)
+            library.sha256 = hashlib.sha256(data).hexdigest()[:16]  # recorded by each run (its method_params)
             return library
         except OSError as exc:
             raise InputError(f"WAAC history library {path}: cannot read it ({exc.strerror}); build it with "
