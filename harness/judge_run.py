@@ -20,6 +20,7 @@ Exit status: 0 when every judge-graded part is graded; 4 (EXIT_JUDGE) when some 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from collections.abc import Iterator, Sequence
@@ -247,7 +248,10 @@ def judge_folder(run_dir: Path, overrides: Sequence[str]) -> tuple[Regraded, lis
                              include_no_judge=True)
         episodes, _ = build_tables(run_dir, print_)
     outcome = judge_outcome(episodes)
-    remaining = outcome is not None and outcome.not_graded + outcome.by_choice > 0  # judge=none's too, here
+    if outcome is not None and outcome.by_choice:  # a judge was asked for here: parts still ungraded (a workspace
+        # gone) are not "by choice, not a failure", as the closing line said beside exit status 4
+        outcome = dataclasses.replace(outcome, not_graded=outcome.not_graded + outcome.by_choice, by_choice=0)
+    remaining = outcome is not None and outcome.not_graded > 0
     return result, judge_lines(outcome, run_dir), remaining
 
 

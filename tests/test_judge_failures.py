@@ -294,6 +294,9 @@ def test_judge_none_is_a_choice_and_exits_0_saying_so(tmp_path: Path) -> None:
     again = make_judge(tmp_path / "run")  # nothing can be judged without a judge: non-zero, saying why
     assert again.returncode != 0 and "Error 4" in again.stderr
     assert "no judge could be asked: no judge configured (judge=none)" in again.stdout
+    closing = [line for line in again.stderr.splitlines() if "judge-graded parts" in line]  # beside its exit 4,
+    assert closing and closing[-1].startswith("JUDGE NOT ASKED: 3 of 3 judge-graded parts not graded")  # no
+    assert "not a failure" not in again.stderr + again.stdout  # "by choice; not a failure" any more
 
 
 def test_an_offline_run_whose_judge_key_is_unset_exits_non_zero_saying_so(tmp_path: Path) -> None:
