@@ -4,7 +4,9 @@ A branch re-runs one recorded episode from step k with something changed (anothe
 policy had dropped put back), without touching the loop: harness.episode.run_episode runs as usual on wrapped parts.
 - The backend (`Replay`): for steps < k the recorded completion, no model call. A simulated backend (SimModel keeps
   an rng and a call counter) is called on the same view instead and must give the recorded reply, so its state is
-  the original's at step k; a different reply is one error (the backend is not deterministic).
+  the original's at step k; a different reply is one error (the backend is not deterministic). Each replayed view is
+  checked against the recorded one: a difference is an error with a simulated backend, else counted
+  (`view_divergences`) and warned about.
 - The policy (`BranchPolicy`): the run's own policy renders steps < k (their records are the original's); from step
   k the new policy (it starts at step k with no memory of its own), or the original one with the `restore` history
   messages put back into its every view from then on (provenance "kept": they are the history's own messages).
@@ -288,6 +290,7 @@ class Replay:
     aux_modeled_s: float = 0.0
     problem: str | None = None
     divergences: list[str] = field(default_factory=list)
+    view_divergences: list[int] = field(default_factory=list)  # replayed steps whose view was not the recorded one
     calls: int = 0
 
     def fail(self, text: str) -> ReplayMismatch:
@@ -310,6 +313,11 @@ class ReplayBackend:
         if j >= replay.k:
             return self.inner.generate(messages, tools, **params)
         recorded = self.recorded(j)
+        why = self.view_differs(j, messages)
+        if why is not None:  # the policy re-rendered step j otherwise: its state at step k is not the original's
+            if getattr(self.inner, "simulated", False):  # (its reply would differ too: said as what it is)
+                raise replay.fail(f"step {j}: the policy's view {why}: the policy is not deterministic")
+            replay.view_divergences.append(j)
         if getattr(self.inner, "simulated", False):  # stateful: advance it on the same view, and check it
             mine = self.inner.generate(messages, tools, **params)
             if mine.message.to_dict() != recorded.message.to_dict():
@@ -317,6 +325,20 @@ class ReplayBackend:
                                   f"view, the transcript has {recorded.message.to_dict()}: it is not deterministic")
             return mine
         return recorded
+
+    def view_differs(self, j: int, messages: Sequence[Message]) -> str | None:
+        """How the view sent at replayed step j differs from the one the transcript recorded (None: the same)."""
+        rec = self.replay.recorded
+        shown = rec.steps[j].get("view")
+        if not isinstance(shown, list):
+            return None  # (a transcript without views: nothing to compare)
+        theirs = [rec.messages[v].to_dict() if isinstance(v, int) else Message.from_dict(v).to_dict() for v in shown]
+        mine = [m.to_dict() for m in messages]
+        if mine == theirs:
+            return None
+        at = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b), min(len(mine),
+                                                                                                   len(theirs)))
+        return f"differs from the recording at message {at} ({len(mine)} messages, recorded {len(theirs)})"
 
     def recorded(self, j: int) -> Completion:
         s = self.replay.recorded.steps[j]
@@ -549,8 +571,13 @@ def branch(run_dir: Path, episode: str, k: int, change: Change) -> Branch:
     if replay.divergences:
         log.warning("%s: %d replayed tool/user results differ from the recording (shown as recorded): %s",
                     episode, len(replay.divergences), ", ".join(replay.divergences[:5]))
+    if replay.view_divergences:  # (a policy with a model of its own: an LLM summary re-made differently)
+        log.warning("%s: the policy's view differed from the recording at %d replayed steps (first: step %d): its "
+                    "state at step %d may not be the original's", episode, len(replay.view_divergences),
+                    replay.view_divergences[0], k)
     origin = {"run": str(run_dir.resolve()), "episode": episode, "step": k, "change": change.describe(),
               "label": change.name(), "replay_divergences": len(replay.divergences),
+              "view_divergences": len(replay.view_divergences),
               "original_completed": bool(rec.end.get("completed"))}
     meta = {**{k_: v for k_, v in rec.start.items() if k_ not in ("type", "format_version")},
             **describe(new_cfg, model), **method_columns(cast(ContextPolicy, first.later), model),

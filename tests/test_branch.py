@@ -74,7 +74,7 @@ def test_a_branch_replays_the_steps_before_k_exactly_and_changes_what_follows(c3
     origin = json.loads(start["branched_from"])
     assert origin == {"run": str(c3), "episode": EPISODE, "step": k, "label": "policy-full",
                       "change": {"overrides": ["policy=full"], "restore": []}, "replay_divergences": 0,
-                      "original_completed": False}
+                      "view_divergences": 0, "original_completed": False}
     assert start["policy"] == "FullHistory" and start["method_key"] == "vanilla"
     episodes = pd.read_parquet(made.folder / "episodes.parquet")
     assert json.loads(episodes.branched_from[0])["step"] == k
@@ -139,6 +139,22 @@ def test_a_simulated_backend_that_replies_otherwise_is_one_clear_error(c3: Path,
         branch.branch(copy, EPISODE, 9, branch.parse(["policy=full"]))
 
 
+def test_a_view_the_policy_renders_otherwise_on_replay_is_named(c3: Path, tmp_path: Path) -> None:
+    """A replayed step's view must be the recorded one (the policy's state at step k depends on it); a simulated
+    backend's reply then differed too, reported as the backend's nondeterminism."""
+    copy = _copy(c3, tmp_path)
+    path = copy / "transcripts" / f"{EPISODE}.jsonl"
+
+    def drop_one(records: list[dict[str, Any]]) -> None:
+        step = next(r for r in records if r["type"] == "step" and r["step"] == 3)
+        step["view"], step["view_provenance"] = step["view"][:-1], step["view_provenance"][:-1]
+
+    _edit(path, drop_one)
+    with pytest.raises(branch.BranchError, match=r"cannot replay to step 9: step 3: the policy's view differs from "
+                                                 r"the recording at message \d+ .*: the policy is not deterministic"):
+        branch.branch(copy, EPISODE, 9, branch.parse(["policy=full"]))
+
+
 def test_a_real_backend_is_not_called_before_step_k(c3: Path) -> None:
     rec = branch.load(c3, EPISODE)
 
@@ -150,14 +166,19 @@ def test_a_real_backend_is_not_called_before_step_k(c3: Path) -> None:
             Endpoint.calls += 1
             return Completion(Message("assistant", "live"), Usage(1, 1))
 
-    replay = branch.Replay(rec, 2)
+    replay = branch.Replay(rec, 3)
     backend = branch.ReplayBackend(Endpoint(), replay)
     first, second = backend.generate([], []), backend.generate([], [])
     assert Endpoint.calls == 0
+    assert replay.view_divergences == [0, 1]  # an empty view is not what steps 0 and 1 showed: counted, not fatal
+    shown = [rec.messages[v] if isinstance(v, int) else Message.from_dict(v) for v in rec.steps[2]["view"]]
+    backend.generate(shown, [])  # the recorded view of step 2: no divergence
+    assert replay.view_divergences == [0, 1]
     assert first.message == rec.reply(0) and second.message == rec.reply(1)
     assert first.usage.input_tokens == rec.steps[0]["input_tokens"]
     assert "prompt_cache" not in first.info  # the episode's own meter adds it again
     assert backend.generate([], []).message.content == "live" and Endpoint.calls == 1
+    assert replay.view_divergences == [0, 1]  # from step k the view is the branch's own
 
 
 def test_a_tool_result_that_differs_on_replay_is_counted_and_shown_as_recorded(c3: Path, tmp_path: Path) -> None:
