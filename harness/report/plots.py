@@ -10,7 +10,9 @@
 - decisions_by_step: what each policy decided at each step: tool pairs kept / summarized / dropped, and fields
   per level for policies that log `levels` (WAAC), each kind on its own axes.
 Every figure names and colours experiments through harness.report.names (C2 is "C2" everywhere); every aggregate
-is a mean with a 95% CI over runs (harness.report.stats.mean_ci; Student's t) and says its n. A per-step statistic
+says its n and carries a 95% interval (harness.report.stats): a completion rate Wilson's over the scored
+episodes, a token mean the percentile bootstrap over runs, the per-step decision counts Student's t over runs. A
+per-step statistic
 is drawn only while enough episodes are still running (min_running): an episode that ends early leaves the later
 steps, so a per-step mean over whoever is left describes fewer and different episodes as steps go on
 (survivorship). Simulated results say so in every title. Runs are chosen as for the tables (harness.report.runs'
