@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -605,3 +606,15 @@ def test_the_run_lock_is_never_taken_through_a_link(tmp_path: Path) -> None:
     (tmp_path / ".lock").unlink()
     with RunLock(tmp_path):
         assert (tmp_path / ".lock").read_text() == f"{os.getpid()}\n"
+
+
+def test_a_worker_killed_by_sigkill_is_said_to_be_maybe_the_out_of_memory_killer() -> None:
+    """The OOM killer sends SIGKILL: a worker that died of it (or whose status is unknown) gets the hint, so the
+    operator looks at memory; one that exited with a status or another signal does not get a false lead."""
+    oom = "out-of-memory killer"
+    killed = executors.worker_died(-signal.SIGKILL)
+    assert "was killed by SIGKILL" in killed and oom in killed
+    assert oom in executors.worker_died(None)
+    for status in (1, -signal.SIGTERM, -signal.SIGSEGV):
+        assert oom not in executors.worker_died(status), status
+    assert executors.worker_died(1) == "an episode worker process exited with status 1"

@@ -31,6 +31,7 @@ from harness.pricing import (
     cache_model,
     cost_with_cache,
     cost_without_cache,
+    episode_columns,
     price_sheet,
     settings,
 )
@@ -483,3 +484,79 @@ def test_a_run_of_a_model_with_its_own_sheet_priced_on_another_is_warned_about(c
                          ("gpt-5.4-mini", None)):
         _warn_other_sheet(sheet, agent)
     assert not caplog.text
+
+
+def test_a_shared_prefix_of_exactly_the_minimum_is_read() -> None:
+    """OpenAI caches prompts of *at least* 1,024 tokens: a 1,024-token shared prefix read as 0 overstated the cost."""
+    cache = PrefixCache(cache_model("openai"))
+    cache.observe(req(1024), 0)
+    assert cache.observe(req(1024, 10), 1).read_tokens == 1024
+    short = PrefixCache(cache_model("openai"))
+    short.observe(req(1023), 0)
+    assert short.observe(req(1023, 10), 1).read_tokens == 0  # one under the minimum: nothing
+
+
+def test_an_anthropic_entry_is_alive_at_exactly_its_ttl() -> None:
+    """An entry used exactly expiry_min minutes ago is still alive (the TTL is inclusive), not a miss and a rewrite."""
+    cache = PrefixCache(cache_model("anthropic"))
+    assert cache.observe(req(100, 1000, 10, 3, bps=(2,)), 0) == CacheUse(0, 1110)
+    assert cache.observe(req(100, 1000, 10, 3, bps=(2,)), 5 * 60) == CacheUse(1110, 0)  # refreshed at 300 s ...
+    assert cache.observe(req(100, 1000, 10, 3, bps=(2,)), 10 * 60 + 0.5) == CacheUse(0, 1110)  # ... gone 300.5 s later
+
+
+def test_the_anthropic_lookback_reaches_exactly_twenty_blocks() -> None:
+    """A breakpoint looks back 20 blocks: an entry exactly 20 blocks before it is read, one 21 blocks before is not."""
+    cache = PrefixCache(cache_model("anthropic"))
+    cache.observe(req(100, 1000, 10, bps=(2,)), 0)  # an entry at segment 2 only (1,110 tokens)
+    assert cache.observe(req(100, 1000, 10, *([5] * 20), bps=(22,)), 1).read_tokens == 1110  # 22 - 20 = 2
+    cache = PrefixCache(cache_model("anthropic"))
+    cache.observe(req(100, 1000, 10, bps=(2,)), 0)
+    assert cache.observe(req(100, 1000, 10, *([5] * 21), bps=(23,)), 1).read_tokens == 0  # 21 blocks back
+
+
+def test_a_request_without_a_system_prompt_reads_its_cached_tools() -> None:
+    """With no system message pi-ai's breakpoint sits on the tools (segment 0): the next request, with another user
+    message, reads the tools from the cache instead of paying for them again."""
+    tokens = RequestTokens(TokenCounter())
+    tools = [ToolSpec("search", "finds things " * 700, {"type": "object", "properties": {"q": {"type": "string"}}})]
+    first = tokens.request([Message("user", "what is the capital of France?")], tools)
+    assert first.breakpoints == (0, 1) and len(first.segments[0]) >= 1024
+    cache = PrefixCache(cache_model("anthropic"))
+    assert cache.observe(first, 0).read_tokens == 0
+    second = tokens.request([Message("user", "and of Italy?")], tools)
+    assert cache.observe(second, 1).read_tokens == len(second.segments[0])  # the tools, at breakpoint 0
+
+
+def test_a_reported_cache_write_never_exceeds_the_uncached_input() -> None:
+    """Reads and writes past the call's input tokens (an endpoint's inconsistent counts) are capped: the write is
+    what the input leaves after the read, else the call was priced above all its tokens at the write price."""
+    sheet, model = price_sheet("claude-sonnet-4.5"), cache_model("anthropic")
+    assert cost_with_cache(sheet, model, 1000, 50, CacheUse(600, 600)) == pytest.approx(
+        (600 * model.read_price(sheet) + 400 * model.write_price(sheet) + 50 * sheet.output) / 1e6)
+
+
+def _step_record(cost: float, no_cache: float) -> dict[str, Any]:
+    """A step's info["prompt_cache"] as harness.backends.prompt_cache writes it."""
+    return {"read": 600, "write": 0, "source": "modelled", "modelled_read": 600, "modelled_write": 0,
+            "cost_usd": cost, "cost_usd_no_cache": no_cache, "sheet": "gpt-5.4-mini", "cache": "openai"}
+
+
+def test_the_episodes_cost_with_the_cache_includes_its_auxiliary_calls() -> None:
+    """The summarizer's calls are priced uncached into both costs: left out of the cached one, the cache looked to
+    save the whole summarizer bill."""
+    aux = cost_without_cache(price_sheet("gpt-5.4-mini"), 1000, 100) + cost_without_cache(
+        price_sheet("gpt-5.4-mini"), 500, 20)
+    assert aux > 0
+    cols = episode_columns([_step_record(0.01, 0.02), _step_record(0.03, 0.05)], [(1000, 100), (500, 20)])
+    assert cols["cost_usd_cache"] == pytest.approx(0.04 + aux)
+    assert cols["cost_usd_no_cache"] == pytest.approx(0.07 + aux)
+    assert (cols["cache_read_tokens"], cols["cache_source"], cols["price_sheet"]) == (1200, "modelled", "gpt-5.4-mini")
+
+
+def test_an_episode_with_an_unmetered_step_has_no_cost_rather_than_a_partial_one() -> None:
+    """A step without a prompt_cache record has no price: the episode's costs are NaN, not the metered steps' sum
+    (an understated cost in the table)."""
+    cols = episode_columns([_step_record(0.01, 0.02), None], [(0, 0), (0, 0)])
+    assert math.isnan(cols["cost_usd_cache"]) and math.isnan(cols["cost_usd_no_cache"])
+    assert cols["cache_read_tokens"] == 600  # the counts of the steps that have them are still given
+    assert episode_columns([], [])["cost_usd_cache"] == 0  # no step at all: nothing spent, not unknown

@@ -197,6 +197,18 @@ def _result() -> Any:
     return EpisodeResult([], [], Termination.AGENT_FINAL, Score(False), 0.0)
 
 
+def test_the_episodes_cost_and_retries_include_the_user_model_and_the_failed_call() -> None:
+    """An episode's `cost_usd` is everything it spent, the LLM user model's calls included, and `retries` counts
+    those of the call that ended it: left out, a run's cost and its retry count were understated."""
+    from harness.outcome import EpisodeResult
+    from harness.types import Termination
+
+    result = EpisodeResult([], [], Termination.INFRA_ERROR, Score(False), 0.0, user_cost_usd=0.25,
+                           failed_call_retries=3)
+    row = episode_row({}, result)
+    assert (row["user_cost_usd"], row["cost_usd"], row["retries"]) == (0.25, 0.25, 3)
+
+
 def test_a_table_written_by_the_records_equals_pandas_own(tmp_path: Path) -> None:
     """write_parquet adds only the version: the columns and values are DataFrame.to_parquet's."""
     run_folder(tmp_path)
