@@ -395,3 +395,65 @@ def test_an_empty_model_summary_goes_to_the_truncation_fallback() -> None:
     view = policy.render(pairs(6), RenderContext(0, TOKENS))
     assert view.decisions["levels"] == ["fallback"] and view.aux_usage == Usage(100, 0)
     assert policy.store.summaries()[0].content.startswith("[LCM fallback summary")
+
+
+def test_the_newest_user_turn_stays_raw_when_the_tail_is_asked_to_keep_it() -> None:
+    """configs/policy/lcm.yaml's opt-in tail_keeps_newest_user_turn: a user message older than the fresh tail stays
+    raw (not summarized away) once the context is over its threshold; without it the message is summarized."""
+    history = [*pairs(3), Message("user", "Also attach receipt R-77 to line 2."), *pairs(2)[2:]]
+    user = len(history) - 5  # the user message, then 4 messages: two tool pairs
+    assert history[user].role == "user" and len(history) - user - 1 == 4
+    for keep in (True, False):
+        policy = LCM(context_tokens=4000, context_threshold=0.01, fresh_tail_count=2,
+                     tail_keeps_newest_user_turn=keep, summarizer=ExtractiveSummarizer())
+        view = policy.render(history, RenderContext(0, TOKENS))
+        assert view.decisions["compacted"] and view.decisions["leaf_created"] >= 1
+        raw = [m for m in view.messages if m.name != SUMMARY_NAME]
+        kept_seqs = {p.sources[0] for p in view.provenance if p.kind == "kept"}
+        if keep:
+            assert any(m is history[user] for m in raw) and user in kept_seqs
+            assert view.messages[-5:] == history[-5:]
+        else:
+            assert not any(m is history[user] for m in raw) and user not in kept_seqs
+
+
+def test_context_exactly_at_the_threshold_does_not_compact() -> None:
+    """Compaction starts when the context exceeds threshold tokens (src/compaction.ts): a context exactly at the
+    threshold is shown whole, with no summarizer call; one token over compacts."""
+    history = pairs(4)
+    probe = LCM(summarizer=ExtractiveSummarizer()).render(history, RenderContext(0, TOKENS))
+    size = probe.decisions["context_tokens_before"]
+    at = LCM(context_tokens=size, context_threshold=1.0, fresh_tail_count=2, summarizer=ExtractiveSummarizer())
+    view = at.render(history, RenderContext(0, TOKENS))
+    assert view.decisions["threshold_tokens"] == view.decisions["context_tokens_before"] == size
+    assert not view.decisions["compacted"] and view.aux_calls == 0 and view.messages == history
+    over = LCM(context_tokens=size - 1, context_threshold=1.0, fresh_tail_count=2, summarizer=ExtractiveSummarizer())
+    assert over.render(history, RenderContext(0, TOKENS)).decisions["compacted"]
+
+
+@dataclass
+class AsLong:
+    """A model whose every reply, footer included, is exactly as many tokens as the segment it summarizes."""
+
+    calls: int = 0
+    label: str = "llm:as-long"
+
+    def complete(self, system: str, user: str) -> Summary:
+        self.calls += 1
+        source = re.search(r"<conversation_segment>\n(.*)\n</conversation_segment>", user, re.S)
+        n = TOKENS.text(source.group(1))  # type: ignore[union-attr]
+        words = 1
+        while TOKENS.text(text := " ".join(["word"] * words) + "\n" + FOOTER + "x") < n:
+            words += 1
+        assert TOKENS.text(text) == n, "could not match the segment's length exactly"
+        return Summary(text, Usage(100, 10), 1.0, 0.0)
+
+
+def test_a_summary_as_long_as_its_input_escalates_to_truncation() -> None:
+    """src/compaction.ts keeps a summary only when it is smaller than its input: one exactly as long saves nothing
+    and must escalate (normal -> aggressive -> deterministic truncation), not be stored as a normal summary."""
+    llm = AsLong()
+    policy = LCM(context_tokens=4000, context_threshold=0.01, fresh_tail_count=4, summarizer=llm)
+    view = policy.render(pairs(6), RenderContext(0, TOKENS))
+    assert view.decisions["levels"] == ["fallback"] and llm.calls == 2
+    assert policy.store.summaries()[0].content.startswith("[LCM fallback summary")

@@ -244,3 +244,19 @@ def test_an_llm_summary_over_the_limit_is_cut_to_it() -> None:
     note = SummaryCondenser(max_size=10, max_summary_tokens=50, summarizer=Wordy()).render(history, CTX).messages[2]
     assert note.name == SUMMARY_NAME and note.content.startswith("USER_CONTEXT:\nword")
     assert TOKENS.text(note.content) == 50
+
+
+def test_the_event_tail_moves_back_over_an_older_parallel_round_and_stays_as_long_as_asked() -> None:
+    """The event trigger's tail cut falling on a result of an older two-call round moves back to that round's call:
+    moved forward instead, the tail was shorter than tail_events and a recent call with its results was summarized
+    (the docs promise the tail is never shorter than asked)."""
+    history = [*linear(4), *pair(4, extra_calls=1), *pair(5)]  # 15 events: 2 + 8 + 3 + 2
+    policy = SummaryCondenser(max_size=14, keep_first=2, summarizer=ExtractiveSummarizer())
+    assert policy.tail_events == 4 and history[len(history) - 4].role == "tool"  # the naive cut: c4_0's result
+    assert history[len(history) - 2].tool_calls  # ... of an older round: a newer one follows
+    view = policy.render(history, CTX)
+    assert view.decisions["condensed"] and view.messages[2].name == SUMMARY_NAME
+    after = view.messages[3:]
+    assert len(after) >= policy.tail_events
+    assert len(after) == 5 and all(a is b for a, b in zip(after, history[-5:], strict=True))  # call + both results raw
+    assert_pairs_intact(view.messages)

@@ -358,3 +358,23 @@ def test_a_sweep_over_two_settings_is_also_written_as_grids() -> None:
     assert "| 3          | 6,000  | 6,000  |" in tokens and "| 10         | 20,000 | 20,000 |" in tokens
     one = merged[merged.job.isin(["0", "2"])]  # one setting varies: its list is the report
     assert grid_tables(one, summary_table(one).T, one) is None
+
+
+def test_a_sweep_over_three_settings_gets_no_grid() -> None:
+    """A sweep varying three settings has no two-way grid: collapsing it onto its first two keys would show one
+    arbitrary job per cell under a label that hides the third setting (merged_table.txt lists the jobs instead)."""
+    from harness.report.console import summary_table
+    from harness.report.sweep import grid_tables
+
+    rows = []
+    settings = [(n, w, k) for n in (3, 10) for w in (0, 1) for k in (1, 2)]
+    for job, (n, w, k) in enumerate(settings):
+        rows.append({"job": str(job), "experiment": f"n_w_k[n={n},w={w},k={k}]", "run": 0, "task_id": "t0",
+                     "job_overrides": f"experiment=c4 policy.n={n} policy.w={w} policy.k={k}", "model": "sim",
+                     "simulated": True, "termination": "user_stop", "completed": k == 2,
+                     "any_line_itemized": True, "amount_itemized_pct": 100.0, "input_tokens": 1000 * n * k,
+                     "output_tokens": 10, "aux_input_tokens": 0, "aux_output_tokens": 0, "user_input_tokens": 0,
+                     "user_output_tokens": 0, "n_tool_calls": 3, "modeled_time_s": 5.0, "wall_time_s": 1.0,
+                     "cost_usd": 0.0})
+    merged = pd.DataFrame(rows)
+    assert grid_tables(merged, summary_table(merged).T, merged) is None

@@ -507,3 +507,20 @@ def test_a_summary_in_a_json_result_is_sized_as_the_json_it_is_shown_as() -> Non
         else:
             exact += 1
     assert summarized > 0 and exact > 0
+
+
+def test_a_summary_of_exactly_the_bound_is_accepted() -> None:
+    """The schema's summary_tokens is an inclusive bound: a summary exactly that long is shown, not rolled back to
+    EXACT (one token over is rolled back)."""
+    import dataclasses
+
+    tr, policy = _itemizing(0), WAAC(schemas())
+    policy.render(tr.history, ctx())
+    f: Field = next(x for x in policy.graph.fields.values() if x.path == "Message")
+    assert f.spec is not None
+    n = ctx().tokens.text(f.value)
+    at, under = copy.copy(f), copy.copy(f)
+    at.spec = dataclasses.replace(f.spec, summary_tokens=n)
+    under.spec = dataclasses.replace(f.spec, summary_tokens=n - 1)
+    assert checked_summary(at, [f.value], frozenset(), ctx().tokens) == f.value
+    assert checked_summary(under, [f.value], frozenset(), ctx().tokens) is None
