@@ -125,7 +125,8 @@ class WAAC(ContextPolicy):
         return {"method": "waac", "use_library": self.use_library, "use_online": self.use_online,
                 "reduced_levels": list(self.reduced), "incremental": self.incremental, "threshold": self.threshold,
                 "library_path": self.library_path,
-                "library_sha256": self.library.sha256 if self.library is not None else None, "embedder": type(self.embedder).__name__ if self.embedder else None,
+                "library_sha256": self.library.sha256 if self.library is not None else None,
+                "embedder": type(self.embedder).__name__ if self.embedder else None,
                 "summarizer": "llm" if self._llm else "schema facts (deterministic)", "aux_backend": self._aux_label(),
                 "budget_rule": "shed retention above d, then whole-pair eviction (harness.policies.budget)"}
 
