@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -237,24 +237,38 @@ def test_escalation_stops_at_aggressive_when_that_is_short_enough() -> None:
 
 
 @dataclass
-class JustUnder:
-    """A model whose first reply, without the footer, is one token smaller than the segment it summarizes."""
+class SegmentSized:
+    """A model whose reply is sized from the segment it is asked to summarize: `reply(its tokens, call number)`."""
 
+    reply: Callable[[int, int], str]
     calls: int = 0
-    label: str = "llm:just-under"
+    label: str = "llm:sized"
 
     def complete(self, system: str, user: str) -> Summary:
         self.calls += 1
         source = re.search(r"<conversation_segment>\n(.*)\n</conversation_segment>", user, re.S)
-        n = TOKENS.text(source.group(1)) if source else 0  # type: ignore[union-attr]
-        text = "word" + " word" * (n - 2) if self.calls == 1 else "Clicked. " + FOOTER + "x"
-        return Summary(text, Usage(100, 10), 1.0, 0.0)
+        n = TOKENS.text(source.group(1)) if source else 0
+        return Summary(self.reply(n, self.calls), Usage(100, 10), 1.0, 0.0)
+
+
+def just_under(n: int, call: int) -> str:
+    """The first reply, without the footer, one token smaller than the segment; then a short one."""
+    return "word" + " word" * (n - 2) if call == 1 else "Clicked. " + FOOTER + "x"
+
+
+def as_long(n: int, call: int) -> str:
+    """Every reply, footer included, exactly as many tokens as the segment."""
+    words = 1
+    while TOKENS.text(text := " ".join(["word"] * words) + "\n" + FOOTER + "x") < n:
+        words += 1
+    assert TOKENS.text(text) == n, "could not match the segment's length exactly"
+    return text
 
 
 def test_escalation_measures_the_summary_with_its_footer() -> None:
     """src/compaction.ts escalates a summary not smaller than its input, footer included (upstream's model writes
     it): a reply just under its input without the footer, over it with the footer added, is not kept as normal."""
-    llm = JustUnder()
+    llm = SegmentSized(just_under)
     policy = LCM(context_tokens=4000, context_threshold=0.01, fresh_tail_count=4, summarizer=llm)
     view = policy.render(pairs(6), RenderContext(0, TOKENS))
     assert view.decisions["levels"] == ["aggressive"] and llm.calls == 2
@@ -431,28 +445,10 @@ def test_context_exactly_at_the_threshold_does_not_compact() -> None:
     assert over.render(history, RenderContext(0, TOKENS)).decisions["compacted"]
 
 
-@dataclass
-class AsLong:
-    """A model whose every reply, footer included, is exactly as many tokens as the segment it summarizes."""
-
-    calls: int = 0
-    label: str = "llm:as-long"
-
-    def complete(self, system: str, user: str) -> Summary:
-        self.calls += 1
-        source = re.search(r"<conversation_segment>\n(.*)\n</conversation_segment>", user, re.S)
-        n = TOKENS.text(source.group(1))  # type: ignore[union-attr]
-        words = 1
-        while TOKENS.text(text := " ".join(["word"] * words) + "\n" + FOOTER + "x") < n:
-            words += 1
-        assert TOKENS.text(text) == n, "could not match the segment's length exactly"
-        return Summary(text, Usage(100, 10), 1.0, 0.0)
-
-
 def test_a_summary_as_long_as_its_input_escalates_to_truncation() -> None:
     """src/compaction.ts keeps a summary only when it is smaller than its input: one exactly as long saves nothing
     and must escalate (normal -> aggressive -> deterministic truncation), not be stored as a normal summary."""
-    llm = AsLong()
+    llm = SegmentSized(as_long)
     policy = LCM(context_tokens=4000, context_threshold=0.01, fresh_tail_count=4, summarizer=llm)
     view = policy.render(pairs(6), RenderContext(0, TOKENS))
     assert view.decisions["levels"] == ["fallback"] and llm.calls == 2
