@@ -216,6 +216,22 @@ def test_malformed_tool_call_is_a_tool_error_the_model_sees(server: SimServer, t
     assert episodes.completed.all()  # the agent saw the error and carried on
 
 
+@pytest.mark.parametrize(("written", "sent"), [
+    ('{"controlName": "Save"', '{"invalid_arguments": "{\\"controlName\\": \\"Save\\""}'),  # cut off
+    ("", "{}"), ("   ", "{}"),  # no arguments: vLLM's json.loads("") was a 400 too (vllm#19419)
+    ("[1, 2]", '{"invalid_arguments": "[1, 2]"}'),  # JSON, but not an object a chat template can read
+    ('{"b": 2,  "a": 1}', '{"b": 2,  "a": 1}'),  # an object: sent exactly as the model wrote it
+])
+def test_a_malformed_call_is_sent_back_as_a_json_object(written: str, sent: str) -> None:
+    """vLLM and llama.cpp's server parse every earlier call's arguments and refuse the request (400) when one is not
+    JSON: one malformed call became an infra_error, and the episode left the task metrics. The wire form wraps it;
+    the transcript (the Message) keeps what the model wrote."""
+    call = ToolCall("c1", "form_click_control", written)
+    wire = to_openai(Message("assistant", "", (call,)))["tool_calls"][0]["function"]["arguments"]
+    assert wire == sent and isinstance(json.loads(wire), dict)
+    assert call.arguments == written
+
+
 @pytest.mark.slow  # kills and resumes a real run (~10 s each)
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_killed_run_resumes_without_losing_or_duplicating_rows(tmp_path: Path, sig: signal.Signals) -> None:

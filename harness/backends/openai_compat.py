@@ -1,7 +1,8 @@
 """`model=openai`: any OpenAI-compatible Chat Completions endpoint (OpenAI, vLLM, llama.cpp, Ollama, ...).
 
 - Native tool calling. Tool-call arguments are kept exactly as the model wrote them, so a malformed call is
-  answered by the environment with a tool error the model sees (and counted by the orchestrator).
+  answered by the environment with a tool error the model sees (and counted by the orchestrator); sent back in
+  later requests, malformed ones are wrapped in a JSON object (`wire_arguments`: strict servers refuse them).
 - Faults: 429, 5xx, timeouts, connection errors and a 200 that is not a completion (not JSON, no choices, no
   message) are retried with exponential backoff and jitter, honouring `Retry-After`; after the last retry
   `InfraError` ends the episode as an infrastructure failure. Every InfraError carries the call's retry count.
@@ -97,9 +98,25 @@ def to_openai(m: Message) -> dict[str, Any]:
     if m.images:
         out["content"] = [{"type": "text", "text": m.content}, *map(image_part, m.images)]
     if m.tool_calls:
-        out["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+        out["tool_calls"] = [{"id": c.id, "type": "function",
+                              "function": {"name": c.name, "arguments": wire_arguments(c.arguments)}}
                              for c in m.tool_calls]
     return out
+
+
+def wire_arguments(arguments: str) -> str:
+    """An earlier tool call's arguments as sent back: as the model wrote them when they are a JSON object, else a
+    JSON object holding them (`{"invalid_arguments": <the text>}`; empty: `{}`). vLLM and llama.cpp's server parse
+    every replayed call's arguments and answer 400 to a malformed one (vllm#43995, OpenHands sdk#2887), so one
+    malformed call ended the episode as an infrastructure failure, left out of the task metrics: the model's
+    failure counted as the endpoint's. The transcript keeps what the model wrote; the tool's error answered it."""
+    if not arguments.strip():
+        return "{}"
+    try:
+        parsed = json.loads(arguments)
+    except (ValueError, RecursionError):
+        parsed = None
+    return arguments if isinstance(parsed, dict) else json.dumps({"invalid_arguments": arguments}, ensure_ascii=False)
 
 
 def image_part(image: ImagePart) -> dict[str, Any]:
