@@ -107,6 +107,7 @@ def test_per_run_sums_of_runs_of_different_sizes_are_shown_without_a_ci() -> Non
     table = summary_table(uneven)["c3"]
     assert table["Agent input tokens"] == "325" and table["Model time (h; modeled for sim)"] == "0.00"
     assert table["Tasks completed (%)"] == "100.0 ± 0.0"  # a mean over its tasks: still a CI
+    assert table["Runs x tasks"] == "2 x 3 (4 episodes: runs of 3/1)"  # "2 x 3" alone read as 6 episodes
     even = summary_table(episodes(n_runs=2, n_tasks=3))["c3"]
     assert even["Agent input tokens"] == "300 ± 0"  # runs alike: the CI as always
 

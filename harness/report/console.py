@@ -105,7 +105,9 @@ def summary_table(episodes: pd.DataFrame) -> pd.DataFrame:
                       if uneven and how == "sum" else fmt(*mean_ci(list(group[col])), digits=digits, scale=scale)
                       for label, col, how, digits, scale in rows(episodes)}
         table[exp].update({label: f"{int(group[col].sum()):,}" for label, col in counts(episodes)})
-        table[exp]["Runs x tasks"] = f"{len(group)} x {episodes[episodes.experiment == exp].task_id.nunique()}"
+        shape = f"{len(group)} x {episodes[episodes.experiment == exp].task_id.nunique()}"
+        table[exp]["Runs x tasks"] = shape if not uneven else \
+            f"{shape} ({int(group.episodes.sum())} episodes: runs of {'/'.join(map(str, group.episodes))})"
     return pd.DataFrame(table)
 
 
