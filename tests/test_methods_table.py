@@ -32,7 +32,11 @@ def test_the_comparison_puts_ratios_to_vanilla_beside_the_papers_and_says_what_d
     note = table.loc["NOTE"].iloc[0]  # the CSV's note row
     assert note.startswith("NOTE: auxiliary work done by offline stand-ins or substitutes") and MEM0_STAND_IN in note
     table = table.drop(index=["SIMULATED", "NOTE"])
-    assert list(table.index) == ["C2 (full history)", "Keep-Last-N", "Summary", "Mem0", "TokenSkip"]
+    assert list(table.index) == ["C2 (full history)", "Keep-Last-N", "Summary", "LLMLingua", "LCM", "AgentFold", "Mem0",
+                                 "TokenSkip", "WAAC"]  # the paper's Table 1 rows, those not run said so
+    assert table.loc["LLMLingua", "run"] == "not run: no run of it was found (make run CONFIG=llmlingua, or a " \
+                                            "methods sweep)"
+    assert table.loc["LLMLingua", "paper: overall"] == "84.3" and table.loc["LLMLingua", "completed (%)"] == "–"
     assert table.loc["Keep-Last-N", "input vs Vanilla, ours"] == "0.400"  # 400 vs 1,000 tokens per episode
     assert table.loc["Keep-Last-N", "input vs Vanilla, paper"] == "0.981"  # 9.312 M vs 9.496 M (Table 1)
     assert table.loc["Summary", "input vs Vanilla, ours"] == "0.420"

@@ -60,8 +60,8 @@ def comparison_table(episodes: pd.DataFrame, paper: dict[str, Any],
     rows: dict[str, dict[str, str]] = {}
     for name in methods.table_methods():
         mine, theirs = runs[runs.experiment == name], table1.get(name, {})
-        if mine.empty and name not in NOT_RUN:
-            continue
+        if mine.empty and name not in NOT_RUN and name not in table1:
+            continue  # (a method the paper has a row for is shown "not run" beside its values: it was left out)
         row = {label: fmt(*mean_ci(list(mine[col])), digits, scale) if mine[col].notna().any() else "–"
                for label, col, digits, scale in COLUMNS}  # (a run written before a column existed: –)
         row["input vs Vanilla, ours"] = _ratio(mine.input_tokens.mean(), vanilla) if len(mine) else "–"
@@ -75,7 +75,8 @@ def comparison_table(episodes: pd.DataFrame, paper: dict[str, Any],
 
 def _provenance(mine: pd.DataFrame, name: str, source: str) -> dict[str, str]:
     if mine.empty:
-        return {"auxiliary backend": "–", "runs x tasks": "–", "simulated": "–", "run": f"not run: {NOT_RUN[name]}"}
+        why = NOT_RUN.get(name, f"no run of it was found (make run CONFIG={name}, or a methods sweep)")
+        return {"auxiliary backend": "–", "runs x tasks": "–", "simulated": "–", "run": f"not run: {why}"}
     backends = mine["aux_backend"].dropna().unique() if "aux_backend" in mine else []  # older runs lack it
     return {"auxiliary backend": ", ".join(sorted(map(str, backends))) or "–",
             "runs x tasks": f"{mine.run.nunique()} x {mine.task_id.nunique()}",
