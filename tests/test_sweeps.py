@@ -73,7 +73,9 @@ def test_methods_sweep_feeds_the_comparison_table(tmp_path: Path) -> None:
     tables(["--results", str(tmp_path), "--out", str(tmp_path / "tables")])
     table = pd.read_csv(tmp_path / "tables" / "methods_comparison.csv", index_col=0, dtype=str).drop(
         index=list(LABEL_ROWS), errors="ignore")
-    assert list(table.index) == ["C2 (full history)", "Keep-Last-N", "Observation masking", "TokenSkip"]
+    assert list(table.index) == ["C2 (full history)", "Keep-Last-N", "Observation masking", "Summary", "LLMLingua",
+                                 "LCM", "AgentFold", "Mem0", "TokenSkip", "WAAC"]  # Table 1's: those not run say so
+    assert table.loc["Observation masking", "run"] != "–" and table.loc["LCM", "run"].startswith("not run:")
     assert table.loc["C2 (full history)", "input vs Vanilla, ours"] == "1.000"
     assert all(str(r).startswith(str(Path("sweeps") / "methods" / "x")) for r in table.run.iloc[:3])
     assert set(table.simulated.iloc[:3]) == {"yes"}
