@@ -330,6 +330,8 @@ def test_the_viewer_gives_each_step_the_branch_command_that_restores_its_dropped
     assert folder in trajectory.find_runs(c3) and folder in trajectory.find_runs(c3.parent)
     run = trajectory.load_run(folder)
     assert run["branched_from"]["step"] == k and run["branched_from"]["run_resolved"] == str(c3.resolve())
+    # a branch's own steps offer no command: `make branch` refuses to branch a branch
+    assert all(s["branch_command"] is None for s in trajectory.load_episode(folder, EPISODE)["steps"])
     assert run["episodes"][0]["branched_from"]["episode"] == EPISODE
 
 

@@ -150,6 +150,16 @@ def test_runs_made_with_other_settings_are_named_in_a_warning(
         "experiment: c2\nuser: {kind: scripted}\nmodel:\n  name: sim\n  noise:\n    degradation_per_1k_tokens: 0.0\n")
     tables.main(["--results", str(mixed), "--out", str(tmp_path / "t")])
     assert not [line for line in capsys.readouterr().err.splitlines() if "different settings" in line]
+    # the documented real-model set-up: an LLM user for C2-C4 (`user=llm user.backend.model=...` on each command
+    # line), none in C1 by design: C1's switched-off user is not a different setting
+    for name in ("c1", "c2", "c3", "c4"):
+        user = "{_target_: null}" if name == "c1" else "{_target_: harness.users.LLMUser, backend: {model: m}}"
+        (chosen[name].path / "config.yaml").write_text(f"experiment: {name}\nuser: {user}\n")
+        manifest = json.loads((chosen[name].path / "manifest.json").read_text())
+        given = [] if name == "c1" else ["user=llm", "user.backend.model=m"]
+        (chosen[name].path / "manifest.json").write_text(json.dumps({**manifest, "overrides": given}))
+    tables.main(["--results", str(mixed), "--out", str(tmp_path / "t")])
+    assert not [line for line in capsys.readouterr().err.splitlines() if "different settings" in line]
 
 
 def test_episodes_that_did_not_really_run_are_counted_in_a_note(mixed: Path, tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ PER_RUN = (
     ("Model time (h; modeled for sim)", "modeled_time_s", "sum", 2, 1 / 3600),  # named by the run: _time_label
     # each episode's own wall time, summed: in a parallel run more than the elapsed time (render() prints that)
     ("Episode time, summed (s)", "wall_time_s", "sum", 1, 1.0),
-    ("Cost as billed (USD; a simulated agent: 0)", "cost_usd", "sum", 2, 1.0),  # (cached input at its rate)
+    ("Cost as billed (USD; model=sim: 0)", "cost_usd", "sum", 2, 1.0),  # (cached input at its rate)
 )
 # Counts the user adds up, not averages: totals over every run (a mean per run read as "50 ± 0" for 250 failures).
 COUNTS = (

@@ -35,7 +35,7 @@ COLUMNS = (
     # WAAC B.3: "End-to-end time includes online compression, retrieval, and artifact recovery": the modeled calls
     # plus the method's own local work, measured (LLMLingua's compressor, Mem0's search, WAAC's analysis)
     ("end-to-end time (s) / episode: modeled calls + the method's local work", "e2e_time_s", 1, 1.0),
-    ("cost as billed (USD) / episode (a simulated agent: 0)", "cost_usd", 4, 1.0),
+    ("cost as billed (USD) / episode (model=sim: 0)", "cost_usd", 4, 1.0),
 )
 
 

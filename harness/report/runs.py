@@ -226,8 +226,9 @@ def setting_notes(chosen: dict[str, Run], names: Iterable[str]) -> list[str]:
         return []
     configs = {name: _config(run.path) for name, run in compared.items()}
     differ = []
-    for key in keys:
-        values = {name: _shown_value(_at(config, key)) for name, config in configs.items()}
+    for key in keys:  # compared between the runs that hold it (C1's user model is none, by design: left out)
+        values = {name: _shown_value(found) for name, config in configs.items()
+                  if (found := _at(config, key)) is not _ABSENT}
         if len(set(values.values())) > 1:
             differ.append(f"{key} ({', '.join(f'{name} {value}' for name, value in values.items())})")
     if not differ:
@@ -250,11 +251,17 @@ def _config(run: Path) -> Any:
 
 
 def _at(config: Any, key: str) -> Any:
+    """The value at a dotted key; _ABSENT when the config lacks it or a block on the way is switched off (a group
+    set to none, as C1's `user: {_target_: null}`)."""
     for part in key.split("."):
-        if not isinstance(config, dict) or part not in config:
+        if not isinstance(config, dict) or part not in config or _switched_off(config):
             return _ABSENT
         config = config[part]
-    return config
+    return _ABSENT if _switched_off(config) else config
+
+
+def _switched_off(block: Any) -> bool:
+    return isinstance(block, dict) and "_target_" in block and block["_target_"] is None
 
 
 def _shown_value(value: Any) -> str:

@@ -290,8 +290,10 @@ def _episode(transcript: Transcript, run_path: Path, episode_id: str) -> dict[st
     replies = [i for i, m in enumerate(history) if m.get("role") == "assistant"]
     fields = _field_states(steps, history, replies)
     out = [_step(rec, k, history, replies, method, fields[k]) for k, rec in enumerate(steps)]
+    branch = bool(transcript.start.get("branched_from"))  # a branch is not branched again (harness.branch)
     for s in out:
-        s["branch_command"] = branch_command(Path(run_path), episode_id, s["step"], s.pop("restorable"))
+        restorable = s.pop("restorable")
+        s["branch_command"] = None if branch else branch_command(Path(run_path), episode_id, s["step"], restorable)
     marks = failure_marks(out, history, details(transcript.end.get("score_details")))
     for s in out:
         s["marks"] = marks.get(s["step"], [])
