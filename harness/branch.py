@@ -70,7 +70,7 @@ from harness.records import (
     transcript_path,
     write_transcript,
 )
-from harness.report import cli, output, sim_failures
+from harness.report import cli, output, sim_failures, trajectory
 from harness.tokens import TokenCounter
 from harness.types import Completion, Message, Provenance, Task, ToolCall, ToolSpec, Usage
 
@@ -155,8 +155,8 @@ def load(run_dir: Path, episode: str) -> Recorded:
                        steps_of(records), records[-1])
         for j in range(len(rec.steps)):
             rec.boundary(j)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a hand edit of the wrong shape
-        raise BranchError(f"{path}: malformed transcript ({type(exc).__name__}: {str(exc)[:200]})") from None
+    except trajectory.MALFORMED as exc:  # a hand edit of the wrong shape (the viewer's words for it)
+        raise BranchError(f"{path}: {trajectory.malformed(exc)}") from None
     _not_a_branch(run_dir, rec)
     return rec
 
@@ -164,14 +164,10 @@ def load(run_dir: Path, episode: str) -> Recorded:
 def _not_a_branch(run_dir: Path, rec: Recorded) -> None:
     """A branch's own config.yaml holds only its new policy, so re-rendering its steps before its branch step
     would use the wrong one (a branch of a branch replayed with FullHistory what C3 had shown): refused."""
-    origin = rec.start.get("branched_from")
-    if not origin:
+    if not rec.start.get("branched_from"):
         return
-    try:
-        found = json.loads(origin) if isinstance(origin, str) else origin
-        where = f"{found['run']} at step {found['step']}"
-    except (ValueError, TypeError, KeyError):
-        where = "another run"
+    origin = trajectory.branched_from(rec.start) or {}
+    where = f"{origin['run']} at step {origin['step']}" if {"run", "step"} <= set(origin) else "another run"
     raise BranchError(f"RUN={run_dir} is a branch (of {where}): a branch cannot be branched again; branch the "
                       "original run (before that step, or from it with the changes combined in ARGS)")
 

@@ -271,6 +271,17 @@ def test_a_branch_is_not_branched_again(c3: Path, capsys: pytest.CaptureFixture[
     assert not (made.folder / "branches").exists()
 
 
+def test_a_hand_edited_transcript_of_the_wrong_shape_is_one_line(c3: Path, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A message record without its message was a KeyError traceback."""
+    copy = _copy(c3, tmp_path)
+    _edit(copy / "transcripts" / f"{EPISODE}.jsonl",
+          lambda records: next(r for r in records if r["type"] == "message").pop("message"))
+    assert branch.main([str(copy), EPISODE, "3", "policy=full"]) == 2
+    err = capsys.readouterr().err
+    assert f"{EPISODE}.jsonl: malformed transcript (KeyError" in err and err.count("\n") == 1
+
+
 def test_two_long_changes_get_two_branches() -> None:
     """The name was cut at 80 characters: two changes sharing those replaced each other's branch."""
     common = ["policy.summarizer.max_rows=3", "policy.summarizer.latency.overhead_s=0.5"]

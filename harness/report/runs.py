@@ -265,8 +265,6 @@ def _switched_off(block: Any) -> bool:
 
 
 def _shown_value(value: Any) -> str:
-    if value is _ABSENT:
-        return "(not set)"
     text = json.dumps(value, sort_keys=True, default=str)
     return text if len(text) <= 60 else f"{text[:57]}..."
 
